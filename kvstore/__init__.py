@@ -1,0 +1,1 @@
+"""Replicated key-value store built on SDPaxos."""

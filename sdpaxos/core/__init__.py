@@ -1,0 +1,69 @@
+"""The pure SDPaxos protocol core.
+
+Rules for everything under this package:
+
+1. No I/O, no clock, no global randomness, no ``await``. Time is the number of
+   ``tick()`` calls; randomness comes only from the ``random.Random`` a
+   :class:`Replica` is given.
+2. Bad input from a peer raises :class:`PeerMessageError` inside the handler
+   *before* any state changes; :meth:`Replica.step` turns it into a dropped
+   message and a counter, never a crash.
+3. Names follow the paper (C-instance, O-instance, C-accept, O-accept, ...), and
+   the handler, TLA+ action and trace event of one protocol step share a name.
+"""
+
+from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.errors import (
+    ConfigError,
+    InvariantViolation,
+    LocalProtocolError,
+    Overloaded,
+    PeerMessageError,
+)
+from sdpaxos.core.messages import (
+    CAccept,
+    CAck,
+    CCommit,
+    CRequest,
+    LearnRequest,
+    Message,
+    OAccept,
+    OAck,
+    OCommit,
+)
+from sdpaxos.core.ready import Executed, Ready, Reply, ReplyKind
+from sdpaxos.core.replica import Replica, StateMachine
+from sdpaxos.core.storage import CAccepted, MemoryStorage, OAccepted, Record, Storage
+from sdpaxos.core.types import NO_CL, Command, OValue
+
+__all__ = [
+    "NO_CL",
+    "CAccept",
+    "CAccepted",
+    "CAck",
+    "CCommit",
+    "CRequest",
+    "ClusterConfig",
+    "Command",
+    "ConfigError",
+    "Executed",
+    "InvariantViolation",
+    "LearnRequest",
+    "LocalProtocolError",
+    "MemoryStorage",
+    "Message",
+    "OAccept",
+    "OAccepted",
+    "OAck",
+    "OCommit",
+    "OValue",
+    "Overloaded",
+    "PeerMessageError",
+    "Ready",
+    "Record",
+    "Replica",
+    "Reply",
+    "ReplyKind",
+    "StateMachine",
+    "Storage",
+]

@@ -1,0 +1,146 @@
+"""Protocol messages: one frozen, slotted dataclass per step of the paper.
+
+Every message carries ``src`` (the sending replica) and ``view`` (the sender's
+view number). "Every message is sent with the sender's view number, and
+considered valid only if its number is not smaller than the recipient's"
+(paper section 3.3); that includes C-accepts (pitfall 5).
+
+This module defines shapes only; :mod:`sdpaxos.wire.codec` turns them into
+bytes. A new message needs a class here and one line in the codec's table.
+"""
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from sdpaxos.core.types import Ballot, Command, OValue, ReplicaId, Slot, View
+
+
+@dataclass(frozen=True, slots=True)
+class CAccept:
+    """Phase 2a of C-instance ``(owner, index)`` (paper Fig. 5 line 3).
+
+    Sent by the command leader to a thrifty quorum. When it reaches the
+    sequencer it also triggers the O-instance (line 12).
+    """
+
+    src: ReplicaId
+    view: View
+    owner: ReplicaId
+    index: int
+    ballot: Ballot
+    commands: tuple[Command, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CAck:
+    """Phase 2b of C-instance ``(owner, index)`` (Fig. 5 line 8), sent to the owner."""
+
+    src: ReplicaId
+    view: View
+    owner: ReplicaId
+    index: int
+    ballot: Ballot
+
+
+@dataclass(frozen=True, slots=True)
+class CCommit:
+    """C-instance ``(owner, index)`` is chosen (Fig. 5 line 10).
+
+    ``commands`` is ``None`` for a replica that already accepted the value at
+    ``ballot`` (the short form); the others get the value itself.
+    """
+
+    src: ReplicaId
+    view: View
+    owner: ReplicaId
+    index: int
+    ballot: Ballot
+    commands: tuple[Command, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CRequest:
+    """Ask the sequencer to order C-instances ``0 .. index`` of ``owner`` (Fig. 5 line 5).
+
+    Sent when the thrifty C-quorum leaves the sequencer out, and on
+    retransmission. ``o_accepted_upto`` is how much of the assignment log the
+    owner has accepted from the sequencer, so a retransmitted request makes the
+    sequencer resend exactly the O-accepts that were lost.
+    """
+
+    src: ReplicaId
+    view: View
+    owner: ReplicaId
+    index: int
+    o_accepted_upto: Slot
+
+
+@dataclass(frozen=True, slots=True)
+class OAccept:
+    """Phase 2a of O-instances ``start .. start+len(values)-1`` at ballot ``view``.
+
+    Sent by the sequencer (Fig. 5 line 14). It always carries every O-instance
+    the recipient has not been sent yet: the paper's piggy-backing of earlier
+    O-accepts (section 3.2, N = 5), used for every N so that a command leader
+    knows the whole assignment prefix before its command is ready.
+    """
+
+    src: ReplicaId
+    view: View
+    start: Slot
+    values: tuple[OValue, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OAck:
+    """Phase 2b, prefix form: ``src`` has accepted every O-instance below ``upto`` in ``view``.
+
+    A prefix acknowledgement carries the paper's piggy-backed O-ACKs for free.
+    """
+
+    src: ReplicaId
+    view: View
+    upto: Slot
+
+
+@dataclass(frozen=True, slots=True)
+class OCommit:
+    """O-instances are committed (Fig. 5 lines 20, 25, 29).
+
+    ``entries`` are ``(slot, owner, count)``; normally ``owner == src`` because a
+    command leader is the learner of its own O-instances.
+    """
+
+    src: ReplicaId
+    view: View
+    entries: tuple[tuple[Slot, ReplicaId, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LearnRequest:
+    """A replica whose execution is blocked asks for commits it has missed.
+
+    ``o_from``: send committed O-instances from this slot on (``-1`` for none).
+    ``c_wanted``: C-instances ``(owner, index)`` whose commits are missing.
+    Answered with :class:`OCommit` and :class:`CCommit` messages.
+    """
+
+    src: ReplicaId
+    view: View
+    o_from: Slot
+    c_wanted: tuple[tuple[ReplicaId, int], ...]
+
+
+Message: TypeAlias = CAccept | CAck | CCommit | CRequest | OAccept | OAck | OCommit | LearnRequest
+
+#: Every message class, in wire-tag order. Append only: the index is the tag.
+MESSAGE_TYPES: tuple[type, ...] = (
+    CAccept,
+    CAck,
+    CCommit,
+    CRequest,
+    OAccept,
+    OAck,
+    OCommit,
+    LearnRequest,
+)

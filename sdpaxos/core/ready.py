@@ -1,0 +1,76 @@
+"""The effects batch a :class:`~sdpaxos.core.replica.Replica` hands to its driver.
+
+The driver loop, once (every driver does exactly this)::
+
+    rd = replica.ready()
+    storage.append(rd.persist)          # 1. durable first
+    for dst, msg in rd.messages:        # 2. then messages may leave
+        send(dst, msg)
+    for reply in rd.replies:            # 3. then clients may be answered
+        answer(reply)
+
+Steps 2 and 3 may run in any order relative to each other, never before 1.
+"""
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from sdpaxos.core.messages import Message
+from sdpaxos.core.storage import Record
+from sdpaxos.core.types import Command, ReplicaId, Slot
+
+
+class ReplyKind(IntEnum):
+    """Which event a :class:`Reply` reports."""
+
+    #: The paper's "ready": the command's global position is fixed (no result).
+    READY = 0
+    #: Executed at this replica (the command leader), with the result.
+    EXECUTED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer for the client that proposed ``(client_id, seq)`` at this replica."""
+
+    client_id: int
+    seq: int
+    kind: ReplyKind
+    result: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """One command applied to the state machine, reported when observation is on.
+
+    ``duplicate`` is true when ``(client_id, seq)`` had already executed, so the
+    state machine was not called again and ``result`` is the first execution's.
+    """
+
+    slot: Slot
+    owner: ReplicaId
+    c_index: int
+    command: Command
+    result: bytes | None
+    duplicate: bool
+
+
+@dataclass(slots=True)
+class Ready:
+    """What the driver must do, in order: persist, then send and reply.
+
+    Attributes:
+        persist: records that must be durable before any message or reply below.
+        messages: ``(destination, message)`` pairs, to send after ``persist``.
+        replies: client answers, to give after ``persist``.
+        executed: commands applied in this batch, in global order (only filled
+            when the replica was built with ``observe=True``).
+    """
+
+    persist: list[Record] = field(default_factory=list)
+    messages: list[tuple[ReplicaId, Message]] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)
+    executed: list[Executed] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.persist or self.messages or self.replies or self.executed)

@@ -1,0 +1,67 @@
+"""Plain protocol values shared by every core module.
+
+Replica ids are the integers ``0 .. N-1``; the paper's R_n is replica ``n``.
+A C-instance is named by ``(owner, index)`` (the paper's C_n^i, 0-based ``i``).
+An O-instance is named by its global slot ``j`` (0-based). Its value is an
+:data:`OValue`: ``(owner, count)`` means "the next ``count`` C-instances of
+``owner``" (O-instance batching, paper section 4; ``count == 1`` is the paper's
+basic protocol), and ``(NO_CL, 0)`` is the paper's ``no-cl``: skip the slot.
+
+Pitfall 3 of PROTOCOL.md, fixed once here: every counter is 0-based. Slot ``j``
+holding ``(n, c)`` runs C-instances ``k .. k+c-1`` of ``n`` where ``k`` is the
+number of C-instances of ``n`` covered by slots ``0 .. j-1``.
+"""
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TypeAlias
+
+ReplicaId: TypeAlias = int
+Slot: TypeAlias = int
+View: TypeAlias = int
+Ballot: TypeAlias = int
+
+#: Owner value of an O-instance that orders no C-instance (the paper's ``no-cl``).
+NO_CL: ReplicaId = -1
+
+#: An O-instance value: ``(owner, count)``; ``(NO_CL, 0)`` is ``no-cl``.
+OValue: TypeAlias = tuple[ReplicaId, int]
+
+NO_CL_VALUE: OValue = (NO_CL, 0)
+
+#: Ballots are ``round * BALLOT_STRIDE + replica``, unique per replica. The owner
+#: of a C-log proposes at round 0, so recovery (round >= 1) always outranks it.
+BALLOT_STRIDE = 256
+REPLICAS_MAX = BALLOT_STRIDE
+
+
+def make_ballot(round_: int, replica: ReplicaId) -> Ballot:
+    """The ballot of ``replica`` in ``round_``; totally ordered, unique per replica."""
+    return round_ * BALLOT_STRIDE + replica
+
+
+def ballot_round(ballot: Ballot) -> int:
+    return ballot // BALLOT_STRIDE
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One client command, opaque to the protocol.
+
+    ``(client_id, seq)`` identifies it for exactly-once execution: a client
+    session has at most one command outstanding and numbers them 1, 2, 3, ...
+    ``client_id == 0`` means "no session": never deduplicated.
+    """
+
+    client_id: int
+    seq: int
+    payload: bytes
+
+
+class Wait(IntEnum):
+    """What a proposer waits for."""
+
+    #: The paper's "ready": the command's place in the global order is fixed.
+    READY = 0
+    #: Executed at the command leader, with the state machine's result.
+    EXECUTED = 1
