@@ -34,7 +34,7 @@ from sdpaxos.core.messages import (
 from sdpaxos.core.ready import Executed, Ready, Reply, ReplyKind
 from sdpaxos.core.replica import Replica, StateMachine
 from sdpaxos.core.storage import CAccepted, MemoryStorage, OAccepted, Record, Storage
-from sdpaxos.core.types import NO_CL, Command, OValue
+from sdpaxos.core.types import NO_CL, Command, OValue, Wait
 
 __all__ = [
     "NO_CL",
@@ -66,4 +66,5 @@ __all__ = [
     "ReplyKind",
     "StateMachine",
     "Storage",
+    "Wait",
 ]
