@@ -1,0 +1,40 @@
+"""Deterministic simulation of whole SDPaxos clusters in virtual time.
+
+Single-threaded, no wall clock, no asyncio: one seeded
+:class:`~sdpaxos.sim.chooser.Chooser` makes every decision, so a run is
+reproduced exactly from its seed. Imports only :mod:`sdpaxos.core`,
+:mod:`sdpaxos.wire` and the standard library.
+"""
+
+from sdpaxos.sim.checkers import Checker, LivenessViolation, SafetyViolation
+from sdpaxos.sim.chooser import BenignChooser, Chooser, SeededChooser
+from sdpaxos.sim.cluster import SimCluster
+from sdpaxos.sim.network import LinkStats, Network, NetworkConfig
+from sdpaxos.sim.profiles import PAPER3, PAPER5, DelayProfile, ProfileError
+from sdpaxos.sim.run import RunResult, run_closed_loop
+from sdpaxos.sim.scheduler import Scheduler
+from sdpaxos.sim.statemachine import DigestRegister
+from sdpaxos.sim.workload import ClosedLoopClients, LatencyStats
+
+__all__ = [
+    "PAPER3",
+    "PAPER5",
+    "BenignChooser",
+    "Checker",
+    "Chooser",
+    "ClosedLoopClients",
+    "DelayProfile",
+    "DigestRegister",
+    "LatencyStats",
+    "LinkStats",
+    "LivenessViolation",
+    "Network",
+    "NetworkConfig",
+    "ProfileError",
+    "RunResult",
+    "SafetyViolation",
+    "Scheduler",
+    "SeededChooser",
+    "SimCluster",
+    "run_closed_loop",
+]

@@ -1,0 +1,273 @@
+"""Safety checkers fed with a run's history, and the end-of-run liveness check.
+
+Why here and not in the core: the checkers must judge the core from outside,
+using only what a driver sees (``Ready.persist``, ``Ready.executed``,
+``Ready.replies`` and what it proposed). They are incremental, so a violation
+is raised at the first event that produced it, with the history that proves it.
+
+Checked properties:
+
+1. **One value per instance.** A value is *chosen* for a C-instance
+   ``(owner, index)`` when a majority of replicas have persisted ``CAccepted``
+   of the same commands at the same ballot; for an O-instance ``slot`` when a
+   majority persisted ``OAccepted`` covering it with the same value in the same
+   view (an O-instance's ballot is its view). Two different chosen values for
+   one instance, at any ballots, is a violation.
+2. **Prefix agreement.** The executed sequences ``(slot, owner, c_index,
+   command, duplicate)`` of all replicas are prefixes of one another.
+3. **Integrity.** Every executed command was proposed, and no
+   ``(client_id, seq)`` executes twice as a non-duplicate on one replica (nor
+   as a "duplicate" before it first executed).
+4. **Real-time order.** If command ``a`` was READY (a READY or EXECUTED reply
+   at its leader) before ``b`` was proposed, ``a`` executes before ``b`` on
+   every replica. "Before" is the simulator's event order, which refines
+   virtual time.
+
+A crash loses a replica's volatile execution state; :meth:`Checker.restarted`
+resets that replica's view so its re-execution is checked from slot 0 again.
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sdpaxos.core.ready import Executed, Reply
+from sdpaxos.core.storage import CAccepted, OAccepted, Record
+from sdpaxos.core.types import Command
+
+CommandKey = tuple[int, int]
+#: What must agree across replicas at one position of the executed sequence.
+ExecKey = tuple[int, int, int, int, int, bytes, bool]
+
+#: How many missing commands a liveness report lists.
+REPORT_ITEMS_MAX = 5
+
+
+class SafetyViolation(AssertionError):
+    """A safety property failed; the message says which, where and with what history."""
+
+
+class LivenessViolation(AssertionError):
+    """After the network healed and the run went on, some command never executed."""
+
+
+def _short(value: object, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(slots=True)
+class _Votes:
+    """Acceptances of one instance: ballot -> value -> replicas."""
+
+    by_ballot: dict[int, dict[object, set[int]]] = field(default_factory=dict)
+    chosen: object = None
+    chosen_ballot: int = -1
+    chosen_by: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class _ReplicaView:
+    """What the checker knows of one replica's (volatile) execution."""
+
+    position: int = 0
+    done: set[CommandKey] = field(default_factory=set)
+    #: readies[0:covered] have all executed on this replica.
+    covered: int = 0
+
+
+class Checker:
+    """Incremental checker of one cluster's history (replicas ``0 .. replicas-1``)."""
+
+    def __init__(self, replicas: int) -> None:
+        assert replicas >= 1
+        self.replicas = replicas
+        self.majority = replicas // 2 + 1
+        self._c_votes: dict[tuple[int, int], _Votes] = {}
+        self._o_votes: dict[int, _Votes] = {}
+        self._order: list[ExecKey] = []
+        self._views = [_ReplicaView() for _ in range(replicas)]
+        self._proposed: dict[CommandKey, tuple[int, Command]] = {}
+        #: For each proposal, how many commands were READY when it was proposed.
+        self._readies_before: dict[CommandKey, int] = {}
+        self._readies: list[CommandKey] = []
+        self._ready_set: set[CommandKey] = set()
+        self._excused: set[CommandKey] = set()
+        self.chosen_c = 0
+        self.chosen_o = 0
+        self.events = 0
+
+    # -- inputs -------------------------------------------------------------
+
+    def proposed(self, replica: int, command: Command) -> None:
+        """``command`` was handed to ``replica.propose``."""
+        key = (command.client_id, command.seq)
+        if key in self._proposed:
+            return  # a retry of the same command; the first proposal counts
+        self._proposed[key] = (replica, command)
+        self._readies_before[key] = len(self._readies)
+
+    def replied(self, replica: int, reply: Reply) -> None:
+        """``replica`` (the command leader) answered a client."""
+        key = (reply.client_id, reply.seq)
+        if key not in self._proposed:
+            raise SafetyViolation(
+                f"replica {replica} replied {reply.kind.name} for {key}, never proposed"
+            )
+        leader = self._proposed[key][0]
+        if leader != replica:
+            raise SafetyViolation(
+                f"replica {replica} replied for {key}, which was proposed at replica {leader}"
+            )
+        if key not in self._ready_set:
+            self._ready_set.add(key)
+            self._readies.append(key)
+
+    def persisted(self, replica: int, records: Sequence[Record]) -> None:
+        """``replica`` made ``records`` durable (``Ready.persist``)."""
+        self.events += 1
+        for rec in records:
+            if isinstance(rec, CAccepted):
+                votes = self._c_votes.setdefault((rec.owner, rec.index), _Votes())
+                if self._vote(votes, replica, rec.ballot, rec.commands):
+                    self.chosen_c += 1
+                    self._check_agree(
+                        f"C-instance (owner={rec.owner}, index={rec.index})",
+                        votes,
+                        rec.ballot,
+                        rec.commands,
+                    )
+            elif isinstance(rec, OAccepted):
+                for i, value in enumerate(rec.values):
+                    slot = rec.start + i
+                    votes = self._o_votes.setdefault(slot, _Votes())
+                    if self._vote(votes, replica, rec.view, value):
+                        self.chosen_o += 1
+                        self._check_agree(f"O-instance {slot}", votes, rec.view, value)
+            else:  # pragma: no cover - the Record union is closed
+                raise SafetyViolation(f"replica {replica} persisted unknown record {rec!r}")
+
+    def executed(self, replica: int, entries: Sequence[Executed]) -> None:
+        """``replica`` applied ``entries`` (``Ready.executed``), in order."""
+        self.events += 1
+        view = self._views[replica]
+        for e in entries:
+            cmd = e.command
+            key: CommandKey = (cmd.client_id, cmd.seq)
+            ek: ExecKey = (
+                e.slot,
+                e.owner,
+                e.c_index,
+                cmd.client_id,
+                cmd.seq,
+                cmd.payload,
+                e.duplicate,
+            )
+            where = (
+                f"replica {replica} position {view.position}"
+                f" (slot {e.slot}, C({e.owner},{e.c_index}))"
+            )
+            if view.position < len(self._order):
+                expected = self._order[view.position]
+                if expected != ek:
+                    raise SafetyViolation(
+                        f"executed sequences diverge at {where}: executed {_short(ek)}"
+                        f" where another replica executed {_short(expected)}"
+                    )
+            else:
+                self._order.append(ek)
+            view.position += 1
+            proposal = self._proposed.get(key)
+            if proposal is None or proposal[1] != cmd:
+                raise SafetyViolation(
+                    f"{where} executed {_short(cmd)}, which was never proposed"
+                    + ("" if proposal is None else f" (proposed was {_short(proposal[1])})")
+                )
+            if e.duplicate:
+                if key not in view.done:
+                    raise SafetyViolation(
+                        f"{where} marked {key} a duplicate but it had not executed there"
+                    )
+                continue
+            if key in view.done and cmd.client_id != 0:
+                raise SafetyViolation(f"{where} executed {key} a second time as a non-duplicate")
+            view.done.add(key)
+            self._check_real_time(replica, view, key, where)
+
+    def restarted(self, replica: int) -> None:
+        """``replica`` was rebuilt from storage: its execution starts over."""
+        self._views[replica] = _ReplicaView()
+
+    def crashed(self, replica: int) -> None:
+        """``replica`` crashed: its proposals that were not yet READY may be lost."""
+        for key, (leader, _) in self._proposed.items():
+            if leader == replica and key not in self._ready_set:
+                self._excused.add(key)
+
+    def check_liveness(self, live: Iterable[int]) -> None:
+        """Every proposed command executed on every live replica.
+
+        Exempt are commands whose leader crashed before they were READY: nobody
+        promised anything about them.
+        """
+        required = [k for k in self._proposed if k not in self._excused]
+        for replica in sorted(set(live)):
+            done = self._views[replica].done
+            missing = [k for k in required if k not in done]
+            if missing:
+                shown = ", ".join(
+                    f"{k} (leader {self._proposed[k][0]})" for k in missing[:REPORT_ITEMS_MAX]
+                )
+                more = len(missing) - REPORT_ITEMS_MAX
+                raise LivenessViolation(
+                    f"replica {replica} never executed {len(missing)} of {len(required)}"
+                    f" proposed commands: {shown}" + (f" and {more} more" if more > 0 else "")
+                )
+
+    # -- queries --------------------------------------------------------------
+
+    @property
+    def proposals(self) -> int:
+        return len(self._proposed)
+
+    def executed_count(self, replica: int) -> int:
+        return len(self._views[replica].done)
+
+    def executed_everywhere(self, live: Iterable[int]) -> bool:
+        """The liveness condition as a boolean, to decide when a drain may stop."""
+        required = [k for k in self._proposed if k not in self._excused]
+        return all(all(k in self._views[r].done for k in required) for r in live)
+
+    # -- internals ------------------------------------------------------------
+
+    def _vote(self, votes: _Votes, replica: int, ballot: int, value: object) -> bool:
+        """Record an acceptance; True when it completes a majority for ``value``."""
+        voters = votes.by_ballot.setdefault(ballot, {}).setdefault(value, set())
+        if replica in voters:
+            return False
+        voters.add(replica)
+        return len(voters) == self.majority
+
+    def _check_agree(self, what: str, votes: _Votes, ballot: int, value: object) -> None:
+        voters = tuple(sorted(votes.by_ballot[ballot][value]))
+        if votes.chosen_by and votes.chosen != value:
+            raise SafetyViolation(
+                f"{what}: two values chosen: {_short(votes.chosen)} at ballot"
+                f" {votes.chosen_ballot} by replicas {list(votes.chosen_by)}, and"
+                f" {_short(value)} at ballot {ballot} by replicas {list(voters)}"
+            )
+        if not votes.chosen_by:
+            votes.chosen, votes.chosen_ballot, votes.chosen_by = value, ballot, voters
+
+    def _check_real_time(
+        self, replica: int, view: _ReplicaView, key: CommandKey, where: str
+    ) -> None:
+        readies = self._readies
+        while view.covered < len(readies) and readies[view.covered] in view.done:
+            view.covered += 1
+        need = self._readies_before.get(key, 0)
+        if view.covered < need:
+            first = readies[view.covered]
+            raise SafetyViolation(
+                f"real-time order broken at {where}: executed {key} before {first},"
+                f" but {first} was READY before {key} was proposed"
+            )

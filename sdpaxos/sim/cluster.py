@@ -1,0 +1,414 @@
+"""``SimCluster``: N replicas, their storage and the network, in virtual time.
+
+Theory of operation. One :class:`~sdpaxos.sim.scheduler.Scheduler` holds every
+pending event: packet deliveries, replica ticks, client proposals, proximity
+probes and scripted actions. :meth:`SimCluster.step` pops one, feeds it to the
+replica it concerns, then drains that replica's ``Ready`` batches the way every
+driver must: persist first (into the replica's ``MemoryStorage``), then send
+(each ``(src, dst)`` group of one batch is encoded with ``encode_batch`` and
+becomes one packet), then reply. The checker sees every batch as it happens,
+so a safety violation stops the run at the event that caused it.
+
+Crash drops the ``Replica`` object (and its state machine) and keeps its
+``MemoryStorage``; restart rebuilds it with ``records=storage.load()``, exactly
+what a real process would find on disk.
+
+Rules: single-threaded, no wall clock, no global ``random``; every decision
+comes from the one :class:`~sdpaxos.sim.chooser.Chooser`, and iteration is over
+lists or sorted keys only, so a run is a pure function of its seed.
+"""
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.errors import Overloaded
+from sdpaxos.core.ready import Ready, Reply
+from sdpaxos.core.replica import Replica, StateMachine
+from sdpaxos.core.storage import MemoryStorage, Record
+from sdpaxos.core.types import Command, ReplicaId, Wait
+from sdpaxos.sim.checkers import Checker
+from sdpaxos.sim.chooser import Chooser, derive_rng
+from sdpaxos.sim.network import Network, NetworkConfig
+from sdpaxos.sim.profiles import DelayProfile
+from sdpaxos.sim.scheduler import EVENTS_PENDING_MAX, Scheduler
+from sdpaxos.sim.statemachine import DigestRegister
+
+#: Most ``ready()`` calls in one drain; a replica that never runs dry is a bug.
+READY_ROUNDS_MAX = 1000
+#: Default proximity probe period (measured proximity only).
+PROBE_MS_DEFAULT = 1000.0
+
+
+class SimReplica(Protocol):
+    """What the simulator needs of a replica: the core's public driving API."""
+
+    def propose(self, command: Command, wait: Wait = ...) -> None: ...
+
+    def step(self, message: Any) -> None: ...
+
+    def tick(self) -> None: ...
+
+    def ready(self) -> Ready: ...
+
+    def observe_rtt(self, peer: ReplicaId, rtt_ms: float) -> None: ...
+
+
+class Codec(Protocol):
+    """Batch encoding of messages; :mod:`sdpaxos.wire.codec` in real runs."""
+
+    def encode_batch(self, messages: list[Any]) -> bytes: ...
+
+    def decode_batch(self, data: bytes) -> list[Any]: ...
+
+
+ReplicaFactory = Callable[
+    [ClusterConfig, ReplicaId, StateMachine, random.Random, bool, list[Record] | None],
+    SimReplica,
+]
+
+
+def core_replica(
+    config: ClusterConfig,
+    replica_id: ReplicaId,
+    state_machine: StateMachine,
+    rng: random.Random,
+    observe: bool,
+    records: list[Record] | None,
+) -> SimReplica:
+    """The default :data:`ReplicaFactory`: the real protocol core."""
+    return Replica(config, replica_id, state_machine, rng=rng, observe=observe, records=records)
+
+
+class WireCodec:
+    """Adapter to :mod:`sdpaxos.wire.codec` (imported on first use).
+
+    Imported lazily so simulator unit tests with a fake codec do not depend on
+    the wire package.
+    """
+
+    __slots__ = ("_decode", "_encode")
+
+    def __init__(self) -> None:
+        from sdpaxos.wire import codec
+
+        self._encode = codec.encode_batch
+        self._decode = codec.decode_batch
+
+    def encode_batch(self, messages: list[Any]) -> bytes:
+        return self._encode(messages)
+
+    def decode_batch(self, data: bytes) -> list[Any]:
+        return list(self._decode(data))
+
+
+# -- events -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    src: ReplicaId
+    dst: ReplicaId
+    payload: bytes
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    replica: ReplicaId
+
+
+@dataclass(frozen=True, slots=True)
+class Propose:
+    replica: ReplicaId
+    command: Command
+    wait: Wait
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A proximity probe ``src -> dst`` sent at ``sent_us``, or its echo."""
+
+    src: ReplicaId
+    dst: ReplicaId
+    sent_us: int
+    echo: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRound:
+    replica: ReplicaId
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A scripted callback (fault schedules, workload steps)."""
+
+    callback: Callable[[], None]
+    name: str = ""
+
+
+Event = Deliver | Tick | Propose | Probe | ProbeRound | Action
+
+ReplyListener = Callable[[ReplicaId, Reply, int], None]
+ProposeListener = Callable[[ReplicaId, Command, int], None]
+
+
+class SimCluster:
+    """A whole simulated cluster: replicas (one per profile region), network, clock.
+
+    Args:
+        profile: regions and delays; replica ``i`` lives in ``profile.regions[i]``.
+        chooser: the run's single source of nondeterminism.
+        sequencer: replica id of the view-0 sequencer.
+        network: fault and ordering knobs.
+        tick_ms: virtual time between two ``tick()`` calls of a replica.
+        configured_proximity: pass the profile's RTT matrix to ``ClusterConfig``.
+        measured_proximity: probe peers every ``probe_ms`` and feed the measured
+            round trips to ``observe_rtt``.
+        config_overrides: extra ``ClusterConfig`` fields (limits, timeouts, thrifty).
+        replica_factory, codec, state_machine_factory: swap in fakes for tests.
+        checker: defaults to a fresh :class:`Checker`.
+    """
+
+    def __init__(
+        self,
+        profile: DelayProfile,
+        chooser: Chooser,
+        *,
+        sequencer: ReplicaId = 0,
+        network: NetworkConfig | None = None,
+        tick_ms: float = 10.0,
+        configured_proximity: bool = True,
+        measured_proximity: bool = False,
+        probe_ms: float = PROBE_MS_DEFAULT,
+        config_overrides: dict[str, Any] | None = None,
+        replica_factory: ReplicaFactory = core_replica,
+        codec: Codec | None = None,
+        state_machine_factory: Callable[[], StateMachine] = DigestRegister,
+        checker: Checker | None = None,
+        observe: bool = True,
+        events_pending_max: int = EVENTS_PENDING_MAX,
+    ) -> None:
+        if not tick_ms > 0:
+            raise ValueError(f"tick_ms must be > 0, got {tick_ms}")
+        n = profile.size
+        self.profile = profile
+        self.chooser = chooser
+        self.config = ClusterConfig(
+            replicas=n,
+            sequencer=sequencer,
+            rtt_ms=profile.replica_rtt_ms() if configured_proximity else None,
+            **(config_overrides or {}),
+        )
+        self.tick_us = round(tick_ms * 1000)
+        self.probe_us = round(probe_ms * 1000)
+        assert self.tick_us >= 1 and self.probe_us >= 1
+        self.network = Network(profile, network or NetworkConfig(), chooser)
+        self.scheduler: Scheduler[Event] = Scheduler(events_pending_max=events_pending_max)
+        self.checker = checker if checker is not None else Checker(n)
+        self.codec: Codec = codec if codec is not None else WireCodec()
+        self.observe = observe
+        self._replica_factory = replica_factory
+        self._sm_factory = state_machine_factory
+        self.storages = [MemoryStorage() for _ in range(n)]
+        self.state_machines: list[StateMachine | None] = [None] * n
+        self.replicas: list[SimReplica | None] = [None] * n
+        self.reply_listeners: list[ReplyListener] = []
+        self.propose_listeners: list[ProposeListener] = []
+        self.events_processed = 0
+        self.crashes = 0
+        self.local_deliveries = 0
+        for r in range(n):
+            self._build(r, records=None)
+        for r in range(n):
+            # Tick phases differ per replica (choice 0 = all in phase).
+            self.scheduler.at(self.chooser.below(self.tick_us), Tick(r))
+        if measured_proximity:
+            for r in range(n):
+                self.scheduler.at(0, ProbeRound(r))
+
+    # -- public API -----------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        return self.config.replicas
+
+    @property
+    def now_us(self) -> int:
+        return self.scheduler.now_us
+
+    def alive(self, replica: ReplicaId) -> bool:
+        return self.replicas[replica] is not None
+
+    def live_replicas(self) -> list[ReplicaId]:
+        return [r for r in range(self.n) if self.replicas[r] is not None]
+
+    def propose_at(
+        self, time_us: int, replica: ReplicaId, command: Command, wait: Wait = Wait.READY
+    ) -> None:
+        """Hand ``command`` to ``replica.propose`` at ``time_us``."""
+        self.scheduler.at(time_us, Propose(replica, command, wait))
+
+    def call_at(self, time_us: int, callback: Callable[[], None], name: str = "") -> None:
+        """Run ``callback`` at ``time_us`` (between events, like any event)."""
+        self.scheduler.at(time_us, Action(callback, name))
+
+    def crash(self, replica: ReplicaId) -> None:
+        """Drop the replica and its volatile state; its storage survives."""
+        if self.replicas[replica] is None:
+            return
+        self.replicas[replica] = None
+        self.state_machines[replica] = None
+        self.crashes += 1
+        self.checker.crashed(replica)
+
+    def restart(self, replica: ReplicaId) -> None:
+        """Rebuild a crashed replica from exactly what its storage kept."""
+        if self.replicas[replica] is not None:
+            return
+        self._build(replica, records=self.storages[replica].load())
+        self.checker.restarted(replica)
+        self._drain(replica)
+
+    def step(self) -> bool:
+        """Process the next event; False when nothing is pending."""
+        if not self.scheduler:
+            return False
+        _, event = self.scheduler.pop()
+        self.events_processed += 1
+        self._dispatch(event)
+        return True
+
+    def run_until(self, time_us: int, *, events_max: int | None = None) -> None:
+        """Process every event due by ``time_us``, then set the clock to ``time_us``."""
+        count = 0
+        while True:
+            next_us = self.scheduler.peek_time_us()
+            if next_us is None or next_us > time_us:
+                break
+            if events_max is not None and count >= events_max:
+                raise RuntimeError(f"more than {events_max} events before {time_us} us")
+            self.step()
+            count += 1
+        if time_us > self.scheduler.now_us:
+            self.scheduler.advance_to(time_us)
+
+    def run_for(self, duration_us: int) -> None:
+        self.run_until(self.now_us + duration_us)
+
+    # -- internals ------------------------------------------------------------
+
+    def _build(self, r: ReplicaId, records: list[Record] | None) -> None:
+        sm = self._sm_factory()
+        self.state_machines[r] = sm
+        rng = derive_rng(self.chooser)
+        self.replicas[r] = self._replica_factory(self.config, r, sm, rng, self.observe, records)
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, Deliver):
+            self._on_deliver(event)
+        elif isinstance(event, Tick):
+            self.scheduler.after(self.tick_us, event)
+            replica = self.replicas[event.replica]
+            if replica is not None:
+                replica.tick()
+                self._drain(event.replica)
+        elif isinstance(event, Propose):
+            self._on_propose(event)
+        elif isinstance(event, Probe):
+            self._on_probe(event)
+        elif isinstance(event, ProbeRound):
+            self._on_probe_round(event)
+        else:
+            event.callback()
+
+    def _on_deliver(self, ev: Deliver) -> None:
+        replica = self.replicas[ev.dst]
+        if ev.src != ev.dst and not self.network.admit(
+            ev.src, ev.dst, len(ev.payload), ev.count, dst_alive=replica is not None
+        ):
+            return
+        if replica is None:
+            return
+        for message in self.codec.decode_batch(ev.payload):
+            replica.step(message)
+        self._drain(ev.dst)
+
+    def _on_propose(self, ev: Propose) -> None:
+        replica = self.replicas[ev.replica]
+        if replica is None:
+            return  # the client's replica is down; its command is never submitted
+        try:
+            replica.propose(ev.command, ev.wait)
+        except Overloaded:
+            self.scheduler.after(self.tick_us, ev)  # back off one tick, then retry
+            return
+        self.checker.proposed(ev.replica, ev.command)
+        for listener in self.propose_listeners:
+            listener(ev.replica, ev.command, self.now_us)
+        self._drain(ev.replica)
+
+    def _on_probe_round(self, ev: ProbeRound) -> None:
+        self.scheduler.after(self.probe_us, ev)
+        if self.replicas[ev.replica] is None:
+            return
+        for peer in range(self.n):
+            if peer != ev.replica:
+                self._send_probe(Probe(ev.replica, peer, self.now_us, echo=False))
+
+    def _send_probe(self, probe: Probe) -> None:
+        src, dst = (probe.dst, probe.src) if probe.echo else (probe.src, probe.dst)
+        for at_us in self.network.transmit(self.now_us, src, dst, 0, messages=0):
+            self.scheduler.at(at_us, probe)
+
+    def _on_probe(self, probe: Probe) -> None:
+        src, dst = (probe.dst, probe.src) if probe.echo else (probe.src, probe.dst)
+        alive = self.replicas[dst] is not None
+        if not self.network.admit(src, dst, 0, 0, dst_alive=alive):
+            return
+        if not probe.echo:
+            self._send_probe(Probe(probe.src, probe.dst, probe.sent_us, echo=True))
+            return
+        replica = self.replicas[probe.src]
+        assert replica is not None
+        replica.observe_rtt(probe.dst, (self.now_us - probe.sent_us) / 1000)
+        self._drain(probe.src)
+
+    def _drain(self, r: ReplicaId) -> None:
+        """Carry out a replica's effects: persist, then send, then reply."""
+        for _ in range(READY_ROUNDS_MAX):
+            replica = self.replicas[r]
+            if replica is None:
+                return
+            rd = replica.ready()
+            if not rd:
+                return
+            self._carry_out(r, rd)
+        raise RuntimeError(f"replica {r} produced effects {READY_ROUNDS_MAX} times in a row")
+
+    def _carry_out(self, r: ReplicaId, rd: Ready) -> None:
+        if rd.persist:
+            self.storages[r].append(list(rd.persist))
+            self.checker.persisted(r, rd.persist)
+        groups: dict[ReplicaId, list[Any]] = {}
+        for dst, message in rd.messages:
+            if not 0 <= dst < self.n:
+                raise RuntimeError(f"replica {r} sent {message!r} to unknown replica {dst}")
+            groups.setdefault(dst, []).append(message)
+        for dst, messages in groups.items():
+            payload = self.codec.encode_batch(messages)
+            if dst == r:
+                self.local_deliveries += 1
+                self.scheduler.at(self.now_us, Deliver(r, r, payload, len(messages)))
+                continue
+            for at_us in self.network.transmit(self.now_us, r, dst, len(payload), len(messages)):
+                self.scheduler.at(at_us, Deliver(r, dst, payload, len(messages)))
+        if rd.executed:
+            self.checker.executed(r, rd.executed)
+        for reply in rd.replies:
+            self.checker.replied(r, reply)
+            for listener in self.reply_listeners:
+                listener(r, reply, self.now_us)

@@ -1,0 +1,149 @@
+"""Closed-loop clients co-located with each replica, and latency statistics.
+
+Each client has one command outstanding (``seq`` = 1, 2, 3, ...) and proposes
+the next one when the previous is READY. Latency is measured *at the command
+leader*, from ``propose`` to the READY reply, in virtual time: the client hop
+(the profile's diagonal) is left out, as in PROTOCOL.md section 8.4, but it
+still spaces a client's commands (reply hop + request hop).
+
+A client whose replica is down when its command is due stalls (it does not fail
+over): fault-injection runs decide what clients do about crashes.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+from sdpaxos.core.ready import Reply, ReplyKind
+from sdpaxos.core.types import Command, ReplicaId, Wait
+from sdpaxos.sim.cluster import SimCluster
+
+#: Most clients per region (a named limit on the workload's size).
+CLIENTS_PER_REGION_MAX = 1024
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of already sorted values (``fraction`` in (0, 1])."""
+    assert sorted_values and 0.0 < fraction <= 1.0
+    rank = max(1, math.ceil(fraction * len(sorted_values) - 1e-9))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    """Commit latency of one region, in ms of virtual time."""
+
+    count: int
+    mean_ms: float
+    p50_ms: float
+    p99_ms: float
+    min_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, latencies_us: list[int]) -> "LatencyStats":
+        if not latencies_us:
+            nan = float("nan")
+            return cls(0, nan, nan, nan, nan, nan)
+        ms = sorted(v / 1000 for v in latencies_us)
+        return cls(
+            count=len(ms),
+            mean_ms=sum(ms) / len(ms),
+            p50_ms=percentile(ms, 0.50),
+            p99_ms=percentile(ms, 0.99),
+            min_ms=ms[0],
+            max_ms=ms[-1],
+        )
+
+
+@dataclass(slots=True)
+class _Client:
+    client_id: int
+    replica: ReplicaId
+    commands_max: int
+    seq: int = 0
+    proposed_us: int = -1
+    done: int = 0
+
+
+@dataclass(slots=True)
+class ClosedLoopClients:
+    """``clients_per_region`` closed-loop clients at each replica in ``regions``.
+
+    ``commands_per_region`` is split between a region's clients as evenly as
+    possible. ``payload_bytes`` pads each command's payload.
+    """
+
+    cluster: SimCluster
+    commands_per_region: int
+    clients_per_region: int = 1
+    regions: list[ReplicaId] | None = None
+    payload_bytes: int = 16
+    wait: Wait = Wait.READY
+    latencies_us: dict[ReplicaId, list[int]] = field(default_factory=dict)
+    _clients: dict[int, _Client] = field(default_factory=dict)
+    _issued: int = 0
+    _completed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.clients_per_region <= CLIENTS_PER_REGION_MAX:
+            raise ValueError(f"clients_per_region must be in 1..{CLIENTS_PER_REGION_MAX}")
+        if self.commands_per_region < 0:
+            raise ValueError("commands_per_region must be >= 0")
+        regions = list(range(self.cluster.n)) if self.regions is None else list(self.regions)
+        self.regions = regions
+        for r in regions:
+            self.latencies_us[r] = []
+            base, extra = divmod(self.commands_per_region, self.clients_per_region)
+            for k in range(self.clients_per_region):
+                cid = r * self.clients_per_region + k + 1
+                self._clients[cid] = _Client(cid, r, base + (1 if k < extra else 0))
+        self.cluster.reply_listeners.append(self._on_reply)
+        self.cluster.propose_listeners.append(self._on_propose)
+
+    @property
+    def total(self) -> int:
+        return sum(c.commands_max for c in self._clients.values())
+
+    @property
+    def completed(self) -> int:
+        return self._completed
+
+    def done(self) -> bool:
+        return self._completed >= self.total
+
+    def start(self) -> None:
+        """Schedule every client's first command (after the request hop)."""
+        for client in self._clients.values():
+            hop_us = self.cluster.profile.client_rtt_us(client.replica) // 2
+            self._next(client, self.cluster.now_us + hop_us)
+
+    def _next(self, client: _Client, at_us: int) -> None:
+        if client.seq >= client.commands_max:
+            return
+        client.seq += 1
+        client.proposed_us = -1
+        body = f"c{client.client_id}s{client.seq}".encode()
+        payload = body.ljust(self.payload_bytes, b".")
+        command = Command(client.client_id, client.seq, payload)
+        self._issued += 1
+        self.cluster.propose_at(at_us, client.replica, command, self.wait)
+
+    def _on_propose(self, replica: ReplicaId, command: Command, now_us: int) -> None:
+        client = self._clients.get(command.client_id)
+        if client is not None and command.seq == client.seq and client.proposed_us < 0:
+            client.proposed_us = now_us
+
+    def _on_reply(self, replica: ReplicaId, reply: Reply, now_us: int) -> None:
+        client = self._clients.get(reply.client_id)
+        if client is None or reply.seq != client.seq or client.proposed_us < 0:
+            return  # a later reply (EXECUTED after READY) or someone else's command
+        if self.wait is Wait.EXECUTED and reply.kind is not ReplyKind.EXECUTED:
+            return
+        self.latencies_us[client.replica].append(now_us - client.proposed_us)
+        client.proposed_us = -1
+        client.done += 1
+        self._completed += 1
+        self._next(client, now_us + self.cluster.profile.client_rtt_us(client.replica))
+
+    def stats(self) -> dict[ReplicaId, LatencyStats]:
+        return {r: LatencyStats.of(v) for r, v in self.latencies_us.items()}
