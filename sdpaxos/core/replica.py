@@ -522,7 +522,6 @@ class Replica:
         for value in values:
             self._check_o_value(value)
         end = start + len(values)
-        self._o_ensure(end)
         view = self.view
         owners, counts, ballots, committed = (
             self._o_owner,
@@ -533,13 +532,14 @@ class Replica:
         # Validate the whole range before touching anything: within one view the
         # sequencer proposes one value per slot, so a different value for a slot
         # already settled here is a broken peer, and must change nothing.
-        for k, (owner, count) in enumerate(values):
-            s = start + k
+        for s in range(start, min(end, len(owners))):
+            owner, count = values[s - start]
             if (committed[s] or ballots[s] == view) and (owners[s] != owner or counts[s] != count):
                 raise PeerMessageError(
                     f"slot {s} already holds {owners[s], counts[s]} in view {view}, "
                     f"O-accept says {owner, count}"
                 )
+        self._o_ensure(end)
         changed = False
         seq_slots = False
         seq = self.sequencer
@@ -773,14 +773,19 @@ class Replica:
                 raise PeerMessageError(f"bad O-commit slot {slot!r}")
             self._check_o_value((owner, count))
             top = max(top, slot + 1)
-        self._o_ensure(top)
         owners, counts, committed = self._o_owner, self._o_count, self._o_committed
+        known = len(owners)
         for slot, owner, count in entries:
-            if committed[slot] and (owners[slot] != owner or counts[slot] != count):
+            if (
+                slot < known
+                and committed[slot]
+                and (owners[slot] != owner or counts[slot] != count)
+            ):
                 raise PeerMessageError(
                     f"slot {slot} committed as {owners[slot], counts[slot]}, "
                     f"{m.src} says {owner, count}"
                 )
+        self._o_ensure(top)
         for slot, owner, count in entries:
             if committed[slot]:
                 continue

@@ -68,8 +68,9 @@ class Net:
         self.replies[r].extend(rd.replies)
         self.executed[r].extend(rd.executed)
 
-    def propose(self, r: int, client: int, seq: int, payload: bytes = b"x",
-                wait: Wait = Wait.READY) -> Command:
+    def propose(
+        self, r: int, client: int, seq: int, payload: bytes = b"x", wait: Wait = Wait.READY
+    ) -> Command:
         cmd = Command(client, seq, payload)
         self.replicas[r].propose(cmd, wait)
         self.flush(r)
@@ -81,8 +82,9 @@ class Net:
         self.flush(dst)
         return src, dst, msg
 
-    def deliver_all(self, *, keep: Callable[[int, int, Message], bool] | None = None,
-                    limit: int = 100_000) -> int:
+    def deliver_all(
+        self, *, keep: Callable[[int, int, Message], bool] | None = None, limit: int = 100_000
+    ) -> int:
         """Deliver until quiet; ``keep`` returning False drops a message instead."""
         n = 0
         while self.pending:
@@ -109,3 +111,79 @@ class Net:
 
     def kinds(self, pred: Callable[[int, int, Message], bool] | None = None) -> list[str]:
         return [type(m).__name__ for s, d, m in self.sent if pred is None or pred(s, d, m)]
+
+
+PAPER5_RTT_MS = (
+    (1.16, 20, 52, 139, 146),
+    (20, 0.02, 68, 125, 133),
+    (52, 68, 1.1, 84, 197),
+    (139, 125, 84, 0.48, 229),
+    (146, 133, 197, 229, 1.11),
+)
+PAPER3_RTT_MS = tuple(row[:3] for row in PAPER5_RTT_MS[:3])
+
+
+def uniform_rtt_ms(n: int, rtt_ms: float = 100.0) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(1.0 if i == j else rtt_ms for j in range(n)) for i in range(n))
+
+
+def closed_loop_latency_ms(
+    rtt_ms: tuple[tuple[float, ...], ...],
+    *,
+    sequencer: int = 0,
+    commands: int = 20,
+    tick_ms: float = 10.0,
+    drop: Callable[[int, int, Message], bool] | None = None,
+) -> dict[int, float]:
+    """Mean proposal-to-ready latency per replica, one closed-loop client each.
+
+    One-way delay is RTT/2 (PROTOCOL.md 8.4); FIFO per link; ``drop`` may lose
+    messages. Deterministic: a heap ordered by (time, sequence number).
+    """
+    import heapq
+
+    n = len(rtt_ms)
+    cfg = ClusterConfig(replicas=n, sequencer=sequencer, rtt_ms=rtt_ms)
+    reps = [Replica(cfg, i, Register()) for i in range(n)]
+    heap: list[tuple[float, int, tuple[object, ...]]] = []
+    seqno = 0
+    now = 0.0
+    lat: dict[int, list[float]] = {i: [] for i in range(n)}
+    started: dict[tuple[int, int], float] = {}
+
+    def push(t: float, ev: tuple[object, ...]) -> None:
+        nonlocal seqno
+        seqno += 1
+        heapq.heappush(heap, (t, seqno, ev))
+
+    def flush(i: int) -> None:
+        rd = reps[i].ready()
+        for dst, m in rd.messages:
+            if drop is None or not drop(i, dst, m):
+                push(now + rtt_ms[i][dst] / 2, ("msg", dst, m))
+        for rp in rd.replies:
+            lat[i].append(now - started[(i, rp.seq)])
+            if rp.seq < commands:
+                propose(i, rp.seq + 1)
+
+    def propose(i: int, s: int) -> None:
+        started[(i, s)] = now
+        reps[i].propose(Command(1000 + i, s, b"x"))
+        flush(i)
+
+    for i in range(n):
+        propose(i, 1)
+    push(tick_ms, ("tick",))
+    while heap:
+        now, _, ev = heapq.heappop(heap)
+        if ev[0] == "msg":
+            dst = ev[1]
+            assert isinstance(dst, int)
+            reps[dst].step(ev[2])  # type: ignore[arg-type]
+            flush(dst)
+        elif not all(len(v) >= commands for v in lat.values()):
+            for i in range(n):
+                reps[i].tick()
+                flush(i)
+            push(now + tick_ms, ("tick",))
+    return {i: sum(v) / len(v) for i, v in lat.items() if v}
