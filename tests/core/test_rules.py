@@ -171,7 +171,7 @@ def test_duplicating_every_message_changes_nothing(replicas: int) -> None:
             net.propose(r, 10 + r, 1, b"v%d" % r)
     plain.deliver_all()
     while doubled.pending:
-        src, dst, msg = doubled.pending.pop(0)
+        _, dst, msg = doubled.pending.pop(0)
         for _ in range(2):
             doubled.replicas[dst].step(msg)
             doubled.flush(dst)

@@ -26,7 +26,7 @@ def test_s4_3_three_replicas_commit_in_one_round_trip_to_the_sequencer() -> None
 
 
 def test_s4_3_five_replicas_commit_in_one_round_trip_with_the_paper_numbers() -> None:
-    """Section 4.3 / 5.4 (Fig. 12), N = 5, sequencer in CA: CA 52, OR 68, OH 68, IRE 139, SEL 146."""
+    """Section 4.3 / 5.4 (Fig. 12), N = 5, sequencer CA: CA 52, OR 68, OH 68, IRE 139, SEL 146."""
     lat = closed_loop_latency_ms(PAPER5_RTT_MS, sequencer=CA)
     assert lat == {CA: 52.0, OR: 68.0, OH: 68.0, IRE: 139.0, SEL: 146.0}
 
