@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dup", type=float, default=0.0, help="packet duplicate probability")
     p.add_argument("--datagram", action="store_true", help="links may reorder (no FIFO)")
     p.add_argument("--measure-rtt", action="store_true", help="feed probed RTTs to observe_rtt")
+    p.add_argument(
+        "--no-rtt-config",
+        action="store_true",
+        help="do not give replicas the RTT matrix (use with --measure-rtt)",
+    )
     p.add_argument("--drain-ms", type=float, default=60_000.0, help="virtual time to heal")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -109,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         clients_per_region=args.clients_per_region,
         network=network,
         tick_ms=args.tick_ms,
+        configured_proximity=not args.no_rtt_config,
         measured_proximity=args.measure_rtt,
         drain_ms=args.drain_ms,
         progress=None if args.quiet else progress,

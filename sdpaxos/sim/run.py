@@ -82,6 +82,7 @@ def run_closed_loop(
     clients_per_region: int = 1,
     network: NetworkConfig | None = None,
     tick_ms: float = 10.0,
+    configured_proximity: bool = True,
     measured_proximity: bool = False,
     config_overrides: dict[str, Any] | None = None,
     time_limit_ms: float | None = None,
@@ -108,6 +109,7 @@ def run_closed_loop(
         sequencer=sequencer,
         network=net,
         tick_ms=tick_ms,
+        configured_proximity=configured_proximity,
         measured_proximity=measured_proximity,
         config_overrides=config_overrides,
     )
@@ -179,6 +181,7 @@ def run_closed_loop(
             "fifo": net.fifo,
             "drop_probability": net.drop_probability,
             "duplicate_probability": net.duplicate_probability,
+            "configured_proximity": configured_proximity,
             "measured_proximity": measured_proximity,
         },
     )

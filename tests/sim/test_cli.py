@@ -1,0 +1,84 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from sdpaxos.sim.__main__ import main
+
+
+def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "--profile",
+                "paper3",
+                "--sequencer",
+                "CA",
+                "--commands",
+                "10",
+                "--seed",
+                "3",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["seed"] == 3 and out["profile"] == "paper3"
+    assert out["replicas"] == ["CA", "OR", "OH"] and out["sequencer"] == "CA"
+    assert out["checkers"] == {"ok": True, "verdict": "ok"}
+    assert set(out["regions"]) == {"CA", "OR", "OH"}
+    for stats in out["regions"].values():
+        assert stats["count"] == 10
+        assert set(stats) == {"count", "mean_ms", "p50_ms", "p99_ms"}
+    assert out["messages"]["delivered"] > 0 and out["messages"]["dropped"] == 0
+
+
+def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--profile", "paper5", "--replicas", "CA,OR,IRE", "--commands", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "region" in out and "mean ms" in out and "checkers: ok" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.split()}
+    assert {"CA", "OR", "IRE"} <= set(lines) and "SEL" not in lines
+
+
+def test_matrix_file_and_faults(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "lab.json"
+    f.write_text(
+        json.dumps(
+            {"regions": ["a", "b", "c"], "rtt_ms": [[0.1, 10, 30], [10, 0.1, 20], [30, 20, 0.1]]}
+        )
+    )
+    argv = ["--matrix", str(f), "--sequencer", "b", "--commands", "8", "--json"]
+    argv += ["--jitter-ms", "5", "--drop", "0.05", "--dup", "0.05", "--datagram", "--tick-ms", "5"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profile"] == "lab" and out["sequencer"] == "b"
+    assert out["options"]["tick_ms"] == 5.0 and out["options"]["fifo"] is False
+    assert all(s["count"] == 8 for s in out["regions"].values())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--profile", "paper9"], "unknown profile"),
+        (["--sequencer", "XX"], "unknown region 'XX'"),
+        (["--replicas", "CA,OR"], "odd number of replicas"),
+        (["--drop", "2"], "drop_probability"),
+        (["--matrix", "/nonexistent.json"], "cannot read matrix file"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_progress_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--profile", "paper3", "--commands", "400", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "commands ready at" in captured.err
+    json.loads(captured.out)
