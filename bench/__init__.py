@@ -1,0 +1,1 @@
+"""Benchmarks for sdpaxos. Nothing in ``sdpaxos`` may import this package."""

@@ -1,0 +1,120 @@
+"""The core micro-benchmark's correctness part: everything commits, executes, agrees.
+
+Never asserts a wall-clock number or a rate: those depend on the machine.
+"""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from bench import core_micro
+from bench.core_micro import DigestMachine, Settings, codec_available, run_once, verify
+
+CODEC_MODES = [False, pytest.param(True, id="codec")] if codec_available() else [False]
+
+
+def _assert_complete(res: core_micro.RunResult, settings: Settings) -> None:
+    assert res.problems == []
+    assert res.ok
+    assert res.committed == settings.commands
+    assert res.executed == [settings.commands] * settings.replicas
+    assert len(set(res.digests)) == 1
+    assert res.rejected == 0
+    assert res.steps > 0
+
+
+@pytest.mark.parametrize("codec", CODEC_MODES)
+@pytest.mark.parametrize("replicas", [3, 5])
+def test_small_batches_commit_and_execute_everything_everywhere(replicas: int, codec: bool) -> None:
+    settings = Settings(
+        replicas=replicas,
+        sessions=25,
+        commands=2_000,
+        c_batch_max=8,
+        o_batch_max=4,
+        c_inflight_max=4,
+        seed=7,
+        codec=codec,
+    )
+    res = run_once(settings)
+    _assert_complete(res, settings)
+    # Small batches really did split the load into many instances.
+    assert res.c_instances >= settings.commands // settings.c_batch_max
+
+
+@pytest.mark.parametrize("codec", CODEC_MODES)
+def test_default_batching_with_fewer_commands_than_sessions(codec: bool) -> None:
+    settings = Settings(sessions=2_000, commands=3_001, codec=codec)
+    res = run_once(settings)
+    _assert_complete(res, settings)
+
+
+def test_codec_does_not_change_the_execution_order() -> None:
+    if not codec_available():
+        pytest.skip("sdpaxos.wire.codec is not available")
+    settings = Settings(sessions=10, commands=1_000, c_batch_max=4, seed=3)
+    plain = run_once(settings)
+    coded = run_once(replace(settings, codec=True))
+    _assert_complete(plain, settings)
+    assert coded.digests == plain.digests
+
+
+def test_verify_flags_divergence_and_missing_work() -> None:
+    assert verify(10, 10, [10, 10, 10], ["a", "a", "a"], 0) == []
+    assert any("diverged" in p for p in verify(10, 10, [10, 10, 10], ["a", "b", "a"], 0))
+    assert any("replica 2 executed 9" in p for p in verify(10, 10, [10, 10, 9], ["a"] * 3, 0))
+    assert any("READY" in p for p in verify(10, 9, [10, 10, 10], ["a"] * 3, 0))
+    assert any("rejected" in p for p in verify(10, 10, [10, 10, 10], ["a"] * 3, 1))
+
+
+class _SkewedMachine(DigestMachine):
+    """The second machine built applies a different payload: a diverging replica."""
+
+    built = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        _SkewedMachine.built += 1
+        self.skew = _SkewedMachine.built == 2
+
+    def apply(self, payload: bytes) -> bytes:
+        return super().apply(payload + b"!" if self.skew else payload)
+
+
+def test_a_diverging_replica_fails_the_run_and_the_exit_status(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(core_micro, "DigestMachine", _SkewedMachine)
+    _SkewedMachine.built = 0
+    res = run_once(Settings(sessions=5, commands=200))
+    assert not res.ok
+    assert any("diverged" in p for p in res.problems)
+
+    _SkewedMachine.built = 0
+    argv = ["--commands", "200", "--sessions", "5", "--repeat", "1", "--warmup", "0", "--quiet"]
+    assert core_micro.main(argv) == 1
+    assert "diverged" in capsys.readouterr().err
+
+
+def test_main_prints_json_with_every_run(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--commands", "600", "--sessions", "10", "--repeat", "2", "--warmup", "100"]
+    assert core_micro.main([*argv, "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True
+    assert out["statistic"] == "median"
+    assert len(out["runs"]) == 2
+    for run in out["runs"]:
+        assert run["committed"] == 600
+        assert run["executed"] == [600, 600, 600]
+        assert len(set(run["digests"])) == 1
+
+
+def test_main_prints_a_table_and_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--commands", "300", "--sessions", "10", "--repeat", "1", "--warmup", "0"]
+    assert core_micro.main([*argv, "--replicas", "5", "--profile", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "commands committed (READY) / s" in captured.out
+    assert "verified" in captured.out
+    assert "run 1/1" in captured.err
+    assert "cProfile" in captured.err
