@@ -119,7 +119,9 @@ class RunResult:
     settings: Settings
     #: Until every command is READY at its leader and executed at every replica.
     elapsed_s: float = 0.0
-    #: Process CPU time over ``elapsed_s`` (well below 1: the machine was busy).
+    #: Process CPU time over the same span (the "one core" time).
+    cpu_s: float = 0.0
+    #: ``cpu_s / elapsed_s``; well below 1 means the machine was busy.
     cpu_share: float = 0.0
     #: Until the last READY reply.
     commit_elapsed_s: float = 0.0
@@ -168,10 +170,15 @@ class RunResult:
         return min(self.executed, default=0) / slowest if slowest > 0 else 0.0
 
     def rates(self) -> dict[str, float]:
+        per_cpu = 1 / self.cpu_s if self.cpu_s > 0 else 0.0
         return {
             "steps_per_s": self.steps_per_s,
             "committed_per_s": self.committed_per_s,
             "executed_everywhere_per_s": self.executed_everywhere_per_s,
+            # Whole run (until executed everywhere) over process CPU time: what one
+            # core does when the benchmark is not descheduled by other load.
+            "steps_per_cpu_s": self.steps * per_cpu,
+            "commands_per_cpu_s": self.committed * per_cpu,
             **{f"executed_per_s_r{r}": v for r, v in enumerate(self.executed_per_s)},
         }
 
@@ -214,12 +221,17 @@ def _load_codec() -> tuple[Callable[[list[Message]], bytes], Callable[[bytes], l
     return codec.encode_batch, codec.decode_batch, codec.MESSAGES_PER_BATCH_MAX
 
 
-def codec_available() -> bool:
+def codec_unavailable_reason() -> str | None:
+    """``None`` if ``sdpaxos.wire.codec`` imports, else why not (absent or broken)."""
     try:
         _load_codec()
-    except ImportError:
-        return False
-    return True
+    except Exception as exc:  # ImportError if absent; anything if mid-edit
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def codec_available() -> bool:
+    return codec_unavailable_reason() is None
 
 
 def run_once(settings: Settings, progress: Callable[[str], None] | None = None) -> RunResult:
@@ -379,6 +391,7 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
     end = perf()
     cpu = time.process_time() - cpu0
     res.elapsed_s = end - t0
+    res.cpu_s = cpu
     res.cpu_share = cpu / res.elapsed_s if res.elapsed_s > 0 else 0.0
     res.commit_elapsed_s = (commit_done if commit_done is not None else end) - t0
     res.exec_elapsed_s = [(t if t is not None else end) - t0 for t in exec_done]
@@ -508,6 +521,8 @@ def format_table(summary: Summary) -> str:
     row("commands executed / s, everywhere", "executed_everywhere_per_s")
     for r in range(s.replicas):
         row(f"  executed / s at replica {r}", f"executed_per_s_r{r}")
+    row("messages stepped / CPU s", "steps_per_cpu_s")
+    row("commands done / CPU s", "commands_per_cpu_s")
 
     first = summary.runs[0]
     per_c = first.committed / first.c_instances if first.c_instances else 0.0
@@ -519,7 +534,8 @@ def format_table(summary: Summary) -> str:
         f"{first.steps / max(first.committed, 1):.3f} per command), ticks {first.ticks}",
         f"           {first.c_instances:,} C-instances ({per_c:.1f} commands each), "
         f"{first.o_instances:,} O-instances, {first.persist_records:,} records to persist",
-        f"  CPU share of wall time per run: {shares} (low = the machine was busy)",
+        f"  CPU share of wall time per run: {shares} (low = the machine was busy; "
+        "the / CPU s rows discount that)",
     ]
     if s.codec:
         lines.append(
@@ -544,15 +560,17 @@ def all_problems(summary: Summary) -> list[str]:
     return out
 
 
-def _code_names() -> dict[object, str]:
+def _code_names() -> dict[int, str]:
     """Qualified names of the methods of every class in sdpaxos and this module.
 
     Dataclass-generated ``__init__`` methods all live in ``<string>`` line 2, so
     :mod:`pstats` merges them into one row (and keeps only one of them); keying
     the raw profiler entries by code object and naming them here keeps
-    ``Command.__init__`` apart from ``Reply.__init__``.
+    ``Command.__init__`` apart from ``Reply.__init__``. Keys are ``id(code)``:
+    code objects compare by value, and ``CAccept`` and ``CCommit`` (same fields)
+    have equal ``__init__`` code.
     """
-    names: dict[object, str] = {}
+    names: dict[int, str] = {}
     for mod_name, module in list(sys.modules.items()):
         if module is None or not (mod_name.startswith("sdpaxos") or mod_name == __name__):
             continue
@@ -562,39 +580,54 @@ def _code_names() -> dict[object, str]:
             for attr, value in vars(obj).items():
                 code = getattr(value, "__code__", None)
                 if code is not None:
-                    names.setdefault(code, f"{obj.__qualname__}.{attr}")
+                    names.setdefault(id(code), f"{obj.__qualname__}.{attr}")
     return names
 
 
-def print_profile(settings: Settings, top: int, file: Any = None) -> None:
-    """Run once under :mod:`cProfile`; print the ``top`` functions by own time."""
+def print_profile(
+    settings: Settings, top: int, *, gc_enabled: bool = True, file: Any = None
+) -> None:
+    """Run once under :mod:`cProfile`; print the ``top`` functions by own time.
+
+    Cyclic-GC pauses are charged to whatever function allocated when a
+    collection started; compare with ``--no-gc`` to see how much that is.
+    """
     import cProfile
 
     out = file if file is not None else sys.stderr
+    gc.collect()
+    was_enabled = gc.isenabled()
+    if not gc_enabled:
+        gc.disable()
     profiler = cProfile.Profile()
     profiler.enable()
-    result = run_once(settings)
-    profiler.disable()
+    try:
+        result = run_once(settings)
+    finally:
+        profiler.disable()
+        if was_enabled:
+            gc.enable()
     names = _code_names()
-    rows: dict[object, list[Any]] = {}
+    rows: dict[int, list[Any]] = {}
     for entry in profiler.getstats():
         code = entry.code
-        row = rows.get(code)
+        row = rows.get(id(code))
         if row is None:
             if isinstance(code, str):
                 label = code
             else:
                 where = code.co_filename.split("/sdpaxos/")[-1].split("/bench/")[-1]
-                name = names.get(code, code.co_qualname)
+                name = names.get(id(code), code.co_qualname)
                 label = f"{name} ({where}:{code.co_firstlineno})"
-            row = rows[code] = [label, 0, 0.0, 0.0]
+            row = rows[id(code)] = [label, 0, 0.0, 0.0]
         row[1] += entry.callcount
         row[2] += entry.inlinetime
         row[3] += entry.totaltime
     total = sum(row[2] for row in rows.values())
     print(
-        f"cProfile of one run ({result.committed:,} commands, {total:.3f} s profiled; "
-        "profiling inflates call-heavy code: read shares, not rates):",
+        f"cProfile of one run ({result.committed:,} commands, {total:.3f} s profiled, "
+        f"gc {'on' if gc_enabled else 'off'}; profiling inflates call-heavy code: "
+        "read shares, not rates):",
         file=out,
     )
     print(f"  {'own %':>6} {'cum %':>6} {'calls':>10}  function", file=out)
@@ -659,8 +692,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.codec and not codec_available():
-        print("--codec: sdpaxos.wire.codec is not available; codec mode skipped", file=sys.stderr)
+    reason = codec_unavailable_reason() if args.codec else None
+    if reason is not None:
+        print(
+            f"--codec: sdpaxos.wire.codec is not usable ({reason}); codec mode skipped",
+            file=sys.stderr,
+        )
         return 2
     settings = Settings(
         replicas=args.replicas,
@@ -689,7 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=None if args.quiet else progress,
     )
     if args.profile:
-        print_profile(settings, args.profile)
+        print_profile(settings, args.profile, gc_enabled=not args.no_gc)
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:
