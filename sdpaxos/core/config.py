@@ -41,6 +41,24 @@ class ClusterConfig:
         learn_ticks: how long execution may stay blocked before the replica asks
             peers for the commits it is missing.
         learn_o_max: most committed O-instances sent in answer to one request.
+        heartbeat_ticks: how often the sequencer sends a heartbeat (lease renewal).
+        lease_ticks: how long a replica that answered a heartbeat promises not to
+            vote for another replica (the sequencer lease, section 3.5). At least
+            ``heartbeat_ticks``, so that a live sequencer's lease never lapses.
+        lease_drift_ticks: how much the sequencer shortens its view of the lease
+            to cover clock drift between replicas.
+        election_margin_ticks: after its lease lapsed without a heartbeat, how
+            long a replica waits before suspecting the sequencer.
+        election_jitter_ticks: random extra wait (drawn from the injected rng),
+            so that candidates rarely collide (paper appendix A).
+        successor_stagger_ticks: extra wait per rank after the old sequencer:
+            the paper lets R_{n+1} take over for R_n by default; the others wait
+            longer and take over only if it does not.
+        candidate_timeout_ticks: a candidate without a majority retries in a
+            higher view after this long.
+        recover_ticks: execution blocked this long on a C-instance starts the
+            recovery of that C-instance (Paxos phase 1, no-op if nothing found).
+        recovery_batch_max: most C-instances recovered by one prepare.
     """
 
     replicas: int
@@ -56,6 +74,15 @@ class ClusterConfig:
     retransmit_ticks: int = 30
     learn_ticks: int = 30
     learn_o_max: int = 4096
+    heartbeat_ticks: int = 50
+    lease_ticks: int = 50
+    lease_drift_ticks: int = 2
+    election_margin_ticks: int = 1
+    election_jitter_ticks: int = 4
+    successor_stagger_ticks: int = 15
+    candidate_timeout_ticks: int = 40
+    recover_ticks: int = 60
+    recovery_batch_max: int = 64
     _majority: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -76,10 +103,28 @@ class ClusterConfig:
             "retransmit_ticks",
             "learn_ticks",
             "learn_o_max",
+            "heartbeat_ticks",
+            "lease_ticks",
+            "election_margin_ticks",
+            "successor_stagger_ticks",
+            "candidate_timeout_ticks",
+            "recover_ticks",
+            "recovery_batch_max",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("lease_drift_ticks", "election_jitter_ticks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.lease_ticks < self.heartbeat_ticks:
+            raise ConfigError(
+                f"lease_ticks ({self.lease_ticks}) must be >= heartbeat_ticks "
+                f"({self.heartbeat_ticks}), or a live sequencer's lease lapses between heartbeats"
+            )
+        if self.lease_drift_ticks >= self.lease_ticks:
+            raise ConfigError("lease_drift_ticks must be smaller than lease_ticks")
         if self.rtt_ms is not None:
             if len(self.rtt_ms) != n or any(len(row) != n for row in self.rtt_ms):
                 raise ConfigError(f"rtt_ms must be an {n}x{n} matrix")

@@ -131,7 +131,130 @@ class LearnRequest:
     c_wanted: tuple[tuple[ReplicaId, int], ...]
 
 
-Message: TypeAlias = CAccept | CAck | CCommit | CRequest | OAccept | OAck | OCommit | LearnRequest
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The sequencer is alive; also asks for a lease renewal (paper section 3.5).
+
+    ``o_len`` tells how long the assignment log is, so a replica that missed
+    O-commits knows it is behind. ``stamp`` is the sequencer's tick, echoed back
+    in :class:`LeaseGrant` so it can date the lease from when it asked.
+    """
+
+    src: ReplicaId
+    view: View
+    o_len: Slot
+    stamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """``src`` promises not to vote for another replica for ``lease_ticks`` of its own time."""
+
+    src: ReplicaId
+    view: View
+    stamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class VRequest:
+    """The paper's V-request: start of a view change to ``view`` (section 3.3).
+
+    It doubles as an O-prepare for every O-instance from ``o_from`` on.
+    """
+
+    src: ReplicaId
+    view: View
+    o_from: Slot
+
+
+@dataclass(frozen=True, slots=True)
+class Vote:
+    """A vote for ``src``'s candidacy, with the voter's phase-1b state.
+
+    ``entries``: ``(slot, ballot, owner, count)`` for every O-instance from
+    ``o_from`` on that the voter accepted (or learned committed; the ballot is
+    then the view of the commit). ``c_max[m]``: the highest C-instance index of
+    replica ``m`` the voter has accepted (-1 if none), for the N = 5 inference.
+    ``est_view``/``est_seq``: the last view the voter saw established and its
+    sequencer, so the candidate knows who the old sequencer was.
+    """
+
+    src: ReplicaId
+    view: View
+    o_from: Slot
+    entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]
+    c_max: tuple[int, ...]
+    est_view: View
+    est_seq: ReplicaId
+
+
+@dataclass(frozen=True, slots=True)
+class NewView:
+    """The paper's notification: O-instances ``start ..`` are committed in ``view``.
+
+    Sent by the new sequencer once a majority accepted the rebuilt range, and
+    resent to any replica heard from in an older view. It overrides values of
+    older views in unexecuted slots (the N = 5 O-commit is revocable until
+    executed, section 3.3).
+    """
+
+    src: ReplicaId
+    view: View
+    start: Slot
+    values: tuple[OValue, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CPrepare:
+    """Phase 1a for C-instances ``start .. end-1`` of ``owner`` (section 3.3 recovery)."""
+
+    src: ReplicaId
+    view: View
+    owner: ReplicaId
+    start: int
+    end: int
+    ballot: Ballot
+
+
+@dataclass(frozen=True, slots=True)
+class CPromise:
+    """Phase 1b for C-instances ``start ..`` of ``owner`` at ``ballot``.
+
+    ``ok`` is false if the acceptor had promised a higher ballot (``promised``).
+    ``ballots[k]``/``values[k]``: what it accepted for ``start + k`` (ballot -1
+    and value ``None`` if nothing); ``committed[k]``: whether it knows that value
+    is chosen.
+    """
+
+    src: ReplicaId
+    view: View
+    owner: ReplicaId
+    start: int
+    ballot: Ballot
+    ok: bool
+    promised: Ballot
+    ballots: tuple[Ballot, ...]
+    values: tuple[tuple[Command, ...] | None, ...]
+    committed: tuple[bool, ...]
+
+
+Message: TypeAlias = (
+    CAccept
+    | CAck
+    | CCommit
+    | CRequest
+    | OAccept
+    | OAck
+    | OCommit
+    | LearnRequest
+    | Heartbeat
+    | LeaseGrant
+    | VRequest
+    | Vote
+    | NewView
+    | CPrepare
+    | CPromise
+)
 
 #: Every message class, in wire-tag order. Append only: the index is the tag.
 MESSAGE_TYPES: tuple[type, ...] = (
@@ -143,4 +266,11 @@ MESSAGE_TYPES: tuple[type, ...] = (
     OAck,
     OCommit,
     LearnRequest,
+    Heartbeat,
+    LeaseGrant,
+    VRequest,
+    Vote,
+    NewView,
+    CPrepare,
+    CPromise,
 )

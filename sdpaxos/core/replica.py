@@ -48,29 +48,44 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sdpaxos.core.config import ClusterConfig
-from sdpaxos.core.errors import LocalProtocolError, Overloaded, PeerMessageError
+from sdpaxos.core.errors import (
+    InvariantViolation,
+    LocalProtocolError,
+    Overloaded,
+    PeerMessageError,
+)
 from sdpaxos.core.messages import (
     CAccept,
     CAck,
     CCommit,
+    CPrepare,
+    CPromise,
     CRequest,
+    Heartbeat,
     LearnRequest,
+    LeaseGrant,
     Message,
+    NewView,
     OAccept,
     OAck,
     OCommit,
+    Vote,
+    VRequest,
 )
 from sdpaxos.core.ready import Executed, Ready, Reply, ReplyKind
-from sdpaxos.core.storage import CAccepted, OAccepted, Record
+from sdpaxos.core.storage import CAccepted, CPromised, OAccepted, Record, ViewPromised
 from sdpaxos.core.types import (
     NO_CL,
     Ballot,
     Command,
     ReplicaId,
     Slot,
+    View,
     Wait,
+    ballot_round,
     make_ballot,
 )
+from sdpaxos.core.view_change import VoteState, rebuild_assignment_log
 
 
 class StateMachine(Protocol):
@@ -118,6 +133,48 @@ class Stats:
     commands_executed: int = 0
     retransmissions: int = 0
     learn_requests: int = 0
+    view_changes_started: int = 0
+    views_won: int = 0
+    c_recoveries_started: int = 0
+    c_instances_recovered: int = 0
+    #: Messages that would have revoked an executed slot. Must stay 0: a
+    #: non-zero value is a protocol bug, surfaced without crashing the node.
+    invariant_alarms: int = 0
+
+
+class _Candidacy:
+    """A view change this replica started and has not yet won."""
+
+    __slots__ = ("est", "o_from", "started_tick", "view", "votes")
+
+    def __init__(self, view: View, o_from: Slot, started_tick: int) -> None:
+        self.view = view
+        self.o_from = o_from
+        self.started_tick = started_tick
+        self.votes: dict[ReplicaId, VoteState] = {}
+        self.est: dict[ReplicaId, tuple[View, ReplicaId]] = {}
+
+
+class _Recovery:
+    """Paxos phase 1 this replica runs on C-instances ``start .. end-1`` of ``owner``."""
+
+    __slots__ = ("ballot", "end", "owner", "promises", "proposed", "start", "started_tick")
+
+    def __init__(self, owner: ReplicaId, start: int, end: int, ballot: Ballot, tick: int) -> None:
+        self.owner = owner
+        self.start = start
+        self.end = end
+        self.ballot = ballot
+        self.started_tick = tick
+        self.promises: dict[ReplicaId, CPromise] = {}
+        self.proposed = False
+
+
+#: Messages only the sequencer of their view sends; receiving one from a later
+#: view is how a replica learns that view's sequencer.
+_SEQUENCER_MESSAGES: frozenset[type] = frozenset({OAccept, Heartbeat, NewView})
+#: Messages of an election: their view is the one being elected, not the sender's.
+_ELECTION_MESSAGES: frozenset[type] = frozenset({VRequest, Vote})
 
 
 class Replica:
@@ -166,20 +223,50 @@ class Replica:
         self._now = 0
 
         # View and sequencer. View 0's sequencer is configured; later views are
-        # won by election (recovery issue).
-        self.view = 0
-        self.sequencer: ReplicaId = config.sequencer
+        # won by election. ``sequencer`` is None while a view change runs (this
+        # replica voted in ``view`` but has not heard from its winner yet).
+        self.view: View = 0
+        self.sequencer: ReplicaId | None = config.sequencer
+        self._voted_for: ReplicaId | None = None
+        self._voted_tick = 0
+        #: Last view seen established and its sequencer (reported in votes).
+        self._est_view: View = 0
+        self._est_seq: ReplicaId = config.sequencer
+        #: Slots below this were decided by an older view; with N = 5 a
+        #: non-sequencer counts them safe only once committed (None: unknown yet).
+        self._view_base: Slot | None = 0
+        self._new_view_msg: NewView | None = None
+        self._candidate: _Candidacy | None = None
+        self._deferred_vote: VRequest | None = None
+        #: Replicas believed down: left out of thrifty quorums until heard from.
+        self._suspected: set[ReplicaId] = set()
+
+        # Failure detection and the sequencer lease, in ticks of this replica.
+        self._lease_until = 0
+        self._last_hb_tick = 0
+        self._election_jitter = self._rng.randint(0, config.election_jitter_ticks)
+        self._hb_sent_tick = -config.heartbeat_ticks
+        self._lease_grants: dict[int, set[ReplicaId]] = {}
+        #: Sequencer only: its lease holds while ``now < lease_valid_until``.
+        self.lease_valid_until = -1
+        self._resync_wanted = False
 
         # C-logs, one per owner; the acceptor state of every C-instance.
         self._c: list[dict[int, _CInstance]] = [{} for _ in range(n)]
+
+        #: Per owner: the highest C-instance index accepted here (-1: none).
+        self._c_max: list[int] = [-1] * n
 
         # Command-leader state.
         self._own_ballot: Ballot = make_ballot(0, replica_id)
         self._next_index = 0
         self._proposals: deque[Command] = deque()
         self._exec_waiters: set[tuple[int, int]] = set()
-        #: Own C-instances started but not yet ready, by index (insertion = index order).
-        self._inflight: dict[int, _CInstance] = {}
+        #: Own C-instances started but not yet ready -> the commands proposed in
+        #: them (insertion order is index order).
+        self._inflight: dict[int, tuple[Command, ...]] = {}
+        #: C-instances this replica is recovering, by owner.
+        self._recoveries: dict[ReplicaId, _Recovery] = {}
 
         # Assignment log (O-instances), as this replica knows it.
         self._o_owner: list[ReplicaId] = []
@@ -211,6 +298,9 @@ class Replica:
         self._o_sent_upto: list[Slot] = [0] * n
         self._o_resend: set[ReplicaId] = set()
         self._o_lazy_tick = 0
+        #: New sequencer only: the rebuilt range ``[start, end)`` until a
+        #: majority accepted it in this view.
+        self._rebuild: tuple[Slot, Slot] | None = None
 
         # Execution.
         self._exec_slot = 0
@@ -218,6 +308,8 @@ class Replica:
         self._exec_count: list[int] = [0] * n
         self._exec_dirty = False
         self._exec_progress_tick = 0
+        self._exec_blocked: tuple[ReplicaId, int] | None = None
+        self._exec_blocked_tick = 0
         self._sessions: dict[int, tuple[int, bytes | None]] = {}
 
         # Proximity: peers sorted by round-trip time, nearest first.
@@ -244,9 +336,16 @@ class Replica:
             OAck: self._handle_o_ack,
             OCommit: self._handle_o_commit,
             LearnRequest: self._handle_learn_request,
+            Heartbeat: self._handle_heartbeat,
+            LeaseGrant: self._handle_lease_grant,
+            VRequest: self._handle_v_request,
+            Vote: self._handle_vote,
+            NewView: self._handle_new_view,
+            CPrepare: self._handle_c_prepare,
+            CPromise: self._handle_c_promise,
         }
         if records:
-            raise LocalProtocolError("restoring from durable records is not supported yet")
+            self._restore(records)
 
     # ------------------------------------------------------------------ API
 
@@ -282,58 +381,84 @@ class Replica:
             src = message.src
             if type(src) is not int or not 0 <= src < self._n or src == self.id:
                 raise PeerMessageError(f"bad sender {src!r}")
-            if message.view != self.view:
-                if message.view < self.view:
-                    self.stats.stale += 1
-                    self._trace("Stale", msg=message)
+            view = message.view
+            if type(view) is not int or view < 0:
+                raise PeerMessageError(f"bad view {view!r}")
+            if src in self._suspected:
+                self._suspected.discard(src)
+                self._recompute_proximity()
+            if type(message) in _ELECTION_MESSAGES:
+                handler(message)  # they carry the view being elected
+                return
+            if view != self.view:
+                if view < self.view:
+                    self._on_stale(message)
                     return
-                # A higher view: the view change (next issue) decides how to adopt it.
-                raise PeerMessageError(f"message from future view {message.view} > {self.view}")
+                if type(message) not in _SEQUENCER_MESSAGES:
+                    # A later view we have not heard of from its sequencer; its
+                    # heartbeat will tell us. Until then we cannot place this.
+                    self.stats.stale += 1
+                    self._trace("FutureView", msg=message)
+                    return
+                self._adopt_view(view, src)
+            elif type(message) in _SEQUENCER_MESSAGES and src != self.sequencer:
+                if self.sequencer is not None:
+                    raise PeerMessageError(f"{src} acts as sequencer of view {view}")
+                self._adopt_view(view, src)  # the winner of the election we voted in
             handler(message)
         except PeerMessageError as exc:
             self.stats.rejected += 1
             self._trace("Reject", msg=message, reason=str(exc))
 
     def tick(self) -> None:
-        """Advance logical time by one tick: retransmissions and learning."""
+        """Advance logical time by one tick: timers for every role."""
         self._now += 1
         now = self._now
         cfg = self.config
-        # Command leader: resend what has not been acknowledged.
-        if self._inflight:
-            need_order = -1
-            for index, inst in self._inflight.items():
-                if now - inst.sent_tick < cfg.retransmit_ticks:
-                    continue
-                inst.sent_tick = now
-                if not inst.committed and inst.commands is not None and inst.acks is not None:
-                    msg = CAccept(self.id, self.view, self.id, index, inst.ballot, inst.commands)
-                    for p in self._near:
-                        if p not in inst.acks:
-                            self._messages.append((p, msg))
-                    self.stats.retransmissions += 1
-                if index >= self._own_safe_count:
-                    need_order = index
-            if need_order >= 0:
-                if self.is_sequencer:
-                    self._resend_own_o_accepts()
-                else:
-                    self._send_c_request(need_order)
-        # Sequencer: lazily push the assignment log to peers that are behind.
-        if self.is_sequencer and now - self._o_lazy_tick >= cfg.retransmit_ticks // 3 + 1:
-            self._o_lazy_tick = now
-            end = len(self._o_owner)
-            for p in self._near:
-                if self._o_sent_upto[p] < end:
-                    self._o_resend.add(p)
+        if self._candidate is not None:
+            if now - self._candidate.started_tick >= cfg.candidate_timeout_ticks + (
+                self._election_jitter
+            ):
+                self._start_view_change()  # no majority: try a higher view
+            elif (now - self._candidate.started_tick) % cfg.retransmit_ticks == 0:
+                self._send_v_requests()
+        elif self._should_suspect_sequencer():
+            self._start_view_change()
+        if self._deferred_vote is not None and now >= self._lease_until:
+            request, self._deferred_vote = self._deferred_vote, None
+            if request.view > self.view:
+                self._vote(request)
+        if self.is_sequencer:
+            if now - self._hb_sent_tick >= cfg.heartbeat_ticks:
+                self._send_heartbeats()
+            if now - self._o_lazy_tick >= cfg.retransmit_ticks // 3 + 1:
+                # Lazily push the assignment log to peers that are behind.
+                self._o_lazy_tick = now
+                end = len(self._o_owner)
+                for p in self._near:
+                    if self._o_sent_upto[p] < end:
+                        self._o_resend.add(p)
+        if self.sequencer is not None and self._inflight:
+            self._retransmit_own(now)
         # Learner: execution stalled while we know there is more to execute.
         if self._exec_stalled() and now - self._exec_progress_tick >= cfg.learn_ticks:
             self._exec_progress_tick = now
             self._send_learn_request()
+        if (
+            self._exec_blocked is not None
+            and now - self._exec_blocked_tick >= cfg.recover_ticks
+            and self.sequencer is not None
+        ):
+            self._maybe_start_recovery(*self._exec_blocked)
+        for rec in list(self._recoveries.values()):
+            if now - rec.started_tick >= cfg.recover_ticks:
+                del self._recoveries[rec.owner]  # stuck (lost messages, duel): retry later
 
     def ready(self) -> Ready:
         """Run deferred work and hand over the effects batch (see :mod:`~sdpaxos.core.ready`)."""
-        if self._proposals:
+        if self._resync_wanted:
+            self._resync()
+        if self._proposals and self.sequencer is not None:
             self._start_c_instances()
         if self.is_sequencer and (self._seq_want or self._o_resend):
             self._allocate()
@@ -364,6 +489,7 @@ class Replica:
             "id": self.id,
             "view": self.view,
             "sequencer": self.sequencer,
+            "candidate_view": self._candidate.view if self._candidate else None,
             "next_c_index": self._next_index,
             "inflight": len(self._inflight),
             "queued": len(self._proposals),
@@ -373,6 +499,7 @@ class Replica:
             "executed_slots": self._exec_slot,
             "executed_per_owner": list(self._exec_count),
             "near": list(self._near),
+            "recovering": sorted(self._recoveries),
         }
 
     @property
@@ -387,6 +514,7 @@ class Replica:
         cfg = self.config
         proposals = self._proposals
         batch_max = cfg.c_batch_max
+        me = self.id
         while proposals and len(self._inflight) < cfg.c_inflight_max:
             if len(proposals) <= batch_max:
                 commands = tuple(proposals)
@@ -398,44 +526,71 @@ class Replica:
             inst = _CInstance()
             inst.promised = inst.ballot = self._own_ballot
             inst.commands = commands
-            inst.acks = {self.id}
+            inst.acks = {me}
             inst.sent_tick = self._now
-            self._c[self.id][index] = inst
-            self._inflight[index] = inst
-            self._persist.append(CAccepted(self.id, index, inst.ballot, commands))
+            self._c[me][index] = inst
+            self._c_max[me] = index
+            self._inflight[index] = commands
+            self._persist.append(CAccepted(me, index, inst.ballot, commands))
             self.stats.c_instances_started += 1
             self._trace("Propose", index=index, commands=len(commands))
-            msg = CAccept(self.id, self.view, self.id, index, inst.ballot, commands)
+            msg = CAccept(me, self.view, me, index, inst.ballot, commands)
             for p in self._c_quorum:
                 self._messages.append((p, msg))
             if self.is_sequencer:
-                self._want(self.id, index)
+                self._want(me, index)
             elif self.sequencer not in self._c_quorum:
                 self._send_c_request(index)
             if len(inst.acks) >= self._majority:
                 self._commit_own_c(index, inst)
 
     def _send_c_request(self, index: int) -> None:
-        msg = CRequest(self.id, self.view, self.id, index, self._o_known_upto)
-        self._messages.append((self.sequencer, msg))
+        if self.sequencer is not None:
+            msg = CRequest(self.id, self.view, self.id, index, self._o_known_upto)
+            self._messages.append((self.sequencer, msg))
+
+    def _retransmit_own(self, now: int) -> None:
+        """Resend what the command leader has not had acknowledged (section 4:
+        thrifty messages "will be aggressively resent to other replicas")."""
+        need_order = -1
+        log = self._c[self.id]
+        for index in self._inflight:
+            inst = log[index]
+            if now - inst.sent_tick < self.config.retransmit_ticks:
+                continue
+            inst.sent_tick = now
+            if not inst.committed and inst.acks is not None and inst.commands is not None:
+                msg = CAccept(self.id, self.view, self.id, index, inst.ballot, inst.commands)
+                for p in self._near:
+                    if p not in inst.acks:
+                        self._messages.append((p, msg))
+                self.stats.retransmissions += 1
+            if index >= self._own_safe_count:
+                need_order = index
+        if need_order >= 0:
+            if self.is_sequencer:
+                self._resend_own_o_accepts()
+            else:
+                self._send_c_request(need_order)
 
     def _handle_c_ack(self, m: CAck) -> None:
-        if m.owner != self.id:
-            raise PeerMessageError(f"C-ACK for C-instance of {m.owner} sent to {self.id}")
-        inst = self._c[self.id].get(m.index)
-        if inst is None:
-            raise PeerMessageError(f"C-ACK for unknown C-instance {m.index}")
-        if inst.acks is None or m.ballot != inst.ballot or inst.committed:
-            return  # late or stale acknowledgement: harmless
+        self._check_c_instance(m.owner, m.index)
+        inst = self._c[m.owner].get(m.index)
+        if inst is None or inst.acks is None or m.ballot != inst.ballot or inst.committed:
+            return  # late, stale, or for a proposal we no longer run: harmless
         inst.acks.add(m.src)
-        self._trace("HandleCAck", index=m.index, src=m.src)
+        self._trace("HandleCAck", owner=m.owner, index=m.index, src=m.src)
         if len(inst.acks) >= self._majority:
-            self._commit_own_c(m.index, inst)
+            if m.owner == self.id:
+                self._commit_own_c(m.index, inst)
+            else:
+                self._commit_recovered_c(m.owner, m.index, inst)
 
     def _commit_own_c(self, index: int, inst: _CInstance) -> None:
         """C-instance ``index`` is chosen: broadcast the C-commit (Fig. 5 line 10)."""
         inst.committed = True
         acks = inst.acks or set()
+        inst.acks = None
         full = short = None
         for p in self._near:
             if p in acks:
@@ -448,13 +603,27 @@ class Replica:
                 self._messages.append((p, full))
         self._trace("CommitC", owner=self.id, index=index)
         self._exec_dirty = True
-        if index < self._own_safe_count and index in self._inflight:
-            self._make_ready(index, inst)
+        self._own_committed(index, inst)
 
-    def _make_ready(self, index: int, inst: _CInstance) -> None:
+    def _own_committed(self, index: int, inst: _CInstance) -> None:
+        """One of our C-instances is chosen, by us or by a recovering replica."""
+        proposed = self._inflight.get(index)
+        if proposed is None:
+            return
+        if inst.commands != proposed:
+            # Another replica recovered this C-instance while we looked dead and
+            # chose a no-op (or an older value): our commands lost their place.
+            # Propose them again; (client id, seq) keeps execution exactly-once.
+            del self._inflight[index]
+            self._proposals.extendleft(reversed(proposed))
+            self._trace("Repropose", index=index, commands=len(proposed))
+            return
+        if index < self._own_safe_count:
+            self._make_ready(index, proposed)
+
+    def _make_ready(self, index: int, commands: tuple[Command, ...]) -> None:
         """Both instances are settled: answer the clients waiting for "ready"."""
         del self._inflight[index]
-        commands = inst.commands or ()
         self.stats.commands_ready += len(commands)
         self._trace("Ready", index=index, commands=len(commands))
         waiters = self._exec_waiters
@@ -479,10 +648,17 @@ class Replica:
         if m.ballot < inst.promised:
             self._trace("Reject", reason="stale ballot", owner=owner, index=index)
             return
+        if inst.committed and inst.commands != m.commands:
+            raise PeerMessageError(
+                f"C-accept for chosen C-instance {owner}.{index} with a new value"
+            )
         if inst.ballot != m.ballot or inst.commands != m.commands:
             inst.promised = inst.ballot = m.ballot
             inst.commands = m.commands
+            inst.acks = None  # someone else proposes here now
             self._persist.append(CAccepted(owner, index, m.ballot, m.commands))
+            if index > self._c_max[owner]:
+                self._c_max[owner] = index
         self._trace("HandleCAccept", owner=owner, index=index, ballot=m.ballot)
         self._messages.append((m.src, CAck(self.id, self.view, owner, index, m.ballot)))
         if self.is_sequencer and m.src == owner:
@@ -508,8 +684,11 @@ class Replica:
         # A value accepted at a ballot >= the committed one is the chosen value
         # (Paxos: every higher ballot proposes the chosen value).
         inst.committed = True
+        inst.acks = None
         self._trace("HandleCCommit", owner=owner, index=index)
         self._exec_dirty = True
+        if owner == self.id:
+            self._own_committed(index, inst)
 
     def _handle_o_accept(self, m: OAccept) -> None:
         if m.src != self.sequencer:
@@ -707,8 +886,14 @@ class Replica:
 
     def _handle_o_ack(self, m: OAck) -> None:
         upto = m.upto
-        if type(upto) is not int or not 0 <= upto <= len(self._o_owner):
-            raise PeerMessageError(f"O-ACK upto {upto!r} beyond the known log")
+        # An acceptor may have accepted slots we have not seen yet (their O-accepts
+        # to us are still in flight), so the bound is the window, not our log.
+        if type(upto) is not int or not 0 <= upto <= self._exec_slot + (
+            self.config.c_index_window_max
+        ):
+            raise PeerMessageError(f"O-ACK upto {upto!r} beyond the window")
+        if self.is_sequencer and upto > len(self._o_owner):
+            raise PeerMessageError(f"O-ACK upto {upto!r} beyond the sequencer's own log")
         self._trace("HandleOAck", src=m.src, upto=upto)
         if upto > self._o_acked[m.src]:
             self._o_acked[m.src] = upto
@@ -722,11 +907,23 @@ class Replica:
         """Commit own O-instances in the safe prefix and make C-instances ready."""
         self._o_acked_dirty = False
         acked = self._o_acked
-        if self._n == 5 and not self.is_sequencer:
+        seq = self.sequencer
+        if seq is None:
+            return
+        if self._n == 5 and seq != self.id:
             # Fig. 5 line 30: accepted by this replica itself and by the sequencer.
-            safe = min(acked[self.id], acked[self.sequencer])
+            safe = min(acked[self.id], acked[seq])
+            # Slots decided by an older view count only once the new view's
+            # notification committed them (they were majority-accepted then).
+            base = self._view_base
+            if base is None or safe > base:
+                committed_upto = self._committed_prefix()
+                if base is None or committed_upto < base:
+                    safe = min(safe, committed_upto)
         else:
             safe = sorted(acked, reverse=True)[self._majority - 1]
+        if self._rebuild is not None and safe >= self._rebuild[1]:
+            self._commit_rebuilt_range()
         if safe <= self._o_safe_upto:
             return
         self._o_safe_upto = safe
@@ -748,10 +945,21 @@ class Replica:
         self._exec_dirty = True
         self._trace("CommitO", upto=safe, own=own)
         inflight = self._inflight
+        log = self._c[me]
         for index in range(before, own):
-            inst = inflight.get(index)
-            if inst is not None and inst.committed:
-                self._make_ready(index, inst)
+            if index in inflight:
+                inst = log[index]
+                if inst.committed:
+                    self._own_committed(index, inst)
+
+    def _committed_prefix(self) -> Slot:
+        """Every slot below the result is committed here."""
+        k = self._exec_slot
+        committed = self._o_committed
+        limit = len(committed)
+        while k < limit and committed[k]:
+            k += 1
+        return k
 
     def _broadcast_o_commit(self) -> None:
         entries = tuple(self._o_commit_out)
@@ -822,6 +1030,10 @@ class Replica:
                         self._exec_slot, self._exec_in_slot = slot, in_slot
                         if slot != start_slot:
                             self._exec_progress_tick = self._now
+                        blocked = (owner, k)
+                        if blocked != self._exec_blocked:
+                            self._exec_blocked = blocked
+                            self._exec_blocked_tick = self._now
                         return
                     self._apply(slot, owner, k, inst.commands or ())
                     exec_count[owner] = k + 1
@@ -829,6 +1041,7 @@ class Replica:
             slot += 1
             in_slot = 0
         self._exec_slot, self._exec_in_slot = slot, in_slot
+        self._exec_blocked = None
         if slot != start_slot:
             self._exec_progress_tick = self._now
 
@@ -899,6 +1112,581 @@ class Replica:
                 msg = CCommit(self.id, self.view, owner, index, inst.ballot, inst.commands)
                 self._messages.append((m.src, msg))
 
+    # ------------------------------------------------- heartbeats and lease
+
+    def _send_heartbeats(self) -> None:
+        now = self._now
+        self._hb_sent_tick = now
+        msg = Heartbeat(self.id, self.view, len(self._o_owner), now)
+        for p in self._near:
+            self._messages.append((p, msg))
+        self._lease_grants[now] = {self.id}
+        horizon = now - self.config.lease_ticks
+        for stamp in [t for t in self._lease_grants if t < horizon]:
+            del self._lease_grants[stamp]
+
+    def _handle_heartbeat(self, m: Heartbeat) -> None:
+        if type(m.o_len) is not int or m.o_len < 0 or type(m.stamp) is not int:
+            raise PeerMessageError("bad heartbeat")
+        now = self._now
+        self._last_hb_tick = now
+        self._election_jitter = self._rng.randint(0, self.config.election_jitter_ticks)
+        # The sequencer is alive: a pending vote or our own candidacy is moot (this
+        # is what keeps one replica's false suspicion from deposing it).
+        self._deferred_vote = None
+        if self._candidate is not None:
+            self._trace("AbandonViewChange", view=self._candidate.view)
+            self._candidate = None
+        if m.o_len > self._o_heard_upto:
+            self._o_heard_upto = min(m.o_len, self._exec_slot + self.config.c_index_window_max)
+        # The lease: promise not to vote for anyone else for lease_ticks of our time.
+        self._lease_until = now + self.config.lease_ticks
+        self._messages.append((m.src, LeaseGrant(self.id, self.view, m.stamp)))
+
+    def _handle_lease_grant(self, m: LeaseGrant) -> None:
+        if not self.is_sequencer:
+            return
+        grants = self._lease_grants.get(m.stamp)
+        if grants is None:
+            return  # too old to matter
+        grants.add(m.src)
+        if len(grants) >= self._majority:
+            # Dated from when we asked: every grant was given after that moment.
+            until = m.stamp + self.config.lease_ticks - self.config.lease_drift_ticks
+            if until > self.lease_valid_until:
+                self.lease_valid_until = until
+
+    def has_lease(self) -> bool:
+        """Does this replica hold a sequencer lease granted by a majority right now?"""
+        return self.is_sequencer and self._rebuild is None and self._now < self.lease_valid_until
+
+    # ---------------------------------------------------------- view change
+
+    def _rank(self, replica: ReplicaId) -> int:
+        """0 for the replica right after the old sequencer (the paper's R_{n+1})."""
+        return (replica - self._est_seq - 1) % self._n
+
+    def _should_suspect_sequencer(self) -> bool:
+        """Missed heartbeats after the lease lapsed, or an election that went quiet."""
+        cfg = self.config
+        now = self._now
+        stagger = self._rank(self.id) * cfg.successor_stagger_ticks + self._election_jitter
+        if self.sequencer is None:
+            # We voted but the winner never showed up.
+            return now - self._voted_tick >= cfg.candidate_timeout_ticks + stagger
+        if self.is_sequencer:
+            return False
+        return now - self._last_hb_tick >= cfg.lease_ticks + cfg.election_margin_ticks + stagger
+
+    def _start_view_change(self) -> None:
+        """Become a candidate for the next view (paper section 3.3, "V-request")."""
+        base = self._candidate.view if self._candidate is not None else self.view
+        view = max(base, self.view) + 1
+        self._candidate = _Candidacy(view, self._exec_slot, self._now)
+        self._election_jitter = self._rng.randint(0, self.config.election_jitter_ticks)
+        if self.sequencer is not None and self.sequencer != self.id:
+            self._suspected.add(self.sequencer)
+            self._recompute_proximity()
+        self.stats.view_changes_started += 1
+        self._trace("StartViewChange", view=view, o_from=self._exec_slot)
+        self._send_v_requests()
+        if self._majority == 1:
+            self._become_sequencer()
+
+    def _send_v_requests(self) -> None:
+        c = self._candidate
+        assert c is not None
+        msg = VRequest(self.id, c.view, c.o_from)
+        for p in self._near:
+            if p not in c.votes:
+                self._messages.append((p, msg))
+
+    def _handle_v_request(self, m: VRequest) -> None:
+        if type(m.o_from) is not int or m.o_from < 0:
+            raise PeerMessageError(f"bad o_from {m.o_from!r}")
+        if m.view <= self.view:
+            if m.view == self.view and self._voted_for == m.src and self.sequencer is None:
+                self._send_vote(m)  # our vote was lost: send it again
+            elif self.is_sequencer and m.view < self.view:
+                self._on_stale(m)
+            return
+        if self.is_sequencer:
+            # Alive and sequencing: never vote ourselves out. If the others also
+            # stopped hearing from us, their leases lapse and they elect without us.
+            self._trace("IgnoreVRequest", view=m.view, candidate=m.src)
+            return
+        c = self._candidate
+        if c is not None and c.view >= m.view and self._rank(self.id) <= self._rank(m.src):
+            return  # we run for this view ourselves and take precedence
+        if self._now < self._lease_until and m.src != self.sequencer:
+            # We promised the sequencer not to vote for anyone else yet (section 3.5).
+            if self._deferred_vote is None or m.view >= self._deferred_vote.view:
+                self._deferred_vote = m
+            self._trace("DeferVote", view=m.view, candidate=m.src)
+            return
+        self._vote(m)
+
+    def _vote(self, m: VRequest) -> None:
+        """Promise view ``m.view`` to ``m.src`` and send our phase-1b state (HandleVRequest)."""
+        self.view = m.view
+        self._voted_for = m.src
+        self._voted_tick = self._now
+        if self.sequencer is not None and self.sequencer != self.id:
+            self._suspected.add(self.sequencer)
+            self._recompute_proximity()
+        self.sequencer = None
+        self._candidate = None
+        self._deferred_vote = None
+        self._persist.append(ViewPromised(m.view, -1))
+        self._trace("HandleVRequest", view=m.view, candidate=m.src)
+        self._send_vote(m)
+        self._freeze_older_views()
+
+    def _send_vote(self, m: VRequest) -> None:
+        vote = Vote(
+            self.id,
+            m.view,
+            m.o_from,
+            self._vote_entries(m.o_from),
+            tuple(self._c_max),
+            self._est_view,
+            self._est_seq,
+        )
+        self._messages.append((m.src, vote))
+
+    def _vote_entries(self, o_from: Slot) -> tuple[tuple[Slot, Ballot, ReplicaId, int], ...]:
+        owners, counts, ballots = self._o_owner, self._o_count, self._o_ballot
+        return tuple(
+            (s, ballots[s], owners[s], counts[s])
+            for s in range(o_from, len(owners))
+            if ballots[s] != _NO_BALLOT
+        )
+
+    def _freeze_older_views(self) -> None:
+        """Commits learned in older views and not executed become provisional again.
+
+        With N = 5 an O-commit by a non-sequencer is revocable until executed
+        (section 3.3): the new view's notification says what stands.
+        """
+        committed, ballots, view = self._o_committed, self._o_ballot, self.view
+        first = self._exec_slot + (1 if self._exec_in_slot else 0)
+        for s in range(first, len(committed)):
+            if committed[s] and ballots[s] < view:
+                committed[s] = False
+        self._o_known_upto = min(self._o_known_upto, first)
+        self._reset_learner()
+
+    def _handle_vote(self, m: Vote) -> None:
+        c = self._candidate
+        if c is None or m.view != c.view or m.o_from != c.o_from:
+            return  # not our election (any more)
+        if not isinstance(m.c_max, tuple) or len(m.c_max) != self._n:
+            raise PeerMessageError("vote with a bad c_max")
+        if not isinstance(m.entries, tuple):
+            raise PeerMessageError("vote with bad entries")
+        for entry in m.entries:
+            if not isinstance(entry, tuple) or len(entry) != 4:
+                raise PeerMessageError(f"bad vote entry {entry!r}")
+            slot, ballot, owner, count = entry
+            if type(slot) is not int or slot < 0 or type(ballot) is not int or ballot < 0:
+                raise PeerMessageError(f"bad vote entry {entry!r}")
+            self._check_o_value((owner, count))
+        if any(type(i) is not int or i < -1 for i in m.c_max):
+            raise PeerMessageError("vote with a bad c_max")
+        if type(m.est_seq) is not int or not 0 <= m.est_seq < self._n:
+            raise PeerMessageError("vote with a bad est_seq")
+        c.votes[m.src] = VoteState(m.entries, m.c_max)
+        c.est[m.src] = (m.est_view, m.est_seq)
+        self._trace("HandleVote", view=m.view, voter=m.src, votes=len(c.votes) + 1)
+        if len(c.votes) + 1 >= self._majority:
+            self._become_sequencer()
+
+    def _become_sequencer(self) -> None:
+        """Won the election: rebuild the assignment log and re-propose it (Fig. 7)."""
+        c = self._candidate
+        assert c is not None
+        view, o_from = c.view, c.o_from
+        self.view = view
+        self._voted_for = self.id
+        c.votes[self.id] = VoteState(self._vote_entries(o_from), tuple(self._c_max))
+        c.est[self.id] = (self._est_view, self._est_seq)
+        old_seq = max(c.est.values())[1]
+        owners, counts = self._o_owner, self._o_count
+        covered_before = [0] * self._n
+        for s in range(min(o_from, len(owners))):
+            if owners[s] != NO_CL:
+                covered_before[owners[s]] += counts[s]
+        values = rebuild_assignment_log(
+            replicas=self._n,
+            o_from=o_from,
+            votes=c.votes,
+            old_sequencer=old_seq,
+            covered_before=covered_before,
+        )
+        end = o_from + len(values)
+        # Slots we executed meanwhile must come out unchanged (ExecutedNeverRevoked).
+        executed_end = self._exec_slot + (1 if self._exec_in_slot else 0)
+        for s in range(o_from, min(executed_end, end)):
+            if (owners[s], counts[s]) != values[s - o_from]:
+                raise InvariantViolation(
+                    f"view {view} would revoke executed slot {s}: "
+                    f"{owners[s], counts[s]} -> {values[s - o_from]}"
+                )
+        self._o_ensure(end)
+        del owners[end:], counts[end:], self._o_ballot[end:], self._o_committed[end:]
+        for s in range(o_from, end):
+            owners[s], counts[s] = values[s - o_from]
+            self._o_ballot[s] = view
+            self._o_committed[s] = s < executed_end
+        self.sequencer = self.id
+        self._est_view, self._est_seq = view, self.id
+        self._candidate = None
+        self._deferred_vote = None
+        self._view_base = end
+        self._persist.append(ViewPromised(view, self.id))
+        if values:
+            self._persist.append(OAccepted(view, o_from, tuple(values)))
+        covered = [0] * self._n
+        for owner, count in zip(owners, counts, strict=True):
+            if owner != NO_CL:
+                covered[owner] += count
+        self._seq_covered = covered
+        self._seq_want.clear()
+        self._o_sent_upto = [o_from] * self._n
+        self._o_known_upto = self._o_heard_upto = end
+        self._rebuild = (o_from, end)
+        self.lease_valid_until = -1
+        self._lease_grants.clear()
+        self._reset_learner()
+        self._o_resend.update(self._near)  # re-acceptance by everyone
+        self.stats.views_won += 1
+        self._trace("BecomeSequencer", view=view, o_from=o_from, values=len(values))
+        self._send_heartbeats()
+        self._resync_wanted = True
+        if old_seq != self.id:
+            self._suspected.add(old_seq)
+            self._recompute_proximity()
+
+    def _commit_rebuilt_range(self) -> None:
+        """A majority accepted the rebuilt range: it is chosen; notify everyone."""
+        assert self._rebuild is not None
+        start, end = self._rebuild
+        self._rebuild = None
+        for s in range(start, end):
+            self._o_committed[s] = True
+        values = tuple(zip(self._o_owner[start:end], self._o_count[start:end], strict=True))
+        msg = NewView(self.id, self.view, start, values)
+        self._new_view_msg = msg
+        for p in self._near:
+            self._messages.append((p, msg))
+        self._exec_dirty = True
+        self._trace("NewView", view=self.view, start=start, values=len(values))
+
+    def _handle_new_view(self, m: NewView) -> None:
+        start, values = m.start, m.values
+        if type(start) is not int or start < 0 or not isinstance(values, tuple):
+            raise PeerMessageError("bad NewView")
+        for value in values:
+            self._check_o_value(value)
+        end = start + len(values)
+        owners, counts = self._o_owner, self._o_count
+        executed_end = self._exec_slot + (1 if self._exec_in_slot else 0)
+        for s in range(start, min(executed_end, end)):
+            if (owners[s], counts[s]) != values[s - start]:
+                self.stats.invariant_alarms += 1
+                raise PeerMessageError(
+                    f"NewView {m.view} would revoke executed slot {s}: "
+                    f"{owners[s], counts[s]} -> {values[s - start]}"
+                )
+        self._o_ensure(end)
+        for s in range(max(start, executed_end), end):
+            owners[s], counts[s] = values[s - start]
+            self._o_ballot[s] = m.view
+            self._o_committed[s] = True
+        self._view_base = end
+        self._new_view_msg = m
+        if end > self._o_heard_upto:
+            self._o_heard_upto = end
+        self._o_known_upto = min(self._o_known_upto, start)
+        self._advance_known()
+        self._o_acked_dirty = True
+        self._exec_dirty = True
+        self._trace("HandleNewView", view=m.view, start=start, values=len(values))
+
+    def _adopt_view(self, view: View, sequencer: ReplicaId) -> None:
+        """Enter ``view`` under ``sequencer``, heard from directly (its first message)."""
+        old = self.sequencer
+        newer = view > self.view
+        self.view = view
+        self.sequencer = sequencer
+        self._est_view, self._est_seq = view, sequencer
+        self._candidate = None
+        self._deferred_vote = None
+        self._last_hb_tick = self._now
+        self._rebuild = None
+        if newer:
+            self._view_base = None  # until this view's NewView arrives
+        self._persist.append(ViewPromised(view, sequencer))
+        if old is not None and old != sequencer and old != self.id:
+            self._suspected.add(old)
+            self._recompute_proximity()
+        if newer or self._voted_for is not None:
+            self._freeze_older_views()
+        self._voted_for = None
+        self._seq_want.clear()
+        self._o_resend.clear()
+        self._resync_wanted = True
+        self._trace("AdoptView", view=view, sequencer=sequencer)
+
+    def _reset_learner(self) -> None:
+        """Learner state is per view: recount from what is known now."""
+        self._o_acked = [0] * self._n
+        self._o_known_upto = min(self._o_known_upto, len(self._o_owner))
+        self._advance_known()
+        self._o_safe_upto = 0
+        self._own_scan = 0
+        self._own_safe_count = 0
+        self._o_acked_dirty = True
+
+    def _resync(self) -> None:
+        """After a view change, re-send in the new view what the old one lost (section 3.3)."""
+        self._resync_wanted = False
+        if self.sequencer is None or not self._inflight:
+            return
+        log = self._c[self.id]
+        for index in self._inflight:
+            inst = log[index]
+            if not inst.committed and inst.acks is not None and inst.commands is not None:
+                msg = CAccept(self.id, self.view, self.id, index, inst.ballot, inst.commands)
+                for p in self._c_quorum:
+                    self._messages.append((p, msg))
+        last = next(reversed(self._inflight))
+        if self.is_sequencer:
+            self._want(self.id, last)
+        else:
+            self._send_c_request(last)
+
+    def _on_stale(self, m: Message) -> None:
+        """A message from an older view. The sequencer tells the sender where we are."""
+        self.stats.stale += 1
+        self._trace("Stale", msg=m)
+        if self.is_sequencer:
+            self._messages.append(
+                (m.src, Heartbeat(self.id, self.view, len(self._o_owner), self._now))
+            )
+            if self._new_view_msg is not None:
+                self._messages.append((m.src, self._new_view_msg))
+
+    # ---------------------------------------------------- C-instance recovery
+
+    def _maybe_start_recovery(self, owner: ReplicaId, index: int) -> None:
+        """Execution is blocked on C-instance ``owner.index``: run Paxos phase 1 on it
+        and on the following ones the committed assignment log already needs."""
+        if owner == self.id or owner in self._recoveries:
+            return
+        # How many C-instances of owner do committed slots ask for from here on?
+        needed = 0
+        owners, counts, committed = self._o_owner, self._o_count, self._o_committed
+        for s in range(self._exec_slot, len(owners)):
+            if not committed[s]:
+                break
+            if owners[s] == owner:
+                needed += counts[s]
+        needed -= self._exec_in_slot if owners[self._exec_slot] == owner else 0
+        needed = max(1, min(needed, self.config.recovery_batch_max))
+        log = self._c[owner]
+        end = index + needed
+        top = max((log[i].promised for i in range(index, end) if i in log), default=0)
+        ballot = make_ballot(ballot_round(top) + 1, self.id)
+        rec = _Recovery(owner, index, end, ballot, self._now)
+        self._recoveries[owner] = rec
+        self.stats.c_recoveries_started += 1
+        self._trace("StartCRecovery", owner=owner, start=index, end=end, ballot=ballot)
+        own = self._promise_c(owner, index, end, ballot)
+        assert own.ok
+        rec.promises[self.id] = own
+        msg = CPrepare(self.id, self.view, owner, index, end, ballot)
+        for p in self._near:
+            self._messages.append((p, msg))
+        self._exec_blocked_tick = self._now
+
+    def _promise_c(self, owner: ReplicaId, start: int, end: int, ballot: Ballot) -> CPromise:
+        """Acceptor side of phase 1 for a range; persists the promise when it is given."""
+        log = self._c[owner]
+        top = max((log[i].promised for i in range(start, end) if i in log), default=-1)
+        ok = ballot >= top
+        ballots: list[Ballot] = []
+        values: list[tuple[Command, ...] | None] = []
+        committed: list[bool] = []
+        for i in range(start, end):
+            inst = log.get(i)
+            if inst is None:
+                if ok:
+                    inst = log[i] = _CInstance()
+                else:
+                    ballots.append(_NO_BALLOT)
+                    values.append(None)
+                    committed.append(False)
+                    continue
+            if ok and ballot > inst.promised:
+                inst.promised = ballot
+                inst.acks = None if inst.ballot != ballot else inst.acks
+                self._persist.append(CPromised(owner, i, ballot))
+            ballots.append(inst.ballot)
+            values.append(inst.commands)
+            committed.append(inst.committed)
+        return CPromise(
+            self.id,
+            self.view,
+            owner,
+            start,
+            ballot,
+            ok,
+            max(top, ballot) if not ok else ballot,
+            tuple(ballots),
+            tuple(values),
+            tuple(committed),
+        )
+
+    def _handle_c_prepare(self, m: CPrepare) -> None:
+        self._check_c_instance(m.owner, m.start)
+        if (
+            type(m.end) is not int
+            or not m.start < m.end <= m.start + self.config.recovery_batch_max
+        ):
+            raise PeerMessageError(f"bad C-prepare range {m.start}..{m.end}")
+        if type(m.ballot) is not int or ballot_round(m.ballot) < 1:
+            raise PeerMessageError(f"bad recovery ballot {m.ballot!r}")
+        self._trace("HandleCPrepare", owner=m.owner, start=m.start, end=m.end, ballot=m.ballot)
+        self._messages.append((m.src, self._promise_c(m.owner, m.start, m.end, m.ballot)))
+
+    def _handle_c_promise(self, m: CPromise) -> None:
+        rec = self._recoveries.get(m.owner)
+        if rec is None or m.ballot != rec.ballot or m.start != rec.start or rec.proposed:
+            return
+        size = rec.end - rec.start
+        if not (len(m.ballots) == len(m.values) == len(m.committed) == size):
+            raise PeerMessageError("C-promise with a bad shape")
+        for value in m.values:
+            if value is not None and (
+                not isinstance(value, tuple) or len(value) > self.config.c_batch_max
+            ):
+                raise PeerMessageError("C-promise with a bad value")
+        if not m.ok:
+            # A higher ballot is out there: give up; the next attempt goes above it.
+            log = self._c[m.owner]
+            inst = log.get(m.start) or log.setdefault(m.start, _CInstance())
+            inst.promised = max(inst.promised, m.promised)
+            del self._recoveries[m.owner]
+            return
+        rec.promises[m.src] = m
+        self._trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
+        if len(rec.promises) < self._majority:
+            return
+        rec.proposed = True
+        log = self._c[m.owner]
+        for k in range(size):
+            index = rec.start + k
+            chosen: tuple[Command, ...] | None = None
+            best = _NO_BALLOT
+            for promise in rec.promises.values():
+                value = promise.values[k]
+                if promise.committed[k] and value is not None:
+                    chosen, best = value, 1 << 62
+                    break
+                if promise.ballots[k] > best and value is not None:
+                    chosen, best = value, promise.ballots[k]
+            value = chosen if chosen is not None else ()  # no-op: nothing was traced
+            inst = log.get(index) or log.setdefault(index, _CInstance())
+            if inst.committed:
+                continue
+            inst.promised = inst.ballot = rec.ballot
+            inst.commands = value
+            inst.acks = {self.id}
+            self._persist.append(CAccepted(m.owner, index, rec.ballot, value))
+            msg = CAccept(self.id, self.view, m.owner, index, rec.ballot, value)
+            for p in self._near:
+                self._messages.append((p, msg))
+
+    def _commit_recovered_c(self, owner: ReplicaId, index: int, inst: _CInstance) -> None:
+        inst.committed = True
+        inst.acks = None
+        msg = CCommit(self.id, self.view, owner, index, inst.ballot, inst.commands)
+        for p in self._near:
+            self._messages.append((p, msg))
+        self.stats.c_instances_recovered += 1
+        self._trace("CommitC", owner=owner, index=index, recovered=True)
+        self._exec_dirty = True
+        rec = self._recoveries.get(owner)
+        if rec is not None and all(
+            (i in self._c[owner] and self._c[owner][i].committed) for i in range(rec.start, rec.end)
+        ):
+            del self._recoveries[owner]
+
+    # --------------------------------------------------------------- restart
+
+    def _restore(self, records: list[Record]) -> None:
+        """Rebuild from durable records after a crash (Ongaro's Restart: keep only these)."""
+        me = self.id
+        view, seq = 0, self.config.sequencer
+        for rec in records:
+            if isinstance(rec, CAccepted):
+                inst = self._c[rec.owner].get(rec.index)
+                if inst is None:
+                    inst = self._c[rec.owner][rec.index] = _CInstance()
+                if rec.ballot >= inst.ballot:
+                    inst.ballot = rec.ballot
+                    inst.commands = rec.commands
+                inst.promised = max(inst.promised, rec.ballot)
+                self._c_max[rec.owner] = max(self._c_max[rec.owner], rec.index)
+                if rec.owner == me and rec.ballot == self._own_ballot:
+                    self._next_index = max(self._next_index, rec.index + 1)
+            elif isinstance(rec, CPromised):
+                inst = self._c[rec.owner].get(rec.index)
+                if inst is None:
+                    inst = self._c[rec.owner][rec.index] = _CInstance()
+                inst.promised = max(inst.promised, rec.ballot)
+            elif isinstance(rec, OAccepted):
+                self._o_ensure(rec.start + len(rec.values))
+                for k, (owner, count) in enumerate(rec.values):
+                    s = rec.start + k
+                    if rec.view >= self._o_ballot[s]:
+                        self._o_owner[s], self._o_count[s] = owner, count
+                        self._o_ballot[s] = rec.view
+            elif isinstance(rec, ViewPromised):
+                if rec.view > view:
+                    view, seq = rec.view, rec.sequencer
+                elif rec.view == view and rec.sequencer >= 0:
+                    seq = rec.sequencer
+            else:
+                raise LocalProtocolError(f"unknown durable record {rec!r}")
+        self.view = view
+        self.sequencer = seq if seq >= 0 else None
+        if self.sequencer is not None:
+            self._est_view, self._est_seq = view, self.sequencer
+        self._view_base = 0 if view == 0 else None
+        if seq < 0:
+            self._voted_tick = 0
+        # Our last c_inflight_max C-instances may not have been ready: drive them
+        # again (older ones were ready before we could start these).
+        log = self._c[me]
+        for index in range(max(0, self._next_index - self.config.c_inflight_max), self._next_index):
+            inst = log.get(index)
+            if inst is not None and inst.commands is not None and inst.ballot == self._own_ballot:
+                inst.acks = {me}
+                inst.sent_tick = -self.config.retransmit_ticks
+                self._inflight[index] = inst.commands
+        # We may have granted a lease just before the crash: honour it.
+        self._lease_until = self.config.lease_ticks
+        self._advance_known()
+        self._o_acked_dirty = True
+        if self.is_sequencer:
+            # A restarted sequencer knows nothing of what it allocated after its
+            # last durable record; the safest course is a fresh view.
+            self.sequencer = None
+            self._voted_tick = 0
+        self._trace("Restart", view=view, sequencer=self.sequencer, records=len(records))
+
     # ----------------------------------------------------------- internals
 
     def _recompute_proximity(self) -> None:
@@ -912,7 +1700,11 @@ class Replica:
 
         self._near = sorted((p for p in range(n) if p != me), key=key)
         if self.config.thrifty:
-            self._c_quorum = tuple(self._near[: self._majority - 1])
+            # Nearest majority, leaving out replicas believed down while enough remain.
+            live = [p for p in self._near if p not in self._suspected]
+            if len(live) < self._majority - 1:
+                live = self._near
+            self._c_quorum = tuple(live[: self._majority - 1])
         else:
             self._c_quorum = tuple(self._near)
 

@@ -36,7 +36,27 @@ class OAccepted:
     values: tuple[OValue, ...]
 
 
-Record: TypeAlias = CAccepted | OAccepted
+@dataclass(frozen=True, slots=True)
+class CPromised:
+    """This replica promised ``ballot`` for C-instance ``(owner, index)`` (recovery phase 1)."""
+
+    owner: ReplicaId
+    index: int
+    ballot: Ballot
+
+
+@dataclass(frozen=True, slots=True)
+class ViewPromised:
+    """This replica entered ``view``: it rejects older views and votes no more in it.
+
+    ``sequencer`` is the view's sequencer once known (-1 while the election runs).
+    """
+
+    view: View
+    sequencer: ReplicaId
+
+
+Record: TypeAlias = CAccepted | OAccepted | CPromised | ViewPromised
 
 
 class Storage(Protocol):

@@ -243,8 +243,8 @@ BAD_MESSAGES = [
     CAccept(1, 0, 1, 0, 1, tuple(Command(0, 0, b"") for _ in range(300))),  # oversized
     CAccept(9, 0, 1, 0, 1, ()),  # sender out of range
     CAccept(0, 0, 1, 0, 1, ()),  # claims to come from the recipient itself
-    CAck(1, 0, 2, 0, 1),  # ack for someone else's instance
-    CAck(1, 0, 0, 99, 0),  # ack for an instance never started
+    CAck(1, 0, 9, 0, 1),  # ack for an owner that does not exist
+    CAck(1, 0, 0, -3, 0),  # ack for a negative index
     CCommit(1, 0, 1, 1 << 30, 1, ()),  # beyond the window
     CRequest(1, 0, 2, 0, 0),  # request on behalf of another replica
     CRequest(1, 0, 1, 0, 10**6),  # claims to have accepted unknown slots

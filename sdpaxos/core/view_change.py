@@ -1,0 +1,112 @@
+"""Rebuilding the assignment log in a view change (paper section 3.3, Fig. 7).
+
+A pure function, kept apart from the handlers so that it can be tested on its
+own and read next to the TLA+ action ``HandleVote``.
+
+The candidate has votes from a majority. Each vote reports, for every
+O-instance from ``o_from`` on, the value the voter accepted and its ballot (the
+view it was accepted or committed in). The new log is:
+
+1. per slot, the value with the highest ballot (classic Paxos phase 1);
+2. for N = 5 only, when the old sequencer did not vote and exactly one other
+   replica ``m`` did not vote either: ``m``'s O-instances may have been
+   committed with only two acceptors (``m`` and the old sequencer), so no voter
+   can trace them. ``C[m]`` (the highest C-instance of ``m`` any voter
+   accepted) bounds ``m``'s ready commands, because a ready command's
+   C-instance was accepted by a majority, which meets the voters. The first
+   empty slots are given to ``m``, one C-instance each, until ``m`` is covered
+   up to ``C[m]`` and no empty slot precedes the slot that covers ``C[m]``
+   (Fig. 7 lines 32-36). This is why the sequencer never batches a
+   non-sequencer's O-instances when N = 5: each hole must stand for exactly one
+   C-instance;
+3. every remaining hole below the highest non-empty slot becomes ``no-cl``
+   (Fig. 7 lines 37-38): no replica can have executed it, because executing
+   it needed its O-commit, which a voter would have reported.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sdpaxos.core.types import NO_CL_VALUE, Ballot, OValue, ReplicaId, Slot
+
+
+@dataclass(frozen=True, slots=True)
+class VoteState:
+    """What one vote contributes to the rebuild."""
+
+    entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]
+    c_max: tuple[int, ...]
+
+
+def rebuild_assignment_log(
+    *,
+    replicas: int,
+    o_from: Slot,
+    votes: Mapping[ReplicaId, VoteState],
+    old_sequencer: ReplicaId,
+    covered_before: Sequence[int],
+) -> list[OValue]:
+    """The values of slots ``o_from ..`` in the new view.
+
+    Args:
+        replicas: N.
+        o_from: first slot being rebuilt; every slot below is already executed
+            by the candidate, hence decided.
+        votes: a majority of votes, the candidate's own included.
+        old_sequencer: the sequencer of the latest established view any voter saw.
+        covered_before: per replica, its C-instances covered by slots below ``o_from``.
+    """
+    best: dict[Slot, tuple[Ballot, OValue]] = {}
+    for vote in votes.values():
+        for slot, ballot, owner, count in vote.entries:
+            if slot < o_from:
+                continue
+            seen = best.get(slot)
+            if seen is None or ballot > seen[0]:
+                best[slot] = (ballot, (owner, count))
+    top = max(best) + 1 if best else o_from
+    values: list[OValue | None] = [best[s][1] if s in best else None for s in range(o_from, top)]
+
+    if replicas == 5 and old_sequencer not in votes:
+        untraceable = [r for r in range(replicas) if r not in votes and r != old_sequencer]
+        if len(untraceable) == 1:
+            _infer_untraceable(values, untraceable[0], votes, covered_before)
+
+    return [NO_CL_VALUE if v is None else v for v in values]
+
+
+def _infer_untraceable(
+    values: list[OValue | None],
+    m: ReplicaId,
+    votes: Mapping[ReplicaId, VoteState],
+    covered_before: Sequence[int],
+) -> None:
+    """Fig. 7 lines 32-36, in place: give holes to ``m`` until ``C[m]`` is covered."""
+    need = max(vote.c_max[m] for vote in votes.values()) + 1
+    covered = covered_before[m] + sum(v[1] for v in values if v is not None and v[0] == m)
+    while True:
+        if covered >= need and not _hole_before_coverage(values, m, need, covered_before[m]):
+            return
+        try:
+            hole = values.index(None)
+        except ValueError:
+            values.append((m, 1))
+        else:
+            values[hole] = (m, 1)
+        covered += 1
+
+
+def _hole_before_coverage(
+    values: Sequence[OValue | None], m: ReplicaId, need: int, covered: int
+) -> bool:
+    """Is there an empty slot before the slot where ``m``'s coverage reaches ``need``?"""
+    if covered >= need:
+        return False
+    for value in values:
+        if value is None:
+            return True
+        if value[0] == m:
+            covered += value[1]
+            if covered >= need:
+                return False
+    return False
