@@ -51,6 +51,13 @@ class ClusterConfig:
             long a replica waits before suspecting the sequencer.
         election_jitter_ticks: random extra wait (drawn from the injected rng),
             so that candidates rarely collide (paper appendix A).
+        tick_ms: the nominal length of a tick, used only to turn round-trip
+            times (ms) into tick timeouts; the core never reads a clock.
+        suspect_rtts: a command leader waiting for the sequencer, and hearing
+            nothing from it for this many round trips to it, runs for election
+            early. Voters still wait for their leases, and a heartbeat cancels
+            the candidacy, so a false alarm costs nothing.
+        suspect_min_ticks: lower bound of that early wait.
         successor_stagger_ticks: extra wait per rank after the old sequencer:
             the paper lets R_{n+1} take over for R_n by default; the others wait
             longer and take over only if it does not.
@@ -80,6 +87,9 @@ class ClusterConfig:
     election_margin_ticks: int = 1
     election_jitter_ticks: int = 4
     successor_stagger_ticks: int = 15
+    tick_ms: float = 10.0
+    suspect_rtts: int = 3
+    suspect_min_ticks: int = 3
     candidate_timeout_ticks: int = 40
     recover_ticks: int = 60
     recovery_batch_max: int = 64
@@ -107,6 +117,8 @@ class ClusterConfig:
             "lease_ticks",
             "election_margin_ticks",
             "successor_stagger_ticks",
+            "suspect_rtts",
+            "suspect_min_ticks",
             "candidate_timeout_ticks",
             "recover_ticks",
             "recovery_batch_max",
@@ -118,6 +130,8 @@ class ClusterConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        if not isinstance(self.tick_ms, (int, float)) or not self.tick_ms > 0:
+            raise ConfigError(f"tick_ms must be > 0, got {self.tick_ms!r}")
         if self.lease_ticks < self.heartbeat_ticks:
             raise ConfigError(
                 f"lease_ticks ({self.lease_ticks}) must be >= heartbeat_ticks "

@@ -41,6 +41,7 @@ Rules this module keeps
    included, pitfall 5).
 """
 
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -107,7 +108,7 @@ _NO_BALLOT = -1
 class _CInstance:
     """One C-instance as this replica knows it (acceptor and, if own, leader state)."""
 
-    __slots__ = ("acks", "ballot", "commands", "committed", "promised", "sent_tick")
+    __slots__ = ("acks", "ballot", "commands", "committed", "promised", "sent_tick", "started_tick")
 
     def __init__(self) -> None:
         self.promised: Ballot = _NO_BALLOT
@@ -116,8 +117,9 @@ class _CInstance:
         self.committed = False
         #: Leader only: replicas that accepted ``ballot`` (self included).
         self.acks: set[ReplicaId] | None = None
-        #: Leader only: tick of the last (re)transmission.
+        #: Leader only: tick of the last (re)transmission, and of the first.
         self.sent_tick = 0
+        self.started_tick = 0
 
 
 @dataclass(slots=True)
@@ -244,6 +246,7 @@ class Replica:
         # Failure detection and the sequencer lease, in ticks of this replica.
         self._lease_until = 0
         self._last_hb_tick = 0
+        self._seq_contact_tick = 0
         self._election_jitter = self._rng.randint(0, config.election_jitter_ticks)
         self._hb_sent_tick = -config.heartbeat_ticks
         self._lease_grants: dict[int, set[ReplicaId]] = {}
@@ -387,6 +390,8 @@ class Replica:
             if src in self._suspected:
                 self._suspected.discard(src)
                 self._recompute_proximity()
+            if src == self.sequencer and view == self.view:
+                self._seq_contact_tick = self._now
             if type(message) in _ELECTION_MESSAGES:
                 handler(message)  # they carry the view being elected
                 return
@@ -527,7 +532,7 @@ class Replica:
             inst.promised = inst.ballot = self._own_ballot
             inst.commands = commands
             inst.acks = {me}
-            inst.sent_tick = self._now
+            inst.sent_tick = inst.started_tick = self._now
             self._c[me][index] = inst
             self._c_max[me] = index
             self._inflight[index] = commands
@@ -1176,7 +1181,21 @@ class Replica:
             return now - self._voted_tick >= cfg.candidate_timeout_ticks + stagger
         if self.is_sequencer:
             return False
-        return now - self._last_hb_tick >= cfg.lease_ticks + cfg.election_margin_ticks + stagger
+        if now - self._last_hb_tick >= cfg.lease_ticks + cfg.election_margin_ticks + stagger:
+            return True
+        # Early: our oldest unordered C-instance has waited several round trips to
+        # the sequencer, and the sequencer has been silent all that time.
+        if not self._inflight:
+            return False
+        first = next(iter(self._inflight))
+        if first < self._own_safe_count:
+            return False
+        rtt_ms = self._rtt_ms[self.sequencer]
+        if rtt_ms is None:
+            return False
+        wait = max(cfg.suspect_min_ticks, math.ceil(cfg.suspect_rtts * rtt_ms / cfg.tick_ms))
+        quiet_since = max(self._seq_contact_tick, self._c[self.id][first].started_tick)
+        return now - quiet_since >= wait + stagger
 
     def _start_view_change(self) -> None:
         """Become a candidate for the next view (paper section 3.3, "V-request")."""
@@ -1241,6 +1260,7 @@ class Replica:
         self._trace("HandleVRequest", view=m.view, candidate=m.src)
         self._send_vote(m)
         self._freeze_older_views()
+        self._resync_toward(m.src)
 
     def _send_vote(self, m: VRequest) -> None:
         vote = Vote(
@@ -1465,6 +1485,25 @@ class Replica:
             self._want(self.id, last)
         else:
             self._send_c_request(last)
+
+    def _resync_toward(self, candidate: ReplicaId) -> None:
+        """Right after voting: our stuck C-instances go out again in the new view,
+        and the candidate we voted for (the likely winner) hears what to order.
+        Sent behind the vote, they reach the candidate as it wins."""
+        if not self._inflight:
+            return
+        log = self._c[self.id]
+        for index in self._inflight:
+            inst = log[index]
+            if not inst.committed and inst.acks is not None and inst.commands is not None:
+                msg = CAccept(self.id, self.view, self.id, index, inst.ballot, inst.commands)
+                for p in self._c_quorum:
+                    if p not in inst.acks:
+                        self._messages.append((p, msg))
+        last = next(reversed(self._inflight))
+        if candidate not in self._c_quorum:
+            msg2 = CRequest(self.id, self.view, self.id, last, self._o_known_upto)
+            self._messages.append((candidate, msg2))
 
     def _on_stale(self, m: Message) -> None:
         """A message from an older view. The sequencer tells the sender where we are."""
