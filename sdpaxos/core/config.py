@@ -1,14 +1,31 @@
 """Cluster configuration: who the replicas are, and a named limit on every window.
 
-All durations are in ticks (``*_ticks``): the core has no clock, and the driver
-decides how long a tick is. Validation happens once, at construction, so a bad
+Durations are configured in milliseconds (``*_ms``) and turned into whole ticks
+(``*_ticks``) once, with the driver's ``tick_ms``: the core itself has no clock.
+Validation happens once, at construction, so a bad
 configuration is a clear :class:`ConfigError` and never a protocol surprise.
 """
 
+import math
 from dataclasses import dataclass, field
 
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.core.types import REPLICAS_MAX, ReplicaId
+
+_DURATIONS_MS = (
+    "retransmit_ms",
+    "learn_ms",
+    "heartbeat_ms",
+    "lease_ms",
+    "lease_drift_ms",
+    "election_margin_ms",
+    "election_jitter_ms",
+    "successor_stagger_ms",
+    "suspect_min_ms",
+    "candidate_timeout_ms",
+    "recover_ms",
+)
+_MAY_BE_ZERO = frozenset({"lease_drift_ms", "election_jitter_ms", "election_margin_ms"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,34 +53,37 @@ class ClusterConfig:
         o_accept_values_max: most O-instance values in one O-accept.
         c_index_window_max: a C-accept more than this far beyond what a replica has
             executed of that owner is rejected as impossible.
-        retransmit_ticks: how long a command leader waits for acknowledgements
+        tick_ms: the nominal length of one ``tick()``. Durations below are given
+            in milliseconds, as the paper states them, and turned into whole
+            ticks once here (``*_ticks`` attributes); the core never reads a clock.
+        retransmit_ms: how long a command leader waits for acknowledgements
             before resending C-accepts and C-requests.
-        learn_ticks: how long execution may stay blocked before the replica asks
+        learn_ms: how long execution may stay blocked before the replica asks
             peers for the commits it is missing.
         learn_o_max: most committed O-instances sent in answer to one request.
-        heartbeat_ticks: how often the sequencer sends a heartbeat (lease renewal).
-        lease_ticks: how long a replica that answered a heartbeat promises not to
-            vote for another replica (the sequencer lease, section 3.5). At least
-            ``heartbeat_ticks``, so that a live sequencer's lease never lapses.
-        lease_drift_ticks: how much the sequencer shortens its view of the lease
-            to cover clock drift between replicas.
-        election_margin_ticks: after its lease lapsed without a heartbeat, how
-            long a replica waits before suspecting the sequencer.
-        election_jitter_ticks: random extra wait (drawn from the injected rng),
-            so that candidates rarely collide (paper appendix A).
-        tick_ms: the nominal length of a tick, used only to turn round-trip
-            times (ms) into tick timeouts; the core never reads a clock.
+        heartbeat_ms: how often the sequencer sends a heartbeat (lease renewal).
+            The paper's evaluation uses 500 ms.
+        lease_ms: how long a replica that answered a heartbeat promises not to
+            vote for another replica (the sequencer lease, section 3.5; 500 ms in
+            the paper). At least ``heartbeat_ms``, so that a live sequencer's
+            lease never lapses between heartbeats.
+        lease_drift_ms: how much the sequencer shortens its view of the lease to
+            cover clock drift between replicas.
+        election_margin_ms: after its lease lapsed without a heartbeat, how long
+            a replica waits before suspecting the sequencer.
+        election_jitter_ms: random extra wait (drawn from the injected rng), so
+            that candidates rarely collide (paper appendix A).
+        successor_stagger_ms: extra wait per rank after the old sequencer: the
+            paper lets R_{n+1} take over for R_n by default; the others wait
+            longer and take over only if it does not.
         suspect_rtts: a command leader waiting for the sequencer, and hearing
             nothing from it for this many round trips to it, runs for election
             early. Voters still wait for their leases, and a heartbeat cancels
             the candidacy, so a false alarm costs nothing.
-        suspect_min_ticks: lower bound of that early wait.
-        successor_stagger_ticks: extra wait per rank after the old sequencer:
-            the paper lets R_{n+1} take over for R_n by default; the others wait
-            longer and take over only if it does not.
-        candidate_timeout_ticks: a candidate without a majority retries in a
+        suspect_min_ms: lower bound of that early wait.
+        candidate_timeout_ms: a candidate without a majority retries in a
             higher view after this long.
-        recover_ticks: execution blocked this long on a C-instance starts the
+        recover_ms: execution blocked this long on a C-instance starts the
             recovery of that C-instance (Paxos phase 1, no-op if nothing found).
         recovery_batch_max: most C-instances recovered by one prepare.
     """
@@ -78,21 +98,32 @@ class ClusterConfig:
     propose_queue_max: int = 100_000
     o_accept_values_max: int = 4096
     c_index_window_max: int = 1 << 20
-    retransmit_ticks: int = 30
-    learn_ticks: int = 30
-    learn_o_max: int = 4096
-    heartbeat_ticks: int = 50
-    lease_ticks: int = 50
-    lease_drift_ticks: int = 2
-    election_margin_ticks: int = 1
-    election_jitter_ticks: int = 4
-    successor_stagger_ticks: int = 15
     tick_ms: float = 10.0
+    retransmit_ms: float = 300.0
+    learn_ms: float = 300.0
+    learn_o_max: int = 4096
+    heartbeat_ms: float = 500.0
+    lease_ms: float = 500.0
+    lease_drift_ms: float = 20.0
+    election_margin_ms: float = 10.0
+    election_jitter_ms: float = 40.0
+    successor_stagger_ms: float = 150.0
     suspect_rtts: int = 3
-    suspect_min_ticks: int = 3
-    candidate_timeout_ticks: int = 40
-    recover_ticks: int = 60
+    suspect_min_ms: float = 30.0
+    candidate_timeout_ms: float = 400.0
+    recover_ms: float = 600.0
     recovery_batch_max: int = 64
+    retransmit_ticks: int = field(init=False, repr=False, compare=False)
+    learn_ticks: int = field(init=False, repr=False, compare=False)
+    heartbeat_ticks: int = field(init=False, repr=False, compare=False)
+    lease_ticks: int = field(init=False, repr=False, compare=False)
+    lease_drift_ticks: int = field(init=False, repr=False, compare=False)
+    election_margin_ticks: int = field(init=False, repr=False, compare=False)
+    election_jitter_ticks: int = field(init=False, repr=False, compare=False)
+    successor_stagger_ticks: int = field(init=False, repr=False, compare=False)
+    suspect_min_ticks: int = field(init=False, repr=False, compare=False)
+    candidate_timeout_ticks: int = field(init=False, repr=False, compare=False)
+    recover_ticks: int = field(init=False, repr=False, compare=False)
     _majority: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -110,35 +141,29 @@ class ClusterConfig:
             "propose_queue_max",
             "o_accept_values_max",
             "c_index_window_max",
-            "retransmit_ticks",
-            "learn_ticks",
             "learn_o_max",
-            "heartbeat_ticks",
-            "lease_ticks",
-            "election_margin_ticks",
-            "successor_stagger_ticks",
             "suspect_rtts",
-            "suspect_min_ticks",
-            "candidate_timeout_ticks",
-            "recover_ticks",
             "recovery_batch_max",
         ):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if type(value) is not int or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("lease_drift_ticks", "election_jitter_ticks"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
         if not isinstance(self.tick_ms, (int, float)) or not self.tick_ms > 0:
             raise ConfigError(f"tick_ms must be > 0, got {self.tick_ms!r}")
-        if self.lease_ticks < self.heartbeat_ticks:
+        for name in _DURATIONS_MS:
+            value = getattr(self, name)
+            floor = 0 if name in _MAY_BE_ZERO else 1
+            if not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(f"{name} must be a number of milliseconds >= 0, got {value!r}")
+            ticks = max(floor, math.ceil(value / self.tick_ms - 1e-9))
+            object.__setattr__(self, name.removesuffix("_ms") + "_ticks", ticks)
+        if self.lease_ms < self.heartbeat_ms:
             raise ConfigError(
-                f"lease_ticks ({self.lease_ticks}) must be >= heartbeat_ticks "
-                f"({self.heartbeat_ticks}), or a live sequencer's lease lapses between heartbeats"
+                f"lease_ms ({self.lease_ms}) must be >= heartbeat_ms ({self.heartbeat_ms}),"
+                " or a live sequencer's lease lapses between heartbeats"
             )
         if self.lease_drift_ticks >= self.lease_ticks:
-            raise ConfigError("lease_drift_ticks must be smaller than lease_ticks")
+            raise ConfigError("lease_drift_ms must be smaller than lease_ms")
         if self.rtt_ms is not None:
             if len(self.rtt_ms) != n or any(len(row) != n for row in self.rtt_ms):
                 raise ConfigError(f"rtt_ms must be an {n}x{n} matrix")

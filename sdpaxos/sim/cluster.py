@@ -201,7 +201,8 @@ class SimCluster:
             replicas=n,
             sequencer=sequencer,
             rtt_ms=profile.replica_rtt_ms() if configured_proximity else None,
-            **(config_overrides or {}),
+            # The core's timeouts are milliseconds turned into ticks of this length.
+            **{"tick_ms": tick_ms, **(config_overrides or {})},
         )
         self.tick_us = round(tick_ms * 1000)
         self.probe_us = round(probe_ms * 1000)

@@ -350,7 +350,7 @@ def test_propose_rejects_non_commands() -> None:
         {"replicas": 0},
         {"replicas": 3, "sequencer": 3},
         {"replicas": 3, "c_batch_max": 0},
-        {"replicas": 3, "retransmit_ticks": -1},
+        {"replicas": 3, "retransmit_ms": -1},
         {"replicas": 3, "rtt_ms": ((0, 1), (1, 0))},
         {"replicas": 3, "rtt_ms": ((0, 1, 2), (1, 0, 2), (2, -2, 0))},
     ],
