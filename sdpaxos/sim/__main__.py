@@ -40,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sequencer", default=None, help="region of the sequencer (default: first)")
     p.add_argument("--commands", type=int, default=100, help="commands issued per region")
     p.add_argument("--clients-per-region", type=int, default=1)
+    p.add_argument(
+        "--client-retry-ms",
+        type=float,
+        default=None,
+        help="re-propose a command not READY after this long (default: never)",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--tick-ms", type=float, default=10.0, help="virtual time per core tick")
     p.add_argument("--jitter-ms", type=float, default=0.0, help="max extra one-way delay")
@@ -112,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sequencer=sequencer,
         commands_per_region=args.commands,
         clients_per_region=args.clients_per_region,
+        client_retry_ms=args.client_retry_ms,
         network=network,
         tick_ms=args.tick_ms,
         configured_proximity=not args.no_rtt_config,

@@ -80,6 +80,7 @@ def run_closed_loop(
     sequencer: int = 0,
     commands_per_region: int = 100,
     clients_per_region: int = 1,
+    client_retry_ms: float | None = None,
     network: NetworkConfig | None = None,
     tick_ms: float = 10.0,
     configured_proximity: bool = True,

@@ -6,8 +6,10 @@ leader*, from ``propose`` to the READY reply, in virtual time: the client hop
 (the profile's diagonal) is left out, as in PROTOCOL.md section 8.4, but it
 still spaces a client's commands (reply hop + request hop).
 
-A client whose replica is down when its command is due stalls (it does not fail
-over): fault-injection runs decide what clients do about crashes.
+A client does not fail over to another replica. With ``retry_ms`` set it
+re-proposes the same ``(client_id, seq)`` at its replica when no READY came in
+that long (e.g. the replica crashed and restarted); the core's exactly-once
+table makes the retry safe. Without it a client whose replica is down stalls.
 """
 
 import math
@@ -79,6 +81,8 @@ class ClosedLoopClients:
     regions: list[ReplicaId] | None = None
     payload_bytes: int = 16
     wait: Wait = Wait.READY
+    retry_ms: float | None = None
+    retries: int = 0
     latencies_us: dict[ReplicaId, list[int]] = field(default_factory=dict)
     _clients: dict[int, _Client] = field(default_factory=dict)
     _issued: int = 0
@@ -87,6 +91,8 @@ class ClosedLoopClients:
     def __post_init__(self) -> None:
         if not 1 <= self.clients_per_region <= CLIENTS_PER_REGION_MAX:
             raise ValueError(f"clients_per_region must be in 1..{CLIENTS_PER_REGION_MAX}")
+        if self.retry_ms is not None and not self.retry_ms > 0:
+            raise ValueError("retry_ms must be > 0")
         if self.commands_per_region < 0:
             raise ValueError("commands_per_region must be >= 0")
         regions = list(range(self.cluster.n)) if self.regions is None else list(self.regions)
@@ -127,6 +133,21 @@ class ClosedLoopClients:
         command = Command(client.client_id, client.seq, payload)
         self._issued += 1
         self.cluster.propose_at(at_us, client.replica, command, self.wait)
+        if self.retry_ms is not None:
+            self._arm_retry(client, command, at_us)
+
+    def _arm_retry(self, client: _Client, command: Command, from_us: int) -> None:
+        assert self.retry_ms is not None
+        at_us = from_us + round(self.retry_ms * 1000)
+
+        def retry() -> None:
+            if client.seq != command.seq or client.done >= command.seq:
+                return  # answered meanwhile
+            self.retries += 1
+            self.cluster.propose_at(self.cluster.now_us, client.replica, command, self.wait)
+            self._arm_retry(client, command, self.cluster.now_us)
+
+        self.cluster.call_at(at_us, retry, "client-retry")
 
     def _on_propose(self, replica: ReplicaId, command: Command, now_us: int) -> None:
         client = self._clients.get(command.client_id)

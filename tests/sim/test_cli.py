@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,17 @@ def test_progress_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     captured = capsys.readouterr()
     assert "commands ready at" in captured.err
     json.loads(captured.out)
+
+
+def test_output_does_not_depend_on_python_hash_seed() -> None:
+    """str hashing is randomised per process; a run must not notice."""
+    argv = [sys.executable, "-m", "sdpaxos.sim", "--profile", "paper5", "--commands", "15"]
+    argv += ["--seed", "7", "--jitter-ms", "30", "--drop", "0.05", "--dup", "0.05"]
+    argv += ["--datagram", "--json", "--quiet"]
+    outs = set()
+    for hash_seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+        outs.add(done.stdout)
+    assert len(outs) == 1
+    assert json.loads(outs.pop())["checkers"]["ok"] is True
