@@ -42,3 +42,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def seed() -> int:
     """A fixed seed (override with ``SDPAXOS_SEED``) so failures replay exactly."""
     return int(os.environ.get("SDPAXOS_SEED", "1"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run only when selected (``-m slow``), never in CI by default."""
+    if "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: select with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
