@@ -429,7 +429,7 @@ class Replica:
                 self._send_v_requests()
         elif self._should_suspect_sequencer():
             self._start_view_change()
-        if self._deferred_vote is not None and now >= self._lease_until:
+        if self._deferred_vote is not None and self._may_vote_for_another():
             request, self._deferred_vote = self._deferred_vote, None
             if request.view > self.view:
                 self._vote(request)
@@ -762,7 +762,10 @@ class Replica:
         while k < limit and (ballots[k] == view or committed[k]):
             k += 1
         self._o_known_upto = k
-        self._o_acked[self.id] = k if not self.is_sequencer else len(self._o_owner)
+        mine = len(self._o_owner) if self.is_sequencer else k
+        if mine != self._o_acked[self.id]:
+            self._o_acked[self.id] = mine
+            self._o_acked_dirty = True
 
     def _check_c_instance(self, owner: ReplicaId, index: int) -> None:
         if type(owner) is not int or not 0 <= owner < self._n:
@@ -1167,6 +1170,22 @@ class Replica:
 
     # ---------------------------------------------------------- view change
 
+    def _may_vote_for_another(self) -> bool:
+        """Our lease has run out and we too have missed the sequencer's heartbeats.
+
+        The lease alone is not enough: with lease = heartbeat period (the paper's
+        500 ms each), a voter's lease lapses for one network delay every period,
+        and a replica cut off from a live sequencer would win in that gap. Asking
+        that the voter suspect the sequencer too is the pre-vote idea of Raft.
+        """
+        now = self._now
+        if now < self._lease_until:
+            return False
+        if self.sequencer is None or self.is_sequencer:
+            return True
+        cfg = self.config
+        return now - self._last_hb_tick >= cfg.lease_ticks + cfg.election_margin_ticks
+
     def _rank(self, replica: ReplicaId) -> int:
         """0 for the replica right after the old sequencer (the paper's R_{n+1})."""
         return (replica - self._est_seq - 1) % self._n
@@ -1237,8 +1256,9 @@ class Replica:
         c = self._candidate
         if c is not None and c.view >= m.view and self._rank(self.id) <= self._rank(m.src):
             return  # we run for this view ourselves and take precedence
-        if self._now < self._lease_until and m.src != self.sequencer:
-            # We promised the sequencer not to vote for anyone else yet (section 3.5).
+        if not self._may_vote_for_another() and m.src != self.sequencer:
+            # We promised the sequencer not to vote for anyone else yet (section 3.5),
+            # or we still hear from it and so do not share the suspicion.
             if self._deferred_vote is None or m.view >= self._deferred_vote.view:
                 self._deferred_vote = m
             self._trace("DeferVote", view=m.view, candidate=m.src)

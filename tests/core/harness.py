@@ -59,6 +59,45 @@ class Net:
             net.executed.append([])
         return net
 
+    down: set[int] = field(default_factory=set)
+    cut: set[tuple[int, int]] = field(default_factory=set)
+
+    def crash(self, r: int) -> None:
+        """Stop ``r``: its volatile state is gone, its storage stays."""
+        self.down.add(r)
+        self.pending = [p for p in self.pending if r not in (p[0], p[1])]
+
+    def restart(self, r: int) -> None:
+        """Rebuild ``r`` from exactly what it made durable, with a fresh state machine."""
+        self.down.discard(r)
+        sm = Register()
+        self.machines[r] = sm
+        self.replicas[r] = Replica(
+            self.config,
+            r,
+            sm,
+            rng=random.Random(100 + r),
+            observe=True,
+            records=self.storages[r].load(),
+        )
+        self.executed[r] = []
+        self.flush(r)
+
+    def partition(self, a: set[int], b: set[int]) -> None:
+        self.cut |= {(x, y) for x in a for y in b} | {(y, x) for x in a for y in b}
+
+    def heal(self) -> None:
+        self.cut.clear()
+
+    def _alive_link(self, src: int, dst: int) -> bool:
+        return src not in self.down and dst not in self.down and (src, dst) not in self.cut
+
+    def run(self, ticks: int) -> None:
+        """Alternate one tick everywhere and delivering everything deliverable."""
+        for _ in range(ticks):
+            self.tick()
+            self.deliver_all()
+
     def flush(self, r: int) -> None:
         rd = self.replicas[r].ready()
         self.storages[r].append(rd.persist)
@@ -91,6 +130,8 @@ class Net:
             n += 1
             assert n < limit, "no quiescence"
             src, dst, msg = self.pending.pop(0)
+            if not self._alive_link(src, dst):
+                continue
             if keep is not None and not keep(src, dst, msg):
                 continue
             self.replicas[dst].step(msg)
@@ -100,6 +141,8 @@ class Net:
     def tick(self, times: int = 1) -> None:
         for _ in range(times):
             for r, rep in enumerate(self.replicas):
+                if r in self.down:
+                    continue
                 rep.tick()
                 self.flush(r)
 

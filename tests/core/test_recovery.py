@@ -1,0 +1,272 @@
+"""Recovery: the view change, C-instance recovery, restart, fencing and the lease.
+
+Scenario tests drive the explicit-delivery harness with crashes and partitions;
+the rebuild rule (paper Fig. 7) is also tested on its own.
+"""
+
+from sdpaxos.core import CAccept, ClusterConfig, Command, Replica, Wait
+from sdpaxos.core.messages import Heartbeat, VRequest
+from sdpaxos.core.storage import ViewPromised
+from sdpaxos.core.types import NO_CL_VALUE
+from sdpaxos.core.view_change import VoteState, rebuild_assignment_log
+from tests.core.harness import PAPER3_RTT_MS, PAPER5_RTT_MS, Net, Register
+
+# ------------------------------------------------------------------ the rebuild rule
+
+
+def vote(entries: list[tuple[int, int, int, int]], c_max: tuple[int, ...]) -> VoteState:
+    return VoteState(tuple(entries), c_max)
+
+
+def test_rebuild_takes_the_highest_ballot_and_fills_holes_with_no_cl() -> None:
+    """Section 3.3: "picks the value with the highest ballot"; holes become no-cl (N = 3)."""
+    votes = {
+        1: vote([(0, 0, 2, 1), (2, 0, 1, 1)], (-1, 0, 0)),
+        2: vote([(0, 1, 1, 1)], (-1, 0, 0)),
+    }
+    values = rebuild_assignment_log(
+        replicas=3, o_from=0, votes=votes, old_sequencer=0, covered_before=[0, 0, 0]
+    )
+    assert values == [(1, 1), NO_CL_VALUE, (1, 1)]
+
+
+def test_rebuild_fig6_infers_the_untraceable_replica_in_the_hole() -> None:
+    """Section 3.3, Fig. 6 (N = 5): R0 (old sequencer) and R1 fail. The new sequencer
+    traces R0 (through R2), R2, R3 and R4 and "retries for R1 in the hole"."""
+    c_max = (0, 0, 0, 0, 0)  # every replica's C-instance 0 was accepted by some voter
+    votes = {
+        2: vote([(0, 0, 0, 1), (2, 0, 2, 1)], c_max),
+        3: vote([(3, 0, 3, 1)], c_max),
+        4: vote([(4, 0, 4, 1)], c_max),
+    }
+    values = rebuild_assignment_log(
+        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0] * 5
+    )
+    assert values == [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]
+
+
+def test_rebuild_inference_is_bounded_by_c_max_and_then_uses_no_cl() -> None:
+    """Fig. 7 lines 32-38: only C[m]+1 C-instances of R_m are placed; later holes are no-cl."""
+    votes = {
+        2: vote([(3, 0, 2, 1)], (-1, 0, 0, -1, -1)),
+        3: vote([(4, 0, 3, 1)], (-1, 0, 0, 0, -1)),
+        4: vote([], (-1, -1, -1, -1, -1)),
+    }
+    values = rebuild_assignment_log(
+        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0] * 5
+    )
+    assert values == [(1, 1), NO_CL_VALUE, NO_CL_VALUE, (2, 1), (3, 1)]
+
+
+def test_rebuild_inference_appends_when_there_is_no_hole() -> None:
+    """An accepted but untraced C-instance of R_m, with no hole left, goes after the log."""
+    votes = {
+        2: vote([(0, 0, 2, 1)], (-1, 1, 0, -1, -1)),
+        3: vote([], (-1, 1, -1, -1, -1)),
+        4: vote([], (-1, -1, -1, -1, -1)),
+    }
+    values = rebuild_assignment_log(
+        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0, 1, 0, 0, 0]
+    )
+    # R1's C-instance 0 is covered below o_from; C-instance 1 needs a slot.
+    assert values == [(2, 1), (1, 1)]
+
+
+def test_rebuild_needs_no_inference_when_the_old_sequencer_voted() -> None:
+    votes = {
+        0: vote([(0, 0, 1, 1), (2, 0, 3, 1)], (-1, 0, -1, 0, -1)),
+        2: vote([], (-1, 0, -1, 0, -1)),
+        4: vote([], (-1, 0, -1, 0, -1)),
+    }
+    values = rebuild_assignment_log(
+        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0] * 5
+    )
+    assert values == [(1, 1), NO_CL_VALUE, (3, 1)]
+
+
+# -------------------------------------------------------------- sequencer failover
+
+
+def run_commands(net: Net, leaders: list[int], client_base: int, ticks: int = 400) -> None:
+    for k, r in enumerate(leaders):
+        net.propose(r, client_base + k, 1, b"c%d" % (client_base + k))
+    net.run(ticks)
+
+
+def assert_agree(net: Net) -> list[tuple[int, int]]:
+    live = [r for r in range(len(net.replicas)) if r not in net.down]
+    first = net.executed_ids(live[0])
+    for r in live:
+        assert net.executed_ids(r) == first, f"replica {r} diverges"
+    return first
+
+
+def test_n3_sequencer_crash_elects_the_successor_and_service_resumes() -> None:
+    """Section 3.3: a failed sequencer is replaced by a view change (R_{n+1} by default)."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    run_commands(net, [0, 1, 2], 10, ticks=5)
+    net.crash(0)
+    run_commands(net, [1, 2], 20, ticks=300)
+    assert net.replicas[1].sequencer == 1 and net.replicas[1].view >= 1
+    assert net.replicas[2].sequencer == 1
+    executed = assert_agree(net)
+    for c in (10, 11, 12, 20, 21):
+        assert (c, 1) in executed
+    assert net.replicas[1].stats.views_won == 1
+
+
+def test_n5_sequencer_and_a_leader_crash_together_and_ready_commands_survive() -> None:
+    """Section 3.3 (N = 5): the old sequencer and R_m fail at once; R_m's ready command
+    keeps its place because the new sequencer infers R_m's O-instances."""
+    net = Net.build(5, sequencer=0, rtt_ms=PAPER5_RTT_MS)
+    # R3 (IRE) commits a command; only it and the sequencer accept its O-instance.
+    net.propose(3, 30, 1, b"ire")
+    net.deliver_all(keep=lambda s, d, m: type(m).__name__ != "OCommit" or s != 3)
+    assert net.ready_ids(3) == [(30, 1)]
+    # A later command of R1 is ready after it (real-time order must hold).
+    net.propose(1, 10, 1, b"or")
+    net.deliver_all(keep=lambda s, d, m: type(m).__name__ != "OCommit" or s != 3)
+    assert net.ready_ids(1) == [(10, 1)]
+    net.crash(0)
+    net.crash(3)
+    net.run(400)
+    executed = assert_agree(net)
+    assert executed[:2] == [(30, 1), (10, 1)], executed
+    new_seq = net.replicas[1].sequencer
+    assert new_seq is not None and new_seq != 0
+
+
+def test_old_view_c_accepts_are_fenced_after_a_view_change() -> None:
+    """Pitfall 5 / appendix A.7: after voting, old-view C-accepts are rejected."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    net.crash(0)
+    net.run(200)
+    rep = net.replicas[2]
+    assert rep.view >= 1
+    stale_before = rep.stats.stale
+    rep.step(CAccept(0, 0, 0, 5, 0, (Command(9, 1, b"old"),)))
+    assert rep.stats.stale == stale_before + 1
+    assert 5 not in rep._c[0]
+
+
+def test_voter_defers_its_vote_while_its_lease_runs() -> None:
+    """Section 3.5: a replica that granted a lease never votes for another replica before
+    the lease expires; it votes once it has."""
+    cfg = ClusterConfig(replicas=3, sequencer=0)
+    rep = Replica(cfg, 2, Register())
+    rep.step(Heartbeat(0, 0, 0, 0))
+    rep.ready()
+    rep.step(VRequest(1, 1, 0))
+    assert rep.view == 0 and not [m for _, m in rep.ready().messages]
+    # It votes once its lease has run out and it has itself missed the heartbeats.
+    for _ in range(cfg.lease_ticks + cfg.election_margin_ticks - 1):
+        rep.tick()
+    assert rep.view == 0
+    rep.tick()
+    rd = rep.ready()
+    assert rep.view == 1
+    assert [type(m).__name__ for _, m in rd.messages] == ["Vote"]
+    assert ViewPromised(1, -1) in rd.persist
+
+
+def test_a_heartbeat_cancels_a_deferred_vote() -> None:
+    cfg = ClusterConfig(replicas=3, sequencer=0)
+    rep = Replica(cfg, 2, Register())
+    rep.step(Heartbeat(0, 0, 0, 0))
+    rep.step(VRequest(1, 1, 0))
+    for _ in range(cfg.lease_ticks // 2):
+        rep.tick()
+    rep.step(Heartbeat(0, 0, 0, 25))  # the sequencer is alive after all
+    for _ in range(cfg.lease_ticks * 3):
+        rep.tick()
+        if rep._now % cfg.heartbeat_ticks == 0:
+            rep.step(Heartbeat(0, 0, 0, rep._now))
+    assert rep.view == 0 and rep.sequencer == 0
+
+
+def test_a_false_suspicion_does_not_depose_a_live_sequencer() -> None:
+    """One replica cut off from the sequencer cannot win: the others' leases hold."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    net.partition({0}, {2})
+    run_commands(net, [1], 10, ticks=300)
+    assert net.replicas[1].view == 0 and net.replicas[1].sequencer == 0
+    assert net.replicas[0].is_sequencer
+
+
+# ------------------------------------------------------------- C-instance recovery
+
+
+def test_a_crashed_leaders_committed_o_instance_gets_its_c_instance_recovered() -> None:
+    """Section 3.3: "another can recover all of its committed C-instances simply by
+    executing the Prepare phase"; execution does not block on a dead leader."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    net.propose(2, 20, 1, b"oh")
+    # OH's C-accept reaches CA; the C-commits never leave OH before it dies.
+    net.deliver_all(keep=lambda s, d, m: not (s == 2 and type(m).__name__ == "CCommit"))
+    net.crash(2)
+    net.propose(1, 10, 1, b"or")
+    net.run(300)
+    executed = assert_agree(net)
+    assert (20, 1) in executed and (10, 1) in executed
+    recovered = sum(net.replicas[r].stats.c_instances_recovered for r in (0, 1))
+    assert recovered >= 1
+
+
+def test_an_untraceable_c_instance_is_recovered_as_a_no_op() -> None:
+    """Section 3.3: "In each C-instance in which no command is traced, a special no-op
+    command ... will be proposed"."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    # OH's C-request reaches the sequencer, but its C-accept reaches no one.
+    net.propose(2, 20, 1, b"lost")
+    net.deliver_all(keep=lambda s, d, m: not (s == 2 and type(m).__name__ == "CAccept"))
+    net.crash(2)
+    net.propose(1, 10, 1, b"or")
+    net.run(300)
+    executed = assert_agree(net)
+    assert (20, 1) not in executed and (10, 1) in executed
+    slot0 = [e for e in net.executed[0]]
+    assert all(e.command.client_id != 20 for e in slot0)
+
+
+def test_a_live_leader_whose_instance_became_a_no_op_proposes_again_exactly_once() -> None:
+    """A leader cut off long enough to be recovered keeps its commands: it re-proposes
+    them, and (client id, seq) makes the result exactly-once."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    net.propose(2, 20, 1, b"mine", wait=Wait.EXECUTED)
+    net.deliver_all(keep=lambda s, d, m: not (s == 2 and type(m).__name__ == "CAccept"))
+    net.partition({2}, {0, 1})
+    net.propose(1, 10, 1, b"or")
+    net.run(200)
+    net.heal()
+    net.run(300)
+    executed = assert_agree(net)
+    assert executed.count((20, 1)) == 1
+    assert [r.kind for r in net.replies[2]] == [1]  # EXECUTED, once
+
+
+# ------------------------------------------------------------------------ restart
+
+
+def test_a_restarted_replica_rebuilds_from_durable_state_and_catches_up() -> None:
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    run_commands(net, [0, 1, 2], 10, ticks=5)
+    net.crash(2)
+    run_commands(net, [0, 1], 20, ticks=5)
+    net.restart(2)
+    run_commands(net, [0, 1, 2], 30, ticks=300)
+    executed = assert_agree(net)
+    assert len(executed) == 8
+    assert net.machines[2].log == net.machines[0].log
+
+
+def test_a_restarted_sequencer_does_not_resume_sequencing_blindly() -> None:
+    """A sequencer that crashed forgot allocations it made after its last durable record:
+    it must not hand out slots again; it rejoins through a view change."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    run_commands(net, [1, 2], 10, ticks=5)
+    net.crash(0)
+    net.restart(0)
+    assert not net.replicas[0].is_sequencer
+    run_commands(net, [0, 1, 2], 20, ticks=400)
+    executed = assert_agree(net)
+    assert len(executed) == 5
