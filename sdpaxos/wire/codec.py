@@ -1,0 +1,521 @@
+"""Bytes <-> protocol messages, with msgpack.
+
+Format of one encoded message::
+
+    VERSION (1 byte) | msgpack array [tag, field_1, field_2, ...]
+
+and of a batch (several messages merged into one frame for one peer)::
+
+    VERSION (1 byte) | msgpack array [[tag, ...], [tag, ...], ...]
+
+``tag`` is the class's index in :data:`sdpaxos.core.messages.MESSAGE_TYPES`
+(append-only, so tags never move). Fields are positional in dataclass order:
+no field names on the wire, because these messages are small and frequent.
+A :class:`~sdpaxos.core.types.Command` is ``[client_id, seq, payload]`` with
+``payload`` as msgpack ``bin``.
+
+Why table-driven: others append message classes to ``MESSAGE_TYPES``. Each
+class's field list comes from :func:`dataclasses.fields` and
+:func:`typing.get_type_hints`, and each field annotation is looked up in
+:data:`_FIELD_CODECS`. A new class therefore needs nothing here; a field of a
+new *type* needs one entry in that table (import fails loudly until it has one).
+
+Why generated code: encode and decode sit on the hot path of the simulator and
+the network runtime. At import we compile one small encoder and one decoder per
+class (as :mod:`dataclasses` itself does for ``__init__``): integer fields are
+checked inline with ``type(x) is int`` (which also rejects ``bool``) instead of a
+generic per-field loop of calls.
+
+Why strict: decoding is a trust boundary. Every malformed input (bad version,
+unknown tag, wrong arity, wrong field type, trailing or missing bytes, over a
+size limit) raises :class:`CodecError` and nothing else, and no half-built
+message ever escapes. Encoding is checked too (ints must be real ints within
+msgpack's 64-bit range, the result must fit a frame) so that whatever
+:func:`encode` accepts, :func:`decode` gives back equal. Range checks on values
+(negative slot, unknown replica) are the core's job, not the codec's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type hints
+
+from sdpaxos.core.messages import MESSAGE_TYPES, Message
+from sdpaxos.core.types import Command
+
+__all__ = [
+    "ARRAY_ITEMS_MAX",
+    "FRAME_BYTES_MAX",
+    "MESSAGES_PER_BATCH_MAX",
+    "VERSION",
+    "CodecError",
+    "decode",
+    "decode_batch",
+    "encode",
+    "encode_batch",
+]
+
+#: Wire format version, the first byte of every encoded message or batch.
+VERSION = 1
+
+#: Largest encoded message or batch (and so largest frame), in bytes.
+FRAME_BYTES_MAX = 16 * 1024 * 1024
+
+#: Most messages one batch may carry.
+MESSAGES_PER_BATCH_MAX = 4096
+
+#: Most items in any one msgpack array (commands of a C-accept, values of an
+#: O-accept, ...). Bounds what one length header can make the decoder allocate.
+ARRAY_ITEMS_MAX = 1 << 20
+
+_VERSION_PREFIX = bytes([VERSION])
+_REPR_CHARS_MAX = 80
+
+
+class CodecError(ValueError):
+    """The bytes are not a valid encoding, or the message cannot be encoded.
+
+    The only exception :func:`decode` and :func:`decode_batch` raise, so a
+    transport can drop a bad frame from a peer with a single ``except``.
+    """
+
+
+def _short(value: object) -> str:
+    """``type: repr`` cut to a readable length, for error messages about peer data."""
+    text = repr(value)
+    if len(text) > _REPR_CHARS_MAX:
+        text = text[: _REPR_CHARS_MAX - 3] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+# --------------------------------------------------------------------------
+# Per-type field codecs, keyed by the field's annotation.
+# --------------------------------------------------------------------------
+
+
+class _FieldCodec(NamedTuple):
+    """How values of one field annotation go to and from msgpack.
+
+    ``to_wire`` checks a field value and returns something msgpack packs;
+    ``from_wire`` checks an unpacked value (arrays arrive as tuples) and returns
+    the field value. Both raise :class:`CodecError` on a mismatch.
+    """
+
+    description: str
+    to_wire: Callable[[Any], object]
+    from_wire: Callable[[object], object]
+
+
+def _check_int(value: object) -> object:
+    if type(value) is not int:
+        raise CodecError(f"expected int, got {_short(value)}")
+    return value
+
+
+def _check_items(value: tuple[object, ...]) -> None:
+    if len(value) > ARRAY_ITEMS_MAX:
+        raise CodecError(f"{len(value)} items exceed ARRAY_ITEMS_MAX ({ARRAY_ITEMS_MAX})")
+
+
+def _commands_to_wire(value: tuple[Command, ...]) -> object:
+    if type(value) is not tuple:
+        raise CodecError(f"expected tuple of Command, got {_short(value)}")
+    _check_items(value)
+    out = []
+    for command in value:
+        if type(command) is not Command:
+            raise CodecError(f"expected Command, got {_short(command)}")
+        client_id, seq, payload = command.client_id, command.seq, command.payload
+        if type(client_id) is not int or type(seq) is not int or type(payload) is not bytes:
+            raise CodecError(f"malformed {_short(command)}")
+        out.append((client_id, seq, payload))
+    return out
+
+
+def _commands_from_wire(value: object) -> tuple[Command, ...]:
+    if type(value) is not tuple:
+        raise CodecError(f"expected array of commands, got {_short(value)}")
+    out = []
+    for item in value:
+        if (
+            type(item) is not tuple
+            or len(item) != 3
+            or type(item[0]) is not int
+            or type(item[1]) is not int
+            or type(item[2]) is not bytes
+        ):
+            raise CodecError(f"expected [client_id, seq, payload(bin)], got {_short(item)}")
+        out.append(Command(item[0], item[1], item[2]))
+    return tuple(out)
+
+
+def _optional_commands_to_wire(value: tuple[Command, ...] | None) -> object:
+    return None if value is None else _commands_to_wire(value)
+
+
+def _optional_commands_from_wire(value: object) -> tuple[Command, ...] | None:
+    return None if value is None else _commands_from_wire(value)
+
+
+def _int_tuples_codec(arity: int) -> _FieldCodec:
+    """Codec for ``tuple[tuple[int, ...arity], ...]``: msgpack packs the tuples as they are."""
+
+    def to_wire(value: object) -> object:
+        if type(value) is not tuple:
+            raise CodecError(f"expected tuple, got {_short(value)}")
+        _check_items(value)
+        return from_wire(value)
+
+    def from_wire(value: object) -> object:
+        if type(value) is not tuple:
+            raise CodecError(f"expected array, got {_short(value)}")
+        for item in value:
+            if type(item) is not tuple or len(item) != arity:
+                raise CodecError(f"expected array of {arity} ints, got {_short(item)}")
+            for number in item:
+                if type(number) is not int:
+                    raise CodecError(f"expected array of {arity} ints, got {_short(item)}")
+        return value
+
+    return _FieldCodec(f"array of {arity}-int arrays", to_wire, from_wire)
+
+
+def _pairs_from_wire(value: object) -> object:
+    """Fast path of ``_int_tuples_codec(2).from_wire``: O-values are on every O-accept."""
+    if type(value) is not tuple:
+        raise CodecError(f"expected array, got {_short(value)}")
+    for item in value:
+        if (
+            type(item) is not tuple
+            or len(item) != 2
+            or type(item[0]) is not int
+            or type(item[1]) is not int
+        ):
+            raise CodecError(f"expected array of 2 ints, got {_short(item)}")
+    return value
+
+
+def _pairs_to_wire(value: object) -> object:
+    if type(value) is not tuple:
+        raise CodecError(f"expected tuple, got {_short(value)}")
+    _check_items(value)
+    return _pairs_from_wire(value)
+
+
+def _check_bool(value: object) -> object:
+    if type(value) is not bool:
+        raise CodecError(f"expected bool, got {_short(value)}")
+    return value
+
+
+#: Marker codec for plain ints; the generated code inlines its check.
+_INT = _FieldCodec("int", _check_int, _check_int)
+_BOOL = _FieldCodec("bool", _check_bool, _check_bool)
+_COMMANDS = _FieldCodec("array of commands", _commands_to_wire, _commands_from_wire)
+_OPTIONAL_COMMANDS = _FieldCodec(
+    "nil or array of commands", _optional_commands_to_wire, _optional_commands_from_wire
+)
+
+
+def _tuple_of(element: _FieldCodec) -> _FieldCodec:
+    """Codec for ``tuple[X, ...]`` from the codec of ``X``.
+
+    Generic, so a bit slower than the hand-written codecs above; those cover the
+    normal-case messages, this covers the rarer (view change, recovery) ones.
+    """
+    element_to_wire = element.to_wire
+    element_from_wire = element.from_wire
+    description = f"array of {element.description}"
+
+    def to_wire(value: object) -> object:
+        if type(value) is not tuple:
+            raise CodecError(f"expected tuple, got {_short(value)}")
+        _check_items(value)
+        return [element_to_wire(item) for item in value]
+
+    def from_wire(value: object) -> object:
+        if type(value) is not tuple:
+            raise CodecError(f"expected {description}, got {_short(value)}")
+        return tuple([element_from_wire(item) for item in value])
+
+    return _FieldCodec(description, to_wire, from_wire)
+
+
+#: One entry per field annotation used by any message class. Keys are the
+#: resolved annotations (type aliases such as ``Slot`` or ``OValue`` resolve to
+#: ``int`` and ``tuple[int, int]``).
+_FIELD_CODECS: dict[object, _FieldCodec] = {
+    int: _INT,
+    bool: _BOOL,
+    tuple[Command, ...]: _COMMANDS,
+    tuple[Command, ...] | None: _OPTIONAL_COMMANDS,
+    tuple[tuple[int, int], ...]: _FieldCodec(
+        "array of 2-int arrays", _pairs_to_wire, _pairs_from_wire
+    ),
+    tuple[tuple[int, int, int], ...]: _int_tuples_codec(3),
+    tuple[tuple[int, int, int, int], ...]: _int_tuples_codec(4),
+    tuple[int, ...]: _tuple_of(_INT),
+    tuple[bool, ...]: _tuple_of(_BOOL),
+    tuple[tuple[Command, ...] | None, ...]: _tuple_of(_OPTIONAL_COMMANDS),
+}
+
+
+# --------------------------------------------------------------------------
+# Per-class encoders and decoders, generated at import.
+# --------------------------------------------------------------------------
+
+
+class _ClassCodec(NamedTuple):
+    cls: type
+    tag: int
+    field_names: tuple[str, ...]
+    field_codecs: tuple[_FieldCodec, ...]
+
+
+def _class_codec(tag: int, cls: type) -> _ClassCodec:
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"MESSAGE_TYPES[{tag}] = {cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    names: list[str] = []
+    codecs: list[_FieldCodec] = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            raise TypeError(f"{cls.__name__}.{field.name}: init=False fields cannot be decoded")
+        annotation = hints[field.name]
+        codec = _FIELD_CODECS.get(annotation)
+        if codec is None:
+            raise TypeError(
+                f"{cls.__name__}.{field.name}: no wire codec for {annotation!r}; "
+                "add an entry to sdpaxos.wire.codec._FIELD_CODECS"
+            )
+        names.append(field.name)
+        codecs.append(codec)
+    if not names:
+        raise TypeError(f"{cls.__name__} has no fields; every message carries src and view")
+    return _ClassCodec(cls, tag, tuple(names), tuple(codecs))
+
+
+def _encode_error(spec: _ClassCodec, msg: object) -> CodecError:
+    """Slow path: name the field of ``msg`` that cannot be encoded."""
+    for name, codec in zip(spec.field_names, spec.field_codecs, strict=True):
+        try:
+            codec.to_wire(getattr(msg, name))
+        except CodecError as exc:
+            return CodecError(f"cannot encode {spec.cls.__name__}.{name}: {exc}")
+    return CodecError(f"cannot encode {_short(msg)}")
+
+
+def _decode_error(spec: _ClassCodec, items: tuple[object, ...], cause: object) -> CodecError:
+    """Slow path: name the field of the unpacked ``items`` that is malformed."""
+    for name, codec, value in zip(spec.field_names, spec.field_codecs, items[1:], strict=True):
+        try:
+            codec.from_wire(value)
+        except CodecError as exc:
+            return CodecError(f"{spec.cls.__name__}.{name}: {exc}")
+    return CodecError(f"cannot build {spec.cls.__name__}: {cause!r}")
+
+
+def _compile(spec: _ClassCodec) -> tuple[Callable[[Any], object], Callable[[Any], Message]]:
+    """Generate ``to_wire(msg) -> tuple`` and ``from_wire(items) -> msg`` for one class.
+
+    ``from_wire`` expects a tuple whose first item is the tag (already checked).
+    """
+    arity = len(spec.field_names) + 1
+    variables = [f"f{i}" for i in range(len(spec.field_names))]
+    namespace: dict[str, object] = {
+        "cls": spec.cls,
+        "spec": spec,
+        "int": int,
+        "type": type,
+        "len": len,
+        "Exception": Exception,
+        "CodecError": CodecError,
+        "_encode_error": _encode_error,
+        "_decode_error": _decode_error,
+        "_arity_error": _arity_error,
+    }
+    ints = [v for v, c in zip(variables, spec.field_codecs, strict=True) if c is _INT]
+    int_check = " or ".join(f"type({v}) is not int" for v in ints) or "False"
+    wire_values: list[str] = []
+    field_values: list[str] = []
+    for i, (variable, codec) in enumerate(zip(variables, spec.field_codecs, strict=True)):
+        if codec is _INT:
+            wire_values.append(variable)
+            field_values.append(variable)
+        else:
+            namespace[f"to_{i}"] = codec.to_wire
+            namespace[f"from_{i}"] = codec.from_wire
+            wire_values.append(f"to_{i}({variable})")
+            field_values.append(f"from_{i}({variable})")
+    getters = ", ".join(f"msg.{name}" for name in spec.field_names)
+    unpack_target = ", ".join(variables)
+    source = f"""
+def to_wire(msg):
+    {unpack_target}, = {getters},
+    if {int_check}:
+        raise _encode_error(spec, msg)
+    try:
+        return ({spec.tag}, {", ".join(wire_values)})
+    except CodecError:
+        raise _encode_error(spec, msg) from None
+
+def from_wire(items):
+    if len(items) != {arity}:
+        raise _arity_error(spec, items)
+    _, {unpack_target}, = items
+    if {int_check}:
+        raise _decode_error(spec, items, None)
+    try:
+        return cls({", ".join(field_values)})
+    except Exception as exc:
+        raise _decode_error(spec, items, exc) from exc
+"""
+    code = compile(source, f"<sdpaxos.wire.codec: {spec.cls.__name__}>", "exec")
+    exec(code, namespace)
+    return (
+        typing.cast(Callable[[Any], object], namespace["to_wire"]),
+        typing.cast(Callable[[Any], Message], namespace["from_wire"]),
+    )
+
+
+def _arity_error(spec: _ClassCodec, items: tuple[object, ...]) -> CodecError:
+    return CodecError(
+        f"{spec.cls.__name__} (tag {spec.tag}) has {len(spec.field_names)} fields, "
+        f"got {len(items) - 1}"
+    )
+
+
+def _build_tables() -> tuple[
+    dict[type, Callable[[Any], object]], tuple[Callable[[Any], Message], ...]
+]:
+    to_wire: dict[type, Callable[[Any], object]] = {}
+    from_wire: list[Callable[[Any], Message]] = []
+    for tag, cls in enumerate(MESSAGE_TYPES):
+        encoder, decoder = _compile(_class_codec(tag, cls))
+        to_wire[cls] = encoder
+        from_wire.append(decoder)
+    return to_wire, tuple(from_wire)
+
+
+_TO_WIRE, _FROM_WIRE = _build_tables()
+_TAG_COUNT = len(_FROM_WIRE)
+
+# One reusable packer: cheaper than ``msgpack.packb`` per call. ``autoreset``
+# also clears its buffer when ``pack`` raises. Safe because the C packer holds
+# the GIL for the whole call and never calls back into Python for our types.
+_pack: Callable[[object], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+_unpack: Callable[[bytes], object] = functools.partial(
+    msgpack.unpackb,
+    use_list=False,
+    raw=False,
+    strict_map_key=True,
+    max_str_len=0,
+    max_bin_len=FRAME_BYTES_MAX,
+    max_array_len=ARRAY_ITEMS_MAX,
+    max_map_len=0,
+    max_ext_len=0,
+)
+"""Strict msgpack: arrays come back as tuples (so tuple fields need no copy);
+no strings, maps or extension types appear in our format, so their limits are 0."""
+
+
+# --------------------------------------------------------------------------
+# Public API.
+# --------------------------------------------------------------------------
+
+
+def _to_wire(msg: Message) -> object:
+    try:
+        to_wire = _TO_WIRE[type(msg)]
+    except KeyError:
+        raise CodecError(f"not a message type in MESSAGE_TYPES: {_short(msg)}") from None
+    return to_wire(msg)
+
+
+def _finish(body: object) -> bytes:
+    try:
+        data = _VERSION_PREFIX + _pack(body)
+    except (OverflowError, ValueError, TypeError) as exc:
+        # OverflowError: an int outside msgpack's [-2**63, 2**64 - 1].
+        raise CodecError(f"cannot encode: {exc}") from exc
+    if len(data) > FRAME_BYTES_MAX:
+        raise CodecError(f"encoding is {len(data)} bytes, over FRAME_BYTES_MAX ({FRAME_BYTES_MAX})")
+    return data
+
+
+def encode(msg: Message) -> bytes:
+    """Encode one message; raises :class:`CodecError` if it is malformed or too large."""
+    return _finish(_to_wire(msg))
+
+
+def encode_batch(msgs: Iterable[Message]) -> bytes:
+    """Encode several messages for one peer as a single frame (message merging).
+
+    An empty batch is valid and round-trips to ``[]``.
+    """
+    body = [_to_wire(msg) for msg in msgs]
+    if len(body) > MESSAGES_PER_BATCH_MAX:
+        raise CodecError(
+            f"{len(body)} messages exceed MESSAGES_PER_BATCH_MAX ({MESSAGES_PER_BATCH_MAX})"
+        )
+    return _finish(body)
+
+
+def _unpack_body(data: bytes) -> object:
+    size = len(data)
+    if size == 0:
+        raise CodecError("empty input")
+    if size > FRAME_BYTES_MAX:
+        raise CodecError(f"{size} bytes exceed FRAME_BYTES_MAX ({FRAME_BYTES_MAX})")
+    if data[0] != VERSION:
+        raise CodecError(f"unsupported wire version {data[0]} (expected {VERSION})")
+    try:
+        # Slicing copies, but for small frames a copy is cheaper than a memoryview.
+        return _unpack(data[1:])
+    except Exception as exc:
+        # msgpack raises ValueError subclasses (ExtraData, FormatError, StackError,
+        # limits), but its exception set is not a documented contract: at this
+        # trust boundary anything it raises means "malformed".
+        raise CodecError(f"malformed msgpack: {exc}") from exc
+
+
+def _from_wire(items: object) -> Message:
+    if type(items) is not tuple or not items:
+        raise CodecError(f"expected a non-empty array [tag, ...], got {_short(items)}")
+    tag = items[0]
+    if type(tag) is not int or not 0 <= tag < _TAG_COUNT:
+        raise CodecError(f"unknown message tag {_short(tag)}")
+    return _FROM_WIRE[tag](items)
+
+
+def decode(data: bytes) -> Message:
+    """Decode one message encoded by :func:`encode`; raises only :class:`CodecError`."""
+    return _from_wire(_unpack_body(data))
+
+
+def decode_batch(data: bytes) -> list[Message]:
+    """Decode a batch encoded by :func:`encode_batch`; raises only :class:`CodecError`.
+
+    All or nothing: one malformed message rejects the whole batch, because a
+    peer that sends it is broken and its other messages are not to be trusted.
+    """
+    body = _unpack_body(data)
+    if type(body) is not tuple:
+        raise CodecError(f"expected a batch array, got {_short(body)}")
+    if len(body) > MESSAGES_PER_BATCH_MAX:
+        raise CodecError(
+            f"{len(body)} messages exceed MESSAGES_PER_BATCH_MAX ({MESSAGES_PER_BATCH_MAX})"
+        )
+    out: list[Message] = []
+    for index, items in enumerate(body):
+        try:
+            out.append(_from_wire(items))
+        except CodecError as exc:
+            raise CodecError(f"batch message {index}: {exc}") from exc
+    return out
