@@ -404,6 +404,14 @@ class Replica:
                     # heartbeat will tell us. Until then we cannot place this.
                     self.stats.stale += 1
                     self._trace("FutureView", msg=message)
+                    if self.is_sequencer and (
+                        self._candidate is None or self._candidate.view <= view
+                    ):
+                        # The sender promised a view above ours that never got a
+                        # sequencer, and it still hears us: re-run the election
+                        # above it so that everyone is in one view again (our
+                        # followers may vote for us despite their leases).
+                        self._start_view_change(above=view)
                     return
                 self._adopt_view(view, src)
             elif type(message) in _SEQUENCER_MESSAGES and src != self.sequencer:
@@ -1216,13 +1224,13 @@ class Replica:
         quiet_since = max(self._seq_contact_tick, self._c[self.id][first].started_tick)
         return now - quiet_since >= wait + stagger
 
-    def _start_view_change(self) -> None:
+    def _start_view_change(self, above: View = 0) -> None:
         """Become a candidate for the next view (paper section 3.3, "V-request")."""
         base = self._candidate.view if self._candidate is not None else self.view
-        view = max(base, self.view) + 1
+        view = max(base, self.view, above) + 1
         self._candidate = _Candidacy(view, self._exec_slot, self._now)
         self._election_jitter = self._rng.randint(0, self.config.election_jitter_ticks)
-        if self.sequencer is not None and self.sequencer != self.id:
+        if self.sequencer is not None and self.sequencer != self.id and not above:
             self._suspected.add(self.sequencer)
             self._recompute_proximity()
         self.stats.view_changes_started += 1
@@ -1526,9 +1534,12 @@ class Replica:
             self._messages.append((candidate, msg2))
 
     def _on_stale(self, m: Message) -> None:
-        """A message from an older view. The sequencer tells the sender where we are."""
+        """A message from an older view. The sequencer tells the sender where we are;
+        a replica stuck above a live sequencer's view tells that sequencer."""
         self.stats.stale += 1
         self._trace("Stale", msg=m)
+        if type(m) is Heartbeat and self.sequencer is None:
+            self._messages.append((m.src, LearnRequest(self.id, self.view, -1, ())))
         if self.is_sequencer:
             self._messages.append(
                 (m.src, Heartbeat(self.id, self.view, len(self._o_owner), self._now))

@@ -43,7 +43,7 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-import msgpack  # type: ignore[import-untyped]  # msgpack ships no type hints
+import msgpack
 
 from sdpaxos.core.messages import MESSAGE_TYPES, Message
 from sdpaxos.core.types import Command

@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
