@@ -18,7 +18,9 @@ view it was accepted or committed in). The new log is:
    up to ``C[m]`` and no empty slot precedes the slot that covers ``C[m]``
    (Fig. 7 lines 32-36). This is why the sequencer never batches a
    non-sequencer's O-instances when N = 5: each hole must stand for exactly one
-   C-instance;
+   C-instance. Our addition: whatever that leaves ``m`` beyond ``C[m]`` becomes
+   no-cl again, because the paper's rule can over-allocate (see
+   ``_infer_untraceable``);
 3. every remaining hole below the highest non-empty slot becomes ``no-cl``
    (Fig. 7 lines 37-38): no replica can have executed it, because executing
    it needed its O-commit, which a voter would have reported.
@@ -86,7 +88,7 @@ def _infer_untraceable(
     covered = covered_before[m] + sum(v[1] for v in values if v is not None and v[0] == m)
     while True:
         if covered >= need and not _hole_before_coverage(values, m, need, covered_before[m]):
-            return
+            break
         try:
             hole = values.index(None)
         except ValueError:
@@ -94,6 +96,20 @@ def _infer_untraceable(
         else:
             values[hole] = (m, 1)
         covered += 1
+    # Filling holes may give m more O-instances than C[m] needs. An m-slot past
+    # the one that covers C[m] can only stand for a C-instance no voter accepted:
+    # never chosen, never executed. Left in place it would be over-allocation
+    # (pitfall 1): m's next new command would take that early slot, ahead of
+    # commands that were ready before it was proposed. It becomes no-cl; if that
+    # C-instance exists, its owner asks for it to be ordered again in the new view.
+    excess = covered - need
+    k = len(values) - 1
+    while excess > 0 and k >= 0:
+        value = values[k]
+        if value is not None and value[0] == m and value[1] <= excess:
+            excess -= value[1]
+            values[k] = None
+        k -= 1
 
 
 def _hole_before_coverage(

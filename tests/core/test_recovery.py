@@ -270,3 +270,23 @@ def test_a_restarted_sequencer_does_not_resume_sequencing_blindly() -> None:
     run_commands(net, [0, 1, 2], 20, ticks=400)
     executed = assert_agree(net)
     assert len(executed) == 5
+
+
+def test_rebuild_inference_never_covers_more_than_c_max() -> None:
+    """Found by the fault sweep (N = 5): holes before R_m's traced slots got R_m's id
+    and left R_m covered one C-instance beyond C[m]; R_m's next new command then took
+    that early slot and executed before a command that was ready before it was
+    proposed. The excess m-slot must become no-cl (over-allocation, pitfall 1)."""
+    own = [(13, 0, 0, 1), (14, 0, 2, 1), (15, 0, 1, 1), (16, 0, 2, 1), (18, 0, 1, 1), (19, 0, 1, 1)]
+    votes = {
+        2: vote(own, (4, 5, 5, 3, 3)),
+        3: vote([], (-1, -1, 5, 3, 2)),
+        4: vote([], (-1, -1, 5, 3, 3)),
+    }
+    values = rebuild_assignment_log(
+        replicas=5, o_from=13, votes=votes, old_sequencer=0, covered_before=[5, 3, 2, 2, 2]
+    )
+    ones = [13 + k for k, v in enumerate(values) if v == (1, 1)]
+    assert 3 + len(ones) == 5 + 1, "R1 covered exactly up to C[1] = 5"
+    assert ones == [15, 17, 18]
+    assert values[19 - 13] == NO_CL_VALUE

@@ -44,13 +44,23 @@ def test_two_values_chosen_for_one_c_instance() -> None:
 
 
 def test_two_values_chosen_for_one_o_instance_across_views() -> None:
+    ch = Checker(3)
+    for r in (0, 1):
+        ch.persisted(r, [OAccepted(0, 0, ((1, 1), (2, 1), (3, 1)))])  # slot 2 = (3, 1)
+    ch.persisted(2, [OAccepted(1, 2, ((-1, 0),))])
+    with pytest.raises(SafetyViolation, match=r"O-instance 2: two values chosen: \(3, 1\)"):
+        ch.persisted(1, [OAccepted(1, 1, ((2, 1), (-1, 0)))])
+
+
+def test_five_replicas_may_overwrite_an_unexecuted_o_instance() -> None:
+    """With N = 5 an O-instance is not Paxos: a later view may overwrite one that a
+    majority accepted but nobody executed (paper section 3.3); only execution counts."""
     ch = Checker(5)
     for r in (0, 1, 2):
-        ch.persisted(r, [OAccepted(0, 0, ((1, 1), (2, 1), (3, 1)))])  # slot 2 = (3, 1)
-    for r in (2, 3):
+        ch.persisted(r, [OAccepted(0, 0, ((1, 1), (2, 1), (3, 1)))])
+    for r in (2, 3, 4):
         ch.persisted(r, [OAccepted(1, 2, ((-1, 0),))])
-    with pytest.raises(SafetyViolation, match=r"O-instance 2: two values chosen: \(3, 1\)"):
-        ch.persisted(4, [OAccepted(1, 1, ((2, 1), (-1, 0)))])
+    assert ch.chosen_o == 4
 
 
 def test_a_replica_counts_once() -> None:
