@@ -138,12 +138,16 @@ class Heartbeat:
     ``o_len`` tells how long the assignment log is, so a replica that missed
     O-commits knows it is behind. ``stamp`` is the sequencer's tick, echoed back
     in :class:`LeaseGrant` so it can date the lease from when it asked.
+    ``base`` is where this view's rebuilt range ends (-1 until it is committed):
+    a replica that joined the view without its :class:`NewView` learns from it
+    which slots it must see committed before it counts them safe.
     """
 
     src: ReplicaId
     view: View
     o_len: Slot
     stamp: int
+    base: Slot
 
 
 @dataclass(frozen=True, slots=True)

@@ -1133,7 +1133,7 @@ class Replica:
     def _send_heartbeats(self) -> None:
         now = self._now
         self._hb_sent_tick = now
-        msg = Heartbeat(self.id, self.view, len(self._o_owner), now)
+        msg = Heartbeat(self.id, self.view, len(self._o_owner), now, self._heartbeat_base())
         for p in self._near:
             self._messages.append((p, msg))
         self._lease_grants[now] = {self.id}
@@ -1141,9 +1141,20 @@ class Replica:
         for stamp in [t for t in self._lease_grants if t < horizon]:
             del self._lease_grants[stamp]
 
+    def _heartbeat_base(self) -> Slot:
+        """The view's base once the rebuilt range is committed, else -1."""
+        if self._rebuild is not None or self._view_base is None:
+            return -1
+        return self._view_base
+
     def _handle_heartbeat(self, m: Heartbeat) -> None:
         if type(m.o_len) is not int or m.o_len < 0 or type(m.stamp) is not int:
             raise PeerMessageError("bad heartbeat")
+        if type(m.base) is not int or m.base < -1:
+            raise PeerMessageError("bad heartbeat base")
+        if self._view_base is None and m.base >= 0:
+            self._view_base = m.base
+            self._o_acked_dirty = True
         now = self._now
         self._last_hb_tick = now
         self._election_jitter = self._rng.randint(0, self.config.election_jitter_ticks)
@@ -1541,9 +1552,10 @@ class Replica:
         if type(m) is Heartbeat and self.sequencer is None:
             self._messages.append((m.src, LearnRequest(self.id, self.view, -1, ())))
         if self.is_sequencer:
-            self._messages.append(
-                (m.src, Heartbeat(self.id, self.view, len(self._o_owner), self._now))
+            hb = Heartbeat(
+                self.id, self.view, len(self._o_owner), self._now, self._heartbeat_base()
             )
+            self._messages.append((m.src, hb))
             if self._new_view_msg is not None:
                 self._messages.append((m.src, self._new_view_msg))
 

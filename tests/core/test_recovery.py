@@ -154,7 +154,7 @@ def test_voter_defers_its_vote_while_its_lease_runs() -> None:
     the lease expires; it votes once it has."""
     cfg = ClusterConfig(replicas=3, sequencer=0)
     rep = Replica(cfg, 2, Register())
-    rep.step(Heartbeat(0, 0, 0, 0))
+    rep.step(Heartbeat(0, 0, 0, 0, 0))
     rep.ready()
     rep.step(VRequest(1, 1, 0))
     assert rep.view == 0 and not [m for _, m in rep.ready().messages]
@@ -172,15 +172,15 @@ def test_voter_defers_its_vote_while_its_lease_runs() -> None:
 def test_a_heartbeat_cancels_a_deferred_vote() -> None:
     cfg = ClusterConfig(replicas=3, sequencer=0)
     rep = Replica(cfg, 2, Register())
-    rep.step(Heartbeat(0, 0, 0, 0))
+    rep.step(Heartbeat(0, 0, 0, 0, 0))
     rep.step(VRequest(1, 1, 0))
     for _ in range(cfg.lease_ticks // 2):
         rep.tick()
-    rep.step(Heartbeat(0, 0, 0, 25))  # the sequencer is alive after all
+    rep.step(Heartbeat(0, 0, 0, 25, 0))  # the sequencer is alive after all
     for _ in range(cfg.lease_ticks * 3):
         rep.tick()
         if rep._now % cfg.heartbeat_ticks == 0:
-            rep.step(Heartbeat(0, 0, 0, rep._now))
+            rep.step(Heartbeat(0, 0, 0, rep._now, 0))
     assert rep.view == 0 and rep.sequencer == 0
 
 

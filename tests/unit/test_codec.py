@@ -173,7 +173,7 @@ GOLDEN: list[tuple[Message, str]] = [
         LearnRequest(src=2, view=1, o_from=-1, c_wanted=((0, 5), (1, 6))),
         "0195070201ff" + "929200059201" + "06",
     ),
-    (Heartbeat(src=0, view=3, o_len=120, stamp=9001), "019508000378cd2329"),
+    (Heartbeat(src=0, view=3, o_len=120, stamp=9001, base=7), "019608000378cd232907"),
     (LeaseGrant(src=2, view=3, stamp=9001), "0194090203cd2329"),
     (VRequest(src=1, view=4, o_from=57), "01940a010439"),
     (
