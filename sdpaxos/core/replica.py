@@ -405,7 +405,7 @@ class Replica:
                     self.stats.stale += 1
                     self._trace("FutureView", msg=message)
                     if self.is_sequencer and (
-                        self._candidate is None or self._candidate.view <= view
+                        self._candidate is None or self._candidate.view < view
                     ):
                         # The sender promised a view above ours that never got a
                         # sequencer, and it still hears us: re-run the election

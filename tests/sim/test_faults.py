@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import pytest
 
-from sdpaxos.core import LocalProtocolError
 from sdpaxos.sim import PAPER5, NetworkConfig, SimCluster, run_closed_loop
 
 
@@ -26,19 +25,14 @@ def crash_then_restart(
 
 @pytest.mark.parametrize("victim", ["OR", "SEL"])
 def test_a_command_leader_crashes_and_restarts(victim: str) -> None:
-    try:
-        result = run_closed_loop(
-            PAPER5,
-            seed=11,
-            commands_per_region=30,
-            client_retry_ms=1_000.0,
-            network=NetworkConfig(jitter_ms_max=5.0),
-            cluster_hook=crash_then_restart(PAPER5.index(victim), 1_000.0, 2_500.0),
-            catch=False,
-        )
-    except LocalProtocolError as exc:
-        if "not supported" in str(exc):
-            pytest.skip(f"the core cannot restore from records yet: {exc}")
-        raise
+    result = run_closed_loop(
+        PAPER5,
+        seed=11,
+        commands_per_region=30,
+        client_retry_ms=1_000.0,
+        network=NetworkConfig(jitter_ms_max=5.0),
+        cluster_hook=crash_then_restart(PAPER5.index(victim), 1_000.0, 2_500.0),
+        catch=False,
+    )
     assert result.ok, result.verdict
     assert all(s.count == 30 for s in result.stats.values())

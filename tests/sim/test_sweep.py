@@ -41,55 +41,21 @@ def sweep_case(seed: int, profiles: list[DelayProfile], commands: int) -> None:
     )
 
 
-#: Seeds of the fast sweep that fail because of known core bugs (reported to the
-#: core's owner). Not strict: they start passing when the core is fixed.
-KNOWN_CORE_FAILURES = {
-    5: "core liveness: replica 0 never executes (5, 7), (5, 8) after healing (paper5, seq IRE)",
-}
-
-
-@pytest.mark.parametrize(
-    "seed",
-    [
-        pytest.param(s, marks=pytest.mark.xfail(reason=KNOWN_CORE_FAILURES[s], strict=False))
-        if s in KNOWN_CORE_FAILURES
-        else s
-        for s in range(12)
-    ],
-)
+@pytest.mark.parametrize("seed", range(12))
 def test_fast_sweep(seed: int) -> None:
     sweep_case(seed, [PAPER3, PAPER5], commands=8)
-
-
-STALLS_AT_BBB6050 = pytest.mark.xfail(
-    reason="core at bbb6050: this seed stalls (liveness) after healing; reported", strict=False
-)
 
 
 @pytest.mark.parametrize(
     ("profile", "seed", "commands", "what"),
     [
-        pytest.param(
-            uniform(5, 100.0),
-            3,
-            6,
-            "O-instance 19 chosen twice: (2, 1) in view 1, no-cl in view 3",
-            marks=STALLS_AT_BBB6050,
-        ),
-        pytest.param(
-            uniform(5, 100.0),
-            1,
-            6,
-            "liveness: replica 0 never executes (5, 5), (5, 6)",
-            marks=STALLS_AT_BBB6050,
-        ),
+        (uniform(5, 100.0), 3, 6, "O-instance 19 chosen twice: (2, 1) in view 1, no-cl in view 3"),
+        (uniform(5, 100.0), 1, 6, "liveness: replica 0 never executes (5, 5), (5, 6)"),
         (uniform(7, 50.0), 0, 3, "IndexError in Replica._advance_safe_prefix (N=7)"),
     ],
 )
 def test_pinned_regressions(profile: DelayProfile, seed: int, commands: int, what: str) -> None:
-    """Seeds that failed with the core at 2ddce2e (safety, liveness, IndexError).
-
-    They passed at d01408f; at bbb6050 the two uniform5 seeds stall again.
+    """Seeds that once failed on the core (safety, liveness, a crash), pinned.
 
     Replay: ``python -m sdpaxos.sim --profile uniform5 --drop 0.2 --commands 6 --seed 3``.
     """
