@@ -301,6 +301,8 @@ class Replica:
         self._o_sent_upto: list[Slot] = [0] * n
         self._o_resend: set[ReplicaId] = set()
         self._o_lazy_tick = 0
+        #: Acknowledged prefixes one retransmission period ago.
+        self._o_acked_before: list[Slot] = [0] * n
         #: New sequencer only: the rebuilt range ``[start, end)`` until a
         #: majority accepted it in this view.
         self._rebuild: tuple[Slot, Slot] | None = None
@@ -451,6 +453,17 @@ class Replica:
                 for p in self._near:
                     if self._o_sent_upto[p] < end:
                         self._o_resend.add(p)
+            if now % cfg.retransmit_ticks == 0:
+                # A peer whose acknowledgement did not move for a whole period
+                # while it lags has lost something: resend from its ack.
+                end = len(self._o_owner)
+                previous = self._o_acked_before
+                for p in self._near:
+                    acked = self._o_acked[p]
+                    if acked == previous[p] and acked < end and self._o_sent_upto[p] > acked:
+                        self._o_sent_upto[p] = acked
+                        self._o_resend.add(p)
+                self._o_acked_before = list(self._o_acked)
         if self.sequencer is not None and self._inflight:
             self._retransmit_own(now)
         # Learner: execution stalled while we know there is more to execute.
@@ -733,12 +746,9 @@ class Replica:
                 )
         self._o_ensure(end)
         changed = False
-        seq_slots = False
         seq = self.sequencer
         for k, (owner, count) in enumerate(values):
             s = start + k
-            if owner == seq:
-                seq_slots = True
             if committed[s] or ballots[s] == view:
                 continue
             owners[s] = owner
@@ -755,12 +765,14 @@ class Replica:
         if end > acked[seq]:
             acked[seq] = end
         self._o_acked_dirty = True
-        if seq_slots or (self._n >= 7 and values):
-            ack = OAck(self.id, view, self._o_known_upto)
-            self._messages.append((seq, ack))
-            if self._n >= 7:
-                for owner in sorted({o for o, _ in values if o not in (seq, self.id, NO_CL)}):
-                    self._messages.append((owner, ack))
+        # Always acknowledge to the sequencer (a prefix ack, one small message):
+        # it needs a majority for its own O-instances and for a rebuilt range,
+        # and it retransmits from what each acceptor acknowledged.
+        ack = OAck(self.id, view, self._o_known_upto)
+        self._messages.append((seq, ack))
+        if self._n >= 7 and values:
+            for owner in sorted({o for o, _ in values if o not in (seq, self.id, NO_CL)}):
+                self._messages.append((owner, ack))
 
     def _advance_known(self) -> None:
         """Extend the prefix of slots accepted in this view or known committed."""
