@@ -30,8 +30,13 @@ from sdpaxos.core.messages import (
     OAccept,
     OAck,
     OCommit,
+    RReply,
+    RRequest,
+    SequencerHandover,
+    StragglerPoll,
+    StragglerVote,
 )
-from sdpaxos.core.ready import Executed, Ready, Reply, ReplyKind
+from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
 from sdpaxos.core.replica import Replica, StateMachine
 from sdpaxos.core.storage import CAccepted, MemoryStorage, OAccepted, Record, Storage
 from sdpaxos.core.types import NO_CL, Command, OValue, Wait
@@ -59,12 +64,18 @@ __all__ = [
     "OValue",
     "Overloaded",
     "PeerMessageError",
+    "RReply",
+    "RRequest",
+    "ReadResult",
     "Ready",
     "Record",
     "Replica",
     "Reply",
     "ReplyKind",
+    "SequencerHandover",
     "StateMachine",
     "Storage",
+    "StragglerPoll",
+    "StragglerVote",
     "Wait",
 ]

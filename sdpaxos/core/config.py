@@ -24,6 +24,8 @@ _DURATIONS_MS = (
     "suspect_min_ms",
     "candidate_timeout_ms",
     "recover_ms",
+    "straggler_window_ms",
+    "straggler_min_interval_ms",
 )
 _MAY_BE_ZERO = frozenset({"lease_drift_ms", "election_jitter_ms", "election_margin_ms"})
 
@@ -86,6 +88,18 @@ class ClusterConfig:
         recover_ms: execution blocked this long on a C-instance starts the
             recovery of that C-instance (Paxos phase 1, no-op if nothing found).
         recovery_batch_max: most C-instances recovered by one prepare.
+        history_keys_max: most keys in the sequencer's history table; the
+            oldest are forgotten (reads of them then wait a little longer).
+        reads_pending_max: most reads a replica keeps waiting at once.
+        straggler_window_ms: the window in which a command leader compares the
+            C-instances it needed ordered with those the sequencer ordered
+            (paper section 4: 500 ms).
+        straggler_ratio_pct: below this share of its need, a window is a strike
+            (paper: 50%).
+        straggler_strikes: consecutive strikes before polling the others (paper: 3).
+        straggler_need_min: windows with fewer C-instances to order are not judged.
+        straggler_min_interval_ms: least time between two view changes started
+            by straggler detection ("we also limit the frequency").
     """
 
     replicas: int
@@ -113,6 +127,13 @@ class ClusterConfig:
     candidate_timeout_ms: float = 400.0
     recover_ms: float = 600.0
     recovery_batch_max: int = 64
+    history_keys_max: int = 1 << 16
+    reads_pending_max: int = 1 << 16
+    straggler_window_ms: float = 500.0
+    straggler_ratio_pct: int = 50
+    straggler_strikes: int = 3
+    straggler_need_min: int = 8
+    straggler_min_interval_ms: float = 10_000.0
     retransmit_ticks: int = field(init=False, repr=False, compare=False)
     learn_ticks: int = field(init=False, repr=False, compare=False)
     heartbeat_ticks: int = field(init=False, repr=False, compare=False)
@@ -124,6 +145,8 @@ class ClusterConfig:
     suspect_min_ticks: int = field(init=False, repr=False, compare=False)
     candidate_timeout_ticks: int = field(init=False, repr=False, compare=False)
     recover_ticks: int = field(init=False, repr=False, compare=False)
+    straggler_window_ticks: int = field(init=False, repr=False, compare=False)
+    straggler_min_interval_ticks: int = field(init=False, repr=False, compare=False)
     _majority: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +167,11 @@ class ClusterConfig:
             "learn_o_max",
             "suspect_rtts",
             "recovery_batch_max",
+            "history_keys_max",
+            "reads_pending_max",
+            "straggler_ratio_pct",
+            "straggler_strikes",
+            "straggler_need_min",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:

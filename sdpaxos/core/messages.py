@@ -65,7 +65,9 @@ class CRequest:
     Sent when the thrifty C-quorum leaves the sequencer out, and on
     retransmission. ``o_accepted_upto`` is how much of the assignment log the
     owner has accepted from the sequencer, so a retransmitted request makes the
-    sequencer resend exactly the O-accepts that were lost.
+    sequencer resend exactly the O-accepts that were lost. ``keys``: the objects
+    C-instance ``index`` writes ("Replicas should also append the name of the
+    object to update to the C-requests", section 3.5), for the history table.
     """
 
     src: ReplicaId
@@ -73,6 +75,7 @@ class CRequest:
     owner: ReplicaId
     index: int
     o_accepted_upto: Slot
+    keys: tuple[bytes, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +245,60 @@ class CPromise:
     committed: tuple[bool, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class RRequest:
+    """The paper's R-request: after which slot may ``src`` read ``key`` locally? (3.5)"""
+
+    src: ReplicaId
+    view: View
+    read_id: int
+    key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RReply:
+    """Answer to :class:`RRequest`: read once every slot up to ``slot`` has executed.
+
+    ``ok`` is false when the sequencer cannot answer safely (no majority lease):
+    the read then goes through the log like a write.
+    """
+
+    src: ReplicaId
+    view: View
+    read_id: int
+    slot: Slot
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerPoll:
+    """``src`` thinks the sequencer is too slow; does the recipient agree? (section 4)"""
+
+    src: ReplicaId
+    view: View
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerVote:
+    """Answer to :class:`StragglerPoll`."""
+
+    src: ReplicaId
+    view: View
+    agree: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SequencerHandover:
+    """The sequencer gives up its role on purpose: ``target`` should take over.
+
+    Recipients stop honouring the sequencer's lease, so they can vote at once.
+    """
+
+    src: ReplicaId
+    view: View
+    target: ReplicaId
+
+
 Message: TypeAlias = (
     CAccept
     | CAck
@@ -258,6 +315,11 @@ Message: TypeAlias = (
     | NewView
     | CPrepare
     | CPromise
+    | RRequest
+    | RReply
+    | StragglerPoll
+    | StragglerVote
+    | SequencerHandover
 )
 
 #: Every message class, in wire-tag order. Append only: the index is the tag.
@@ -277,4 +339,9 @@ MESSAGE_TYPES: tuple[type, ...] = (
     NewView,
     CPrepare,
     CPromise,
+    RRequest,
+    RReply,
+    StragglerPoll,
+    StragglerVote,
+    SequencerHandover,
 )

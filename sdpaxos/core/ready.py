@@ -55,6 +55,21 @@ class Executed:
     duplicate: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """A read requested with :meth:`Replica.read` can be served now.
+
+    ``ok``: every write that was ready before the read was requested has been
+    applied to this replica's state machine, so the embedder reads it locally
+    (linearizable). Not ``ok``: no safe answer (the sequencer had no majority
+    lease, or it did not answer in time); serve the read through the log by
+    proposing it as a command.
+    """
+
+    read_id: int
+    ok: bool
+
+
 @dataclass(slots=True)
 class Ready:
     """What the driver must do, in order: persist, then send and reply.
@@ -65,12 +80,14 @@ class Ready:
         replies: client answers, to give after ``persist``.
         executed: commands applied in this batch, in global order (only filled
             when the replica was built with ``observe=True``).
+        reads: reads that may be served now (or must go through the log).
     """
 
     persist: list[Record] = field(default_factory=list)
     messages: list[tuple[ReplicaId, Message]] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)
     executed: list[Executed] = field(default_factory=list)
+    reads: list[ReadResult] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.persist or self.messages or self.replies or self.executed)
+        return bool(self.persist or self.messages or self.replies or self.executed or self.reads)

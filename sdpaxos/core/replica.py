@@ -70,10 +70,15 @@ from sdpaxos.core.messages import (
     OAccept,
     OAck,
     OCommit,
+    RReply,
+    RRequest,
+    SequencerHandover,
+    StragglerPoll,
+    StragglerVote,
     Vote,
     VRequest,
 )
-from sdpaxos.core.ready import Executed, Ready, Reply, ReplyKind
+from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
 from sdpaxos.core.storage import CAccepted, CPromised, OAccepted, Record, ViewPromised
 from sdpaxos.core.types import (
     NO_CL,
@@ -172,6 +177,11 @@ class _Recovery:
         self.proposed = False
 
 
+def _keys_of(commands: tuple[Command, ...]) -> tuple[bytes, ...]:
+    """The objects a batch writes; ``b""`` stands for "some unnamed object"."""
+    return tuple(sorted({c.key or b"" for c in commands}))
+
+
 #: Messages only the sequencer of their view sends; receiving one from a later
 #: view is how a replica learns that view's sequencer.
 _SEQUENCER_MESSAGES: frozenset[type] = frozenset({OAccept, Heartbeat, NewView})
@@ -253,6 +263,26 @@ class Replica:
         #: Sequencer only: its lease holds while ``now < lease_valid_until``.
         self.lease_valid_until = -1
         self._resync_wanted = False
+        #: We stopped trusting the sequencer (straggler or hand-over): its
+        #: heartbeats no longer renew our lease nor hold back our vote.
+        self._distrust = False
+        self._handing_over: ReplicaId | None = None
+
+        # Reads (section 3.5): pending read -> (slot to wait for, or None while
+        # asking the sequencer; tick asked). Sequencer: the history table.
+        self._reads: dict[int, tuple[Slot | None, int]] = {}
+        self._read_results: list[ReadResult] = []
+        self._history: dict[bytes, Slot] = {}
+        self._history_floor: Slot = -1
+        self._pending_keys: dict[tuple[ReplicaId, int], tuple[bytes, ...]] = {}
+
+        # Straggler detection (section 4).
+        self._straggler_strikes = 0
+        self._straggler_polling: set[ReplicaId] = set()
+        self._straggler_last_tick = -(1 << 62)
+        self._sw_index_start = 0
+        self._sw_safe_start = 0
+        self._sw_need_start = 0
 
         # C-logs, one per owner; the acceptor state of every C-instance.
         self._c: list[dict[int, _CInstance]] = [{} for _ in range(n)]
@@ -348,6 +378,11 @@ class Replica:
             NewView: self._handle_new_view,
             CPrepare: self._handle_c_prepare,
             CPromise: self._handle_c_promise,
+            RRequest: self._handle_r_request,
+            RReply: self._handle_r_reply,
+            StragglerPoll: self._handle_straggler_poll,
+            StragglerVote: self._handle_straggler_vote,
+            SequencerHandover: self._handle_sequencer_handover,
         }
         if records:
             self._restore(records)
@@ -466,6 +501,14 @@ class Replica:
                 self._o_acked_before = list(self._o_acked)
         if self.sequencer is not None and self._inflight:
             self._retransmit_own(now)
+        if (
+            not self.is_sequencer
+            and self.sequencer is not None
+            and now % cfg.straggler_window_ticks == 0
+        ):
+            self._judge_sequencer_speed()
+        if self._reads and now % cfg.retransmit_ticks == 0:
+            self._serve_reads()
         # Learner: execution stalled while we know there is more to execute.
         if self._exec_stalled() and now - self._exec_progress_tick >= cfg.learn_ticks:
             self._exec_progress_tick = now
@@ -492,13 +535,16 @@ class Replica:
             self._advance_safe_prefix()
         if self._exec_dirty:
             self._execute()
+            if self._reads:
+                self._serve_reads()
         if self._o_commit_out:
             self._broadcast_o_commit()
-        rd = Ready(self._persist, self._messages, self._replies, self._executed)
+        rd = Ready(self._persist, self._messages, self._replies, self._executed, self._read_results)
         self._persist = []
         self._messages = []
         self._replies = []
         self._executed = []
+        self._read_results = []
         return rd
 
     def observe_rtt(self, peer: ReplicaId, rtt_ms: float) -> None:
@@ -564,6 +610,7 @@ class Replica:
             for p in self._c_quorum:
                 self._messages.append((p, msg))
             if self.is_sequencer:
+                self._note_keys(me, index, _keys_of(commands))
                 self._want(me, index)
             elif self.sequencer not in self._c_quorum:
                 self._send_c_request(index)
@@ -572,8 +619,12 @@ class Replica:
 
     def _send_c_request(self, index: int) -> None:
         if self.sequencer is not None:
-            msg = CRequest(self.id, self.view, self.id, index, self._o_known_upto)
-            self._messages.append((self.sequencer, msg))
+            self._messages.append((self.sequencer, self._c_request(index)))
+
+    def _c_request(self, index: int) -> CRequest:
+        inst = self._c[self.id].get(index)
+        keys = _keys_of(inst.commands) if inst is not None and inst.commands else ()
+        return CRequest(self.id, self.view, self.id, index, self._o_known_upto, keys)
 
     def _retransmit_own(self, now: int) -> None:
         """Resend what the command leader has not had acknowledged (section 4:
@@ -688,6 +739,7 @@ class Replica:
         self._trace("HandleCAccept", owner=owner, index=index, ballot=m.ballot)
         self._messages.append((m.src, CAck(self.id, self.view, owner, index, m.ballot)))
         if self.is_sequencer and m.src == owner:
+            self._note_keys(owner, index, _keys_of(m.commands))
             self._want(owner, index)
 
     def _handle_c_commit(self, m: CCommit) -> None:
@@ -836,6 +888,13 @@ class Replica:
         upto = m.o_accepted_upto
         if type(upto) is not int or not 0 <= upto <= len(self._o_owner):
             raise PeerMessageError(f"bad o_accepted_upto {upto!r}")
+        keys = m.keys
+        if (
+            not isinstance(keys, tuple)
+            or len(keys) > self.config.c_batch_max
+            or any(type(k) is not bytes for k in keys)
+        ):
+            raise PeerMessageError("bad C-request keys")
         self._trace("HandleCRequest", owner=m.owner, index=m.index)
         if m.index < self._seq_covered[m.owner]:
             # Already ordered: a retransmission. Resend what the owner lacks.
@@ -843,6 +902,8 @@ class Replica:
                 self._o_sent_upto[m.owner] = upto
             self._o_resend.add(m.owner)
         else:
+            if keys:
+                self._note_keys(m.owner, m.index, keys)
             self._want(m.owner, m.index)
 
     def _allocate(self) -> None:
@@ -856,6 +917,7 @@ class Replica:
             batch_max = 1 if (self._n == 5 and owner != self.id) else cfg.o_batch_max
             while covered[owner] < want:
                 count = min(want - covered[owner], batch_max)
+                self._record_history(len(owners), owner, covered[owner], count)
                 owners.append(owner)
                 counts.append(count)
                 covered[owner] += count
@@ -1168,6 +1230,8 @@ class Replica:
             self._view_base = m.base
             self._o_acked_dirty = True
         now = self._now
+        if self._distrust:
+            return  # alive, but we want it replaced: no lease, no reprieve
         self._last_hb_tick = now
         self._election_jitter = self._rng.randint(0, self.config.election_jitter_ticks)
         # The sequencer is alive: a pending vote or our own candidacy is moot (this
@@ -1197,7 +1261,12 @@ class Replica:
 
     def has_lease(self) -> bool:
         """Does this replica hold a sequencer lease granted by a majority right now?"""
-        return self.is_sequencer and self._rebuild is None and self._now < self.lease_valid_until
+        return (
+            self.is_sequencer
+            and self._rebuild is None
+            and self._handing_over is None
+            and self._now < self.lease_valid_until
+        )
 
     # ---------------------------------------------------------- view change
 
@@ -1212,7 +1281,7 @@ class Replica:
         now = self._now
         if now < self._lease_until:
             return False
-        if self.sequencer is None or self.is_sequencer:
+        if self.sequencer is None or self.is_sequencer or self._distrust:
             return True
         cfg = self.config
         return now - self._last_hb_tick >= cfg.lease_ticks + cfg.election_margin_ticks
@@ -1279,7 +1348,7 @@ class Replica:
             elif self.is_sequencer and m.view < self.view:
                 self._on_stale(m)
             return
-        if self.is_sequencer:
+        if self.is_sequencer and self._handing_over != m.src:
             # Alive and sequencing: never vote ourselves out. If the others also
             # stopped hearing from us, their leases lapse and they elect without us.
             self._trace("IgnoreVRequest", view=m.view, candidate=m.src)
@@ -1307,6 +1376,9 @@ class Replica:
         self.sequencer = None
         self._candidate = None
         self._deferred_vote = None
+        self._distrust = False
+        self._handing_over = None
+        self._fail_unanswered_reads()
         self._persist.append(ViewPromised(m.view, -1))
         self._trace("HandleVRequest", view=m.view, candidate=m.src)
         self._send_vote(m)
@@ -1426,6 +1498,13 @@ class Replica:
         self._o_sent_upto = [o_from] * self._n
         self._o_known_upto = self._o_heard_upto = end
         self._rebuild = (o_from, end)
+        self._distrust = False
+        self._handing_over = None
+        self._fail_unanswered_reads()
+        # A new sequencer has no history: reads wait for the whole log (i_G).
+        self._history.clear()
+        self._pending_keys.clear()
+        self._history_floor = end - 1
         self.lease_valid_until = -1
         self._lease_grants.clear()
         self._reset_learner()
@@ -1495,6 +1574,9 @@ class Replica:
         self._deferred_vote = None
         self._last_hb_tick = self._now
         self._rebuild = None
+        self._distrust = False
+        self._handing_over = None
+        self._fail_unanswered_reads()
         if newer:
             self._view_base = None  # until this view's NewView arrives
         self._persist.append(ViewPromised(view, sequencer))
@@ -1553,8 +1635,7 @@ class Replica:
                         self._messages.append((p, msg))
         last = next(reversed(self._inflight))
         if candidate not in self._c_quorum:
-            msg2 = CRequest(self.id, self.view, self.id, last, self._o_known_upto)
-            self._messages.append((candidate, msg2))
+            self._messages.append((candidate, self._c_request(last)))
 
     def _on_stale(self, m: Message) -> None:
         """A message from an older view. The sequencer tells the sender where we are;
@@ -1716,6 +1797,186 @@ class Replica:
             (i in self._c[owner] and self._c[owner][i].committed) for i in range(rec.start, rec.end)
         ):
             del self._recoveries[owner]
+
+    # ----------------------------------------------------------------- reads
+
+    def read(self, read_id: int, key: bytes | None = None) -> None:
+        """Ask for a linearizable read of ``key`` (paper section 3.5).
+
+        The answer comes in :attr:`Ready.reads`: ``ok`` means every write that
+        was ready before this call has been applied here, so the embedder reads
+        its state machine directly; not ``ok`` means the read must go through the
+        log (propose it as a command). The sequencer answers with the last slot
+        it gave a write of ``key`` (its history table), or, while its history is
+        young, the whole log (the paper's i_G); it answers only under a lease.
+
+        Raises:
+            LocalProtocolError: ``read_id`` is already waiting.
+        """
+        if read_id in self._reads:
+            raise LocalProtocolError(f"read {read_id} is already pending")
+        if self.sequencer is None or len(self._reads) >= self.config.reads_pending_max:
+            self._read_results.append(ReadResult(read_id, False))
+            return
+        if self.is_sequencer:
+            if self.has_lease():
+                self._reads[read_id] = (self._read_slot(key), self._now)
+                self._exec_dirty = True  # served at the next ready() if already executed
+            else:
+                self._read_results.append(ReadResult(read_id, False))
+            return
+        self._reads[read_id] = (None, self._now)
+        msg = RRequest(self.id, self.view, read_id, key if key is not None else b"")
+        self._messages.append((self.sequencer, msg))
+
+    def _read_slot(self, key: bytes | None) -> Slot:
+        """The last slot a write of ``key`` may occupy (i_A, or i_G when unsure)."""
+        floor = self._history_floor
+        if not key:
+            return len(self._o_owner) - 1
+        return max(self._history.get(key, -1), floor)
+
+    def _handle_r_request(self, m: RRequest) -> None:
+        if type(m.read_id) is not int or type(m.key) is not bytes:
+            raise PeerMessageError("bad R-request")
+        if not self.is_sequencer:
+            return
+        ok = self.has_lease()
+        slot = self._read_slot(m.key) if ok else -1
+        self._messages.append((m.src, RReply(self.id, self.view, m.read_id, slot, ok)))
+
+    def _handle_r_reply(self, m: RReply) -> None:
+        if type(m.read_id) is not int or type(m.slot) is not int or type(m.ok) is not bool:
+            raise PeerMessageError("bad R-reply")
+        pending = self._reads.get(m.read_id)
+        if pending is None or pending[0] is not None or m.src != self.sequencer:
+            return
+        if m.ok and m.slot >= -1:
+            self._reads[m.read_id] = (m.slot, pending[1])
+            self._exec_dirty = True
+        else:
+            del self._reads[m.read_id]
+            self._read_results.append(ReadResult(m.read_id, False))
+
+    def _serve_reads(self) -> None:
+        """Reads whose slot has executed are served; stale requests fall back."""
+        done = self._exec_slot
+        expired = self._now - self.config.retransmit_ticks
+        finished = [
+            rid
+            for rid, (slot, asked) in self._reads.items()
+            if (slot is not None and slot < done) or (slot is None and asked < expired)
+        ]
+        for rid in finished:
+            slot, _ = self._reads.pop(rid)
+            self._read_results.append(ReadResult(rid, slot is not None))
+
+    def _fail_unanswered_reads(self) -> None:
+        """A view change voids outstanding R-requests: their answers may never come."""
+        for rid in [rid for rid, (slot, _) in self._reads.items() if slot is None]:
+            del self._reads[rid]
+            self._read_results.append(ReadResult(rid, False))
+
+    def _note_keys(self, owner: ReplicaId, index: int, keys: tuple[bytes, ...]) -> None:
+        """Sequencer: remember which objects C-instance ``owner.index`` writes."""
+        if index >= self._seq_covered[owner]:
+            self._pending_keys[(owner, index)] = keys
+
+    def _record_history(self, slot: Slot, owner: ReplicaId, first: int, count: int) -> None:
+        """Sequencer: slot ``slot`` orders C-instances ``first ..`` of ``owner``."""
+        history = self._history
+        for index in range(first, first + count):
+            keys = self._pending_keys.pop((owner, index), None)
+            if keys is None or b"" in keys:
+                # Unknown objects (the request was lost, or a write named none):
+                # every read must wait for this slot.
+                self._history_floor = slot
+                continue
+            for key in keys:
+                history.pop(key, None)
+                history[key] = slot
+        while len(history) > self.config.history_keys_max:
+            oldest = next(iter(history))
+            self._history_floor = max(self._history_floor, history.pop(oldest))
+
+    # ------------------------------------------- straggler detection, hand-over
+
+    def _judge_sequencer_speed(self) -> None:
+        """Paper section 4: count what the sequencer ordered for us per window; three
+        windows below half of what we needed make us poll the others."""
+        cfg = self.config
+        need = self._sw_need_start + (self._next_index - self._sw_index_start)
+        got = self._own_safe_count - self._sw_safe_start
+        if need >= cfg.straggler_need_min and got * 100 < need * cfg.straggler_ratio_pct:
+            self._straggler_strikes += 1
+        else:
+            self._straggler_strikes = 0
+        self._sw_index_start = self._next_index
+        self._sw_safe_start = self._own_safe_count
+        self._sw_need_start = max(0, self._next_index - self._own_safe_count)
+        if self._straggler_strikes >= cfg.straggler_strikes and not self._straggler_polling:
+            self._straggler_polling = {self.id}
+            self._trace("StragglerSuspect", view=self.view, sequencer=self.sequencer)
+            msg = StragglerPoll(self.id, self.view)
+            for p in self._near:
+                if p != self.sequencer:
+                    self._messages.append((p, msg))
+
+    def _handle_straggler_poll(self, m: StragglerPoll) -> None:
+        agree = self._straggler_strikes > 0 and not self.is_sequencer
+        if agree:
+            self._distrust_sequencer()
+        self._messages.append((m.src, StragglerVote(self.id, self.view, agree)))
+
+    def _handle_straggler_vote(self, m: StragglerVote) -> None:
+        if type(m.agree) is not bool:
+            raise PeerMessageError("bad straggler vote")
+        if not self._straggler_polling or not m.agree:
+            return
+        self._straggler_polling.add(m.src)
+        if len(self._straggler_polling) < self._majority:
+            return
+        self._straggler_polling = set()
+        self._straggler_strikes = 0
+        if self._now - self._straggler_last_tick < self.config.straggler_min_interval_ticks:
+            return  # rate limit
+        self._straggler_last_tick = self._now
+        self._trace("StragglerViewChange", view=self.view, sequencer=self.sequencer)
+        self._distrust_sequencer()
+        self._start_view_change()
+
+    def _distrust_sequencer(self) -> None:
+        """Stop renewing the sequencer's lease; vote for others once it runs out."""
+        self._distrust = True
+
+    def transfer_sequencer(self, target: ReplicaId) -> None:
+        """Hand the sequencer role to ``target`` on purpose (e.g. to move it nearer the load).
+
+        The sequencer stops serving reads at once, tells everyone to stop
+        honouring its lease, and votes for ``target``, which runs the view change.
+
+        Raises:
+            LocalProtocolError: this replica is not the sequencer, or ``target`` is
+                not another replica.
+        """
+        if not self.is_sequencer or self._rebuild is not None:
+            raise LocalProtocolError("only an established sequencer can hand its role over")
+        if not 0 <= target < self._n or target == self.id:
+            raise LocalProtocolError(f"cannot hand the sequencer role to {target!r}")
+        self._handing_over = target
+        self.lease_valid_until = -1
+        msg = SequencerHandover(self.id, self.view, target)
+        for p in self._near:
+            self._messages.append((p, msg))
+        self._trace("SequencerHandover", view=self.view, target=target)
+
+    def _handle_sequencer_handover(self, m: SequencerHandover) -> None:
+        if m.src != self.sequencer or type(m.target) is not int:
+            raise PeerMessageError("hand-over not from the sequencer")
+        self._lease_until = self._now  # released by its holder
+        self._distrust_sequencer()
+        if m.target == self.id and self._candidate is None:
+            self._start_view_change()
 
     # --------------------------------------------------------------- restart
 

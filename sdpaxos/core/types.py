@@ -51,11 +51,17 @@ class Command:
     ``(client_id, seq)`` identifies it for exactly-once execution: a client
     session has at most one command outstanding and numbers them 1, 2, 3, ...
     ``client_id == 0`` means "no session": never deduplicated.
+
+    ``key`` names the object the command writes, if the application says so.
+    The sequencer keeps, per key, the last slot it gave a write of it (the
+    paper's history table, section 3.5), so a read of that key waits only for
+    those writes. ``None`` is always safe: reads then wait for every write.
     """
 
     client_id: int
     seq: int
     payload: bytes
+    key: bytes | None = None
 
 
 class Wait(IntEnum):

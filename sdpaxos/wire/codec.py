@@ -126,14 +126,20 @@ def _commands_to_wire(value: tuple[Command, ...]) -> object:
     if type(value) is not tuple:
         raise CodecError(f"expected tuple of Command, got {_short(value)}")
     _check_items(value)
-    out = []
+    out: list[tuple[int, int, bytes] | tuple[int, int, bytes, bytes]] = []
     for command in value:
         if type(command) is not Command:
             raise CodecError(f"expected Command, got {_short(command)}")
         client_id, seq, payload = command.client_id, command.seq, command.payload
         if type(client_id) is not int or type(seq) is not int or type(payload) is not bytes:
             raise CodecError(f"malformed {_short(command)}")
-        out.append((client_id, seq, payload))
+        key = command.key
+        if key is None:
+            out.append((client_id, seq, payload))
+        elif type(key) is bytes:
+            out.append((client_id, seq, payload, key))
+        else:
+            raise CodecError(f"malformed key in {_short(command)}")
     return out
 
 
@@ -144,13 +150,19 @@ def _commands_from_wire(value: object) -> tuple[Command, ...]:
     for item in value:
         if (
             type(item) is not tuple
-            or len(item) != 3
+            or not 3 <= len(item) <= 4
             or type(item[0]) is not int
             or type(item[1]) is not int
             or type(item[2]) is not bytes
+            or (len(item) == 4 and type(item[3]) is not bytes)
         ):
-            raise CodecError(f"expected [client_id, seq, payload(bin)], got {_short(item)}")
-        out.append(Command(item[0], item[1], item[2]))
+            raise CodecError(
+                f"expected [client_id, seq, payload(bin), key(bin)?], got {_short(item)}"
+            )
+        if len(item) == 3:
+            out.append(Command(item[0], item[1], item[2]))
+        else:
+            out.append(Command(item[0], item[1], item[2], item[3]))
     return tuple(out)
 
 
@@ -216,6 +228,15 @@ def _check_bool(value: object) -> object:
 #: Marker codec for plain ints; the generated code inlines its check.
 _INT = _FieldCodec("int", _check_int, _check_int)
 _BOOL = _FieldCodec("bool", _check_bool, _check_bool)
+
+
+def _check_bytes(value: object) -> object:
+    if type(value) is not bytes:
+        raise CodecError(f"expected bytes, got {_short(value)}")
+    return value
+
+
+_BYTES = _FieldCodec("bin", _check_bytes, _check_bytes)
 _COMMANDS = _FieldCodec("array of commands", _commands_to_wire, _commands_from_wire)
 _OPTIONAL_COMMANDS = _FieldCodec(
     "nil or array of commands", _optional_commands_to_wire, _optional_commands_from_wire
@@ -252,6 +273,8 @@ def _tuple_of(element: _FieldCodec) -> _FieldCodec:
 _FIELD_CODECS: dict[object, _FieldCodec] = {
     int: _INT,
     bool: _BOOL,
+    bytes: _BYTES,
+    tuple[bytes, ...]: _tuple_of(_BYTES),
     tuple[Command, ...]: _COMMANDS,
     tuple[Command, ...] | None: _OPTIONAL_COMMANDS,
     tuple[tuple[int, int], ...]: _FieldCodec(

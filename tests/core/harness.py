@@ -45,6 +45,7 @@ class Net:
     replies: list[list[Reply]] = field(default_factory=list)
     executed: list[list[Executed]] = field(default_factory=list)
     sent: list[tuple[int, int, Message]] = field(default_factory=list)
+    reads: list[list[tuple[int, bool, int]]] = field(default_factory=list)
 
     @classmethod
     def build(cls, replicas: int = 3, **config: object) -> Net:
@@ -57,6 +58,7 @@ class Net:
             net.replicas.append(Replica(cfg, r, sm, rng=random.Random(r), observe=True))
             net.replies.append([])
             net.executed.append([])
+            net.reads.append([])
         return net
 
     down: set[int] = field(default_factory=set)
@@ -106,11 +108,19 @@ class Net:
             self.sent.append((r, dst, msg))
         self.replies[r].extend(rd.replies)
         self.executed[r].extend(rd.executed)
+        # (read id, ok, how many commands the state machine had applied then)
+        self.reads[r].extend((x.read_id, x.ok, len(self.machines[r].log)) for x in rd.reads)
 
     def propose(
-        self, r: int, client: int, seq: int, payload: bytes = b"x", wait: Wait = Wait.READY
+        self,
+        r: int,
+        client: int,
+        seq: int,
+        payload: bytes = b"x",
+        wait: Wait = Wait.READY,
+        key: bytes | None = None,
     ) -> Command:
-        cmd = Command(client, seq, payload)
+        cmd = Command(client, seq, payload, key)
         self.replicas[r].propose(cmd, wait)
         self.flush(r)
         return cmd

@@ -73,7 +73,7 @@ def test_allocation_guard_never_over_allocates(events: list[tuple[str, int, int]
         if kind == "accept":
             seq.step(CAccept(owner, 0, owner, index, owner, (Command(0, 0, b""),)))
         else:
-            seq.step(CRequest(owner, 0, owner, index, 0))
+            seq.step(CRequest(owner, 0, owner, index, 0, ()))
         seq.ready()
         highest[owner] = max(highest[owner], index)
         for o in (1, 2):
@@ -84,10 +84,10 @@ def test_allocation_guard_never_over_allocates(events: list[tuple[str, int, int]
 
 def test_retransmitted_c_request_resends_lost_o_accepts_without_allocating() -> None:
     seq = sequencer(3)
-    seq.step(CRequest(1, 0, 1, 0, 0))
+    seq.step(CRequest(1, 0, 1, 0, 0, ()))
     first = [m for _, m in seq.ready().messages if isinstance(m, OAccept)]
     assert [(m.start, m.values) for m in first] == [(0, ((1, 1),))]
-    seq.step(CRequest(1, 0, 1, 0, 0))  # the O-accept was lost; the owner asks again
+    seq.step(CRequest(1, 0, 1, 0, 0, ()))  # the O-accept was lost; the owner asks again
     again = [m for _, m in seq.ready().messages if isinstance(m, OAccept)]
     assert [(m.start, m.values) for m in again] == [(0, ((1, 1),))]
     assert seq._o_owner == [1]
@@ -112,7 +112,7 @@ def test_commands_are_batched_into_c_instances_of_bounded_size() -> None:
 def test_o_instances_cover_several_c_instances_of_one_replica_bounded() -> None:
     """Section 4 O-instance batching: one O-instance may order several C-instances."""
     seq = sequencer(3, o_batch_max=4)
-    seq.step(CRequest(1, 0, 1, 9, 0))  # C-instances 0..9 of replica 1 exist
+    seq.step(CRequest(1, 0, 1, 9, 0, ()))  # C-instances 0..9 of replica 1 exist
     seq.ready()
     assert list(zip(seq._o_owner, seq._o_count, strict=True)) == [(1, 4), (1, 4), (1, 2)]
 
@@ -120,7 +120,7 @@ def test_o_instances_cover_several_c_instances_of_one_replica_bounded() -> None:
 def test_five_replicas_non_sequencer_o_instances_cover_one_c_instance() -> None:
     """With N = 5 the view change infers one C-instance per hole, so counts stay 1."""
     seq = sequencer(5, o_batch_max=8)
-    seq.step(CRequest(3, 0, 3, 2, 0))
+    seq.step(CRequest(3, 0, 3, 2, 0, ()))
     seq.ready()
     assert list(zip(seq._o_owner, seq._o_count, strict=True)) == [(3, 1)] * 3
 
@@ -246,8 +246,8 @@ BAD_MESSAGES = [
     CAck(1, 0, 9, 0, 1),  # ack for an owner that does not exist
     CAck(1, 0, 0, -3, 0),  # ack for a negative index
     CCommit(1, 0, 1, 1 << 30, 1, ()),  # beyond the window
-    CRequest(1, 0, 2, 0, 0),  # request on behalf of another replica
-    CRequest(1, 0, 1, 0, 10**6),  # claims to have accepted unknown slots
+    CRequest(1, 0, 2, 0, 0, ()),  # request on behalf of another replica
+    CRequest(1, 0, 1, 0, 10**6, ()),  # claims to have accepted unknown slots
     OAccept(1, 0, 0, ((1, 1),)),  # O-accept from a non-sequencer
     OAck(1, 0, 5),  # acks slots that do not exist
     OCommit(1, 0, ((0, 1, 0),)),  # count 0 for a real owner

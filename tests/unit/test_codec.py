@@ -33,6 +33,11 @@ from sdpaxos.core.messages import (
     OAccept,
     OAck,
     OCommit,
+    RReply,
+    RRequest,
+    SequencerHandover,
+    StragglerPoll,
+    StragglerVote,
     Vote,
     VRequest,
 )
@@ -159,7 +164,14 @@ GOLDEN: list[tuple[Message, str]] = [
         CCommit(src=3, view=2, owner=3, index=40, ballot=0, commands=(Command(1, 2, b"x"),)),
         "01970203020328" + "0091930102c40178",
     ),
-    (CRequest(src=2, view=1, owner=2, index=9, o_accepted_upto=17), "0196030201020911"),
+    (
+        CRequest(src=2, view=1, owner=2, index=9, o_accepted_upto=17, keys=(b"k1", b"")),
+        "019703020102091192c4026b31c400",
+    ),
+    (
+        CAccept(src=1, view=0, owner=1, index=3, ballot=1, commands=(Command(7, 1, b"v", b"k"),)),
+        "019700010001030191940701c40176c4016b",
+    ),
     (
         OAccept(src=0, view=1, start=100, values=((1, 1), (2, 3), NO_CL_VALUE)),
         "019504000164" + "93920101920203" + "92ff00",
@@ -208,6 +220,11 @@ GOLDEN: list[tuple[Message, str]] = [
         ),
         "019b0e0304020acd0104c3cd0104" + "9202ff" + "9291930501c403707574c0" + "92c3c2",
     ),
+    (RRequest(src=1, view=4, read_id=77, key=b"k1"), "01950f01044dc4026b31"),
+    (RReply(src=0, view=4, read_id=77, slot=120, ok=True), "01961000044d78c3"),
+    (StragglerPoll(src=1, view=4), "0193110104"),
+    (StragglerVote(src=2, view=4, agree=False), "0194120204c2"),
+    (SequencerHandover(src=0, view=4, target=2), "019413000402"),
 ]
 
 

@@ -1,0 +1,154 @@
+"""Reads through the sequencer (paper section 3.5), straggler detection (section 4)
+and handing the sequencer role over on purpose."""
+
+from sdpaxos.core import RReply
+from tests.core.harness import PAPER3_RTT_MS, Net
+
+
+def leased(net: Net) -> Net:
+    """Run until the sequencer holds a lease granted by a majority."""
+    for _ in range(20):
+        net.run(1)
+        if net.replicas[net.config.sequencer].has_lease():
+            return net
+    raise AssertionError("no lease")
+
+
+def test_a_read_after_a_ready_write_sees_it() -> None:
+    """Section 3.5: a write ready before the read is requested is applied before
+    the read is served, on any replica."""
+    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS))
+    net.propose(1, 10, 1, b"w1", key=b"a")
+    net.deliver_all()
+    assert net.ready_ids(1) == [(10, 1)]
+    net.replicas[2].read(7, b"a")
+    net.flush(2)
+    net.run(5)
+    [(rid, ok, applied)] = net.reads[2]
+    assert (rid, ok) == (7, True)
+    assert applied == 1 and net.machines[2].log == [b"w1"]
+
+
+def test_the_sequencer_serves_a_read_locally() -> None:
+    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS))
+    net.propose(2, 10, 1, b"w", key=b"a")
+    net.deliver_all()
+    before = len(net.sent)
+    net.replicas[0].read(1, b"a")
+    net.flush(0)
+    net.run(2)
+    assert net.reads[0] == [(1, True, 1)]
+    assert not [m for s, d, m in net.sent[before:] if type(m).__name__ == "RRequest"]
+
+
+def test_a_read_waits_only_for_writes_of_its_object() -> None:
+    """The history table (i_A): a read of "a" is answered with a's last write slot,
+    not with a later slot given to a write of "b"."""
+    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS))
+    net.propose(1, 10, 1, b"wa", key=b"a")
+    net.deliver_all()
+    net.propose(1, 11, 1, b"wb", key=b"b")
+    net.deliver_all()
+    net.replicas[2].read(3, b"a")
+    net.flush(2)
+    net.deliver_all()
+    replies = [m for s, d, m in net.sent if isinstance(m, RReply)]
+    assert [(m.read_id, m.slot, m.ok) for m in replies] == [(3, 0, True)]
+
+
+def test_a_write_with_no_named_object_makes_every_read_wait_for_it() -> None:
+    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS))
+    net.propose(1, 10, 1, b"wa", key=b"a")
+    net.deliver_all()
+    net.propose(1, 11, 1, b"anon")  # key None: it may write anything
+    net.deliver_all()
+    net.replicas[2].read(3, b"a")
+    net.flush(2)
+    net.deliver_all()
+    [reply] = [m for s, d, m in net.sent if isinstance(m, RReply)]
+    assert reply.slot == 1
+
+
+def test_without_a_lease_the_read_falls_back_to_the_log() -> None:
+    """The sequencer answers R-requests only "as long as [it] holds unexpired leases
+    granted by a majority"; otherwise the read goes through the log."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    net.replicas[1].read(5, b"a")  # no heartbeat has been answered yet
+    net.flush(1)
+    net.deliver_all()
+    assert net.reads[1] == [(5, False, 0)]
+    assert not net.replicas[0].has_lease()
+
+
+def test_a_new_sequencer_answers_with_the_whole_log_until_it_has_history() -> None:
+    """Section 3.5: "When the history table is unavailable, e.g., a new sequencer has
+    been just elected, i_G is also acceptable"; never "no write seen"."""
+    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS))
+    net.propose(2, 10, 1, b"w", key=b"a")
+    net.deliver_all()
+    net.crash(0)
+    net.run(200)
+    new = net.replicas[1]
+    assert new.is_sequencer and new.has_lease()
+    assert new._read_slot(b"a") >= 0
+    net.replicas[2].read(9, b"a")
+    net.flush(2)
+    net.run(5)
+    assert net.reads[2] == [(9, True, 1)]
+
+
+def test_a_slow_sequencer_is_detected_and_replaced() -> None:
+    """Section 4: a replica counting too few O-accepts for itself for 3 windows polls
+    the others; when a majority agrees, a view change replaces the straggler, even
+    though it still sends heartbeats."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS, c_batch_max=1)
+
+    def stuck(s: int, d: int, m: object) -> bool:
+        # Alive (heartbeats, acks) but ordering nothing.
+        return not (type(m).__name__ in ("CAccept", "CRequest") and d == 0) and not (
+            type(m).__name__ == "OAccept" and s == 0
+        )
+
+    polls = []
+    for r in (1, 2):
+        net.replicas[r]._tracer = lambda e, r, f: (
+            polls.append(r) if e == "StragglerSuspect" else None
+        )
+    client = 100
+    window = net.config.straggler_window_ticks
+    for _ in range(window * 8):
+        for r in (1, 2):
+            net.propose(r, client, 1, b"x")
+            client += 1
+        net.tick()
+        net.deliver_all(keep=stuck)
+        if net.replicas[1].sequencer not in (0, None):
+            break
+    assert polls, "a replica suspected the straggler"
+    assert net.replicas[1].sequencer in (1, 2) and net.replicas[1].view >= 1
+    assert net.replicas[1].stats.view_changes_started + net.replicas[2].stats.view_changes_started
+
+
+def test_straggler_view_changes_are_rate_limited() -> None:
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    rep = net.replicas[1]
+    rep._straggler_polling = {1}
+    rep._straggler_last_tick = rep._now  # one just happened
+    rep.step(StragglerVote(2, 0, True))
+    assert rep.stats.view_changes_started == 0
+
+
+def test_the_sequencer_role_can_be_handed_over() -> None:
+    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS))
+    net.propose(1, 10, 1, b"before")
+    net.deliver_all()
+    net.replicas[0].transfer_sequencer(2)
+    net.flush(0)
+    assert not net.replicas[0].has_lease()
+    net.run(20)
+    assert all(net.replicas[r].sequencer == 2 for r in range(3))
+    net.propose(1, 11, 1, b"after")
+    net.run(20)
+    first = net.executed_ids(0)
+    assert first == [(10, 1), (11, 1)]
+    assert all(net.executed_ids(r) == first for r in range(3))
