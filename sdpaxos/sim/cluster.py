@@ -13,6 +13,22 @@ Crash drops the ``Replica`` object (and its state machine) and keeps its
 ``MemoryStorage``; restart rebuilds it with ``records=storage.load()``, exactly
 what a real process would find on disk.
 
+Slow nodes, two ways:
+
+* **Pause** (a stopped process: SIGSTOP, a long GC pause, a VM migration). A
+  paused replica neither ticks nor steps. Packets that reach it (and client
+  requests) wait in its inbox, at most :data:`PAUSED_INBOX_MAX` of them; beyond
+  that they are lost, like a full socket buffer. On resume the driver first
+  catches up on the ticks it missed (a real driver turns elapsed wall time into
+  ticks, so a resumed replica knows its lease ran out), then handles the
+  backlog in arrival order. A crash empties the inbox.
+* **Slow** (the paper's CPU-throttled straggler, section 5.1). Each replica has a
+  CPU that spends ``processing_us`` per message it handles, times its slow
+  factor (1 by default). Work queues behind a busy CPU, and a message's effects
+  (sends, replies) happen when its handling finishes. With the default
+  ``processing_us = 0`` replicas are infinitely fast, so exact latency tests see
+  exactly the profile's delays.
+
 Rules: single-threaded, no wall clock, no global ``random``; every decision
 comes from the one :class:`~sdpaxos.sim.chooser.Chooser`, and iteration is over
 lists or sorted keys only, so a run is a pure function of its seed.
@@ -20,7 +36,7 @@ lists or sorted keys only, so a run is a pure function of its seed.
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol
 
 from sdpaxos.core.config import ClusterConfig
@@ -40,6 +56,12 @@ from sdpaxos.sim.statemachine import DigestRegister
 READY_ROUNDS_MAX = 1000
 #: Default proximity probe period (measured proximity only).
 PROBE_MS_DEFAULT = 1000.0
+#: Most packets and client requests a paused replica's inbox holds; beyond it they are lost.
+PAUSED_INBOX_MAX = 10_000
+#: Most missed ticks a resumed replica catches up on (a bound on the catch-up loop).
+CATCH_UP_TICKS_MAX = 1_000_000
+#: Largest slow factor: a straggler at most this many times slower than a normal replica.
+SLOW_FACTOR_MAX = 1_000_000.0
 
 
 class SimReplica(Protocol):
@@ -150,7 +172,17 @@ class Action:
     name: str = ""
 
 
-Event = Deliver | Tick | Propose | Probe | ProbeRound | Action
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """A slow replica's CPU finished handling ``event`` (only if still ``incarnation``)."""
+
+    replica: ReplicaId
+    incarnation: int
+    event: Deliver | Propose
+
+
+Event = Deliver | Tick | Propose | Probe | ProbeRound | Action | Handled
+Inbound = Deliver | Propose
 
 ReplyListener = Callable[[ReplicaId, Reply, int], None]
 ProposeListener = Callable[[ReplicaId, Command, int], None]
@@ -171,6 +203,8 @@ class SimCluster:
         config_overrides: extra ``ClusterConfig`` fields (limits, timeouts, thrifty).
         replica_factory, codec, state_machine_factory: swap in fakes for tests.
         checker: defaults to a fresh :class:`Checker`.
+        processing_us: CPU time a replica spends per message it handles, before
+            its slow factor (see :meth:`slow`); 0 = instantaneous.
     """
 
     def __init__(
@@ -191,9 +225,12 @@ class SimCluster:
         checker: Checker | None = None,
         observe: bool = True,
         events_pending_max: int = EVENTS_PENDING_MAX,
+        processing_us: int = 0,
     ) -> None:
         if not tick_ms > 0:
             raise ValueError(f"tick_ms must be > 0, got {tick_ms}")
+        if processing_us < 0:
+            raise ValueError(f"processing_us must be >= 0, got {processing_us}")
         n = profile.size
         self.profile = profile
         self.chooser = chooser
@@ -221,7 +258,20 @@ class SimCluster:
         self.propose_listeners: list[ProposeListener] = []
         self.events_processed = 0
         self.crashes = 0
+        self.restarts = 0
         self.local_deliveries = 0
+        self.processing_us = processing_us
+        self.paused = [False] * n
+        self.slow_factor = [1.0] * n
+        #: Messages lost to a full inbox of a paused replica.
+        self.inbox_overflow = 0
+        self._inbox: list[list[Inbound]] = [[] for _ in range(n)]
+        self._missed_ticks = [0] * n
+        self._busy_until_us = [0] * n
+        #: Bumped by every crash: work a dead process had started dies with it.
+        self._incarnation = [0] * n
+        #: Counters (``replica.stats``) of crashed incarnations, summed per name.
+        self._retired_counters: dict[str, int] = {}
         for r in range(n):
             self._build(r, records=None)
         for r in range(n):
@@ -258,11 +308,22 @@ class SimCluster:
         self.scheduler.at(time_us, Action(callback, name))
 
     def crash(self, replica: ReplicaId) -> None:
-        """Drop the replica and its volatile state; its storage survives."""
-        if self.replicas[replica] is None:
+        """Drop the replica and its volatile state; its storage survives.
+
+        A paused replica can crash too; its inbox is lost with it (and it comes
+        back unpaused: a restart is a new process).
+        """
+        old = self.replicas[replica]
+        if old is None:
             return
+        for name, value in _counters(old).items():
+            self._retired_counters[name] = self._retired_counters.get(name, 0) + value
         self.replicas[replica] = None
         self.state_machines[replica] = None
+        self.paused[replica] = False
+        self._inbox[replica] = []
+        self._missed_ticks[replica] = 0
+        self._incarnation[replica] += 1
         self.crashes += 1
         self.checker.crashed(replica)
 
@@ -271,8 +332,56 @@ class SimCluster:
         if self.replicas[replica] is not None:
             return
         self._build(replica, records=self.storages[replica].load())
+        self.restarts += 1
         self.checker.restarted(replica)
         self._drain(replica)
+
+    def pause(self, replica: ReplicaId) -> None:
+        """Stop ``replica`` (it neither ticks nor steps) until :meth:`resume`."""
+        if self.replicas[replica] is None or self.paused[replica]:
+            return
+        self.paused[replica] = True
+
+    def resume(self, replica: ReplicaId) -> None:
+        """Let a paused replica run again: missed ticks first, then its backlog."""
+        if not self.paused[replica]:
+            return
+        self.paused[replica] = False
+        missed = min(self._missed_ticks[replica], CATCH_UP_TICKS_MAX)
+        self._missed_ticks[replica] = 0
+        for _ in range(missed):
+            core = self.replicas[replica]
+            assert core is not None  # a crash unpauses
+            core.tick()
+            self._drain(replica)
+        backlog, self._inbox[replica] = self._inbox[replica], []
+        for event in backlog:
+            self._gate(replica, event)
+
+    def slow(self, replica: ReplicaId, factor: float) -> None:
+        """Make ``replica``'s CPU ``factor`` times slower (1.0 = normal).
+
+        Needs ``processing_us > 0``: a replica that spends no time per message is
+        no slower when throttled.
+        """
+        if not 1.0 <= factor <= SLOW_FACTOR_MAX:
+            raise ValueError(f"slow factor must be in [1, {SLOW_FACTOR_MAX:g}], got {factor}")
+        if factor > 1.0 and self.processing_us <= 0:
+            raise ValueError("slow() needs processing_us > 0 (the cost a factor multiplies)")
+        self.slow_factor[replica] = factor
+
+    def inbox_size(self, replica: ReplicaId) -> int:
+        """Messages and client requests waiting for a paused replica."""
+        return len(self._inbox[replica])
+
+    def core_counters(self) -> dict[str, int]:
+        """``replica.stats`` counters summed over every incarnation, live or crashed."""
+        total = dict(self._retired_counters)
+        for replica in self.replicas:
+            if replica is not None:
+                for name, value in _counters(replica).items():
+                    total[name] = total.get(name, 0) + value
+        return total
 
     def step(self) -> bool:
         """Process the next event; False when nothing is pending."""
@@ -315,10 +424,19 @@ class SimCluster:
             self.scheduler.after(self.tick_us, event)
             replica = self.replicas[event.replica]
             if replica is not None:
-                replica.tick()
-                self._drain(event.replica)
+                if self.paused[event.replica]:
+                    self._missed_ticks[event.replica] += 1
+                else:
+                    replica.tick()
+                    self._drain(event.replica)
         elif isinstance(event, Propose):
-            self._on_propose(event)
+            if self.replicas[event.replica] is not None:
+                self._gate(event.replica, event)
+            # else: the client's replica is down; its command is never submitted
+        elif isinstance(event, Handled):
+            if event.incarnation == self._incarnation[event.replica]:
+                self._handle(event.event)
+            # else: the process that was handling it crashed meanwhile
         elif isinstance(event, Probe):
             self._on_probe(event)
         elif isinstance(event, ProbeRound):
@@ -327,21 +445,53 @@ class SimCluster:
             event.callback()
 
     def _on_deliver(self, ev: Deliver) -> None:
-        replica = self.replicas[ev.dst]
+        alive = self.replicas[ev.dst] is not None
         if ev.src != ev.dst and not self.network.admit(
-            ev.src, ev.dst, len(ev.payload), ev.count, dst_alive=replica is not None
+            ev.src, ev.dst, len(ev.payload), ev.count, dst_alive=alive
         ):
             return
-        if replica is None:
+        if alive:
+            self._gate(ev.dst, ev)
+
+    def _gate(self, r: ReplicaId, ev: Inbound) -> None:
+        """An arrival at live replica ``r``: queue it (paused), delay it (slow) or handle it."""
+        if self.paused[r]:
+            if len(self._inbox[r]) >= PAUSED_INBOX_MAX:
+                self.inbox_overflow += 1
+                return
+            self._inbox[r].append(ev)
             return
+        cost_us = round(self.processing_us * self.slow_factor[r] * _message_count(ev))
+        if cost_us <= 0:
+            self._handle(ev)
+            return
+        done_us = max(self.now_us, self._busy_until_us[r]) + cost_us
+        self._busy_until_us[r] = done_us
+        self.scheduler.at(done_us, Handled(r, self._incarnation[r], ev))
+
+    def _handle(self, ev: Inbound) -> None:
+        """Step the replica with ``ev`` now (it may have been paused meanwhile)."""
+        r = ev.dst if isinstance(ev, Deliver) else ev.replica
+        if self.replicas[r] is None:
+            return
+        if self.paused[r]:
+            self._gate(r, ev)
+            return
+        if isinstance(ev, Deliver):
+            self._on_arrival(ev)
+        else:
+            self._on_propose(ev)
+
+    def _on_arrival(self, ev: Deliver) -> None:
+        replica = self.replicas[ev.dst]
+        assert replica is not None
         for message in self.codec.decode_batch(ev.payload):
             replica.step(message)
         self._drain(ev.dst)
 
     def _on_propose(self, ev: Propose) -> None:
         replica = self.replicas[ev.replica]
-        if replica is None:
-            return  # the client's replica is down; its command is never submitted
+        assert replica is not None
         try:
             replica.propose(ev.command, ev.wait)
         except Overloaded:
@@ -354,7 +504,7 @@ class SimCluster:
 
     def _on_probe_round(self, ev: ProbeRound) -> None:
         self.scheduler.after(self.probe_us, ev)
-        if self.replicas[ev.replica] is None:
+        if self.replicas[ev.replica] is None or self.paused[ev.replica]:
             return
         for peer in range(self.n):
             if peer != ev.replica:
@@ -367,7 +517,8 @@ class SimCluster:
 
     def _on_probe(self, probe: Probe) -> None:
         src, dst = (probe.dst, probe.src) if probe.echo else (probe.src, probe.dst)
-        alive = self.replicas[dst] is not None
+        # A paused replica answers no probe (it answers nothing).
+        alive = self.replicas[dst] is not None and not self.paused[dst]
         if not self.network.admit(src, dst, 0, 0, dst_alive=alive):
             return
         if not probe.echo:
@@ -413,3 +564,19 @@ class SimCluster:
             self.checker.replied(r, reply)
             for listener in self.reply_listeners:
                 listener(r, reply, self.now_us)
+
+
+def _message_count(ev: Inbound) -> int:
+    return ev.count if isinstance(ev, Deliver) else 1
+
+
+def _counters(replica: SimReplica) -> dict[str, int]:
+    """The integer fields of ``replica.stats`` (the core's ``Stats``), if it has any."""
+    stats = getattr(replica, "stats", None)
+    if stats is None or not is_dataclass(stats) or isinstance(stats, type):
+        return {}
+    return {
+        f.name: value
+        for f in fields(stats)
+        if isinstance(value := getattr(stats, f.name), int) and not isinstance(value, bool)
+    }

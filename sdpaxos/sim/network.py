@@ -66,6 +66,9 @@ class LinkStats:
 
     ``sent``, ``delivered``, ``dropped`` and ``duplicated`` count protocol
     messages; ``packets_sent`` counts the encoded batches that carried them.
+    ``dropped`` is every message that never arrived; of those, ``lost`` were
+    random loss (``drop_probability``) and ``cut`` were stopped by a partition
+    (the rest were addressed to a crashed replica).
     """
 
     packets_sent: int = 0
@@ -73,6 +76,8 @@ class LinkStats:
     delivered: int = 0
     dropped: int = 0
     duplicated: int = 0
+    lost: int = 0
+    cut: int = 0
     bytes_sent: int = 0
     bytes_delivered: int = 0
     delay_us_total: int = 0
@@ -134,6 +139,25 @@ class Network:
             for b in outside:
                 self.block(a, b)
 
+    def isolate_one_way(self, node: int, *, inbound: bool) -> None:
+        """Cut only the links into ``node`` (``inbound``) or only those out of it.
+
+        An inbound-isolated node still talks but hears nothing (a sequencer that
+        sends heartbeats nobody can answer); an outbound-isolated one hears
+        everything and is heard by nobody.
+        """
+        for other in range(self.n):
+            if other != node:
+                src, dst = (other, node) if inbound else (node, other)
+                self.block(src, dst, both_ways=False)
+
+    def unblock(self, src: int, dst: int, *, both_ways: bool = True) -> None:
+        """Restore ``src -> dst`` (and ``dst -> src`` unless ``both_ways`` is false)."""
+        assert (src, dst) in self._links, (src, dst)
+        self._blocked.discard((src, dst))
+        if both_ways:
+            self._blocked.discard((dst, src))
+
     def heal(self) -> None:
         """Restore every link."""
         self._blocked.clear()
@@ -152,8 +176,13 @@ class Network:
         stats.packets_sent += 1
         stats.sent += messages
         stats.bytes_sent += size_bytes
-        if self.blocked(src, dst) or flip(self._chooser, self.config.drop_probability):
+        if self.blocked(src, dst):
             stats.dropped += messages
+            stats.cut += messages
+            return []
+        if flip(self._chooser, self.config.drop_probability):
+            stats.dropped += messages
+            stats.lost += messages
             return []
         copies = 2 if flip(self._chooser, self.config.duplicate_probability) else 1
         stats.duplicated += (copies - 1) * messages
@@ -174,7 +203,11 @@ class Network:
     ) -> bool:
         """At delivery time: may the packet be handed to ``dst``? Counts the outcome."""
         stats = self._links[(src, dst)].stats
-        if not dst_alive or self.blocked(src, dst):
+        if self.blocked(src, dst):
+            stats.dropped += messages
+            stats.cut += messages
+            return False
+        if not dst_alive:
             stats.dropped += messages
             return False
         stats.delivered += messages
@@ -204,6 +237,8 @@ class Network:
             total.delivered += s.delivered
             total.dropped += s.dropped
             total.duplicated += s.duplicated
+            total.lost += s.lost
+            total.cut += s.cut
             total.bytes_sent += s.bytes_sent
             total.bytes_delivered += s.bytes_delivered
             total.delay_us_total += s.delay_us_total

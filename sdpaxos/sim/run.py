@@ -116,7 +116,12 @@ def run_closed_loop(
     )
     if cluster_hook is not None:
         cluster_hook(cluster)
-    clients = ClosedLoopClients(cluster, commands_per_region, clients_per_region=clients_per_region)
+    clients = ClosedLoopClients(
+        cluster,
+        commands_per_region,
+        clients_per_region=clients_per_region,
+        retry_ms=client_retry_ms,
+    )
     total = clients.total
     if time_limit_ms is None:
         # Generous: every command may take a few of the slowest round trips.

@@ -1,7 +1,7 @@
 """Reads through the sequencer (paper section 3.5), straggler detection (section 4)
 and handing the sequencer role over on purpose."""
 
-from sdpaxos.core import RReply
+from sdpaxos.core import RReply, StragglerVote
 from tests.core.harness import PAPER3_RTT_MS, Net
 
 
