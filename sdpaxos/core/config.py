@@ -63,6 +63,7 @@ class ClusterConfig:
         learn_ms: how long execution may stay blocked before the replica asks
             peers for the commits it is missing.
         learn_o_max: most committed O-instances sent in answer to one request.
+        learn_c_max: most C-instances one LearnRequest asks for.
         heartbeat_ms: how often the sequencer sends a heartbeat (lease renewal).
             The paper's evaluation uses 500 ms.
         lease_ms: how long a replica that answered a heartbeat promises not to
@@ -116,6 +117,7 @@ class ClusterConfig:
     retransmit_ms: float = 300.0
     learn_ms: float = 300.0
     learn_o_max: int = 4096
+    learn_c_max: int = 256
     heartbeat_ms: float = 500.0
     lease_ms: float = 500.0
     lease_drift_ms: float = 20.0
@@ -165,6 +167,7 @@ class ClusterConfig:
             "o_accept_values_max",
             "c_index_window_max",
             "learn_o_max",
+            "learn_c_max",
             "suspect_rtts",
             "recovery_batch_max",
             "history_keys_max",

@@ -1168,13 +1168,29 @@ class Replica:
         return self._exec_slot < self._o_heard_upto
 
     def _send_learn_request(self) -> None:
+        """Ask every peer for what blocks execution: commits of O-instances from the
+        first unexecuted slot, and of every C-instance the committed assignment
+        log maps from there (in bulk, so a restarted replica catches up quickly)."""
         slot = self._exec_slot
-        wanted: tuple[tuple[ReplicaId, int], ...] = ()
-        if slot < len(self._o_owner) and self._o_committed[slot]:
-            owner = self._o_owner[slot]
+        owners, counts, committed = self._o_owner, self._o_count, self._o_committed
+        logs = self._c
+        next_k = list(self._exec_count)
+        wanted: list[tuple[ReplicaId, int]] = []
+        cap = self.config.learn_c_max
+        skip = self._exec_in_slot
+        s = slot
+        while s < len(owners) and committed[s] and len(wanted) < cap:
+            owner = owners[s]
             if owner != NO_CL:
-                wanted = ((owner, self._exec_count[owner]),)
-        msg = LearnRequest(self.id, self.view, slot, wanted)
+                for _ in range(counts[s] - skip):
+                    k = next_k[owner]
+                    next_k[owner] = k + 1
+                    inst = logs[owner].get(k)
+                    if (inst is None or not inst.committed) and len(wanted) < cap:
+                        wanted.append((owner, k))
+            skip = 0
+            s += 1
+        msg = LearnRequest(self.id, self.view, slot, tuple(wanted))
         for p in self._near:
             self._messages.append((p, msg))
         self.stats.learn_requests += 1
@@ -1184,7 +1200,7 @@ class Replica:
         o_from = m.o_from
         if type(o_from) is not int or o_from < -1:
             raise PeerMessageError(f"bad o_from {o_from!r}")
-        if not isinstance(m.c_wanted, tuple) or len(m.c_wanted) > self._n * 4:
+        if not isinstance(m.c_wanted, tuple) or len(m.c_wanted) > self.config.learn_c_max:
             raise PeerMessageError("LearnRequest asks for too many C-instances")
         for item in m.c_wanted:
             if not isinstance(item, tuple) or len(item) != 2:
