@@ -440,7 +440,8 @@ class Replica:
                     # A later view we have not heard of from its sequencer; its
                     # heartbeat will tell us. Until then we cannot place this.
                     self.stats.stale += 1
-                    self._trace("FutureView", msg=message)
+                    if self._tracer is not None:
+                        self._trace("FutureView", msg=message)
                     if self.is_sequencer and (
                         self._candidate is None or self._candidate.view < view
                     ):
@@ -458,7 +459,8 @@ class Replica:
             handler(message)
         except PeerMessageError as exc:
             self.stats.rejected += 1
-            self._trace("Reject", msg=message, reason=str(exc))
+            if self._tracer is not None:
+                self._trace("Reject", msg=message, reason=str(exc))
 
     def tick(self) -> None:
         """Advance logical time by one tick: timers for every role."""
@@ -605,7 +607,8 @@ class Replica:
             self._inflight[index] = commands
             self._persist.append(CAccepted(me, index, inst.ballot, commands))
             self.stats.c_instances_started += 1
-            self._trace("Propose", index=index, commands=len(commands))
+            if self._tracer is not None:
+                self._trace("Propose", index=index, commands=len(commands))
             msg = CAccept(me, self.view, me, index, inst.ballot, commands)
             for p in self._c_quorum:
                 self._messages.append((p, msg))
@@ -656,7 +659,8 @@ class Replica:
         if inst is None or inst.acks is None or m.ballot != inst.ballot or inst.committed:
             return  # late, stale, or for a proposal we no longer run: harmless
         inst.acks.add(m.src)
-        self._trace("HandleCAck", owner=m.owner, index=m.index, src=m.src)
+        if self._tracer is not None:
+            self._trace("HandleCAck", owner=m.owner, index=m.index, src=m.src)
         if len(inst.acks) >= self._majority:
             if m.owner == self.id:
                 self._commit_own_c(m.index, inst)
@@ -678,7 +682,8 @@ class Replica:
                     self.id, self.view, self.id, index, inst.ballot, inst.commands
                 )
                 self._messages.append((p, full))
-        self._trace("CommitC", owner=self.id, index=index)
+        if self._tracer is not None:
+            self._trace("CommitC", owner=self.id, index=index)
         self._exec_dirty = True
         self._own_committed(index, inst)
 
@@ -693,7 +698,8 @@ class Replica:
             # Propose them again; (client id, seq) keeps execution exactly-once.
             del self._inflight[index]
             self._proposals.extendleft(reversed(proposed))
-            self._trace("Repropose", index=index, commands=len(proposed))
+            if self._tracer is not None:
+                self._trace("Repropose", index=index, commands=len(proposed))
             return
         if index < self._own_safe_count:
             self._make_ready(index, proposed)
@@ -702,7 +708,8 @@ class Replica:
         """Both instances are settled: answer the clients waiting for "ready"."""
         del self._inflight[index]
         self.stats.commands_ready += len(commands)
-        self._trace("Ready", index=index, commands=len(commands))
+        if self._tracer is not None:
+            self._trace("Ready", index=index, commands=len(commands))
         waiters = self._exec_waiters
         replies = self._replies
         for cmd in commands:
@@ -723,7 +730,8 @@ class Replica:
         if inst is None:
             inst = log[index] = _CInstance()
         if m.ballot < inst.promised:
-            self._trace("Reject", reason="stale ballot", owner=owner, index=index)
+            if self._tracer is not None:
+                self._trace("Reject", reason="stale ballot", owner=owner, index=index)
             return
         if inst.committed and inst.commands != m.commands:
             raise PeerMessageError(
@@ -736,7 +744,8 @@ class Replica:
             self._persist.append(CAccepted(owner, index, m.ballot, m.commands))
             if index > self._c_max[owner]:
                 self._c_max[owner] = index
-        self._trace("HandleCAccept", owner=owner, index=index, ballot=m.ballot)
+        if self._tracer is not None:
+            self._trace("HandleCAccept", owner=owner, index=index, ballot=m.ballot)
         self._messages.append((m.src, CAck(self.id, self.view, owner, index, m.ballot)))
         if self.is_sequencer and m.src == owner:
             self._note_keys(owner, index, _keys_of(m.commands))
@@ -763,7 +772,8 @@ class Replica:
         # (Paxos: every higher ballot proposes the chosen value).
         inst.committed = True
         inst.acks = None
-        self._trace("HandleCCommit", owner=owner, index=index)
+        if self._tracer is not None:
+            self._trace("HandleCCommit", owner=owner, index=index)
         self._exec_dirty = True
         if owner == self.id:
             self._own_committed(index, inst)
@@ -809,7 +819,8 @@ class Replica:
             changed = True
         if changed:
             self._persist.append(OAccepted(view, start, values))
-        self._trace("HandleOAccept", start=start, count=len(values))
+        if self._tracer is not None:
+            self._trace("HandleOAccept", start=start, count=len(values))
         if end > self._o_heard_upto:
             self._o_heard_upto = end
         self._advance_known()
@@ -895,7 +906,8 @@ class Replica:
             or any(type(k) is not bytes for k in keys)
         ):
             raise PeerMessageError("bad C-request keys")
-        self._trace("HandleCRequest", owner=m.owner, index=m.index)
+        if self._tracer is not None:
+            self._trace("HandleCRequest", owner=m.owner, index=m.index)
         if m.index < self._seq_covered[m.owner]:
             # Already ordered: a retransmission. Resend what the owner lacks.
             if upto < self._o_sent_upto[m.owner]:
@@ -931,7 +943,8 @@ class Replica:
             values = tuple(zip(owners[start:end], counts[start:end], strict=True))
             self._persist.append(OAccepted(self.view, start, values))
             self.stats.o_instances_allocated += grow
-            self._trace("AllocateO", start=start, values=values)
+            if self._tracer is not None:
+                self._trace("AllocateO", start=start, values=values)
             self._o_known_upto = self._o_heard_upto = end
             self._o_acked[self.id] = end
             self._o_acked_dirty = True
@@ -984,7 +997,8 @@ class Replica:
             raise PeerMessageError(f"O-ACK upto {upto!r} beyond the window")
         if self.is_sequencer and upto > len(self._o_owner):
             raise PeerMessageError(f"O-ACK upto {upto!r} beyond the sequencer's own log")
-        self._trace("HandleOAck", src=m.src, upto=upto)
+        if self._tracer is not None:
+            self._trace("HandleOAck", src=m.src, upto=upto)
         if upto > self._o_acked[m.src]:
             self._o_acked[m.src] = upto
             self._o_acked_dirty = True
@@ -1033,7 +1047,8 @@ class Replica:
             return
         self._own_safe_count = own
         self._exec_dirty = True
-        self._trace("CommitO", upto=safe, own=own)
+        if self._tracer is not None:
+            self._trace("CommitO", upto=safe, own=own)
         inflight = self._inflight
         log = self._c[me]
         for index in range(before, own):
@@ -1092,7 +1107,8 @@ class Replica:
             committed[slot] = True
         if top > self._o_heard_upto:
             self._o_heard_upto = top
-        self._trace("HandleOCommit", src=m.src, entries=len(entries))
+        if self._tracer is not None:
+            self._trace("HandleOCommit", src=m.src, entries=len(entries))
         self._advance_known()
         self._exec_dirty = True
 
@@ -1194,7 +1210,8 @@ class Replica:
         for p in self._near:
             self._messages.append((p, msg))
         self.stats.learn_requests += 1
-        self._trace("LearnRequest", o_from=slot, c_wanted=wanted)
+        if self._tracer is not None:
+            self._trace("LearnRequest", o_from=slot, c_wanted=wanted)
 
     def _handle_learn_request(self, m: LearnRequest) -> None:
         o_from = m.o_from
@@ -1254,7 +1271,8 @@ class Replica:
         # is what keeps one replica's false suspicion from deposing it).
         self._deferred_vote = None
         if self._candidate is not None:
-            self._trace("AbandonViewChange", view=self._candidate.view)
+            if self._tracer is not None:
+                self._trace("AbandonViewChange", view=self._candidate.view)
             self._candidate = None
         if m.o_len > self._o_heard_upto:
             self._o_heard_upto = min(m.o_len, self._exec_slot + self.config.c_index_window_max)
@@ -1342,7 +1360,8 @@ class Replica:
             self._suspected.add(self.sequencer)
             self._recompute_proximity()
         self.stats.view_changes_started += 1
-        self._trace("StartViewChange", view=view, o_from=self._exec_slot)
+        if self._tracer is not None:
+            self._trace("StartViewChange", view=view, o_from=self._exec_slot)
         self._send_v_requests()
         if self._majority == 1:
             self._become_sequencer()
@@ -1367,7 +1386,8 @@ class Replica:
         if self.is_sequencer and self._handing_over != m.src:
             # Alive and sequencing: never vote ourselves out. If the others also
             # stopped hearing from us, their leases lapse and they elect without us.
-            self._trace("IgnoreVRequest", view=m.view, candidate=m.src)
+            if self._tracer is not None:
+                self._trace("IgnoreVRequest", view=m.view, candidate=m.src)
             return
         c = self._candidate
         if c is not None and c.view >= m.view and self._rank(self.id) <= self._rank(m.src):
@@ -1377,7 +1397,8 @@ class Replica:
             # or we still hear from it and so do not share the suspicion.
             if self._deferred_vote is None or m.view >= self._deferred_vote.view:
                 self._deferred_vote = m
-            self._trace("DeferVote", view=m.view, candidate=m.src)
+            if self._tracer is not None:
+                self._trace("DeferVote", view=m.view, candidate=m.src)
             return
         self._vote(m)
 
@@ -1396,7 +1417,8 @@ class Replica:
         self._handing_over = None
         self._fail_unanswered_reads()
         self._persist.append(ViewPromised(m.view, -1))
-        self._trace("HandleVRequest", view=m.view, candidate=m.src)
+        if self._tracer is not None:
+            self._trace("HandleVRequest", view=m.view, candidate=m.src)
         self._send_vote(m)
         self._freeze_older_views()
         self._resync_toward(m.src)
@@ -1456,7 +1478,8 @@ class Replica:
             raise PeerMessageError("vote with a bad est_seq")
         c.votes[m.src] = VoteState(m.entries, m.c_max)
         c.est[m.src] = (m.est_view, m.est_seq)
-        self._trace("HandleVote", view=m.view, voter=m.src, votes=len(c.votes) + 1)
+        if self._tracer is not None:
+            self._trace("HandleVote", view=m.view, voter=m.src, votes=len(c.votes) + 1)
         if len(c.votes) + 1 >= self._majority:
             self._become_sequencer()
 
@@ -1526,7 +1549,8 @@ class Replica:
         self._reset_learner()
         self._o_resend.update(self._near)  # re-acceptance by everyone
         self.stats.views_won += 1
-        self._trace("BecomeSequencer", view=view, o_from=o_from, values=len(values))
+        if self._tracer is not None:
+            self._trace("BecomeSequencer", view=view, o_from=o_from, values=len(values))
         self._send_heartbeats()
         self._resync_wanted = True
         if old_seq != self.id:
@@ -1546,7 +1570,8 @@ class Replica:
         for p in self._near:
             self._messages.append((p, msg))
         self._exec_dirty = True
-        self._trace("NewView", view=self.view, start=start, values=len(values))
+        if self._tracer is not None:
+            self._trace("NewView", view=self.view, start=start, values=len(values))
 
     def _handle_new_view(self, m: NewView) -> None:
         start, values = m.start, m.values
@@ -1577,7 +1602,8 @@ class Replica:
         self._advance_known()
         self._o_acked_dirty = True
         self._exec_dirty = True
-        self._trace("HandleNewView", view=m.view, start=start, values=len(values))
+        if self._tracer is not None:
+            self._trace("HandleNewView", view=m.view, start=start, values=len(values))
 
     def _adopt_view(self, view: View, sequencer: ReplicaId) -> None:
         """Enter ``view`` under ``sequencer``, heard from directly (its first message)."""
@@ -1605,7 +1631,8 @@ class Replica:
         self._seq_want.clear()
         self._o_resend.clear()
         self._resync_wanted = True
-        self._trace("AdoptView", view=view, sequencer=sequencer)
+        if self._tracer is not None:
+            self._trace("AdoptView", view=view, sequencer=sequencer)
 
     def _reset_learner(self) -> None:
         """Learner state is per view: recount from what is known now."""
@@ -1657,7 +1684,8 @@ class Replica:
         """A message from an older view. The sequencer tells the sender where we are;
         a replica stuck above a live sequencer's view tells that sequencer."""
         self.stats.stale += 1
-        self._trace("Stale", msg=m)
+        if self._tracer is not None:
+            self._trace("Stale", msg=m)
         if type(m) is Heartbeat and self.sequencer is None:
             self._messages.append((m.src, LearnRequest(self.id, self.view, -1, ())))
         if self.is_sequencer:
@@ -1692,7 +1720,8 @@ class Replica:
         rec = _Recovery(owner, index, end, ballot, self._now)
         self._recoveries[owner] = rec
         self.stats.c_recoveries_started += 1
-        self._trace("StartCRecovery", owner=owner, start=index, end=end, ballot=ballot)
+        if self._tracer is not None:
+            self._trace("StartCRecovery", owner=owner, start=index, end=end, ballot=ballot)
         own = self._promise_c(owner, index, end, ballot)
         assert own.ok
         rec.promises[self.id] = own
@@ -1748,7 +1777,8 @@ class Replica:
             raise PeerMessageError(f"bad C-prepare range {m.start}..{m.end}")
         if type(m.ballot) is not int or ballot_round(m.ballot) < 1:
             raise PeerMessageError(f"bad recovery ballot {m.ballot!r}")
-        self._trace("HandleCPrepare", owner=m.owner, start=m.start, end=m.end, ballot=m.ballot)
+        if self._tracer is not None:
+            self._trace("HandleCPrepare", owner=m.owner, start=m.start, end=m.end, ballot=m.ballot)
         self._messages.append((m.src, self._promise_c(m.owner, m.start, m.end, m.ballot)))
 
     def _handle_c_promise(self, m: CPromise) -> None:
@@ -1771,7 +1801,8 @@ class Replica:
             del self._recoveries[m.owner]
             return
         rec.promises[m.src] = m
-        self._trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
+        if self._tracer is not None:
+            self._trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
         if len(rec.promises) < self._majority:
             return
         rec.proposed = True
@@ -1806,7 +1837,8 @@ class Replica:
         for p in self._near:
             self._messages.append((p, msg))
         self.stats.c_instances_recovered += 1
-        self._trace("CommitC", owner=owner, index=index, recovered=True)
+        if self._tracer is not None:
+            self._trace("CommitC", owner=owner, index=index, recovered=True)
         self._exec_dirty = True
         rec = self._recoveries.get(owner)
         if rec is not None and all(
@@ -1932,7 +1964,8 @@ class Replica:
         self._sw_need_start = max(0, self._next_index - self._own_safe_count)
         if self._straggler_strikes >= cfg.straggler_strikes and not self._straggler_polling:
             self._straggler_polling = {self.id}
-            self._trace("StragglerSuspect", view=self.view, sequencer=self.sequencer)
+            if self._tracer is not None:
+                self._trace("StragglerSuspect", view=self.view, sequencer=self.sequencer)
             msg = StragglerPoll(self.id, self.view)
             for p in self._near:
                 if p != self.sequencer:
@@ -1957,7 +1990,8 @@ class Replica:
         if self._now - self._straggler_last_tick < self.config.straggler_min_interval_ticks:
             return  # rate limit
         self._straggler_last_tick = self._now
-        self._trace("StragglerViewChange", view=self.view, sequencer=self.sequencer)
+        if self._tracer is not None:
+            self._trace("StragglerViewChange", view=self.view, sequencer=self.sequencer)
         self._distrust_sequencer()
         self._start_view_change()
 
@@ -1984,7 +2018,8 @@ class Replica:
         msg = SequencerHandover(self.id, self.view, target)
         for p in self._near:
             self._messages.append((p, msg))
-        self._trace("SequencerHandover", view=self.view, target=target)
+        if self._tracer is not None:
+            self._trace("SequencerHandover", view=self.view, target=target)
 
     def _handle_sequencer_handover(self, m: SequencerHandover) -> None:
         if m.src != self.sequencer or type(m.target) is not int:
@@ -2056,7 +2091,8 @@ class Replica:
             # last durable record; the safest course is a fresh view.
             self.sequencer = None
             self._voted_tick = 0
-        self._trace("Restart", view=view, sequencer=self.sequencer, records=len(records))
+        if self._tracer is not None:
+            self._trace("Restart", view=view, sequencer=self.sequencer, records=len(records))
 
     # ----------------------------------------------------------- internals
 
