@@ -1,12 +1,27 @@
 """``python -m sdpaxos.sim``: closed-loop clients at every replica of a simulated
 geo-replicated cluster; prints per-region commit latency and the checkers' verdict.
 
-Example::
+Examples::
 
     python -m sdpaxos.sim --profile paper5 --sequencer CA --commands 500 --seed 1 --json
+    python -m sdpaxos.sim --sweep 200 --faults all --replicas 3,5 --seed 1
+    python -m sdpaxos.sim --failover [--plot failover.png] [--json]
+    python -m sdpaxos.sim --failover-sweep 20
 
-Exit status: 0 if the checkers passed, 1 on a safety or liveness violation,
-2 on bad arguments.
+Modes:
+
+* default: one run of closed-loop clients at every replica.
+* ``--sweep N``: N seeded runs with random fault schedules (see
+  :mod:`sdpaxos.sim.sweep`); ``--replicas`` is then a comma list of replica
+  counts, used in turn; ``--faults`` is ``all`` or a comma list of
+  crash, restart, pause, slow, partition, oneway, drop, dup, reorder. Progress
+  goes to stderr; at the end, the violations (each with the command line that
+  replays it) and a summary table.
+* ``--failover``: the paper's Fig. 14 scenario (see :mod:`sdpaxos.sim.failover`);
+  ``--failover-sweep K`` repeats it at K crash phases over one heartbeat period.
+
+Exit status: 0 if the checkers passed, 1 on a safety or liveness violation (in
+any run of a sweep), 2 on bad arguments, 3 if ``--plot`` cannot plot.
 """
 
 import argparse
@@ -15,9 +30,12 @@ import math
 import sys
 from collections.abc import Sequence
 
+from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot, run_failover
+from sdpaxos.sim.faults import parse_faults
 from sdpaxos.sim.network import NetworkConfig
-from sdpaxos.sim.profiles import DelayProfile, ProfileError, builtin, load_json
+from sdpaxos.sim.profiles import PAPER3, DelayProfile, ProfileError, builtin, load_json
 from sdpaxos.sim.run import RunResult, run_closed_loop
+from sdpaxos.sim.sweep import COMMANDS_DEFAULT, sweep
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,9 +54,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE.json",
         help='user RTT matrix: {"regions": [...], "rtt_ms": [[...], ...]}',
     )
-    p.add_argument("--replicas", help="comma-separated subset of the profile's regions")
+    p.add_argument(
+        "--replicas",
+        help="comma-separated subset of the profile's regions; with --sweep: replica counts",
+    )
     p.add_argument("--sequencer", default=None, help="region of the sequencer (default: first)")
-    p.add_argument("--commands", type=int, default=100, help="commands issued per region")
+    p.add_argument(
+        "--commands",
+        type=int,
+        default=None,
+        help=f"commands issued per region (default 100; {COMMANDS_DEFAULT} with --sweep)",
+    )
     p.add_argument("--clients-per-region", type=int, default=1)
     p.add_argument(
         "--client-retry-ms",
@@ -61,6 +87,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-ms", type=float, default=60_000.0, help="virtual time to heal")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--sweep", type=int, metavar="N", help="N seeded runs with random faults")
+    mode.add_argument("--failover", action="store_true", help="the Fig. 14 sequencer failover")
+    mode.add_argument(
+        "--failover-sweep",
+        type=int,
+        metavar="K",
+        help="the failover at K crash phases spread over one heartbeat period",
+    )
+    p.add_argument("--faults", default="all", help="with --sweep: all, or a comma list of faults")
+    p.add_argument(
+        "--kill-ms", type=float, default=KILL_MS, help="with --failover: when the sequencer dies"
+    )
+    p.add_argument("--plot", metavar="OUT.png", help="with --failover: plot throughput over time")
     return p
 
 
@@ -90,9 +130,98 @@ def _table(result: RunResult) -> str:
     return "\n".join(lines)
 
 
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _replica_counts(text: str | None) -> list[int]:
+    if not text:
+        return [3, 5]
+    try:
+        counts = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(
+            f"--replicas with --sweep takes replica counts like 3,5, got {text!r}"
+        ) from None
+    if not counts or any(n < 1 or n % 2 == 0 for n in counts):
+        raise ValueError(f"--replicas: SDPaxos needs odd replica counts, got {text!r}")
+    return counts
+
+
+def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        faults = parse_faults(args.faults)
+        counts = _replica_counts(args.replicas)
+        commands = COMMANDS_DEFAULT if args.commands is None else args.commands
+        if args.sweep < 1 or commands < 1:
+            raise ValueError("--sweep and --commands must be >= 1")
+    except ValueError as exc:
+        parser.error(str(exc))
+    report = sweep(
+        args.sweep,
+        seed=args.seed,
+        replicas=counts,
+        faults=faults,
+        commands=commands,
+        progress=None if args.quiet else _progress,
+    )
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(report.table())
+    return 0 if report.ok else 1
+
+
+def _main_failover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        profile = _profile(args) if args.matrix or args.profile != "paper5" else PAPER3
+        sequencer = 0 if args.sequencer is None else profile.index(args.sequencer)
+        if not args.kill_ms > 0 or not args.tick_ms > 0:
+            raise ValueError("--kill-ms and --tick-ms must be > 0")
+        if args.failover_sweep is not None and args.failover_sweep < 1:
+            raise ValueError("--failover-sweep must be >= 1")
+    except (ProfileError, ValueError) as exc:
+        parser.error(str(exc))
+    if args.failover_sweep is not None:
+        result = failover_sweep(
+            args.failover_sweep,
+            kill_ms=args.kill_ms,
+            progress=None if args.quiet else _progress,
+            profile=profile,
+            sequencer=sequencer,
+            seed=args.seed,
+            tick_ms=args.tick_ms,
+        )
+        print(json.dumps(result.to_json(), indent=2) if args.json else result.table())
+        return 0 if all(r.checkers == "ok" for r in result.results) else 1
+    one = run_failover(
+        profile=profile,
+        sequencer=sequencer,
+        kill_ms=args.kill_ms,
+        seed=args.seed,
+        tick_ms=args.tick_ms,
+    )
+    print(json.dumps(one.to_json(), indent=2) if args.json else one.table())
+    if args.plot:
+        try:
+            plot(one, args.plot)
+        except PlotUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
+        if not args.quiet:
+            _progress(f"plot written to {args.plot}")
+    return 0 if one.checkers == "ok" else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.sweep is not None:
+        return _main_sweep(args, parser)
+    if args.failover or args.failover_sweep is not None:
+        return _main_failover(args, parser)
+    if args.commands is None:
+        args.commands = 100
     try:
         profile = _profile(args)
         sequencer = 0 if args.sequencer is None else profile.index(args.sequencer)
@@ -109,9 +238,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     result = run_closed_loop(
         profile,
         seed=args.seed,
@@ -124,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configured_proximity=not args.no_rtt_config,
         measured_proximity=args.measure_rtt,
         drain_ms=args.drain_ms,
-        progress=None if args.quiet else progress,
+        progress=None if args.quiet else _progress,
     )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
