@@ -1471,6 +1471,8 @@ class Replica:
             slot, ballot, owner, count = entry
             if type(slot) is not int or slot < 0 or type(ballot) is not int or ballot < 0:
                 raise PeerMessageError(f"bad vote entry {entry!r}")
+            if slot >= c.o_from + self.config.c_index_window_max:
+                raise PeerMessageError(f"vote entry for slot {slot} is beyond the window")
             self._check_o_value((owner, count))
         if any(type(i) is not int or i < -1 for i in m.c_max):
             raise PeerMessageError("vote with a bad c_max")

@@ -290,3 +290,16 @@ def test_rebuild_inference_never_covers_more_than_c_max() -> None:
     assert 3 + len(ones) == 5 + 1, "R1 covered exactly up to C[1] = 5"
     assert ones == [15, 17, 18]
     assert values[19 - 13] == NO_CL_VALUE
+
+
+def test_a_vote_with_an_absurd_slot_is_rejected_and_changes_nothing() -> None:
+    from sdpaxos.core.messages import Vote
+
+    rep = Replica(ClusterConfig(replicas=3, sequencer=0), 1, Register())
+    rep._start_view_change()
+    rep.ready()
+    view = rep._candidate.view if rep._candidate else -1
+    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0))
+    assert rep.stats.rejected == 1
+    assert rep._candidate is not None and not rep._candidate.votes
+    assert rep.view == 0
