@@ -230,6 +230,29 @@ class Checker:
                     f" proposed commands: {shown}" + (f" and {more} more" if more > 0 else "")
                 )
 
+    def check_safety(self) -> None:
+        """Re-check, from the recorded acceptances, that no instance has two chosen values.
+
+        The incremental checks already raise at the event that breaks a property;
+        this recomputes "chosen" from scratch (every ballot and value with a
+        majority of acceptors), so it also catches a bug in the incremental
+        bookkeeping. Cheap enough to run after every step of a small test.
+        """
+        instances: list[tuple[str, _Votes]] = [
+            (f"C-instance {key}", votes) for key, votes in sorted(self._c_votes.items())
+        ]
+        if self.replicas != 5:
+            instances += [(f"O-instance {slot}", v) for slot, v in sorted(self._o_votes.items())]
+        for what, votes in instances:
+            chosen: list[tuple[int, object]] = [
+                (ballot, value)
+                for ballot, by_value in sorted(votes.by_ballot.items())
+                for value, voters in by_value.items()
+                if len(voters) >= self.majority
+            ]
+            if any(value != chosen[0][1] for _, value in chosen):
+                raise SafetyViolation(f"{what}: two values chosen: {_short(chosen, 300)}")
+
     # -- queries --------------------------------------------------------------
 
     @property

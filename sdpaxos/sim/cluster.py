@@ -374,6 +374,31 @@ class SimCluster:
         """Messages and client requests waiting for a paused replica."""
         return len(self._inbox[replica])
 
+    def in_flight(self) -> list[tuple[int, int, Deliver]]:
+        """Packets between replicas not yet delivered: ``(due_us, seq, packet)``, in order."""
+        return [
+            (at_us, seq, ev)
+            for at_us, seq, ev in self.scheduler.pending()
+            if isinstance(ev, Deliver) and ev.src != ev.dst
+        ]
+
+    def drop_in_flight(self, seq: int) -> None:
+        """Lose the in-flight packet ``seq`` (counted as lost on its link)."""
+        ev = self.scheduler.remove(seq)
+        assert isinstance(ev, Deliver), ev
+        stats = self.network.stats(ev.src, ev.dst)
+        stats.dropped += ev.count
+        stats.lost += ev.count
+
+    def duplicate_in_flight(self, seq: int) -> None:
+        """Deliver the in-flight packet ``seq`` a second time, right after the first."""
+        for at_us, s, ev in self.in_flight():
+            if s == seq:
+                self.scheduler.at(at_us, ev)
+                self.network.stats(ev.src, ev.dst).duplicated += ev.count
+                return
+        raise KeyError(seq)
+
     def core_counters(self) -> dict[str, int]:
         """``replica.stats`` counters summed over every incarnation, live or crashed."""
         total = dict(self._retired_counters)

@@ -134,6 +134,8 @@ class FaultInjector:
         self.n = cluster.n
         self.f = (cluster.n - 1) // 2
         self.counts: dict[str, int] = {}
+        #: ``(time_us, what)`` of every fault injected or ended, for replaying by eye.
+        self.timeline: list[tuple[int, str]] = []
         self._pause_ends: dict[int, int] = {}
         self._slow_ends: dict[int, int] = {}
 
@@ -189,11 +191,15 @@ class FaultInjector:
             self.cluster.slow(r, 1.0)
         for r in self.down():
             self.cluster.restart(r)
+        self._log("end of faults: healed, resumed, restarted")
 
     # -- the faults -----------------------------------------------------------
 
     def _count(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
+
+    def _log(self, what: str) -> None:
+        self.timeline.append((self.cluster.now_us, what))
 
     def _victim(self, candidates: list[int]) -> int:
         """A replica among ``candidates``, the sequencer half of the time."""
@@ -207,16 +213,20 @@ class FaultInjector:
         victim = self._victim(self.cluster.live_replicas())
         self.cluster.crash(victim)
         self._count("crash")
+        self._log(f"crash {victim}")
         if self.n >= 5 and len(self.down()) < self.f and self.chooser.below(2) == 1:
             # The sequencer (or whoever) and a command leader at the same instant.
             other = pick(self.chooser, self.cluster.live_replicas())
             self.cluster.crash(other)
             self._count("crash")
             self._count("crash-pair")
+            self._log(f"crash {other} (same instant)")
 
     def _restart(self) -> None:
-        self.cluster.restart(pick(self.chooser, self.down()))
+        victim = pick(self.chooser, self.down())
+        self.cluster.restart(victim)
         self._count("restart")
+        self._log(f"restart {victim}")
 
     def _pause(self) -> None:
         live = [r for r in self.cluster.live_replicas() if not self.cluster.paused[r]]
@@ -227,19 +237,23 @@ class FaultInjector:
         self._count("pause")
         end_us = self.cluster.now_us + between(self.chooser, PAUSE_MS_MIN, PAUSE_MS_MAX) * 1000
         self._pause_ends[victim] = end_us
+        self._log(f"pause {victim} until {end_us} us")
 
         def resume() -> None:
             if self._pause_ends.get(victim) == end_us:
                 self.cluster.resume(victim)
+                self._log(f"resume {victim}")
 
         self.cluster.call_at(end_us, resume, f"resume {victim}")
 
     def _slow(self) -> None:
         victim = self._victim(list(range(self.n)))
-        self.cluster.slow(victim, pick(self.chooser, SLOW_FACTORS))
+        factor = pick(self.chooser, SLOW_FACTORS)
+        self.cluster.slow(victim, factor)
         self._count("slow")
         end_us = self.cluster.now_us + between(self.chooser, SLOW_MS_MIN, SLOW_MS_MAX) * 1000
         self._slow_ends[victim] = end_us
+        self._log(f"slow {victim} x{factor:g} until {end_us} us")
 
         def restore() -> None:
             if self._slow_ends.get(victim) == end_us:
@@ -263,6 +277,7 @@ class FaultInjector:
             net.block(a, b)
         self._count("partition")
         self._count(f"partition-{shape}")
+        self._log(f"partition-{shape}: cut {net.blocked_links()}")
 
     def _oneway(self) -> None:
         net = self.cluster.network
@@ -275,7 +290,9 @@ class FaultInjector:
             net.isolate_one_way(self._victim(list(range(self.n))), inbound=shape == "in")
         self._count("oneway")
         self._count(f"oneway-{shape}")
+        self._log(f"oneway-{shape}: cut {net.blocked_links()}")
 
     def _heal(self) -> None:
         self.cluster.network.heal()
         self._count("heal")
+        self._log("heal")

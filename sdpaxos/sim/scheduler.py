@@ -65,6 +65,24 @@ class Scheduler(Generic[E]):
         self._now_us = time_us
         return time_us, event
 
+    def pending(self) -> list[tuple[int, int, E]]:
+        """Every pending ``(time_us, seq, event)``, in the order they will run."""
+        return sorted(self._heap, key=lambda item: (item[0], item[1]))
+
+    def remove(self, seq: int) -> E:
+        """Take the pending event with sequence number ``seq`` out of the queue.
+
+        Raises:
+            KeyError: nothing pending has that ``seq``.
+        """
+        for i, (_, s, event) in enumerate(self._heap):
+            if s == seq:
+                self._heap[i] = self._heap[-1]
+                self._heap.pop()
+                heapq.heapify(self._heap)
+                return event
+        raise KeyError(seq)
+
     def advance_to(self, time_us: int) -> None:
         """Move time forward with no event (e.g. to the end of a run window)."""
         assert time_us >= self._now_us

@@ -100,6 +100,7 @@ class FaultRun:
     messages_lost: int
     messages_cut: int
     messages_duplicated: int
+    timeline: list[tuple[int, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +123,7 @@ class FaultRun:
                 "cut": self.messages_cut,
                 "duplicated": self.messages_duplicated,
             },
+            "timeline": [{"at_us": t, "fault": what} for t, what in self.timeline],
         }
 
 
@@ -206,6 +208,7 @@ def run_faulty(
         messages_lost=totals.lost,
         messages_cut=totals.cut,
         messages_duplicated=totals.duplicated,
+        timeline=list(injector.timeline),
     )
 
 
@@ -264,6 +267,10 @@ class SweepReport:
                 first = run.verdict.splitlines()[0]
                 lines.append(f"  seed {run.seed} N={run.replicas} {run.kind}: {first}")
                 lines.append(f"    replay: {run.replay}")
+                net = ", ".join(f"{k} {v}" for k, v in run.network.items())
+                lines.append(f"    network: {net}")
+                for at_us, what in run.timeline:
+                    lines.append(f"    {at_us / 1000:>10.1f} ms  {what}")
         else:
             lines.append("violations: none")
         lines.append("")

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from sdpaxos.sim.__main__ import main
+from sdpaxos.sim.faults import FaultKind
+from sdpaxos.sim.sweep import FaultRun
 
 
 def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,3 +101,60 @@ def test_output_does_not_depend_on_python_hash_seed() -> None:
         outs.add(done.stdout)
     assert len(outs) == 1
     assert json.loads(outs.pop())["checkers"]["ok"] is True
+
+
+def test_sweep_json_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--sweep", "4", "--faults", "all", "--replicas", "3,5", "--seed", "40", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["ok"] is True and out["violations"] == []
+    assert [(r["seed"], r["replicas"]) for r in out["runs"]] == [(40, 3), (41, 5), (42, 3), (43, 5)]
+    assert out["summary"]["all"]["runs"] == 4
+    assert "[4/4] seed 43 N=5: ok" in captured.err
+    # Each run's replay command reproduces it exactly.
+    second = out["runs"][1]
+    assert second["replay"] == "python -m sdpaxos.sim --sweep 1 --faults all --replicas 5 --seed 41"
+    assert main([*second["replay"].split()[3:], "--json", "--quiet"]) == 0
+    again = json.loads(capsys.readouterr().out)["runs"][0]
+    assert again == second
+
+
+def test_sweep_table_reports_violations_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sdpaxos.sim import sweep as sweep_module
+
+    real = sweep_module.run_faulty
+
+    def broken(seed: int, replicas: int, faults: frozenset[FaultKind], **kw: int) -> FaultRun:
+        run = real(seed, replicas, faults, **kw)
+        if seed == 8:
+            run.ok, run.kind, run.verdict = False, "safety", "safety violation: made up"
+        return run
+
+    monkeypatch.setattr(sweep_module, "run_faulty", broken)
+    assert main(["--sweep", "3", "--faults", "crash,restart", "--seed", "7", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "1 violation(s):" in out and "seed 8 N=5 safety: safety violation: made up" in out
+    assert "replay: python -m sdpaxos.sim --sweep 1 --faults crash,restart --replicas 5" in out
+    assert "runs" in out and "view chg" in out and "faults injected:" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sweep", "1", "--faults", "crash,meteor"], "unknown fault 'meteor'"),
+        (["--sweep", "1", "--replicas", "4"], "odd replica counts"),
+        (["--sweep", "1", "--replicas", "CA,OR"], "replica counts like 3,5"),
+        (["--sweep", "0"], "must be >= 1"),
+        (["--failover", "--kill-ms", "-1"], "--kill-ms"),
+    ],
+)
+def test_bad_sweep_arguments_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
