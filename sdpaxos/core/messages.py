@@ -86,12 +86,18 @@ class OAccept:
     the recipient has not been sent yet: the paper's piggy-backing of earlier
     O-accepts (section 3.2, N = 5), used for every N so that a command leader
     knows the whole assignment prefix before its command is ready.
+
+    ``base`` is where this view's rebuilt range ends (0 in view 0): every value
+    an older view left at or beyond it was never chosen and is superseded.
+    Acceptors remember it, and report it in votes, so a later view change never
+    resurrects such a value next to this view's own allocations.
     """
 
     src: ReplicaId
     view: View
     start: Slot
     values: tuple[OValue, ...]
+    base: Slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +189,8 @@ class Vote:
     then the view of the commit). ``c_max[m]``: the highest C-instance index of
     replica ``m`` the voter has accepted (-1 if none), for the N = 5 inference.
     ``est_view``/``est_seq``: the last view the voter saw established and its
-    sequencer, so the candidate knows who the old sequencer was.
+    sequencer, so the candidate knows who the old sequencer was. ``base``: the
+    base of the view of the voter's highest-ballot entry (-1 if unknown).
     """
 
     src: ReplicaId
@@ -193,6 +200,7 @@ class Vote:
     c_max: tuple[int, ...]
     est_view: View
     est_seq: ReplicaId
+    base: Slot
 
 
 @dataclass(frozen=True, slots=True)

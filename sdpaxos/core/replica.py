@@ -84,6 +84,7 @@ from sdpaxos.core.types import (
     NO_CL,
     Ballot,
     Command,
+    OValue,
     ReplicaId,
     Slot,
     View,
@@ -331,6 +332,10 @@ class Replica:
         self._o_sent_upto: list[Slot] = [0] * n
         self._o_resend: set[ReplicaId] = set()
         self._o_lazy_tick = 0
+        #: Acceptor: O-accepts that arrived ahead of a gap, by start slot.
+        self._o_pending: dict[Slot, tuple[OValue, ...]] = {}
+        #: Per view: where its rebuilt range ends (learned from its O-accepts).
+        self._bases: dict[View, Slot] = {0: 0}
         #: Acknowledged prefixes one retransmission period ago.
         self._o_acked_before: list[Slot] = [0] * n
         #: New sequencer only: the rebuilt range ``[start, end)`` until a
@@ -786,6 +791,8 @@ class Replica:
             raise PeerMessageError(f"bad O-accept start {start!r}")
         if not isinstance(values, tuple) or len(values) > self.config.o_accept_values_max:
             raise PeerMessageError("O-accept carries too many values")
+        if type(m.base) is not int or m.base < 0:
+            raise PeerMessageError(f"bad O-accept base {m.base!r}")
         for value in values:
             self._check_o_value(value)
         end = start + len(values)
@@ -806,24 +813,31 @@ class Replica:
                     f"slot {s} already holds {owners[s], counts[s]} in view {view}, "
                     f"O-accept says {owner, count}"
                 )
-        self._o_ensure(end)
-        changed = False
+        if end > self._o_heard_upto:
+            self._o_heard_upto = min(end, self._exec_slot + self.config.c_index_window_max)
+        self._bases[view] = m.base
+        if self._view_base is None:
+            self._view_base = m.base
+            self._o_acked_dirty = True
         seq = self.sequencer
-        for k, (owner, count) in enumerate(values):
-            s = start + k
-            if committed[s] or ballots[s] == view:
-                continue
-            owners[s] = owner
-            counts[s] = count
-            ballots[s] = view
-            changed = True
-        if changed:
-            self._persist.append(OAccepted(view, start, values))
+        if start > self._o_known_upto:
+            # Acceptance is contiguous within a view: what this replica accepted
+            # in the view is always a prefix from the view's base, so a later view
+            # change can trust it. Out of order: keep it until the gap fills.
+            pending = self._o_pending
+            if start not in pending and len(pending) >= self.config.o_accept_values_max // 64:
+                pending.pop(max(pending))  # bounded; the sequencer resends from our ack
+            pending[start] = values
+        else:
+            self._accept_o_range(start, values)
+            pending = self._o_pending
+            while pending:
+                first = min(pending)
+                if first > self._o_known_upto:
+                    break
+                self._accept_o_range(first, pending.pop(first))
         if self._tracer is not None:
             self._trace("HandleOAccept", start=start, count=len(values))
-        if end > self._o_heard_upto:
-            self._o_heard_upto = end
-        self._advance_known()
         acked = self._o_acked
         if end > acked[seq]:
             acked[seq] = end
@@ -836,6 +850,32 @@ class Replica:
         if self._n >= 7 and values:
             for owner in sorted({o for o, _ in values if o not in (seq, self.id, NO_CL)}):
                 self._messages.append((owner, ack))
+
+    def _accept_o_range(self, start: Slot, values: tuple[OValue, ...]) -> None:
+        """Accept ``values`` from ``start`` (contiguous with what we accepted) and persist."""
+        end = start + len(values)
+        self._o_ensure(end)
+        owners, counts, ballots, committed = (
+            self._o_owner,
+            self._o_count,
+            self._o_ballot,
+            self._o_committed,
+        )
+        view = self.view
+        changed = False
+        for k, (owner, count) in enumerate(values):
+            s = start + k
+            if committed[s] or ballots[s] == view:
+                if (owners[s], counts[s]) != (owner, count):
+                    return  # conflicts with a commit learned meanwhile: stop here
+                continue
+            owners[s] = owner
+            counts[s] = count
+            ballots[s] = view
+            changed = True
+        if changed:
+            self._persist.append(OAccepted(view, start, values, self._bases.get(view, -1)))
+        self._advance_known()
 
     def _advance_known(self) -> None:
         """Extend the prefix of slots accepted in this view or known committed."""
@@ -975,7 +1015,8 @@ class Replica:
         while sent < end:
             stop = min(end, sent + chunk)
             values = tuple(zip(owners[sent:stop], counts[sent:stop], strict=True))
-            self._messages.append((peer, OAccept(self.id, self.view, sent, values)))
+            base = self._view_base if self._view_base is not None else 0
+            self._messages.append((peer, OAccept(self.id, self.view, sent, values, base)))
             sent = stop
         self._o_sent_upto[peer] = sent
 
@@ -1099,18 +1140,23 @@ class Replica:
                     f"{m.src} says {owner, count}"
                 )
         self._o_ensure(top)
+        ballots = self._o_ballot
         for slot, owner, count in entries:
             if committed[slot]:
                 continue
             owners[slot] = owner
             counts[slot] = count
             committed[slot] = True
+            if ballots[slot] < m.view:
+                ballots[slot] = m.view  # reported in votes like an accepted value
         if top > self._o_heard_upto:
             self._o_heard_upto = top
         if self._tracer is not None:
             self._trace("HandleOCommit", src=m.src, entries=len(entries))
         self._advance_known()
         self._exec_dirty = True
+        # With N = 5, slots below the view's base count as safe only once committed.
+        self._o_acked_dirty = True
 
     # ------------------------------------------------------------ executor
 
@@ -1424,16 +1470,24 @@ class Replica:
         self._resync_toward(m.src)
 
     def _send_vote(self, m: VRequest) -> None:
+        entries = self._vote_entries(m.o_from)
         vote = Vote(
             self.id,
             m.view,
             m.o_from,
-            self._vote_entries(m.o_from),
+            entries,
             tuple(self._c_max),
             self._est_view,
             self._est_seq,
+            self._base_of(entries),
         )
         self._messages.append((m.src, vote))
+
+    def _base_of(self, entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]) -> Slot:
+        """The base of the view of the highest-ballot entry, if we know it."""
+        if not entries:
+            return -1
+        return self._bases.get(max(e[1] for e in entries), -1)
 
     def _vote_entries(self, o_from: Slot) -> tuple[tuple[Slot, Ballot, ReplicaId, int], ...]:
         owners, counts, ballots = self._o_owner, self._o_count, self._o_ballot
@@ -1455,6 +1509,9 @@ class Replica:
             if committed[s] and ballots[s] < view:
                 committed[s] = False
         self._o_known_upto = min(self._o_known_upto, first)
+        self._o_pending.clear()  # buffered O-accepts of an older view
+        for old in [v for v in self._bases if v < view - 8]:
+            del self._bases[old]
         self._reset_learner()
 
     def _handle_vote(self, m: Vote) -> None:
@@ -1478,7 +1535,9 @@ class Replica:
             raise PeerMessageError("vote with a bad c_max")
         if type(m.est_seq) is not int or not 0 <= m.est_seq < self._n:
             raise PeerMessageError("vote with a bad est_seq")
-        c.votes[m.src] = VoteState(m.entries, m.c_max)
+        if type(m.base) is not int or m.base < -1:
+            raise PeerMessageError("vote with a bad base")
+        c.votes[m.src] = VoteState(m.entries, m.c_max, m.base)
         c.est[m.src] = (m.est_view, m.est_seq)
         if self._tracer is not None:
             self._trace("HandleVote", view=m.view, voter=m.src, votes=len(c.votes) + 1)
@@ -1492,7 +1551,8 @@ class Replica:
         view, o_from = c.view, c.o_from
         self.view = view
         self._voted_for = self.id
-        c.votes[self.id] = VoteState(self._vote_entries(o_from), tuple(self._c_max))
+        own = self._vote_entries(o_from)
+        c.votes[self.id] = VoteState(own, tuple(self._c_max), self._base_of(own))
         c.est[self.id] = (self._est_view, self._est_seq)
         old_seq = max(c.est.values())[1]
         owners, counts = self._o_owner, self._o_count
@@ -1527,9 +1587,11 @@ class Replica:
         self._candidate = None
         self._deferred_vote = None
         self._view_base = end
+        self._bases[view] = end
+        self._o_pending.clear()
         self._persist.append(ViewPromised(view, self.id))
         if values:
-            self._persist.append(OAccepted(view, o_from, tuple(values)))
+            self._persist.append(OAccepted(view, o_from, tuple(values), end))
         covered = [0] * self._n
         for owner, count in zip(owners, counts, strict=True):
             if owner != NO_CL:
@@ -2055,6 +2117,8 @@ class Replica:
                     inst = self._c[rec.owner][rec.index] = _CInstance()
                 inst.promised = max(inst.promised, rec.ballot)
             elif isinstance(rec, OAccepted):
+                if rec.base >= 0:
+                    self._bases[rec.view] = rec.base
                 self._o_ensure(rec.start + len(rec.values))
                 for k, (owner, count) in enumerate(rec.values):
                     s = rec.start + k

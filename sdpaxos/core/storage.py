@@ -29,11 +29,16 @@ class CAccepted:
 
 @dataclass(frozen=True, slots=True)
 class OAccepted:
-    """This replica accepted O-instances ``start ..`` with ``values`` at ballot ``view``."""
+    """This replica accepted O-instances ``start ..`` with ``values`` at ballot ``view``.
+
+    ``base`` is that view's base (see :class:`~sdpaxos.core.messages.OAccept`);
+    it is reported in votes after a restart too.
+    """
 
     view: View
     start: Slot
     values: tuple[OValue, ...]
+    base: Slot = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,10 @@ view it was accepted or committed in). The new log is:
    C-instance. Our addition: whatever that leaves ``m`` beyond ``C[m]`` becomes
    no-cl again, because the paper's rule can over-allocate (see
    ``_infer_untraceable``);
-3. every remaining hole below the highest non-empty slot becomes ``no-cl``
+3. our addition: values of views older than the newest one any voter accepted
+   in, at or beyond that view's base, are dropped (they were superseded; kept,
+   they would order a C-instance twice across views);
+4. every remaining hole below the highest non-empty slot becomes ``no-cl``
    (Fig. 7 lines 37-38): no replica can have executed it, because executing
    it needed its O-commit, which a voter would have reported.
 """
@@ -38,6 +41,8 @@ class VoteState:
 
     entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]
     c_max: tuple[int, ...]
+    #: Base of the view of this voter's highest-ballot entry (-1: unknown).
+    base: Slot = -1
 
 
 def rebuild_assignment_log(
@@ -58,10 +63,21 @@ def rebuild_assignment_log(
         old_sequencer: the sequencer of the latest established view any voter saw.
         covered_before: per replica, its C-instances covered by slots below ``o_from``.
     """
+    # The newest view any voter accepted in, and its base: values of older views
+    # at or beyond that base were superseded by it (it traced every chosen value,
+    # all below its base, then allocated afresh). Keeping them would order some
+    # C-instances twice, once in a stale slot and once in the newer view's.
+    newest = max((e[1] for v in votes.values() for e in v.entries if e[0] >= o_from), default=-1)
+    newest_base = max(
+        (v.base for v in votes.values() if v.entries and max(e[1] for e in v.entries) == newest),
+        default=-1,
+    )
     best: dict[Slot, tuple[Ballot, OValue]] = {}
     for vote in votes.values():
         for slot, ballot, owner, count in vote.entries:
             if slot < o_from:
+                continue
+            if 0 <= newest_base <= slot and ballot < newest:
                 continue
             seen = best.get(slot)
             if seen is None or ballot > seen[0]:

@@ -299,7 +299,43 @@ def test_a_vote_with_an_absurd_slot_is_rejected_and_changes_nothing() -> None:
     rep._start_view_change()
     rep.ready()
     view = rep._candidate.view if rep._candidate else -1
-    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0))
+    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0, -1))
     assert rep.stats.rejected == 1
     assert rep._candidate is not None and not rep._candidate.votes
     assert rep.view == 0
+
+
+def test_rebuild_drops_older_view_values_beyond_the_newest_views_base() -> None:
+    """Found by the fault sweep (N = 3, seed 211): a deposed sequencer kept allocating
+    in view 0 (slot 23 = R2's next two C-instances, accepted only by itself); view 1,
+    which never saw it, rebuilt up to slot 20 and allocated R2's C-instances afresh at
+    slots 24-25. In view 3 the deposed sequencer voted and nobody had view 1's slot 23:
+    per-slot highest ballot resurrected the stale value, ordering R2's C-instances twice,
+    so a command proposed later landed in an old slot. Values of older views at or
+    beyond the newest view's base were never chosen and must be dropped."""
+    votes = {
+        0: vote([(23, 0, 2, 2)], (5, 5, 9)),  # the deposed sequencer's stale allocation
+        2: vote(
+            [(20, 1, 1, 2), (21, 1, 1, 1), (22, 1, 1, 1), (24, 1, 2, 1), (25, 1, 2, 1)], (5, 5, 9)
+        ),
+    }
+    votes[2] = VoteState(votes[2].entries, votes[2].c_max, 20)  # view 1's base is 20
+    values = rebuild_assignment_log(
+        replicas=3, o_from=20, votes=votes, old_sequencer=1, covered_before=[0, 0, 0]
+    )
+    assert values[23 - 20] == NO_CL_VALUE
+    assert values[24 - 20] == (2, 1) and values[25 - 20] == (2, 1)
+
+
+def test_o_accepts_are_accepted_contiguously_within_a_view() -> None:
+    """Acceptance is a prefix from the view's base: an O-accept beyond a gap waits."""
+    rep = Replica(ClusterConfig(replicas=3), 1, Register())
+    from sdpaxos.core import OAccept
+
+    rep.step(OAccept(0, 0, 2, ((2, 1),), 0))
+    rd = rep.ready()
+    assert not rd.persist and rep._o_known_upto == 0
+    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0))
+    rd = rep.ready()
+    assert rep._o_known_upto == 3
+    assert [r.start for r in rd.persist] == [0, 2]

@@ -194,3 +194,28 @@ def test_the_core_survives_a_paused_sequencer() -> None:
     result = run_closed_loop(PAPER5, seed=5, commands_per_region=60, cluster_hook=hook, catch=False)
     assert result.ok, result.verdict
     assert views and views[0] >= 1  # the others elected a new sequencer meanwhile
+
+
+def test_a_restarted_sequencer_proposing_at_once_finishes() -> None:
+    """Found by the stateful test (N = 5, seed 61875): a sequencer that restarts and is
+    proposed to at once must finish its C-instance in the new view. Its own O-commit
+    waited on the safe prefix, which a commit below the view's base failed to refresh."""
+    import random
+
+    from sdpaxos.core import Command
+    from sdpaxos.sim import SeededChooser
+    from tests.property.test_stateful import line_profile
+
+    c = SimCluster(line_profile(5), SeededChooser(random.Random(61875)), sequencer=2)
+    c.run_for(200_000)
+    c.propose_at(c.now_us, 0, Command(1, 1, b"a"))
+    c.run_for(50_000)
+    c.crash(2)
+    for _ in range(14):
+        c.step()
+    c.restart(2)
+    c.propose_at(c.now_us, 2, Command(3, 1, b"x"))
+    c.propose_at(c.now_us, 2, Command(3, 2, b"y"))
+    c.run_for(10_000_000)
+    c.checker.check_liveness(c.live_replicas())
+    assert all(c.replicas[r].executed_upto == 2 for r in range(5))  # type: ignore[union-attr]
