@@ -1066,7 +1066,9 @@ class Replica:
                 if base is None or committed_upto < base:
                     safe = min(safe, committed_upto)
         else:
-            safe = sorted(acked, reverse=True)[self._majority - 1]
+            # Peers may have accepted slots we have not received yet: we can only
+            # commit what we know.
+            safe = min(sorted(acked, reverse=True)[self._majority - 1], acked[self.id])
         if self._rebuild is not None and safe >= self._rebuild[1]:
             self._commit_rebuilt_range()
         if safe <= self._o_safe_upto:

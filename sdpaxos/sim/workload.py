@@ -151,7 +151,12 @@ class ClosedLoopClients:
 
     def _on_propose(self, replica: ReplicaId, command: Command, now_us: int) -> None:
         client = self._clients.get(command.client_id)
-        if client is not None and command.seq == client.seq and client.proposed_us < 0:
+        if (
+            client is not None
+            and command.seq == client.seq
+            and client.proposed_us < 0
+            and client.done < command.seq  # a retry queued before the answer came
+        ):
             client.proposed_us = now_us
 
     def _on_reply(self, replica: ReplicaId, reply: Reply, now_us: int) -> None:
