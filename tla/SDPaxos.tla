@@ -39,6 +39,7 @@ CONSTANTS
     Recoverers,   \* replicas that may run C-instance recovery (scope)
     Learners,     \* replicas that learn others' commits and execute (scope)
     Voters,       \* replicas that answer V-requests (scope)
+    CAcceptors,   \* replicas that accept other replicas' C-accepts (scope)
     \* Deliberate bugs; every cfg but the mutation cfgs sets them all FALSE.
     MutNoAllocGuard,   \* allocate one O-instance per C-accept/C-request received
     MutAcceptOldView,  \* accept C-accepts whose view is older than ours
@@ -124,6 +125,7 @@ VARIABLE msgs  \* every message ever sent
 VARIABLES
     nextCmd,     \* next fresh client command (the environment)
     readySlot,   \* readySlot[c]: slot where c was ready (replied to), -1
+    readyAt,     \* readyAt[c]: [n, i, v]: c's C-instance C_n^i, and the view it was ready in
     readyBefore, \* readyBefore[c]: commands ready when c was first proposed
     cVotes,      \* every C-acceptance ever: [a, n, i, b, v]
     oVotes,      \* every O-acceptance ever: [a, j, b, o]
@@ -131,7 +133,7 @@ VARIABLES
     crashes,     \* crashes so far (bounded by MaxCrashes)
     fenceBroken, \* some acceptor accepted a message of a view older than its own
     revoked      \* a NewView overwrote (or dropped) an executed slot
-historyVars == <<nextCmd, readySlot, readyBefore, cVotes, oVotes, execSlots,
+historyVars == <<nextCmd, readySlot, readyAt, readyBefore, cVotes, oVotes, execSlots,
                  crashes, fenceBroken, revoked>>
 
 vars == <<durableVars, volatileVars, msgs, historyVars>>
@@ -264,6 +266,7 @@ Init ==
     /\ msgs = {[type |-> "NewView", src |-> Seq0, view |-> 0, vals |-> <<>>]}
     /\ nextCmd = 1
     /\ readySlot = [c \in Cmds |-> -1]
+    /\ readyAt = [c \in Cmds |-> [n |-> -1, i |-> -1, v |-> -1]]
     /\ readyBefore = [c \in Cmds |-> {}]
     /\ cVotes = {}
     /\ oVotes = {}
@@ -302,7 +305,7 @@ Propose(r) ==
                ELSE UNCHANGED <<nextCmd, readyBefore>>
     /\ UNCHANGED <<oAccB, oAccV, pView, estView, estSeq, estEnd, up, nvView, nvSeq, nvEnd,
                    want, sent, cand, candPhase, candLog, crec, cCom, oCom, execd,
-                   readySlot, oVotes, execSlots, crashes, fenceBroken, revoked>>
+                   readySlot, readyAt, oVotes, execSlots, crashes, fenceBroken, revoked>>
 
 \* The sequencer's allocation guard: want[n] is the number of C-instances n
 \* has (index + 1), never a count of messages received.
@@ -318,11 +321,13 @@ WantAfter(w, i) == IF MutNoAllocGuard THEN Min({w + 1, MaxSlot}) ELSE Max({w, i 
 (***************************************************************************)
 HandleCAccept(r, m) ==
     /\ m.type = "CAccept" /\ up[r]
+    /\ r \in CAcceptors \/ r = BalOwner(m.b) \/ IsSeq(r)
     /\ (m.view >= pView[r] \/ MutAcceptOldView)
-    /\ LET acc  == m.b >= cProm[r][m.n][m.i]
-           seqt == IsSeq(r) /\ m.view = nvView[r]
+    /\ LET seqt == IsSeq(r) /\ m.view = nvView[r]
            ack  == [type |-> "CAck", src |-> r, view |-> pView[r], n |-> m.n, i |-> m.i, b |-> m.b]
            same == cAccB[r][m.n][m.i] = m.b /\ cProm[r][m.n][m.i] = m.b /\ ack \in msgs
+           \* (a replica outside the CAcceptors scope still triggers as sequencer)
+           acc  == (r \in CAcceptors \/ r = BalOwner(m.b)) /\ m.b >= cProm[r][m.n][m.i]
        IN /\ (acc /\ ~same) \/ (seqt /\ WantAfter(want[r][m.n], m.i) # want[r][m.n])
           /\ cProm' = IF acc THEN [cProm EXCEPT ![r][m.n][m.i] = m.b] ELSE cProm
           /\ cAccB' = IF acc THEN [cAccB EXCEPT ![r][m.n][m.i] = m.b] ELSE cAccB
@@ -336,7 +341,7 @@ HandleCAccept(r, m) ==
           /\ want' = IF seqt THEN [want EXCEPT ![r][m.n] = WantAfter(@, m.i)] ELSE want
     /\ UNCHANGED <<oAccB, oAccV, pView, estView, estSeq, estEnd, up, nvView, nvSeq, nvEnd,
                    sent, cand, candPhase, candLog, prop, crec, cCom, oCom, execd, lost,
-                   nextCmd, readySlot, readyBefore, oVotes, execSlots, crashes, revoked>>
+                   nextCmd, readySlot, readyAt, readyBefore, oVotes, execSlots, crashes, revoked>>
 
 (***************************************************************************)
 (* HandleCAck(r, m): the proposer of ballot m.b (its owner, or the         *)
@@ -410,7 +415,7 @@ AllocateO(s, n) ==
           /\ sent' = [sent EXCEPT ![s] = [d \in R |-> IF d \in D THEN e + 1 ELSE @[d]]]
     /\ UNCHANGED <<cProm, cAccB, cAccV, pView, estView, estSeq, estEnd, up, nvView, nvSeq,
                    nvEnd, want, cand, candPhase, candLog, prop, crec, cCom, oCom, execd, lost,
-                   nextCmd, readySlot, readyBefore, cVotes, execSlots, crashes, fenceBroken,
+                   nextCmd, readySlot, readyAt, readyBefore, cVotes, execSlots, crashes, fenceBroken,
                    revoked>>
 
 (***************************************************************************)
@@ -449,7 +454,7 @@ HandleOAccept(r, m) ==
           /\ msgs' = IF mine THEN msgs \cup {ack} ELSE msgs
     /\ UNCHANGED <<cProm, cAccB, cAccV, up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase,
                    candLog, prop, crec, cCom, oCom, execd, lost, nextCmd, readySlot,
-                   readyBefore, cVotes, execSlots, crashes, fenceBroken, revoked>>
+                   readyAt, readyBefore, cVotes, execSlots, crashes, fenceBroken, revoked>>
 
 (***************************************************************************)
 (* HandleOAck(r, m): a candidate whose re-proposed range was accepted by a *)
@@ -474,7 +479,7 @@ HandleOAck(r, m) ==
     /\ candPhase' = [candPhase EXCEPT ![r] = "none"]
     /\ candLog' = [candLog EXCEPT ![r] = <<>>]
     /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, prop, crec, cCom, oCom,
-                   execd, lost, nextCmd, readySlot, readyBefore, cVotes, oVotes, execSlots,
+                   execd, lost, nextCmd, readySlot, readyAt, readyBefore, cVotes, oVotes, execSlots,
                    crashes, fenceBroken>>
 
 (***************************************************************************)
@@ -513,6 +518,10 @@ MaybeReady(r) ==
                              IF \E i \in rdy : cCom[r][r][i] = c
                              THEN SlotOf(r, CHOOSE i \in rdy : cCom[r][r][i] = c)
                              ELSE readySlot[c]]
+          /\ readyAt' = [c \in Cmds |->
+                             IF \E i \in rdy : cCom[r][r][i] = c
+                             THEN [n |-> r, i |-> CHOOSE i \in rdy : cCom[r][r][i] = c, v |-> v]
+                             ELSE readyAt[c]]
     /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog,
                    prop, crec, cCom, execd, lost, nextCmd, readyBefore, cVotes, oVotes,
                    execSlots, crashes, fenceBroken, revoked>>
@@ -530,13 +539,13 @@ Execute(r) ==
            k == Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = o})
        IN /\ j < MaxSlot
           /\ o # Empty
-          /\ o = NoCl \/ (k < MaxCIdx /\ cCom[r][o][k] # Nil)
+          /\ IF o = NoCl THEN TRUE ELSE k < MaxCIdx /\ cCom[r][o][k] # Nil
           /\ execd' = [execd EXCEPT ![r] = Append(@,
                          IF o = NoCl THEN [slot |-> j, o |-> NoCl, ci |-> -1, cmd |-> NoOp]
                          ELSE [slot |-> j, o |-> o, ci |-> k, cmd |-> cCom[r][o][k]])]
           /\ execSlots' = execSlots \cup {[slot |-> j, o |-> o]}
     /\ UNCHANGED <<durableVars, nvView, nvSeq, nvEnd, up, want, sent, cand, candPhase, candLog,
-                   prop, crec, cCom, oCom, lost, msgs, nextCmd, readySlot, readyBefore, cVotes,
+                   prop, crec, cCom, oCom, lost, msgs, nextCmd, readySlot, readyAt, readyBefore, cVotes,
                    oVotes, crashes, fenceBroken, revoked>>
 
 (***************************************************************************)
@@ -598,7 +607,7 @@ HandleVote(r, m) ==
                        /\ candPhase' = [candPhase EXCEPT ![r] = "reaccept"]
                        /\ UNCHANGED <<cand, revoked>>
     /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, prop, crec, cCom, oCom,
-                   execd, lost, nextCmd, readySlot, readyBefore, cVotes, oVotes, execSlots,
+                   execd, lost, nextCmd, readySlot, readyAt, readyBefore, cVotes, oVotes, execSlots,
                    crashes, fenceBroken>>
 
 (***************************************************************************)
@@ -649,7 +658,7 @@ HandleNewView(r, m) ==
                \cup {[type |-> "CAccept", src |-> r, view |-> v, n |-> p.n, i |-> p.i, b |-> p.b,
                       v |-> p.v] : p \in prop[r]}
     /\ UNCHANGED <<cProm, cAccB, cAccV, up, prop, crec, cCom, execd, lost, nextCmd, readySlot,
-                   readyBefore, cVotes, execSlots, crashes, fenceBroken>>
+                   readyAt, readyBefore, cVotes, execSlots, crashes, fenceBroken>>
 
 (***************************************************************************)
 (* StartCRecovery(r): execution at r is blocked on C_n^k (its slot is      *)
@@ -722,7 +731,7 @@ Crash(r) ==
     /\ up' = [up EXCEPT ![r] = FALSE]
     /\ crashes' = crashes + 1
     /\ UNCHANGED <<durableVars, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog, prop,
-                   crec, cCom, oCom, execd, lost, msgs, nextCmd, readySlot, readyBefore, cVotes,
+                   crec, cCom, oCom, execd, lost, msgs, nextCmd, readySlot, readyAt, readyBefore, cVotes,
                    oVotes, execSlots, fenceBroken, revoked>>
 
 Restart(r) ==
@@ -831,10 +840,20 @@ LinearizableOrder ==
             => /\ \E p \in DOMAIN execd[r] : execd[r][p].cmd = c1
                /\ FirstPos(r, c1) < FirstPos(r, c2)
 
-\* A ready command keeps its slot: whoever executes that slot runs it.
+\* A ready command keeps its slot: whoever executes that slot runs it, every
+\* later view's rebuilt log maps that slot to the command's C-instance, and so
+\* does the log of every sequencer of that view or a later one.
+MapsTo(lg, lo, j, n, i) ==     \* lg: a function from lo .. to O-values
+    lg[j + lo] = n /\ Cardinality({k \in lo .. (j + lo - 1) : lg[k] = n}) = i
 ReadyIsDurable ==
     \A c \in Cmds : readySlot[c] >= 0 =>
-        \A r \in R : Executed(r, readySlot[c]) => execd[r][readySlot[c] + 1].cmd = c
+        LET j == readySlot[c]
+            a == readyAt[c]
+        IN /\ \A r \in R : Executed(r, j) => execd[r][j + 1].cmd = c
+           /\ \A m \in msgs : (m.type = "NewView" /\ m.view > a.v) =>
+                 j < Len(m.vals) /\ MapsTo(m.vals, 1, j, a.n, a.i)
+           /\ \A s \in R : (Active(s) /\ nvSeq[s] = s /\ nvView[s] >= a.v /\ j < SeqEnd(s)) =>
+                 MapsTo(oAccV[s], 0, j, a.n, a.i)
 
 \* Never more O-instances for n than n has C-instances (in any sequencer's
 \* current log, and in any rebuilt log).
