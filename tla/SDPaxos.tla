@@ -129,7 +129,7 @@ VARIABLES
     readyBefore, \* readyBefore[c]: commands ready when c was first proposed
     cVotes,      \* every C-acceptance ever: [a, n, i, b, v]
     oVotes,      \* every O-acceptance ever: [a, j, b, o]
-    execSlots,   \* every (slot, o-value) any replica ever executed
+    execSlots,   \* every [slot, o, v] any replica ever executed (v: view of the commit used)
     crashes,     \* crashes so far (bounded by MaxCrashes)
     fenceBroken, \* some acceptor accepted a message of a view older than its own
     revoked      \* a NewView overwrote (or dropped) an executed slot
@@ -465,8 +465,11 @@ HandleOAccept(r, m) ==
 (* which reports the range at ballot v or higher (decision 4).           *)
 (***************************************************************************)
 NewViewMsg(r, v, L) == [type |-> "NewView", src |-> r, view |-> v, vals |-> L]
-\* History: did a NewView carrying log L drop or change an executed slot?
-Revokes(L) == \E e \in execSlots : e.slot >= Len(L) \/ L[e.slot + 1] # e.o
+\* History: did a NewView of view v carrying log L drop or change a slot
+\* executed on the strength of a commit of an older view?  (A slot executed
+\* in a later view v' > v, whose change completed first, is not revoked by
+\* a late NewView(v): that NewView is dropped by everyone in v'.)
+Revokes(L, v) == \E e \in execSlots : e.v < v /\ (e.slot >= Len(L) \/ L[e.slot + 1] # e.o)
 
 HandleOAck(r, m) ==
     /\ m.type = "OAck" /\ up[r] /\ m.dst = r
@@ -474,7 +477,7 @@ HandleOAck(r, m) ==
     /\ Cardinality({q \in R : \E a \in msgs : a.type = "OAck" /\ a.dst = r /\ a.src = q
                                /\ a.view = m.view /\ a.upto >= Len(candLog[r])}) >= Maj
     /\ msgs' = msgs \cup {NewViewMsg(r, m.view, candLog[r])}
-    /\ revoked' = (revoked \/ Revokes(candLog[r]))
+    /\ revoked' = (revoked \/ Revokes(candLog[r], m.view))
     /\ cand' = [cand EXCEPT ![r] = -1]
     /\ candPhase' = [candPhase EXCEPT ![r] = "none"]
     /\ candLog' = [candLog EXCEPT ![r] = <<>>]
@@ -543,7 +546,7 @@ Execute(r) ==
           /\ execd' = [execd EXCEPT ![r] = Append(@,
                          IF o = NoCl THEN [slot |-> j, o |-> NoCl, ci |-> -1, cmd |-> NoOp]
                          ELSE [slot |-> j, o |-> o, ci |-> k, cmd |-> cCom[r][o][k]])]
-          /\ execSlots' = execSlots \cup {[slot |-> j, o |-> o]}
+          /\ execSlots' = execSlots \cup {[slot |-> j, o |-> o, v |-> oCom[r][j].b]}
     /\ UNCHANGED <<durableVars, nvView, nvSeq, nvEnd, up, want, sent, cand, candPhase, candLog,
                    prop, crec, cCom, oCom, lost, msgs, nextCmd, readySlot, readyAt, readyBefore, cVotes,
                    oVotes, crashes, fenceBroken, revoked>>
@@ -597,7 +600,7 @@ HandleVote(r, m) ==
             /\ LET L == BuildLog(Q)
                IN IF MutNoReaccept
                   THEN /\ msgs' = msgs \cup {NewViewMsg(r, v, L)}
-                       /\ revoked' = (revoked \/ Revokes(L))
+                       /\ revoked' = (revoked \/ Revokes(L, v))
                        /\ cand' = [cand EXCEPT ![r] = -1]
                        /\ candPhase' = [candPhase EXCEPT ![r] = "none"]
                        /\ UNCHANGED candLog
