@@ -11,7 +11,7 @@ import pytest
 from bench import core_micro
 from bench.core_micro import DigestMachine, Settings, codec_available, run_once, verify
 
-CODEC_MODES = [False, pytest.param(True, id="codec")] if codec_available() else [False]
+CODEC_MODES = [False, pytest.param(True, id="codec")]
 
 
 def _assert_complete(res: core_micro.RunResult, settings: Settings) -> None:
@@ -51,8 +51,7 @@ def test_default_batching_with_fewer_commands_than_sessions(codec: bool) -> None
 
 
 def test_codec_does_not_change_the_execution_order() -> None:
-    if not codec_available():
-        pytest.skip("sdpaxos.wire.codec is not available")
+    assert codec_available(), "sdpaxos.wire.codec is part of the package"
     settings = Settings(sessions=10, commands=1_000, c_batch_max=4, seed=3)
     plain = run_once(settings)
     coded = run_once(replace(settings, codec=True))
