@@ -44,7 +44,7 @@ Rules this module keeps
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -644,11 +644,7 @@ class Replica:
             if now - inst.sent_tick < self.config.retransmit_ticks:
                 continue
             inst.sent_tick = now
-            if not inst.committed and inst.acks is not None and inst.commands is not None:
-                msg = CAccept(self.id, self.view, self.id, index, inst.ballot, inst.commands)
-                for p in self._near:
-                    if p not in inst.acks:
-                        self._messages.append((p, msg))
+            if self._resend_c_accept(index, inst, self._near):
                 self.stats.retransmissions += 1
             if index >= self._own_safe_count:
                 need_order = index
@@ -657,6 +653,17 @@ class Replica:
                 self._resend_own_o_accepts()
             else:
                 self._send_c_request(need_order)
+
+    def _resend_c_accept(self, index: int, inst: _CInstance, targets: Iterable[ReplicaId]) -> bool:
+        """Send our uncommitted C-instance ``index`` again, in the current view, to
+        those of ``targets`` that have not acknowledged it. False if nothing to send."""
+        if inst.committed or inst.acks is None or inst.commands is None:
+            return False
+        msg = CAccept(self.id, self.view, self.id, index, inst.ballot, inst.commands)
+        for p in targets:
+            if p not in inst.acks:
+                self._messages.append((p, msg))
+        return True
 
     def _handle_c_ack(self, m: CAck) -> None:
         self._check_c_instance(m.owner, m.index)
@@ -1717,11 +1724,7 @@ class Replica:
             return
         log = self._c[self.id]
         for index in self._inflight:
-            inst = log[index]
-            if not inst.committed and inst.acks is not None and inst.commands is not None:
-                msg = CAccept(self.id, self.view, self.id, index, inst.ballot, inst.commands)
-                for p in self._c_quorum:
-                    self._messages.append((p, msg))
+            self._resend_c_accept(index, log[index], self._c_quorum)
         last = next(reversed(self._inflight))
         if self.is_sequencer:
             self._want(self.id, last)
@@ -1736,12 +1739,7 @@ class Replica:
             return
         log = self._c[self.id]
         for index in self._inflight:
-            inst = log[index]
-            if not inst.committed and inst.acks is not None and inst.commands is not None:
-                msg = CAccept(self.id, self.view, self.id, index, inst.ballot, inst.commands)
-                for p in self._c_quorum:
-                    if p not in inst.acks:
-                        self._messages.append((p, msg))
+            self._resend_c_accept(index, log[index], self._c_quorum)
         last = next(reversed(self._inflight))
         if candidate not in self._c_quorum:
             self._messages.append((candidate, self._c_request(last)))
