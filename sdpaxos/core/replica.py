@@ -245,9 +245,6 @@ class Replica:
         #: Last view seen established and its sequencer (reported in votes).
         self._est_view: View = 0
         self._est_seq: ReplicaId = config.sequencer
-        #: Slots below this were decided by an older view; with N = 5 a
-        #: non-sequencer counts them safe only once committed (None: unknown yet).
-        self._view_base: Slot | None = 0
         self._new_view_msg: NewView | None = None
         self._candidate: _Candidacy | None = None
         self._deferred_vote: VRequest | None = None
@@ -334,7 +331,8 @@ class Replica:
         self._o_lazy_tick = 0
         #: Acceptor: O-accepts that arrived ahead of a gap, by start slot.
         self._o_pending: dict[Slot, tuple[OValue, ...]] = {}
-        #: Per view: where its rebuilt range ends (learned from its O-accepts).
+        #: Per view: where its rebuilt range ends (learned from its O-accepts,
+        #: NewView or heartbeats, or set by winning it). See ``_view_base``.
         self._bases: dict[View, Slot] = {0: 0}
         #: Acknowledged prefixes one retransmission period ago.
         self._o_acked_before: list[Slot] = [0] * n
@@ -822,9 +820,8 @@ class Replica:
                 )
         if end > self._o_heard_upto:
             self._o_heard_upto = min(end, self._exec_slot + self.config.c_index_window_max)
-        self._bases[view] = m.base
-        if self._view_base is None:
-            self._view_base = m.base
+        if view not in self._bases:
+            self._bases[view] = m.base
             self._o_acked_dirty = True
         seq = self.sequencer
         if start > self._o_known_upto:
@@ -1303,6 +1300,13 @@ class Replica:
         for stamp in [t for t in self._lease_grants if t < horizon]:
             del self._lease_grants[stamp]
 
+    @property
+    def _view_base(self) -> Slot | None:
+        """Where the current view's rebuilt range ends; slots below were decided by
+        an older view, and with N = 5 a non-sequencer counts them safe only once
+        committed. None until this replica learns it."""
+        return self._bases.get(self.view)
+
     def _heartbeat_base(self) -> Slot:
         """The view's base once the rebuilt range is committed, else -1."""
         if self._rebuild is not None or self._view_base is None:
@@ -1314,8 +1318,8 @@ class Replica:
             raise PeerMessageError("bad heartbeat")
         if type(m.base) is not int or m.base < -1:
             raise PeerMessageError("bad heartbeat base")
-        if self._view_base is None and m.base >= 0:
-            self._view_base = m.base
+        if self.view not in self._bases and m.base >= 0:
+            self._bases[self.view] = m.base
             self._o_acked_dirty = True
         now = self._now
         if self._distrust:
@@ -1595,7 +1599,6 @@ class Replica:
         self._est_view, self._est_seq = view, self.id
         self._candidate = None
         self._deferred_vote = None
-        self._view_base = end
         self._bases[view] = end
         self._o_pending.clear()
         self._persist.append(ViewPromised(view, self.id))
@@ -1667,7 +1670,7 @@ class Replica:
             owners[s], counts[s] = values[s - start]
             self._o_ballot[s] = m.view
             self._o_committed[s] = True
-        self._view_base = end
+        self._bases[m.view] = end
         self._new_view_msg = m
         if end > self._o_heard_upto:
             self._o_heard_upto = end
@@ -1692,8 +1695,6 @@ class Replica:
         self._distrust = False
         self._handing_over = None
         self._fail_unanswered_reads()
-        if newer:
-            self._view_base = None  # until this view's NewView arrives
         self._persist.append(ViewPromised(view, sequencer))
         if old is not None and old != sequencer and old != self.id:
             self._suspected.add(old)
@@ -2136,7 +2137,6 @@ class Replica:
         self.sequencer = seq if seq >= 0 else None
         if self.sequencer is not None:
             self._est_view, self._est_seq = view, self.sequencer
-        self._view_base = 0 if view == 0 else None
         if seq < 0:
             self._voted_tick = 0
         # Our last c_inflight_max C-instances may not have been ready: drive them
