@@ -377,9 +377,9 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
                     f"{committed}/{total} READY, executed {[m.count for m in machines]}"
                 )
                 break
-            for rep in reps:
-                rep.tick()
             ticks += 1
+            for rep in reps:
+                rep.tick(ticks * cfg.tick_ms)  # a logical clock: one tick per quiet round
         if progress is not None and now - last_progress >= 1.0:
             last_progress = now
             progress(

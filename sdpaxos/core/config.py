@@ -1,9 +1,14 @@
 """Cluster configuration: who the replicas are, and a named limit on every window.
 
-Durations are configured in milliseconds (``*_ms``) and turned into whole ticks
-(``*_ticks``) once, with the driver's ``tick_ms``: the core itself has no clock.
-Validation happens once, at construction, so a bad
+Durations are in milliseconds (``*_ms``), measured on the time the driver passes
+to :meth:`Replica.tick` (and optionally to ``step`` and ``read``): the core
+never reads a clock itself. Validation happens once, at construction, so a bad
 configuration is a clear :class:`ConfigError` and never a protocol surprise.
+
+The clock assumption, stated once: every replica's clock runs at a rate within
+``clock_drift_ppm`` parts per million of real time (no synchronisation between
+replicas is assumed, only bounded rate error). Leases are the only thing that
+rests on it (``lease_hold_ms``).
 """
 
 import math
@@ -52,12 +57,15 @@ class ClusterConfig:
             not yet ready. Beyond it proposals wait in the proposal queue.
         propose_queue_max: most proposals waiting for a C-instance; beyond it
             :meth:`Replica.propose` raises :class:`Overloaded`.
-        o_accept_values_max: most O-instance values in one O-accept.
+        o_accept_values_max: most O-instance values in one O-accept (a view's
+            rebuilt range travels whole, bounded by ``c_index_window_max``).
+        o_pending_max: most out-of-order O-accepts an acceptor keeps until the
+            gap before them fills (the sequencer resends from the acknowledged
+            prefix anyway).
         c_index_window_max: a C-accept more than this far beyond what a replica has
             executed of that owner is rejected as impossible.
-        tick_ms: the nominal length of one ``tick()``. Durations below are given
-            in milliseconds, as the paper states them, and turned into whole
-            ticks once here (``*_ticks`` attributes); the core never reads a clock.
+        tick_ms: how often a driver should call ``tick()`` (a hint for drivers;
+            timers fire on the time passed in, whenever ``tick`` comes).
         retransmit_ms: how long a command leader waits for acknowledgements
             before resending C-accepts and C-requests.
         learn_ms: how long execution may stay blocked before the replica asks
@@ -67,11 +75,18 @@ class ClusterConfig:
         heartbeat_ms: how often the sequencer sends a heartbeat (lease renewal).
             The paper's evaluation uses 500 ms.
         lease_ms: how long a replica that answered a heartbeat promises not to
-            vote for another replica (the sequencer lease, section 3.5; 500 ms in
-            the paper). At least ``heartbeat_ms``, so that a live sequencer's
-            lease never lapses between heartbeats.
-        lease_drift_ms: how much the sequencer shortens its view of the lease to
-            cover clock drift between replicas.
+            vote, for another replica or for itself (the sequencer lease, section
+            3.5; 500 ms in the paper), measured on its own clock. At least
+            ``heartbeat_ms``, so that a live sequencer's lease never lapses
+            between heartbeats.
+        lease_drift_ms: a fixed safety margin by which the sequencer shortens its
+            view of the lease, on top of the clock-rate bound.
+        clock_drift_ppm: the largest rate error of any replica's clock, in parts
+            per million of real time. A replica that granted a lease waits
+            ``lease_ms`` of its own time before it votes; the sequencer uses the
+            lease for ``lease_hold_ms`` of its own time, counted from when it sent
+            the heartbeat the grant answers, which is shorter by the worst case
+            of both clocks' errors.
         election_margin_ms: after its lease lapsed without a heartbeat, how long
             a replica waits before suspecting the sequencer.
         election_jitter_ms: random extra wait (drawn from the injected rng), so
@@ -112,6 +127,7 @@ class ClusterConfig:
     c_inflight_max: int = 128
     propose_queue_max: int = 100_000
     o_accept_values_max: int = 4096
+    o_pending_max: int = 64
     c_index_window_max: int = 1 << 20
     tick_ms: float = 10.0
     retransmit_ms: float = 300.0
@@ -121,6 +137,7 @@ class ClusterConfig:
     heartbeat_ms: float = 500.0
     lease_ms: float = 500.0
     lease_drift_ms: float = 20.0
+    clock_drift_ppm: int = 1000
     election_margin_ms: float = 10.0
     election_jitter_ms: float = 40.0
     successor_stagger_ms: float = 150.0
@@ -136,19 +153,7 @@ class ClusterConfig:
     straggler_strikes: int = 3
     straggler_need_min: int = 8
     straggler_min_interval_ms: float = 10_000.0
-    retransmit_ticks: int = field(init=False, repr=False, compare=False)
-    learn_ticks: int = field(init=False, repr=False, compare=False)
-    heartbeat_ticks: int = field(init=False, repr=False, compare=False)
-    lease_ticks: int = field(init=False, repr=False, compare=False)
-    lease_drift_ticks: int = field(init=False, repr=False, compare=False)
-    election_margin_ticks: int = field(init=False, repr=False, compare=False)
-    election_jitter_ticks: int = field(init=False, repr=False, compare=False)
-    successor_stagger_ticks: int = field(init=False, repr=False, compare=False)
-    suspect_min_ticks: int = field(init=False, repr=False, compare=False)
-    candidate_timeout_ticks: int = field(init=False, repr=False, compare=False)
-    recover_ticks: int = field(init=False, repr=False, compare=False)
-    straggler_window_ticks: int = field(init=False, repr=False, compare=False)
-    straggler_min_interval_ticks: int = field(init=False, repr=False, compare=False)
+    lease_hold_ms: float = field(init=False, repr=False, compare=False)
     _majority: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -165,6 +170,7 @@ class ClusterConfig:
             "c_inflight_max",
             "propose_queue_max",
             "o_accept_values_max",
+            "o_pending_max",
             "c_index_window_max",
             "learn_o_max",
             "learn_c_max",
@@ -175,6 +181,7 @@ class ClusterConfig:
             "straggler_ratio_pct",
             "straggler_strikes",
             "straggler_need_min",
+            "clock_drift_ppm",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -183,18 +190,27 @@ class ClusterConfig:
             raise ConfigError(f"tick_ms must be > 0, got {self.tick_ms!r}")
         for name in _DURATIONS_MS:
             value = getattr(self, name)
-            floor = 0 if name in _MAY_BE_ZERO else 1
-            if not isinstance(value, (int, float)) or not value >= 0:
+            if type(value) not in (int, float) or not math.isfinite(value) or not value >= 0:
                 raise ConfigError(f"{name} must be a number of milliseconds >= 0, got {value!r}")
-            ticks = max(floor, math.ceil(value / self.tick_ms - 1e-9))
-            object.__setattr__(self, name.removesuffix("_ms") + "_ticks", ticks)
+            if value == 0 and name not in _MAY_BE_ZERO:
+                raise ConfigError(f"{name} must be > 0")
         if self.lease_ms < self.heartbeat_ms:
             raise ConfigError(
                 f"lease_ms ({self.lease_ms}) must be >= heartbeat_ms ({self.heartbeat_ms}),"
                 " or a live sequencer's lease lapses between heartbeats"
             )
-        if self.lease_drift_ticks >= self.lease_ticks:
-            raise ConfigError("lease_drift_ms must be smaller than lease_ms")
+        if self.clock_drift_ppm >= 100_000:
+            raise ConfigError(f"clock_drift_ppm must be below 100000, got {self.clock_drift_ppm}")
+        rho = self.clock_drift_ppm / 1e6
+        # Grantor: lease_ms of its time >= lease_ms / (1 + rho) real. Holder: must
+        # stop before that, measured on a clock that may run slow by (1 - rho).
+        hold_ms = self.lease_ms * (1 - rho) / (1 + rho) - self.lease_drift_ms
+        if not hold_ms > 0:
+            raise ConfigError(
+                "lease_drift_ms and clock_drift_ppm leave no usable lease: shorten them or"
+                " lengthen lease_ms"
+            )
+        object.__setattr__(self, "lease_hold_ms", hold_ms)
         if self.rtt_ms is not None:
             if len(self.rtt_ms) != n or any(len(row) != n for row in self.rtt_ms):
                 raise ConfigError(f"rtt_ms must be an {n}x{n} matrix")

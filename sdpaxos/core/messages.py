@@ -87,10 +87,15 @@ class OAccept:
     O-accepts (section 3.2, N = 5), used for every N so that a command leader
     knows the whole assignment prefix before its command is ready.
 
-    ``base`` is where this view's rebuilt range ends (0 in view 0): every value
-    an older view left at or beyond it was never chosen and is superseded.
-    Acceptors remember it, and report it in votes, so a later view change never
-    resurrects such a value next to this view's own allocations.
+    ``base`` is where this view's rebuilt range ends (0 in view 0).
+
+    ``rebuilt`` is true when ``values`` begin with the view's whole rebuilt
+    range, slots ``start .. base-1`` (``start`` is the range's first slot): the
+    view-change phase 2a (section 3.3, "make sure all O-instances have been
+    accepted by a majority"). A replica accepts a range only entirely, in one
+    durable record, and only then accepts the view's other O-accepts; so a
+    replica holding any value of a view has established that view, which is
+    what the next view change relies on (``docs/recovery.md`` section 2).
     """
 
     src: ReplicaId
@@ -98,6 +103,7 @@ class OAccept:
     start: Slot
     values: tuple[OValue, ...]
     base: Slot
+    rebuilt: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +111,8 @@ class OAck:
     """Phase 2b, prefix form: ``src`` has accepted every O-instance below ``upto`` in ``view``.
 
     A prefix acknowledgement carries the paper's piggy-backed O-ACKs for free.
+    ``upto == -1`` says "I have not accepted this view's rebuilt range yet": the
+    sequencer answers with the range (or its :class:`NewView`).
     """
 
     src: ReplicaId
@@ -116,13 +124,16 @@ class OAck:
 class OCommit:
     """O-instances are committed (Fig. 5 lines 20, 25, 29).
 
-    ``entries`` are ``(slot, owner, count)``; normally ``owner == src`` because a
-    command leader is the learner of its own O-instances.
+    ``entries`` are ``(slot, ballot, owner, count)``: ``ballot`` is the view in
+    which the value was chosen (a receiver records it durably at that ballot
+    before executing it). Normally ``owner == src`` because a command leader is
+    the learner of its own O-instances; answers to a :class:`LearnRequest`
+    relay any commit.
     """
 
     src: ReplicaId
     view: View
-    entries: tuple[tuple[Slot, ReplicaId, int], ...]
+    entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +156,13 @@ class Heartbeat:
     """The sequencer is alive; also asks for a lease renewal (paper section 3.5).
 
     ``o_len`` tells how long the assignment log is, so a replica that missed
-    O-commits knows it is behind. ``stamp`` is the sequencer's tick, echoed back
-    in :class:`LeaseGrant` so it can date the lease from when it asked.
-    ``base`` is where this view's rebuilt range ends (-1 until it is committed):
-    a replica that joined the view without its :class:`NewView` learns from it
-    which slots it must see committed before it counts them safe.
+    O-commits knows it is behind. ``stamp`` numbers the sequencer's heartbeats;
+    it is echoed back in :class:`LeaseGrant`, and the sequencer dates the lease
+    from when it sent that heartbeat (by its own clock).
+    ``base`` is where this view's rebuilt range ends, once the range is
+    committed (-1 before): it tells a replica that missed the :class:`NewView`
+    that the range is chosen. A heartbeat never makes a replica adopt a view;
+    one from a view it has not established is answered with ``OAck(upto=-1)``.
     """
 
     src: ReplicaId
@@ -161,7 +174,11 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class LeaseGrant:
-    """``src`` promises not to vote for another replica for ``lease_ticks`` of its own time."""
+    """``src`` promises not to vote, for itself or anyone else, for ``lease_ms`` of its own time.
+
+    Answers heartbeat ``stamp`` (section 3.5: "never vote for other replicas in
+    a view change before the lease expires"; a candidate's own vote counts too).
+    """
 
     src: ReplicaId
     view: View
@@ -185,12 +202,14 @@ class Vote:
     """A vote for ``src``'s candidacy, with the voter's phase-1b state.
 
     ``entries``: ``(slot, ballot, owner, count)`` for every O-instance from
-    ``o_from`` on that the voter accepted (or learned committed; the ballot is
-    then the view of the commit). ``c_max[m]``: the highest C-instance index of
-    replica ``m`` the voter has accepted (-1 if none), for the N = 5 inference.
-    ``est_view``/``est_seq``: the last view the voter saw established and its
-    sequencer, so the candidate knows who the old sequencer was. ``base``: the
-    base of the view of the voter's highest-ballot entry (-1 if unknown).
+    ``o_from`` on that the voter holds durably (accepted, or learned committed;
+    the ballot is the view it was accepted or committed in). ``c_max[m]``: the
+    highest C-instance index of replica ``m`` the voter has accepted (-1 if
+    none), for the N = 5 inference. ``est_view``/``est_seq``/``est_base``: the
+    voter's established view (the newest view whose whole rebuilt range it
+    accepted), its sequencer and where that range ends; the candidate takes the
+    old sequencer from the newest of them, and with its base discards older
+    values that view superseded. They do not depend on ``o_from``.
     """
 
     src: ReplicaId
@@ -200,7 +219,7 @@ class Vote:
     c_max: tuple[int, ...]
     est_view: View
     est_seq: ReplicaId
-    base: Slot
+    est_base: Slot
 
 
 @dataclass(frozen=True, slots=True)

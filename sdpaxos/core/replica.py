@@ -32,13 +32,20 @@ Rules this module keeps
 3. *Ready* (Fig. 5 lines 21, 26, 30). C-instance ``i`` of this replica is ready
    when it is committed and the O-instance the counting rule gives it lies in
    the *safe prefix*: every O-instance up to it is accepted by a majority, or,
-   for N = 5 and a non-sequencer, by this replica and the sequencer.
-4. *Idempotence.* Every handler tolerates duplicates and reordering; counting
+   for N = 5 and a non-sequencer, by this replica and the sequencer once the
+   view's rebuilt range is chosen.
+4. *Views are established by their range.* A replica adopts a view only by
+   accepting its whole rebuilt range (one durable record) or its NewView, and
+   accepts the view's other O-accepts only after that, contiguously. Heartbeats
+   never change what a replica reports in a vote (``docs/recovery.md`` section 2).
+5. *Idempotence.* Every handler tolerates duplicates and reordering; counting
    acknowledgements uses sets, commits are flags, allocation is a guard.
-5. *Bad input changes nothing.* Handlers validate first and raise
-   :class:`PeerMessageError`; :meth:`step` drops the message and counts it.
-6. *Views.* Every message carries a view; older views are rejected (C-accepts
-   included, pitfall 5).
+6. *Bad input changes nothing.* Handlers validate first and raise
+   :class:`PeerMessageError`; :meth:`step` drops the message and counts it. A
+   message that would change an *executed* slot also counts an invariant alarm.
+7. *Time comes from the driver.* :meth:`tick` takes the current monotonic time
+   in milliseconds; :meth:`step` and :meth:`read` may too, and leases are judged
+   on it at the moment a read is answered (section 3.5).
 """
 
 import math
@@ -79,7 +86,14 @@ from sdpaxos.core.messages import (
     VRequest,
 )
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
-from sdpaxos.core.storage import CAccepted, CPromised, OAccepted, Record, ViewPromised
+from sdpaxos.core.storage import (
+    CAccepted,
+    CPromised,
+    OAccepted,
+    Record,
+    ViewEstablished,
+    ViewPromised,
+)
 from sdpaxos.core.types import (
     NO_CL,
     Ballot,
@@ -92,14 +106,17 @@ from sdpaxos.core.types import (
     ballot_round,
     make_ballot,
 )
-from sdpaxos.core.view_change import VoteState, rebuild_assignment_log
+from sdpaxos.core.view_change import VoteEntry, VoteState, rebuild_assignment_log
 
 
 class StateMachine(Protocol):
     """What an application gives a replica.
 
     ``apply`` must be deterministic: every replica applies the same payloads in
-    the same order and must reach the same state and results.
+    the same order and must reach the same state and results. It must not have
+    effects outside the process before the driver has carried out the
+    :class:`Ready` batch of the same call (records first), because a crash in
+    between re-executes the command after restart.
     """
 
     def apply(self, payload: bytes) -> bytes: ...
@@ -109,12 +126,14 @@ class StateMachine(Protocol):
 Tracer = Callable[[str, ReplicaId, dict[str, Any]], None]
 
 _NO_BALLOT = -1
+#: ``OAck.upto`` of a replica that has not accepted the view's rebuilt range.
+NOT_ESTABLISHED = -1
 
 
 class _CInstance:
     """One C-instance as this replica knows it (acceptor and, if own, leader state)."""
 
-    __slots__ = ("acks", "ballot", "commands", "committed", "promised", "sent_tick", "started_tick")
+    __slots__ = ("acks", "ballot", "commands", "committed", "promised", "sent_ms", "started_ms")
 
     def __init__(self) -> None:
         self.promised: Ballot = _NO_BALLOT
@@ -123,9 +142,9 @@ class _CInstance:
         self.committed = False
         #: Leader only: replicas that accepted ``ballot`` (self included).
         self.acks: set[ReplicaId] | None = None
-        #: Leader only: tick of the last (re)transmission, and of the first.
-        self.sent_tick = 0
-        self.started_tick = 0
+        #: Leader only: time of the last (re)transmission, and of the first.
+        self.sent_ms = 0.0
+        self.started_ms = 0.0
 
 
 @dataclass(slots=True)
@@ -145,35 +164,38 @@ class Stats:
     views_won: int = 0
     c_recoveries_started: int = 0
     c_instances_recovered: int = 0
-    #: Messages that would have revoked an executed slot. Must stay 0: a
-    #: non-zero value is a protocol bug, surfaced without crashing the node.
+    reads_served: int = 0
+    reads_refused: int = 0
+    #: Messages that would have revoked an executed slot, and reports that
+    #: contradict a protocol invariant in a view change. Must stay 0: a non-zero
+    #: value is a protocol bug, surfaced without crashing the node.
     invariant_alarms: int = 0
 
 
 class _Candidacy:
     """A view change this replica started and has not yet won."""
 
-    __slots__ = ("est", "o_from", "started_tick", "view", "votes")
+    __slots__ = ("o_from", "sent_ms", "started_ms", "view", "votes")
 
-    def __init__(self, view: View, o_from: Slot, started_tick: int) -> None:
+    def __init__(self, view: View, o_from: Slot, now_ms: float) -> None:
         self.view = view
         self.o_from = o_from
-        self.started_tick = started_tick
+        self.started_ms = now_ms
+        self.sent_ms = now_ms
         self.votes: dict[ReplicaId, VoteState] = {}
-        self.est: dict[ReplicaId, tuple[View, ReplicaId]] = {}
 
 
 class _Recovery:
     """Paxos phase 1 this replica runs on C-instances ``start .. end-1`` of ``owner``."""
 
-    __slots__ = ("ballot", "end", "owner", "promises", "proposed", "start", "started_tick")
+    __slots__ = ("ballot", "end", "owner", "promises", "proposed", "start", "started_ms")
 
-    def __init__(self, owner: ReplicaId, start: int, end: int, ballot: Ballot, tick: int) -> None:
+    def __init__(self, owner: ReplicaId, start: int, end: int, ballot: Ballot, now_ms: float):
         self.owner = owner
         self.start = start
         self.end = end
         self.ballot = ballot
-        self.started_tick = tick
+        self.started_ms = now_ms
         self.promises: dict[ReplicaId, CPromise] = {}
         self.proposed = False
 
@@ -183,8 +205,12 @@ def _keys_of(commands: tuple[Command, ...]) -> tuple[bytes, ...]:
     return tuple(sorted({c.key or b"" for c in commands}))
 
 
-#: Messages only the sequencer of their view sends; receiving one from a later
-#: view is how a replica learns that view's sequencer.
+def _kth_highest(values: list[int], k: int) -> int:
+    """The ``k``-th largest of ``values`` (1-based): what a quorum of ``k`` all reached."""
+    return sorted(values, reverse=True)[k - 1]
+
+
+#: Messages only the sequencer of their view sends.
 _SEQUENCER_MESSAGES: frozenset[type] = frozenset({OAccept, Heartbeat, NewView})
 #: Messages of an election: their view is the one being elected, not the sender's.
 _ELECTION_MESSAGES: frozenset[type] = frozenset({VRequest, Vote})
@@ -205,7 +231,7 @@ class Replica:
         rng: the only source of randomness the core may use.
         observe: report every executed command in :attr:`Ready.executed`.
         tracer: optional hook called with trace events named like TLA+ actions.
-        records: durable records of a previous incarnation (not yet supported).
+        records: the durable records of a previous incarnation (a restart).
     """
 
     def __init__(
@@ -233,33 +259,45 @@ class Replica:
         self._rng = rng if rng is not None else random.Random(replica_id)
         self._observe = observe
         self._tracer = tracer
-        self._now = 0
 
-        # View and sequencer. View 0's sequencer is configured; later views are
-        # won by election. ``sequencer`` is None while a view change runs (this
-        # replica voted in ``view`` but has not heard from its winner yet).
+        # Time: milliseconds since the first time the driver gave us, so that
+        # every "since" below can start at 0 whatever clock the driver uses.
+        self._clock_origin_ms: float | None = None
+        self._now_ms = 0.0
+
+        # Views. ``view`` is the promised view: messages of older views are
+        # dropped. The replica is *established* in it once it accepted the view's
+        # rebuilt range (``_est_view == view``); only then does it know the
+        # sequencer and accept the view's O-accepts. View 0 is established by
+        # the configuration, with an empty range.
         self.view: View = 0
         self.sequencer: ReplicaId | None = config.sequencer
-        self._voted_for: ReplicaId | None = None
-        self._voted_tick = 0
-        #: Last view seen established and its sequencer (reported in votes).
         self._est_view: View = 0
         self._est_seq: ReplicaId = config.sequencer
+        self._est_start: Slot = 0
+        self._est_base: Slot = 0
+        #: Established in ``view``: the view's range is known to be chosen.
+        self._range_committed = True
+        self._voted_for: ReplicaId | None = None
+        self._voted_ms = 0.0
         self._new_view_msg: NewView | None = None
         self._candidate: _Candidacy | None = None
         self._deferred_vote: VRequest | None = None
         #: Replicas believed down: left out of thrifty quorums until heard from.
         self._suspected: set[ReplicaId] = set()
 
-        # Failure detection and the sequencer lease, in ticks of this replica.
-        self._lease_until = 0
-        self._last_hb_tick = 0
-        self._seq_contact_tick = 0
-        self._election_jitter = self._rng.randint(0, config.election_jitter_ticks)
-        self._hb_sent_tick = -config.heartbeat_ticks
-        self._lease_grants: dict[int, set[ReplicaId]] = {}
-        #: Sequencer only: its lease holds while ``now < lease_valid_until``.
-        self.lease_valid_until = -1
+        # Failure detection and the sequencer lease, in our milliseconds.
+        #: We granted a lease: no vote (our own candidacy included) before this.
+        self._lease_until_ms = 0.0
+        self._last_hb_ms = 0.0
+        self._seq_contact_ms = 0.0
+        self._election_jitter_ms = self._jitter_ms()
+        self._hb_sent_ms = -math.inf
+        self._hb_stamp = 0
+        #: Sequencer: heartbeat stamp -> (when it was sent, who granted a lease).
+        self._lease_grants: dict[int, tuple[float, set[ReplicaId]]] = {}
+        #: Sequencer only: its lease holds while ``now < lease_valid_until_ms``.
+        self.lease_valid_until_ms = -math.inf
         self._resync_wanted = False
         #: We stopped trusting the sequencer (straggler or hand-over): its
         #: heartbeats no longer renew our lease nor hold back our vote.
@@ -267,8 +305,9 @@ class Replica:
         self._handing_over: ReplicaId | None = None
 
         # Reads (section 3.5): pending read -> (slot to wait for, or None while
-        # asking the sequencer; tick asked). Sequencer: the history table.
-        self._reads: dict[int, tuple[Slot | None, int]] = {}
+        # asking the sequencer; when asked). Sequencer: the history table.
+        self._reads: dict[int, tuple[Slot | None, float]] = {}
+        self._reads_checked_ms = 0.0
         self._read_results: list[ReadResult] = []
         self._history: dict[bytes, Slot] = {}
         self._history_floor: Slot = -1
@@ -277,14 +316,14 @@ class Replica:
         # Straggler detection (section 4).
         self._straggler_strikes = 0
         self._straggler_polling: set[ReplicaId] = set()
-        self._straggler_last_tick = -(1 << 62)
+        self._straggler_last_ms = -math.inf
+        self._sw_started_ms = 0.0
         self._sw_index_start = 0
         self._sw_safe_start = 0
         self._sw_need_start = 0
 
         # C-logs, one per owner; the acceptor state of every C-instance.
         self._c: list[dict[int, _CInstance]] = [{} for _ in range(n)]
-
         #: Per owner: the highest C-instance index accepted here (-1: none).
         self._c_max: list[int] = [-1] * n
 
@@ -299,18 +338,27 @@ class Replica:
         #: C-instances this replica is recovering, by owner.
         self._recoveries: dict[ReplicaId, _Recovery] = {}
 
-        # Assignment log (O-instances), as this replica knows it.
+        # Assignment log (O-instances), as this replica knows it. ``_o_ballot``
+        # is the ballot of the durable value (-1: none); ``_o_committed`` is
+        # volatile commit knowledge.
         self._o_owner: list[ReplicaId] = []
         self._o_count: list[int] = []
         self._o_ballot: list[Ballot] = []
         self._o_committed: list[bool] = []
-        #: Every slot below this is accepted in this view or known committed.
-        self._o_known_upto = 0
+        #: Established in ``view``: every slot from the range's start below this
+        #: is accepted in ``view`` (-1: not established).
+        self._acc_upto: Slot = 0
+        #: Every slot below this has a value we know: executed, accepted in
+        #: ``view``, or known committed (see ``_advance_known``).
+        self._known_upto: Slot = 0
         #: Highest slot + 1 this replica has heard exists (for learning).
         self._o_heard_upto = 0
+        #: O-accepts that arrived ahead of a gap, by start slot (bounded).
+        self._o_pending: dict[Slot, tuple[OValue, ...]] = {}
 
         # Learner state for the O-instances this replica owns.
-        #: Per replica: the prefix of O-instances it is known to have accepted.
+        #: Per replica: the prefix of O-instances it is known to have accepted
+        #: in this view (-1: not established, or unknown).
         self._o_acked: list[Slot] = [0] * n
         self._o_acked_dirty = False
         self._o_safe_upto = 0
@@ -318,7 +366,7 @@ class Replica:
         self._own_scan = 0
         #: Own C-instances covered by own O-instances inside the safe prefix.
         self._own_safe_count = 0
-        self._o_commit_out: list[tuple[Slot, ReplicaId, int]] = []
+        self._o_commit_out: list[tuple[Slot, Ballot, ReplicaId, int]] = []
 
         # Sequencer state (meaningful while self.id == self.sequencer).
         #: Per owner: C-instances covered by allocated O-instances.
@@ -328,12 +376,8 @@ class Replica:
         #: Per peer: O-instances sent so far (prefix).
         self._o_sent_upto: list[Slot] = [0] * n
         self._o_resend: set[ReplicaId] = set()
-        self._o_lazy_tick = 0
-        #: Acceptor: O-accepts that arrived ahead of a gap, by start slot.
-        self._o_pending: dict[Slot, tuple[OValue, ...]] = {}
-        #: Per view: where its rebuilt range ends (learned from its O-accepts,
-        #: NewView or heartbeats, or set by winning it). See ``_view_base``.
-        self._bases: dict[View, Slot] = {0: 0}
+        self._o_lazy_ms = 0.0
+        self._o_resend_check_ms = 0.0
         #: Acknowledged prefixes one retransmission period ago.
         self._o_acked_before: list[Slot] = [0] * n
         #: New sequencer only: the rebuilt range ``[start, end)`` until a
@@ -345,9 +389,9 @@ class Replica:
         self._exec_in_slot = 0
         self._exec_count: list[int] = [0] * n
         self._exec_dirty = False
-        self._exec_progress_tick = 0
+        self._exec_progress_ms = 0.0
         self._exec_blocked: tuple[ReplicaId, int] | None = None
-        self._exec_blocked_tick = 0
+        self._exec_blocked_ms = 0.0
         self._sessions: dict[int, tuple[int, bytes | None]] = {}
 
         # Proximity: peers sorted by round-trip time, nearest first.
@@ -414,8 +458,16 @@ class Replica:
         if wait == Wait.EXECUTED:
             self._exec_waiters.add((command.client_id, command.seq))
 
-    def step(self, message: Message) -> None:
-        """Handle one message from a peer. Never raises for bad peer input."""
+    def step(self, message: Message, now_ms: float | None = None) -> None:
+        """Handle one message from a peer. Never raises for bad peer input.
+
+        ``now_ms``: the driver's monotonic time, read after the message arrived.
+        A sequencer answers a read request under its lease only if the lease
+        holds at that time; without it, the time of the last input is used
+        (fine for tests, not for a real driver).
+        """
+        if now_ms is not None:
+            self._advance_clock(now_ms)
         self.stats.steps += 1
         handler = self._handlers.get(type(message))
         try:
@@ -431,52 +483,46 @@ class Replica:
                 self._suspected.discard(src)
                 self._recompute_proximity()
             if src == self.sequencer and view == self.view:
-                self._seq_contact_tick = self._now
-            if type(message) in _ELECTION_MESSAGES:
+                self._seq_contact_ms = self._now_ms
+            kind = type(message)
+            if kind in _ELECTION_MESSAGES:
                 handler(message)  # they carry the view being elected
                 return
-            if view != self.view:
-                if view < self.view:
-                    self._on_stale(message)
+            if view < self.view:
+                self._on_stale(message)
+                return
+            if kind in _SEQUENCER_MESSAGES:
+                if view > self.view or self._est_view != view:
+                    self._from_unestablished_view(message)
                     return
-                if type(message) not in _SEQUENCER_MESSAGES:
-                    # A later view we have not heard of from its sequencer; its
-                    # heartbeat will tell us. Until then we cannot place this.
-                    self.stats.stale += 1
-                    if self._tracer is not None:
-                        self._trace("FutureView", msg=message)
-                    if self.is_sequencer and (
-                        self._candidate is None or self._candidate.view < view
-                    ):
-                        # The sender promised a view above ours that never got a
-                        # sequencer, and it still hears us: re-run the election
-                        # above it so that everyone is in one view again (our
-                        # followers may vote for us despite their leases).
-                        self._start_view_change(above=view)
-                    return
-                self._adopt_view(view, src)
-            elif type(message) in _SEQUENCER_MESSAGES and src != self.sequencer:
-                if self.sequencer is not None:
+                if src != self.sequencer:
                     raise PeerMessageError(f"{src} acts as sequencer of view {view}")
-                self._adopt_view(view, src)  # the winner of the election we voted in
+            elif view > self.view:
+                self._from_future_view(message)
+                return
             handler(message)
         except PeerMessageError as exc:
             self.stats.rejected += 1
             if self._tracer is not None:
                 self._trace("Reject", msg=message, reason=str(exc))
 
-    def tick(self) -> None:
-        """Advance logical time by one tick: timers for every role."""
-        self._now += 1
-        now = self._now
+    def tick(self, now_ms: float) -> None:
+        """Advance time to ``now_ms`` (the driver's monotonic clock) and run timers.
+
+        Timers fire on elapsed time, however late or irregular the calls are.
+        """
+        self._advance_clock(now_ms)
+        now = self._now_ms
         cfg = self.config
-        if self._candidate is not None:
-            if now - self._candidate.started_tick >= cfg.candidate_timeout_ticks + (
-                self._election_jitter
-            ):
+        c = self._candidate
+        if c is not None:
+            if now - c.started_ms >= cfg.candidate_timeout_ms + self._election_jitter_ms:
                 self._start_view_change()  # no majority: try a higher view
-            elif (now - self._candidate.started_tick) % cfg.retransmit_ticks == 0:
-                self._send_v_requests()
+            else:
+                if now - c.sent_ms >= cfg.retransmit_ms:
+                    c.sent_ms = now
+                    self._send_v_requests()
+                self._maybe_win()  # our own lease grant may have expired meanwhile
         elif self._should_suspect_sequencer():
             self._start_view_change()
         if self._deferred_vote is not None and self._may_vote_for_another():
@@ -484,48 +530,48 @@ class Replica:
             if request.view > self.view:
                 self._vote(request)
         if self.is_sequencer:
-            if now - self._hb_sent_tick >= cfg.heartbeat_ticks:
+            if now - self._hb_sent_ms >= cfg.heartbeat_ms:
                 self._send_heartbeats()
-            if now - self._o_lazy_tick >= cfg.retransmit_ticks // 3 + 1:
+            if now - self._o_lazy_ms >= cfg.retransmit_ms / 3:
                 # Lazily push the assignment log to peers that are behind.
-                self._o_lazy_tick = now
-                end = len(self._o_owner)
+                self._o_lazy_ms = now
+                end = self._acc_upto
                 for p in self._near:
                     if self._o_sent_upto[p] < end:
                         self._o_resend.add(p)
-            if now % cfg.retransmit_ticks == 0:
+            if now - self._o_resend_check_ms >= cfg.retransmit_ms:
                 # A peer whose acknowledgement did not move for a whole period
                 # while it lags has lost something: resend from its ack.
-                end = len(self._o_owner)
+                self._o_resend_check_ms = now
+                end = self._acc_upto
                 previous = self._o_acked_before
                 for p in self._near:
                     acked = self._o_acked[p]
                     if acked == previous[p] and acked < end and self._o_sent_upto[p] > acked:
-                        self._o_sent_upto[p] = acked
+                        self._rewind_sent(p, acked)
                         self._o_resend.add(p)
                 self._o_acked_before = list(self._o_acked)
         if self.sequencer is not None and self._inflight:
             self._retransmit_own(now)
-        if (
-            not self.is_sequencer
-            and self.sequencer is not None
-            and now % cfg.straggler_window_ticks == 0
-        ):
-            self._judge_sequencer_speed()
-        if self._reads and now % cfg.retransmit_ticks == 0:
+        if now - self._sw_started_ms >= cfg.straggler_window_ms:
+            self._sw_started_ms = now
+            if not self.is_sequencer and self.sequencer is not None:
+                self._judge_sequencer_speed()
+        if self._reads and now - self._reads_checked_ms >= cfg.retransmit_ms:
+            self._reads_checked_ms = now
             self._serve_reads()
         # Learner: execution stalled while we know there is more to execute.
-        if self._exec_stalled() and now - self._exec_progress_tick >= cfg.learn_ticks:
-            self._exec_progress_tick = now
+        if self._exec_stalled() and now - self._exec_progress_ms >= cfg.learn_ms:
+            self._exec_progress_ms = now
             self._send_learn_request()
         if (
             self._exec_blocked is not None
-            and now - self._exec_blocked_tick >= cfg.recover_ticks
+            and now - self._exec_blocked_ms >= cfg.recover_ms
             and self.sequencer is not None
         ):
             self._maybe_start_recovery(*self._exec_blocked)
         for rec in list(self._recoveries.values()):
-            if now - rec.started_tick >= cfg.recover_ticks:
+            if now - rec.started_ms >= cfg.recover_ms:
                 del self._recoveries[rec.owner]  # stuck (lost messages, duel): retry later
 
     def ready(self) -> Ready:
@@ -566,12 +612,13 @@ class Replica:
             "id": self.id,
             "view": self.view,
             "sequencer": self.sequencer,
+            "established_view": self._est_view,
             "candidate_view": self._candidate.view if self._candidate else None,
             "next_c_index": self._next_index,
             "inflight": len(self._inflight),
             "queued": len(self._proposals),
             "o_log_len": len(self._o_owner),
-            "o_known_upto": self._o_known_upto,
+            "o_accepted_upto": self._acc_upto,
             "o_safe_upto": self._o_safe_upto,
             "executed_slots": self._exec_slot,
             "executed_per_owner": list(self._exec_count),
@@ -583,6 +630,18 @@ class Replica:
     def executed_upto(self) -> Slot:
         """Every slot below this has been executed here."""
         return self._exec_slot
+
+    def _advance_clock(self, now_ms: float) -> None:
+        if type(now_ms) not in (int, float) or not math.isfinite(now_ms):
+            raise LocalProtocolError(f"now_ms must be a finite number, got {now_ms!r}")
+        if self._clock_origin_ms is None:
+            self._clock_origin_ms = now_ms
+        now = now_ms - self._clock_origin_ms
+        if now > self._now_ms:  # monotonic, whatever the driver passes
+            self._now_ms = now
+
+    def _jitter_ms(self) -> float:
+        return self._rng.random() * self.config.election_jitter_ms
 
     # ------------------------------------------------------ command leader
 
@@ -601,14 +660,12 @@ class Replica:
             index = self._next_index
             self._next_index = index + 1
             inst = _CInstance()
-            inst.promised = inst.ballot = self._own_ballot
             inst.commands = commands
-            inst.acks = {me}
-            inst.sent_tick = inst.started_tick = self._now
+            inst.sent_ms = inst.started_ms = self._now_ms
             self._c[me][index] = inst
-            self._c_max[me] = index
+            self._accept_c(me, index, inst, self._own_ballot, commands)
+            inst.acks = {me}
             self._inflight[index] = commands
-            self._persist.append(CAccepted(me, index, inst.ballot, commands))
             self.stats.c_instances_started += 1
             if self._tracer is not None:
                 self._trace("Propose", index=index, commands=len(commands))
@@ -630,18 +687,18 @@ class Replica:
     def _c_request(self, index: int) -> CRequest:
         inst = self._c[self.id].get(index)
         keys = _keys_of(inst.commands) if inst is not None and inst.commands else ()
-        return CRequest(self.id, self.view, self.id, index, self._o_known_upto, keys)
+        return CRequest(self.id, self.view, self.id, index, self._acc_upto, keys)
 
-    def _retransmit_own(self, now: int) -> None:
+    def _retransmit_own(self, now: float) -> None:
         """Resend what the command leader has not had acknowledged (section 4:
         thrifty messages "will be aggressively resent to other replicas")."""
         need_order = -1
         log = self._c[self.id]
         for index in self._inflight:
             inst = log[index]
-            if now - inst.sent_tick < self.config.retransmit_ticks:
+            if now - inst.sent_ms < self.config.retransmit_ms:
                 continue
-            inst.sent_tick = now
+            inst.sent_ms = now
             if self._resend_c_accept(index, inst, self._near):
                 self.stats.retransmissions += 1
             if index >= self._own_safe_count:
@@ -728,6 +785,27 @@ class Replica:
 
     # ------------------------------------------------------------ acceptor
 
+    def _accept_c(
+        self,
+        owner: ReplicaId,
+        index: int,
+        inst: _CInstance,
+        ballot: Ballot,
+        commands: tuple[Command, ...],
+    ) -> None:
+        """Accept ``commands`` for C-instance ``owner.index`` at ``ballot``, durably.
+
+        The one place a C-value is accepted (owner, acceptor, recoverer), so the
+        per-owner highest accepted index the N = 5 inference relies on
+        (``c_max``, reported in votes) can never miss an acceptance.
+        """
+        inst.promised = max(inst.promised, ballot)
+        inst.ballot = ballot
+        inst.commands = commands
+        self._persist.append(CAccepted(owner, index, ballot, commands))
+        if index > self._c_max[owner]:
+            self._c_max[owner] = index
+
     def _handle_c_accept(self, m: CAccept) -> None:
         owner, index = m.owner, m.index
         self._check_c_instance(owner, index)
@@ -737,23 +815,19 @@ class Replica:
             raise PeerMessageError("C-accept carries too many commands")
         log = self._c[owner]
         inst = log.get(index)
-        if inst is None:
-            inst = log[index] = _CInstance()
-        if m.ballot < inst.promised:
+        if inst is not None and m.ballot < inst.promised:
             if self._tracer is not None:
                 self._trace("Reject", reason="stale ballot", owner=owner, index=index)
             return
-        if inst.committed and inst.commands != m.commands:
+        if inst is not None and inst.committed and inst.commands != m.commands:
             raise PeerMessageError(
                 f"C-accept for chosen C-instance {owner}.{index} with a new value"
             )
+        if inst is None:
+            inst = log[index] = _CInstance()
         if inst.ballot != m.ballot or inst.commands != m.commands:
-            inst.promised = inst.ballot = m.ballot
-            inst.commands = m.commands
             inst.acks = None  # someone else proposes here now
-            self._persist.append(CAccepted(owner, index, m.ballot, m.commands))
-            if index > self._c_max[owner]:
-                self._c_max[owner] = index
+            self._accept_c(owner, index, inst, m.ballot, m.commands)
         if self._tracer is not None:
             self._trace("HandleCAccept", owner=owner, index=index, ballot=m.ballot)
         self._messages.append((m.src, CAck(self.id, self.view, owner, index, m.ballot)))
@@ -788,112 +862,6 @@ class Replica:
         if owner == self.id:
             self._own_committed(index, inst)
 
-    def _handle_o_accept(self, m: OAccept) -> None:
-        if m.src != self.sequencer:
-            raise PeerMessageError(f"O-accept from {m.src}, not the sequencer {self.sequencer}")
-        start, values = m.start, m.values
-        if type(start) is not int or start < 0:
-            raise PeerMessageError(f"bad O-accept start {start!r}")
-        if not isinstance(values, tuple) or len(values) > self.config.o_accept_values_max:
-            raise PeerMessageError("O-accept carries too many values")
-        if type(m.base) is not int or m.base < 0:
-            raise PeerMessageError(f"bad O-accept base {m.base!r}")
-        for value in values:
-            self._check_o_value(value)
-        end = start + len(values)
-        view = self.view
-        owners, counts, ballots, committed = (
-            self._o_owner,
-            self._o_count,
-            self._o_ballot,
-            self._o_committed,
-        )
-        # Validate the whole range before touching anything: within one view the
-        # sequencer proposes one value per slot, so a different value for a slot
-        # already settled here is a broken peer, and must change nothing.
-        for s in range(start, min(end, len(owners))):
-            owner, count = values[s - start]
-            if (committed[s] or ballots[s] == view) and (owners[s] != owner or counts[s] != count):
-                raise PeerMessageError(
-                    f"slot {s} already holds {owners[s], counts[s]} in view {view}, "
-                    f"O-accept says {owner, count}"
-                )
-        if end > self._o_heard_upto:
-            self._o_heard_upto = min(end, self._exec_slot + self.config.c_index_window_max)
-        if view not in self._bases:
-            self._bases[view] = m.base
-            self._o_acked_dirty = True
-        seq = self.sequencer
-        if start > self._o_known_upto:
-            # Acceptance is contiguous within a view: what this replica accepted
-            # in the view is always a prefix from the view's base, so a later view
-            # change can trust it. Out of order: keep it until the gap fills.
-            pending = self._o_pending
-            if start not in pending and len(pending) >= self.config.o_accept_values_max // 64:
-                pending.pop(max(pending))  # bounded; the sequencer resends from our ack
-            pending[start] = values
-        else:
-            self._accept_o_range(start, values)
-            pending = self._o_pending
-            while pending:
-                first = min(pending)
-                if first > self._o_known_upto:
-                    break
-                self._accept_o_range(first, pending.pop(first))
-        if self._tracer is not None:
-            self._trace("HandleOAccept", start=start, count=len(values))
-        acked = self._o_acked
-        if end > acked[seq]:
-            acked[seq] = end
-        self._o_acked_dirty = True
-        # Always acknowledge to the sequencer (a prefix ack, one small message):
-        # it needs a majority for its own O-instances and for a rebuilt range,
-        # and it retransmits from what each acceptor acknowledged.
-        ack = OAck(self.id, view, self._o_known_upto)
-        self._messages.append((seq, ack))
-        if self._n >= 7 and values:
-            for owner in sorted({o for o, _ in values if o not in (seq, self.id, NO_CL)}):
-                self._messages.append((owner, ack))
-
-    def _accept_o_range(self, start: Slot, values: tuple[OValue, ...]) -> None:
-        """Accept ``values`` from ``start`` (contiguous with what we accepted) and persist."""
-        end = start + len(values)
-        self._o_ensure(end)
-        owners, counts, ballots, committed = (
-            self._o_owner,
-            self._o_count,
-            self._o_ballot,
-            self._o_committed,
-        )
-        view = self.view
-        changed = False
-        for k, (owner, count) in enumerate(values):
-            s = start + k
-            if committed[s] or ballots[s] == view:
-                if (owners[s], counts[s]) != (owner, count):
-                    return  # conflicts with a commit learned meanwhile: stop here
-                continue
-            owners[s] = owner
-            counts[s] = count
-            ballots[s] = view
-            changed = True
-        if changed:
-            self._persist.append(OAccepted(view, start, values, self._bases.get(view, -1)))
-        self._advance_known()
-
-    def _advance_known(self) -> None:
-        """Extend the prefix of slots accepted in this view or known committed."""
-        k = self._o_known_upto
-        ballots, committed, view = self._o_ballot, self._o_committed, self.view
-        limit = len(ballots)
-        while k < limit and (ballots[k] == view or committed[k]):
-            k += 1
-        self._o_known_upto = k
-        mine = len(self._o_owner) if self.is_sequencer else k
-        if mine != self._o_acked[self.id]:
-            self._o_acked[self.id] = mine
-            self._o_acked_dirty = True
-
     def _check_c_instance(self, owner: ReplicaId, index: int) -> None:
         if type(owner) is not int or not 0 <= owner < self._n:
             raise PeerMessageError(f"bad C-instance owner {owner!r}")
@@ -926,6 +894,266 @@ class Replica:
             self._o_ballot.extend([_NO_BALLOT] * grow)
             self._o_committed.extend([False] * grow)
 
+    # ------------------------------------------------- O-instances: acceptor
+
+    def _executed_end(self) -> Slot:
+        """Slots below this are executed here, at least in part (final)."""
+        return self._exec_slot + (1 if self._exec_in_slot else 0)
+
+    def _check_against_executed(self, start: Slot, values: tuple[OValue, ...], what: str) -> None:
+        """A value for an executed slot must be the executed one. Anything else
+        would revoke an executed slot: a protocol bug, surfaced as an alarm."""
+        owners, counts = self._o_owner, self._o_count
+        for s in range(start, min(start + len(values), self._executed_end())):
+            if (owners[s], counts[s]) != values[s - start]:
+                self.stats.invariant_alarms += 1
+                raise PeerMessageError(
+                    f"{what} would revoke executed slot {s}: "
+                    f"{owners[s], counts[s]} -> {values[s - start]}"
+                )
+
+    def _check_same_ballot(self, start: Slot, values: tuple[OValue, ...], ballot: Ballot) -> None:
+        """At one ballot (a view) the sequencer proposes one value per slot."""
+        owners, counts, ballots = self._o_owner, self._o_count, self._o_ballot
+        for s in range(start, min(start + len(values), len(owners))):
+            if ballots[s] == ballot and (owners[s], counts[s]) != values[s - start]:
+                raise PeerMessageError(
+                    f"slot {s} already holds {owners[s], counts[s]} at ballot {ballot}, "
+                    f"the sequencer now says {values[s - start]}"
+                )
+
+    def _from_unestablished_view(self, m: Message) -> None:
+        """A sequencer message of a view whose rebuilt range we have not accepted.
+
+        The range (a rebuilt O-accept) or the NewView establishes the view. A
+        heartbeat or another O-accept cannot: a replica that adopted a view from
+        a heartbeat would report it in its next vote as if it had accepted its
+        range, and the next view change would then take the wrong old sequencer
+        (``docs/recovery.md`` section 2.2). We ask the sequencer for the range.
+        """
+        if type(m) is NewView or (type(m) is OAccept and m.rebuilt is True):
+            self._handlers[type(m)](m)
+            return
+        self.stats.stale += 1
+        if self._tracer is not None:
+            self._trace("AskRange", view=m.view, sequencer=m.src)
+        self._messages.append((m.src, OAck(self.id, m.view, NOT_ESTABLISHED)))
+
+    def _from_future_view(self, m: Message) -> None:
+        """A non-sequencer message of a view above ours: we cannot place it yet."""
+        self.stats.stale += 1
+        if self._tracer is not None:
+            self._trace("FutureView", msg=m)
+        if self.is_sequencer and (self._candidate is None or self._candidate.view < m.view):
+            # The sender promised a view above ours that never got a sequencer,
+            # and it still hears us: re-run the election above it so that
+            # everyone is in one view again (our followers may vote for us
+            # despite their leases).
+            self._start_view_change(above=m.view)
+
+    def _handle_o_accept(self, m: OAccept) -> None:
+        start, values, base = m.start, m.values, m.base
+        if type(start) is not int or start < 0:
+            raise PeerMessageError(f"bad O-accept start {start!r}")
+        if type(base) is not int or base < 0 or type(m.rebuilt) is not bool:
+            raise PeerMessageError("bad O-accept base or range flag")
+        limit = self.config.c_index_window_max if m.rebuilt else self.config.o_accept_values_max
+        if not isinstance(values, tuple) or len(values) > limit:
+            raise PeerMessageError("O-accept carries too many values")
+        for value in values:
+            self._check_o_value(value)
+        end = start + len(values)
+        if m.rebuilt and not start <= base <= end:
+            raise PeerMessageError(f"a range O-accept must carry the whole range, to {base}")
+        if end > self._exec_slot + self.config.c_index_window_max:
+            raise PeerMessageError(f"O-accept reaches slot {end - 1}, beyond the window")
+        view = m.view
+        established = self._est_view == view
+        if established and base != self._est_base:
+            raise PeerMessageError(f"O-accept says base {base}, the view's is {self._est_base}")
+        if established and m.src != self._est_seq:
+            raise PeerMessageError(f"O-accept from {m.src}, not the sequencer {self._est_seq}")
+        # Validate everything before changing anything.
+        self._check_against_executed(start, values, f"O-accept of view {view}")
+        self._check_same_ballot(start, values, view)
+        if not established:
+            self._establish(view, m.src, start, values[: base - start])
+        if end > self._o_heard_upto:
+            self._o_heard_upto = end
+        if start > self._acc_upto and not m.rebuilt:
+            # Acceptance is contiguous within a view: what this replica accepted
+            # in the view is always a prefix from the view's range, so a later
+            # view change can trust it. Out of order: keep it until the gap fills.
+            pending = self._o_pending
+            if start not in pending and len(pending) >= self.config.o_pending_max:
+                pending.pop(max(pending))  # bounded; the sequencer resends from our ack
+            pending[start] = values
+        else:
+            self._accept_o_from(start, values)
+            pending = self._o_pending
+            while pending:
+                first = min(pending)
+                if first > self._acc_upto:
+                    break
+                buffered = pending.pop(first)
+                try:
+                    self._accept_o_from(first, buffered)
+                except PeerMessageError:
+                    break  # that buffered O-accept conflicts: drop it, keep ours
+        if self._tracer is not None:
+            self._trace("HandleOAccept", view=view, start=start, count=len(values), range=m.rebuilt)
+        seq = m.src
+        acked = self._o_acked
+        if end > acked[seq]:
+            acked[seq] = end  # the sequencer accepted what it sends
+        acked[self.id] = self._acc_upto
+        self._o_acked_dirty = True
+        # Always acknowledge to the sequencer (a prefix ack, one small message):
+        # it needs a majority for its own O-instances and for a rebuilt range,
+        # and it retransmits from what each acceptor acknowledged.
+        ack = OAck(self.id, view, self._acc_upto)
+        self._messages.append((seq, ack))
+        if self._n >= 7 and values:
+            for owner in sorted({o for o, _ in values if o not in (seq, self.id, NO_CL)}):
+                self._messages.append((owner, ack))
+
+    def _accept_o_from(self, start: Slot, values: tuple[OValue, ...]) -> None:
+        """Accept the part of ``values`` (from ``start``) that extends our accepted prefix."""
+        first = self._acc_upto
+        end = start + len(values)
+        if end <= first or start > first:
+            return
+        # (Checked again here: a buffered O-accept may meet commits learned since.)
+        self._check_against_executed(start, values, f"O-accept of view {self.view}")
+        self._check_same_ballot(start, values, self.view)
+        self._o_ensure(end)
+        owners, counts, ballots = self._o_owner, self._o_count, self._o_ballot
+        view = self.view
+        new = values[first - start :]
+        for k, (owner, count) in enumerate(new):
+            s = first + k
+            owners[s] = owner
+            counts[s] = count
+            ballots[s] = view
+        self._persist.append(OAccepted(view, first, new))
+        self._acc_upto = end
+        self._advance_acc()
+        self._advance_known()
+
+    def _advance_acc(self) -> None:
+        """Extend the accepted prefix over slots we hold durably at this view's
+        ballot (values learned committed in this view count: they are chosen at
+        it). Always what a restart would compute from the records."""
+        if self._acc_upto < 0:
+            return
+        k = self._acc_upto
+        ballots, view = self._o_ballot, self.view
+        while k < len(ballots) and ballots[k] == view:
+            k += 1
+        if k != self._acc_upto:
+            self._acc_upto = k
+            if not self.is_sequencer:
+                self._o_acked[self.id] = k
+                self._o_acked_dirty = True
+
+    def _establish(
+        self, view: View, sequencer: ReplicaId, start: Slot, values: tuple[OValue, ...]
+    ) -> None:
+        """Accept the whole rebuilt range of ``view`` in one durable record, and adopt
+        the view: its sequencer, and every later O-accept of it (section 2.5).
+
+        The caller has validated the range against executed slots.
+        """
+        end = start + len(values)
+        self._o_ensure(end)
+        owners, counts, ballots, committed = (
+            self._o_owner,
+            self._o_count,
+            self._o_ballot,
+            self._o_committed,
+        )
+        executed_end = self._executed_end()
+        for k, (owner, count) in enumerate(values):
+            s = start + k
+            ballots[s] = view  # as the durable record says (executed slots are equal)
+            if s < executed_end:
+                continue
+            owners[s], counts[s] = owner, count
+            committed[s] = False
+        self._persist.append(ViewEstablished(view, sequencer, start, values))
+        old = self.sequencer
+        self.view = view
+        self._est_view, self._est_seq, self._est_start, self._est_base = view, sequencer, start, end
+        self._acc_upto = end
+        self._range_committed = False
+        self.sequencer = sequencer
+        self._new_view_msg = None
+        self._candidate = None
+        self._deferred_vote = None
+        self._voted_for = None
+        self._last_hb_ms = self._seq_contact_ms = self._now_ms
+        self._rebuild = None
+        self._distrust = False
+        self._handing_over = None
+        self._fail_unanswered_reads()
+        if old is not None and old != sequencer and old != self.id:
+            self._suspected.add(old)
+            self._recompute_proximity()
+        self._forget_older_commits(view)
+        self._o_pending.clear()
+        self._seq_want.clear()
+        self._o_resend.clear()
+        self._reset_learner()
+        self._resync_wanted = True
+        self._exec_dirty = True
+        if self._tracer is not None:
+            self._trace("Establish", view=view, sequencer=sequencer, start=start, end=end)
+
+    def _forget_older_commits(self, view: View) -> None:
+        """Commits learned in views older than ``view`` and not executed become
+        provisional again: with N = 5 a non-sequencer's O-commit is revocable until
+        executed (section 3.3), and ``view``'s range says what stands."""
+        committed, ballots = self._o_committed, self._o_ballot
+        for s in range(self._executed_end(), len(committed)):
+            if committed[s] and ballots[s] < view:
+                committed[s] = False
+        self._known_upto = min(self._known_upto, self._executed_end())
+
+    def _handle_new_view(self, m: NewView) -> None:
+        start, values = m.start, m.values
+        if type(start) is not int or start < 0 or not isinstance(values, tuple):
+            raise PeerMessageError("bad NewView")
+        if len(values) > self.config.c_index_window_max:
+            raise PeerMessageError("NewView carries too many values")
+        for value in values:
+            self._check_o_value(value)
+        end = start + len(values)
+        if end > self._exec_slot + self.config.c_index_window_max:
+            raise PeerMessageError(f"NewView reaches slot {end - 1}, beyond the window")
+        view = m.view
+        established = self._est_view == view
+        range_ = (self._est_start, self._est_base)
+        if established and (m.src != self._est_seq or (start, end) != range_):
+            raise PeerMessageError(f"NewView of view {view} does not match its range")
+        self._check_against_executed(start, values, f"NewView {view}")
+        self._check_same_ballot(start, values, view)
+        if not established:
+            self._establish(view, m.src, start, values)
+        committed = self._o_committed
+        for s in range(max(start, self._executed_end()), end):
+            committed[s] = True
+        self._range_committed = True
+        self._new_view_msg = m
+        if end > self._o_acked[m.src]:
+            self._o_acked[m.src] = end
+        if end > self._o_heard_upto:
+            self._o_heard_upto = end
+        self._advance_known()
+        self._o_acked_dirty = True
+        self._exec_dirty = True
+        if self._tracer is not None:
+            self._trace("HandleNewView", view=view, start=start, values=len(values))
+
     # ----------------------------------------------------------- sequencer
 
     def _want(self, owner: ReplicaId, index: int) -> None:
@@ -941,7 +1169,7 @@ class Replica:
             raise PeerMessageError("C-request for another replica's C-instance")
         self._check_c_instance(m.owner, m.index)
         upto = m.o_accepted_upto
-        if type(upto) is not int or not 0 <= upto <= len(self._o_owner):
+        if type(upto) is not int or not NOT_ESTABLISHED <= upto <= self._acc_upto:
             raise PeerMessageError(f"bad o_accepted_upto {upto!r}")
         keys = m.keys
         if (
@@ -955,7 +1183,7 @@ class Replica:
         if m.index < self._seq_covered[m.owner]:
             # Already ordered: a retransmission. Resend what the owner lacks.
             if upto < self._o_sent_upto[m.owner]:
-                self._o_sent_upto[m.owner] = upto
+                self._rewind_sent(m.owner, upto)
             self._o_resend.add(m.owner)
         else:
             if keys:
@@ -963,33 +1191,47 @@ class Replica:
             self._want(m.owner, m.index)
 
     def _allocate(self) -> None:
-        """Turn pending wants into O-instances and send O-accepts (Fig. 5 lines 12-15)."""
+        """Turn pending wants into O-instances and send O-accepts (Fig. 5 lines 12-15).
+
+        The log ends at ``_acc_upto`` (the sequencer accepted all it allocated);
+        slots beyond it may still hold values of older views, never chosen, which
+        new allocations overwrite (they stay in the durable records too).
+        """
         cfg = self.config
-        start = len(self._o_owner)
-        owners, counts = self._o_owner, self._o_count
+        start = end = self._acc_upto
         covered = self._seq_covered
         new_owners: set[ReplicaId] = set()
+        allocated: list[OValue] = []
         for owner, want in self._seq_want.items():
             batch_max = 1 if (self._n == 5 and owner != self.id) else cfg.o_batch_max
             while covered[owner] < want:
                 count = min(want - covered[owner], batch_max)
-                self._record_history(len(owners), owner, covered[owner], count)
-                owners.append(owner)
-                counts.append(count)
+                self._record_history(end, owner, covered[owner], count)
+                allocated.append((owner, count))
                 covered[owner] += count
+                end += 1
             new_owners.add(owner)
         self._seq_want.clear()
-        end = len(owners)
-        if end > start:
-            grow = end - start
-            self._o_ballot.extend([self.view] * grow)
-            self._o_committed.extend([False] * grow)
-            values = tuple(zip(owners[start:end], counts[start:end], strict=True))
-            self._persist.append(OAccepted(self.view, start, values))
-            self.stats.o_instances_allocated += grow
+        if allocated:
+            self._o_ensure_unchecked(end)
+            owners, counts, ballots, committed = (
+                self._o_owner,
+                self._o_count,
+                self._o_ballot,
+                self._o_committed,
+            )
+            view = self.view
+            for k, (owner, count) in enumerate(allocated):
+                s = start + k
+                owners[s], counts[s], ballots[s], committed[s] = owner, count, view, False
+            values = tuple(allocated)
+            self._persist.append(OAccepted(view, start, values))
+            self.stats.o_instances_allocated += len(values)
             if self._tracer is not None:
                 self._trace("AllocateO", start=start, values=values)
-            self._o_known_upto = self._o_heard_upto = end
+            self._acc_upto = end
+            self._o_heard_upto = max(self._o_heard_upto, end)
+            self._advance_known()
             self._o_acked[self.id] = end
             self._o_acked_dirty = True
         recipients = self._o_resend
@@ -1010,25 +1252,42 @@ class Replica:
         extra = [p for p in self._near if p != owner][: self._majority - 2]
         return (owner, *extra)
 
+    def _rewind_sent(self, peer: ReplicaId, acked: Slot) -> None:
+        """Resend to ``peer`` from what it acknowledged; a peer that has not
+        acknowledged the range gets the range again (-1: not sent)."""
+        self._o_sent_upto[peer] = acked if acked >= self._est_base else NOT_ESTABLISHED
+
     def _send_o_accepts(self, peer: ReplicaId) -> None:
-        """Send ``peer`` every O-instance it has not been sent (prefix piggy-backing)."""
-        end = len(self._o_owner)
+        """Send ``peer`` every O-instance it has not been sent (prefix piggy-backing).
+
+        A peer that has not acknowledged this view's rebuilt range first gets the
+        whole range in one O-accept (accepted atomically), whatever its size.
+        """
+        end = self._acc_upto
         sent = self._o_sent_upto[peer]
+        base = self._est_base
         chunk = self.config.o_accept_values_max
         owners, counts = self._o_owner, self._o_count
+        me, view = self.id, self.view
+        if sent < base or sent == NOT_ESTABLISHED:
+            sent = self._est_start
+            stop = max(base, min(end, sent + chunk))
+            values = tuple(zip(owners[sent:stop], counts[sent:stop], strict=True))
+            self._messages.append((peer, OAccept(me, view, sent, values, base, True)))
+            sent = stop
         while sent < end:
             stop = min(end, sent + chunk)
             values = tuple(zip(owners[sent:stop], counts[sent:stop], strict=True))
-            base = self._view_base if self._view_base is not None else 0
-            self._messages.append((peer, OAccept(self.id, self.view, sent, values, base)))
+            self._messages.append((peer, OAccept(me, view, sent, values, base, False)))
             sent = stop
         self._o_sent_upto[peer] = sent
 
     def _resend_own_o_accepts(self) -> None:
         """The sequencer's own O-instances lack a quorum: resend from each peer's ack."""
+        end = self._acc_upto
         for p in self._near:
-            if self._o_acked[p] < len(self._o_owner):
-                self._o_sent_upto[p] = min(self._o_sent_upto[p], self._o_acked[p])
+            if self._o_acked[p] < end and self._o_sent_upto[p] > self._o_acked[p]:
+                self._rewind_sent(p, self._o_acked[p])
                 self._o_resend.add(p)
         self.stats.retransmissions += 1
 
@@ -1036,14 +1295,26 @@ class Replica:
         upto = m.upto
         # An acceptor may have accepted slots we have not seen yet (their O-accepts
         # to us are still in flight), so the bound is the window, not our log.
-        if type(upto) is not int or not 0 <= upto <= self._exec_slot + (
+        if type(upto) is not int or not NOT_ESTABLISHED <= upto <= self._exec_slot + (
             self.config.c_index_window_max
         ):
             raise PeerMessageError(f"O-ACK upto {upto!r} beyond the window")
-        if self.is_sequencer and upto > len(self._o_owner):
+        if self.is_sequencer and upto > self._acc_upto:
             raise PeerMessageError(f"O-ACK upto {upto!r} beyond the sequencer's own log")
         if self._tracer is not None:
             self._trace("HandleOAck", src=m.src, upto=upto)
+        if upto < self._est_base:
+            if self.is_sequencer:
+                # The peer lacks this view's range: the NewView if the range is
+                # chosen (then everything after it), else the range itself.
+                p = m.src
+                if self._new_view_msg is not None:
+                    self._messages.append((p, self._new_view_msg))
+                    self._o_sent_upto[p] = self._est_base
+                else:
+                    self._o_sent_upto[p] = NOT_ESTABLISHED
+                self._o_resend.add(p)
+            return
         if upto > self._o_acked[m.src]:
             self._o_acked[m.src] = upto
             self._o_acked_dirty = True
@@ -1053,33 +1324,38 @@ class Replica:
     # ------------------------------------------------------------- learner
 
     def _advance_safe_prefix(self) -> None:
-        """Commit own O-instances in the safe prefix and make C-instances ready."""
+        """Commit O-instances in the safe prefix and make own C-instances ready."""
         self._o_acked_dirty = False
-        acked = self._o_acked
         seq = self.sequencer
-        if seq is None:
+        if seq is None or self._acc_upto < 0:
             return
-        if self._n == 5 and seq != self.id:
-            # Fig. 5 line 30: accepted by this replica itself and by the sequencer.
-            safe = min(acked[self.id], acked[seq])
-            # Slots decided by an older view count only once the new view's
-            # notification committed them (they were majority-accepted then).
-            base = self._view_base
-            if base is None or safe > base:
-                committed_upto = self._committed_prefix()
-                if base is None or committed_upto < base:
-                    safe = min(safe, committed_upto)
+        acked = self._o_acked
+        me = self.id
+        if self._n == 5 and seq != me:
+            # Fig. 5 line 30: accepted by this replica itself and by the sequencer;
+            # and the view's rebuilt range is chosen (else a view change could
+            # rebuild it differently without either of us).
+            if not self._range_committed:
+                return
+            safe = min(acked[me], acked[seq])
         else:
+            quorum = _kth_highest(acked, self._majority)
+            if self._rebuild is not None and quorum >= self._rebuild[1]:
+                self._commit_rebuilt_range()
             # Peers may have accepted slots we have not received yet: we can only
-            # commit what we know.
-            safe = min(sorted(acked, reverse=True)[self._majority - 1], acked[self.id])
-        if self._rebuild is not None and safe >= self._rebuild[1]:
-            self._commit_rebuilt_range()
+            # commit what we know. Slots known committed are majority-accepted.
+            safe = max(min(quorum, acked[me]), self._committed_prefix())
+        safe = min(safe, self._advance_known())
         if safe <= self._o_safe_upto:
             return
+        previous = self._o_safe_upto
         self._o_safe_upto = safe
-        me = self.id
-        owners, counts, committed = self._o_owner, self._o_count, self._o_committed
+        owners, counts, ballots, committed = (
+            self._o_owner,
+            self._o_count,
+            self._o_ballot,
+            self._o_committed,
+        )
         before = self._own_safe_count
         own = before
         out = self._o_commit_out
@@ -1088,8 +1364,15 @@ class Replica:
                 own += counts[s]
                 if not committed[s]:
                     committed[s] = True
-                    out.append((s, me, counts[s]))
+                    out.append((s, ballots[s], me, counts[s]))
         self._own_scan = safe
+        if self.is_sequencer:
+            # The sequencer hears every O-ACK: it learns every O-instance, so a
+            # replica whose own O-ACKs were lost (N >= 7) can learn from it.
+            for s in range(previous, safe):
+                if not committed[s]:
+                    committed[s] = True
+                    self._exec_dirty = True
         if own == before:
             return
         self._own_safe_count = own
@@ -1103,6 +1386,17 @@ class Replica:
                 inst = log[index]
                 if inst.committed:
                     self._own_committed(index, inst)
+
+    def _advance_known(self) -> Slot:
+        """Extend the prefix of slots whose values we know: executed, accepted in
+        this view, or known committed. Returns it."""
+        k = max(self._known_upto, self._exec_slot)
+        ballots, committed, view = self._o_ballot, self._o_committed, self.view
+        limit = len(ballots)
+        while k < limit and (ballots[k] == view or committed[k]):
+            k += 1
+        self._known_upto = k
+        return k
 
     def _committed_prefix(self) -> Slot:
         """Every slot below the result is committed here."""
@@ -1124,44 +1418,90 @@ class Replica:
         entries = m.entries
         if not isinstance(entries, tuple) or len(entries) > self.config.learn_o_max:
             raise PeerMessageError("O-commit carries too many entries")
-        top = 0
         for entry in entries:
-            if not isinstance(entry, tuple) or len(entry) != 3:
+            if not isinstance(entry, tuple) or len(entry) != 4:
                 raise PeerMessageError(f"bad O-commit entry {entry!r}")
-            slot, owner, count = entry
+            slot, ballot, owner, count = entry
             if type(slot) is not int or slot < 0:
                 raise PeerMessageError(f"bad O-commit slot {slot!r}")
+            if type(ballot) is not int or not 0 <= ballot <= m.view:
+                raise PeerMessageError(f"bad O-commit ballot {ballot!r}")
             self._check_o_value((owner, count))
-            top = max(top, slot + 1)
-        owners, counts, committed = self._o_owner, self._o_count, self._o_committed
-        known = len(owners)
-        for slot, owner, count in entries:
-            if (
-                slot < known
-                and committed[slot]
-                and (owners[slot] != owner or counts[slot] != count)
-            ):
-                raise PeerMessageError(
-                    f"slot {slot} committed as {owners[slot], counts[slot]}, "
-                    f"{m.src} says {owner, count}"
-                )
-        self._o_ensure(top)
-        ballots = self._o_ballot
-        for slot, owner, count in entries:
-            if committed[slot]:
-                continue
-            owners[slot] = owner
-            counts[slot] = count
-            committed[slot] = True
-            if ballots[slot] < m.view:
-                ballots[slot] = m.view  # reported in votes like an accepted value
-        if top > self._o_heard_upto:
-            self._o_heard_upto = top
+        self._learn_commits(entries)
         if self._tracer is not None:
             self._trace("HandleOCommit", src=m.src, entries=len(entries))
+
+    def _learn_commits(self, entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]) -> None:
+        """Record O-instances chosen at their ballots, durably, before executing them.
+
+        With N = 5 a command leader commits its O-instance with two acceptors
+        (itself and the sequencer). Everyone who executes the slot first records
+        it, so an executed slot is held by a majority and no later view change
+        can rebuild it differently (``docs/recovery.md`` section 10).
+        """
+        owners, counts, ballots, committed = (
+            self._o_owner,
+            self._o_count,
+            self._o_ballot,
+            self._o_committed,
+        )
+        executed_end = self._executed_end()
+        top = 0
+        for slot, ballot, owner, count in entries:
+            top = max(top, slot + 1)
+            if slot < executed_end:
+                if (owners[slot], counts[slot]) != (owner, count):
+                    self.stats.invariant_alarms += 1
+                    raise PeerMessageError(
+                        f"O-commit would revoke executed slot {slot}: "
+                        f"{owners[slot], counts[slot]} -> {owner, count}"
+                    )
+            elif (
+                slot < len(owners)
+                and ballots[slot] == ballot
+                and (owners[slot], counts[slot]) != (owner, count)
+            ):
+                raise PeerMessageError(
+                    f"slot {slot} holds {owners[slot], counts[slot]} at ballot {ballot}, "
+                    f"O-commit says {owner, count}"
+                )
+        self._o_ensure(top)
+        runs: list[tuple[Ballot, Slot, list[OValue]]] = []
+        for slot, ballot, owner, count in sorted(entries):
+            if slot < executed_end:
+                continue
+            value = (owner, count)
+            # A commit is only ever relayed within one view, and whoever entered
+            # that view forgot the unexecuted commits of older views: so a commit
+            # at a ballot below the message's view was executed somewhere, and
+            # is final.
+            if ballots[slot] > ballot:
+                # We hold the slot at a newer ballot (a later range re-proposed it).
+                if (owners[slot], counts[slot]) == value:
+                    committed[slot] = True
+                else:
+                    self.stats.invariant_alarms += 1  # a range revoked a final slot
+                continue
+            if ballot < self._est_view and slot >= self._est_base:
+                # Our established view superseded older values beyond its base;
+                # a final one there would mean it revoked an executed slot.
+                self.stats.invariant_alarms += 1
+                continue
+            committed[slot] = True
+            if ballots[slot] == ballot:
+                continue  # already held durably
+            owners[slot], counts[slot], ballots[slot] = owner, count, ballot
+            if runs and runs[-1][0] == ballot and runs[-1][1] + len(runs[-1][2]) == slot:
+                runs[-1][2].append(value)
+            else:
+                runs.append((ballot, slot, [value]))
+        for ballot, start, values in runs:
+            self._persist.append(OAccepted(ballot, start, tuple(values)))
+        self._advance_acc()
+        if top > self._o_heard_upto:
+            self._o_heard_upto = top
         self._advance_known()
         self._exec_dirty = True
-        # With N = 5, slots below the view's base count as safe only once committed.
         self._o_acked_dirty = True
 
     # ------------------------------------------------------------ executor
@@ -1187,11 +1527,11 @@ class Replica:
                     if inst is None or not inst.committed:
                         self._exec_slot, self._exec_in_slot = slot, in_slot
                         if slot != start_slot:
-                            self._exec_progress_tick = self._now
+                            self._exec_progress_ms = self._now_ms
                         blocked = (owner, k)
                         if blocked != self._exec_blocked:
                             self._exec_blocked = blocked
-                            self._exec_blocked_tick = self._now
+                            self._exec_blocked_ms = self._now_ms
                         return
                     self._apply(slot, owner, k, inst.commands or ())
                     exec_count[owner] = k + 1
@@ -1201,7 +1541,7 @@ class Replica:
         self._exec_slot, self._exec_in_slot = slot, in_slot
         self._exec_blocked = None
         if slot != start_slot:
-            self._exec_progress_tick = self._now
+            self._exec_progress_ms = self._now_ms
 
     def _apply(self, slot: Slot, owner: ReplicaId, k: int, commands: tuple[Command, ...]) -> None:
         own = owner == self.id
@@ -1230,6 +1570,8 @@ class Replica:
             if observe:
                 self._executed.append(Executed(slot, owner, k, cmd, result, duplicate))
         self.stats.commands_executed += len(commands)
+        if self._tracer is not None:
+            self._trace("Execute", slot=slot, owner=owner, c_index=k, commands=len(commands))
 
     def _exec_stalled(self) -> bool:
         """Is there something we know of that we have not executed?"""
@@ -1277,8 +1619,17 @@ class Replica:
             self._check_c_instance(*item)
         if o_from >= 0:
             stop = min(len(self._o_owner), o_from + self.config.learn_o_max)
-            owners, counts, committed = self._o_owner, self._o_count, self._o_committed
-            entries = tuple((s, owners[s], counts[s]) for s in range(o_from, stop) if committed[s])
+            owners, counts, ballots, committed = (
+                self._o_owner,
+                self._o_count,
+                self._o_ballot,
+                self._o_committed,
+            )
+            entries = tuple(
+                (s, ballots[s], owners[s], counts[s])
+                for s in range(o_from, stop)
+                if committed[s] and ballots[s] >= 0
+            )
             if entries:
                 self._messages.append((m.src, OCommit(self.id, self.view, entries)))
         for owner, index in m.c_wanted:
@@ -1290,42 +1641,45 @@ class Replica:
     # ------------------------------------------------- heartbeats and lease
 
     def _send_heartbeats(self) -> None:
-        now = self._now
-        self._hb_sent_tick = now
-        msg = Heartbeat(self.id, self.view, len(self._o_owner), now, self._heartbeat_base())
+        now = self._now_ms
+        self._hb_sent_ms = now
+        self._hb_stamp += 1
+        stamp = self._hb_stamp
+        msg = Heartbeat(self.id, self.view, self._acc_upto, stamp, self._heartbeat_base())
         for p in self._near:
             self._messages.append((p, msg))
-        self._lease_grants[now] = {self.id}
-        horizon = now - self.config.lease_ticks
-        for stamp in [t for t in self._lease_grants if t < horizon]:
-            del self._lease_grants[stamp]
-
-    @property
-    def _view_base(self) -> Slot | None:
-        """Where the current view's rebuilt range ends; slots below were decided by
-        an older view, and with N = 5 a non-sequencer counts them safe only once
-        committed. None until this replica learns it."""
-        return self._bases.get(self.view)
+        self._lease_grants[stamp] = (now, {self.id})
+        horizon = now - self.config.lease_ms
+        for old in [s for s, (sent, _) in self._lease_grants.items() if sent < horizon]:
+            del self._lease_grants[old]
 
     def _heartbeat_base(self) -> Slot:
-        """The view's base once the rebuilt range is committed, else -1."""
-        if self._rebuild is not None or self._view_base is None:
-            return -1
-        return self._view_base
+        """The view's base once the rebuilt range is chosen, else -1."""
+        return self._est_base if self._range_committed and self.is_sequencer else -1
 
     def _handle_heartbeat(self, m: Heartbeat) -> None:
         if type(m.o_len) is not int or m.o_len < 0 or type(m.stamp) is not int:
             raise PeerMessageError("bad heartbeat")
         if type(m.base) is not int or m.base < -1:
             raise PeerMessageError("bad heartbeat base")
-        if self.view not in self._bases and m.base >= 0:
-            self._bases[self.view] = m.base
+        if m.base >= 0 and m.base != self._est_base:
+            raise PeerMessageError(f"heartbeat says base {m.base}, the view's is {self._est_base}")
+        if m.base >= 0 and not self._range_committed:
+            # The range is chosen (we missed the NewView): its slots are committed.
+            self._range_committed = True
+            committed = self._o_committed
+            for s in range(max(self._est_start, self._executed_end()), self._est_base):
+                committed[s] = True
+            self._exec_dirty = True
             self._o_acked_dirty = True
-        now = self._now
+        if m.o_len > self._o_acked[m.src]:
+            self._o_acked[m.src] = m.o_len  # the sequencer accepted its whole log
+            self._o_acked_dirty = True
+        now = self._now_ms
         if self._distrust:
             return  # alive, but we want it replaced: no lease, no reprieve
-        self._last_hb_tick = now
-        self._election_jitter = self._rng.randint(0, self.config.election_jitter_ticks)
+        self._last_hb_ms = now
+        self._election_jitter_ms = self._jitter_ms()
         # The sequencer is alive: a pending vote or our own candidacy is moot (this
         # is what keeps one replica's false suspicion from deposing it).
         self._deferred_vote = None
@@ -1335,33 +1689,44 @@ class Replica:
             self._candidate = None
         if m.o_len > self._o_heard_upto:
             self._o_heard_upto = min(m.o_len, self._exec_slot + self.config.c_index_window_max)
-        # The lease: promise not to vote for anyone else for lease_ticks of our time.
-        self._lease_until = now + self.config.lease_ticks
+        # The lease: promise not to vote (for anyone, ourselves included) for
+        # lease_ms of our own time.
+        self._lease_until_ms = now + self.config.lease_ms
         self._messages.append((m.src, LeaseGrant(self.id, self.view, m.stamp)))
 
     def _handle_lease_grant(self, m: LeaseGrant) -> None:
+        if type(m.stamp) is not int:
+            raise PeerMessageError("bad lease grant")
         if not self.is_sequencer:
             return
-        grants = self._lease_grants.get(m.stamp)
-        if grants is None:
+        grant = self._lease_grants.get(m.stamp)
+        if grant is None:
             return  # too old to matter
-        grants.add(m.src)
-        if len(grants) >= self._majority:
-            # Dated from when we asked: every grant was given after that moment.
-            until = m.stamp + self.config.lease_ticks - self.config.lease_drift_ticks
-            if until > self.lease_valid_until:
-                self.lease_valid_until = until
+        sent_ms, grantors = grant
+        grantors.add(m.src)
+        if len(grantors) >= self._majority:
+            # Dated from when we asked, on our clock, shortened for clock rates.
+            until = sent_ms + self.config.lease_hold_ms
+            if until > self.lease_valid_until_ms:
+                self.lease_valid_until_ms = until
 
     def has_lease(self) -> bool:
-        """Does this replica hold a sequencer lease granted by a majority right now?"""
+        """Does this replica hold a sequencer lease granted by a majority right now?
+
+        "Now" is the latest time the driver passed in (``tick``, ``step``, ``read``).
+        """
         return (
             self.is_sequencer
             and self._rebuild is None
             and self._handing_over is None
-            and self._now < self.lease_valid_until
+            and self._now_ms < self.lease_valid_until_ms
         )
 
     # ---------------------------------------------------------- view change
+
+    def _lease_expired(self) -> bool:
+        """The lease we granted has run out (or its holder released it)."""
+        return self._now_ms >= self._lease_until_ms
 
     def _may_vote_for_another(self) -> bool:
         """Our lease has run out and we too have missed the sequencer's heartbeats.
@@ -1371,13 +1736,12 @@ class Replica:
         and a replica cut off from a live sequencer would win in that gap. Asking
         that the voter suspect the sequencer too is the pre-vote idea of Raft.
         """
-        now = self._now
-        if now < self._lease_until:
+        if not self._lease_expired():
             return False
         if self.sequencer is None or self.is_sequencer or self._distrust:
             return True
         cfg = self.config
-        return now - self._last_hb_tick >= cfg.lease_ticks + cfg.election_margin_ticks
+        return self._now_ms - self._last_hb_ms >= cfg.lease_ms + cfg.election_margin_ms
 
     def _rank(self, replica: ReplicaId) -> int:
         """0 for the replica right after the old sequencer (the paper's R_{n+1})."""
@@ -1386,17 +1750,18 @@ class Replica:
     def _should_suspect_sequencer(self) -> bool:
         """Missed heartbeats after the lease lapsed, or an election that went quiet."""
         cfg = self.config
-        now = self._now
-        stagger = self._rank(self.id) * cfg.successor_stagger_ticks + self._election_jitter
+        now = self._now_ms
+        stagger = self._rank(self.id) * cfg.successor_stagger_ms + self._election_jitter_ms
         if self.sequencer is None:
-            # We voted but the winner never showed up.
-            return now - self._voted_tick >= cfg.candidate_timeout_ticks + stagger
+            # We voted (or restarted) but no sequencer showed up.
+            return now - self._voted_ms >= cfg.candidate_timeout_ms + stagger
         if self.is_sequencer:
             return False
-        if now - self._last_hb_tick >= cfg.lease_ticks + cfg.election_margin_ticks + stagger:
+        if now - self._last_hb_ms >= cfg.lease_ms + cfg.election_margin_ms + stagger:
             return True
         # Early: our oldest unordered C-instance has waited several round trips to
-        # the sequencer, and the sequencer has been silent all that time.
+        # the sequencer, and the sequencer has been silent all that time. (Our own
+        # vote still waits for the lease we granted: see _maybe_win.)
         if not self._inflight:
             return False
         first = next(iter(self._inflight))
@@ -1405,16 +1770,16 @@ class Replica:
         rtt_ms = self._rtt_ms[self.sequencer]
         if rtt_ms is None:
             return False
-        wait = max(cfg.suspect_min_ticks, math.ceil(cfg.suspect_rtts * rtt_ms / cfg.tick_ms))
-        quiet_since = max(self._seq_contact_tick, self._c[self.id][first].started_tick)
+        wait = max(cfg.suspect_min_ms, cfg.suspect_rtts * rtt_ms)
+        quiet_since = max(self._seq_contact_ms, self._c[self.id][first].started_ms)
         return now - quiet_since >= wait + stagger
 
     def _start_view_change(self, above: View = 0) -> None:
         """Become a candidate for the next view (paper section 3.3, "V-request")."""
         base = self._candidate.view if self._candidate is not None else self.view
         view = max(base, self.view, above) + 1
-        self._candidate = _Candidacy(view, self._exec_slot, self._now)
-        self._election_jitter = self._rng.randint(0, self.config.election_jitter_ticks)
+        self._candidate = _Candidacy(view, self._exec_slot, self._now_ms)
+        self._election_jitter_ms = self._jitter_ms()
         if self.sequencer is not None and self.sequencer != self.id and not above:
             self._suspected.add(self.sequencer)
             self._recompute_proximity()
@@ -1422,8 +1787,7 @@ class Replica:
         if self._tracer is not None:
             self._trace("StartViewChange", view=view, o_from=self._exec_slot)
         self._send_v_requests()
-        if self._majority == 1:
-            self._become_sequencer()
+        self._maybe_win()
 
     def _send_v_requests(self) -> None:
         c = self._candidate
@@ -1437,7 +1801,7 @@ class Replica:
         if type(m.o_from) is not int or m.o_from < 0:
             raise PeerMessageError(f"bad o_from {m.o_from!r}")
         if m.view <= self.view:
-            if m.view == self.view and self._voted_for == m.src and self.sequencer is None:
+            if m.view == self.view and self._voted_for == m.src and self._est_view != self.view:
                 self._send_vote(m)  # our vote was lost: send it again
             elif self.is_sequencer and m.view < self.view:
                 self._on_stale(m)
@@ -1465,7 +1829,7 @@ class Replica:
         """Promise view ``m.view`` to ``m.src`` and send our phase-1b state (HandleVRequest)."""
         self.view = m.view
         self._voted_for = m.src
-        self._voted_tick = self._now
+        self._voted_ms = self._now_ms
         if self.sequencer is not None and self.sequencer != self.id:
             self._suspected.add(self.sequencer)
             self._recompute_proximity()
@@ -1474,58 +1838,41 @@ class Replica:
         self._deferred_vote = None
         self._distrust = False
         self._handing_over = None
+        self._rebuild = None
+        self._acc_upto = NOT_ESTABLISHED
+        self._range_committed = False
+        self._new_view_msg = None
         self._fail_unanswered_reads()
-        self._persist.append(ViewPromised(m.view, -1))
+        self._persist.append(ViewPromised(m.view))
         if self._tracer is not None:
             self._trace("HandleVRequest", view=m.view, candidate=m.src)
         self._send_vote(m)
-        self._freeze_older_views()
+        self._forget_older_commits(m.view)
+        self._o_pending.clear()
+        self._reset_learner()
         self._resync_toward(m.src)
 
     def _send_vote(self, m: VRequest) -> None:
-        entries = self._vote_entries(m.o_from)
         vote = Vote(
             self.id,
             m.view,
             m.o_from,
-            entries,
+            self._vote_entries(m.o_from),
             tuple(self._c_max),
             self._est_view,
             self._est_seq,
-            self._base_of(entries),
+            self._est_base,
         )
         self._messages.append((m.src, vote))
 
-    def _base_of(self, entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]) -> Slot:
-        """The base of the view of the highest-ballot entry, if we know it."""
-        if not entries:
-            return -1
-        return self._bases.get(max(e[1] for e in entries), -1)
-
-    def _vote_entries(self, o_from: Slot) -> tuple[tuple[Slot, Ballot, ReplicaId, int], ...]:
+    def _vote_entries(self, o_from: Slot) -> tuple[VoteEntry, ...]:
+        """Every O-value we hold durably from ``o_from`` on, with its ballot."""
         owners, counts, ballots = self._o_owner, self._o_count, self._o_ballot
         return tuple(
             (s, ballots[s], owners[s], counts[s])
             for s in range(o_from, len(owners))
             if ballots[s] != _NO_BALLOT
         )
-
-    def _freeze_older_views(self) -> None:
-        """Commits learned in older views and not executed become provisional again.
-
-        With N = 5 an O-commit by a non-sequencer is revocable until executed
-        (section 3.3): the new view's notification says what stands.
-        """
-        committed, ballots, view = self._o_committed, self._o_ballot, self.view
-        first = self._exec_slot + (1 if self._exec_in_slot else 0)
-        for s in range(first, len(committed)):
-            if committed[s] and ballots[s] < view:
-                committed[s] = False
-        self._o_known_upto = min(self._o_known_upto, first)
-        self._o_pending.clear()  # buffered O-accepts of an older view
-        for old in [v for v in self._bases if v < view - 8]:
-            del self._bases[old]
-        self._reset_learner()
 
     def _handle_vote(self, m: Vote) -> None:
         c = self._candidate
@@ -1546,72 +1893,88 @@ class Replica:
             self._check_o_value((owner, count))
         if any(type(i) is not int or i < -1 for i in m.c_max):
             raise PeerMessageError("vote with a bad c_max")
+        if type(m.est_view) is not int or not 0 <= m.est_view < m.view:
+            raise PeerMessageError("vote with a bad established view")
         if type(m.est_seq) is not int or not 0 <= m.est_seq < self._n:
             raise PeerMessageError("vote with a bad est_seq")
-        if type(m.base) is not int or m.base < -1:
-            raise PeerMessageError("vote with a bad base")
-        c.votes[m.src] = VoteState(m.entries, m.c_max, m.base)
-        c.est[m.src] = (m.est_view, m.est_seq)
+        if type(m.est_base) is not int or m.est_base < 0:
+            raise PeerMessageError("vote with a bad est_base")
+        c.votes[m.src] = VoteState(m.entries, m.c_max, m.est_view, m.est_seq, m.est_base)
         if self._tracer is not None:
             self._trace("HandleVote", view=m.view, voter=m.src, votes=len(c.votes) + 1)
-        if len(c.votes) + 1 >= self._majority:
-            self._become_sequencer()
+        self._maybe_win()
+
+    def _maybe_win(self) -> None:
+        """With votes from a majority (ours included) we win, but our own vote may
+        only be given once the lease we granted has expired, as any voter's: else
+        the old sequencer's lease majority and our vote majority could meet only
+        in us, and it would serve stale reads while we make writes ready."""
+        c = self._candidate
+        if c is None or len(c.votes) + 1 < self._majority:
+            return
+        if not self._lease_expired():
+            return
+        self._become_sequencer()
 
     def _become_sequencer(self) -> None:
         """Won the election: rebuild the assignment log and re-propose it (Fig. 7)."""
         c = self._candidate
         assert c is not None
         view, o_from = c.view, c.o_from
-        self.view = view
-        self._voted_for = self.id
-        own = self._vote_entries(o_from)
-        c.votes[self.id] = VoteState(own, tuple(self._c_max), self._base_of(own))
-        c.est[self.id] = (self._est_view, self._est_seq)
-        old_seq = max(c.est.values())[1]
+        votes = dict(c.votes)
+        votes[self.id] = VoteState(
+            self._vote_entries(o_from),
+            tuple(self._c_max),
+            self._est_view,
+            self._est_seq,
+            self._est_base,
+        )
         owners, counts = self._o_owner, self._o_count
         covered_before = [0] * self._n
         for s in range(min(o_from, len(owners))):
             if owners[s] != NO_CL:
                 covered_before[owners[s]] += counts[s]
-        values = rebuild_assignment_log(
-            replicas=self._n,
-            o_from=o_from,
-            votes=c.votes,
-            old_sequencer=old_seq,
-            covered_before=covered_before,
+        rebuilt = rebuild_assignment_log(
+            replicas=self._n, o_from=o_from, votes=votes, covered_before=covered_before
         )
+        self.stats.invariant_alarms += rebuilt.alarms
+        values = tuple(rebuilt.values)
         end = o_from + len(values)
         # Slots we executed meanwhile must come out unchanged (ExecutedNeverRevoked).
-        executed_end = self._exec_slot + (1 if self._exec_in_slot else 0)
+        executed_end = self._executed_end()
         for s in range(o_from, min(executed_end, end)):
             if (owners[s], counts[s]) != values[s - o_from]:
                 raise InvariantViolation(
                     f"view {view} would revoke executed slot {s}: "
                     f"{owners[s], counts[s]} -> {values[s - o_from]}"
                 )
+        if end < executed_end:
+            raise InvariantViolation(f"view {view} would drop executed slots {end}..")
         self._o_ensure(end)
-        del owners[end:], counts[end:], self._o_ballot[end:], self._o_committed[end:]
         for s in range(o_from, end):
             owners[s], counts[s] = values[s - o_from]
             self._o_ballot[s] = view
             self._o_committed[s] = s < executed_end
+        self._persist.append(ViewPromised(view))
+        self._persist.append(ViewEstablished(view, self.id, o_from, values))
+        old_seq = rebuilt.old_sequencer
+        self.view = view
         self.sequencer = self.id
-        self._est_view, self._est_seq = view, self.id
+        self._voted_for = self.id
+        self._est_view, self._est_seq, self._est_start, self._est_base = view, self.id, o_from, end
+        self._acc_upto = self._o_heard_upto = end
+        self._range_committed = False
+        self._new_view_msg = None
         self._candidate = None
         self._deferred_vote = None
-        self._bases[view] = end
         self._o_pending.clear()
-        self._persist.append(ViewPromised(view, self.id))
-        if values:
-            self._persist.append(OAccepted(view, o_from, tuple(values), end))
         covered = [0] * self._n
-        for owner, count in zip(owners, counts, strict=True):
+        for owner, count in zip(owners[:end], counts[:end], strict=True):
             if owner != NO_CL:
                 covered[owner] += count
         self._seq_covered = covered
         self._seq_want.clear()
-        self._o_sent_upto = [o_from] * self._n
-        self._o_known_upto = self._o_heard_upto = end
+        self._o_sent_upto = [NOT_ESTABLISHED] * self._n
         self._rebuild = (o_from, end)
         self._distrust = False
         self._handing_over = None
@@ -1620,13 +1983,21 @@ class Replica:
         self._history.clear()
         self._pending_keys.clear()
         self._history_floor = end - 1
-        self.lease_valid_until = -1
+        self.lease_valid_until_ms = -math.inf
         self._lease_grants.clear()
+        self._forget_older_commits(view)
         self._reset_learner()
         self._o_resend.update(self._near)  # re-acceptance by everyone
         self.stats.views_won += 1
         if self._tracer is not None:
-            self._trace("BecomeSequencer", view=view, o_from=o_from, values=len(values))
+            self._trace(
+                "BecomeSequencer",
+                view=view,
+                o_from=o_from,
+                values=len(values),
+                old_sequencer=old_seq,
+                inferred=rebuilt.inferred,
+            )
         self._send_heartbeats()
         self._resync_wanted = True
         if old_seq != self.id:
@@ -1638,6 +2009,7 @@ class Replica:
         assert self._rebuild is not None
         start, end = self._rebuild
         self._rebuild = None
+        self._range_committed = True
         for s in range(start, end):
             self._o_committed[s] = True
         values = tuple(zip(self._o_owner[start:end], self._o_count[start:end], strict=True))
@@ -1647,72 +2019,13 @@ class Replica:
             self._messages.append((p, msg))
         self._exec_dirty = True
         if self._tracer is not None:
-            self._trace("NewView", view=self.view, start=start, values=len(values))
-
-    def _handle_new_view(self, m: NewView) -> None:
-        start, values = m.start, m.values
-        if type(start) is not int or start < 0 or not isinstance(values, tuple):
-            raise PeerMessageError("bad NewView")
-        for value in values:
-            self._check_o_value(value)
-        end = start + len(values)
-        owners, counts = self._o_owner, self._o_count
-        executed_end = self._exec_slot + (1 if self._exec_in_slot else 0)
-        for s in range(start, min(executed_end, end)):
-            if (owners[s], counts[s]) != values[s - start]:
-                self.stats.invariant_alarms += 1
-                raise PeerMessageError(
-                    f"NewView {m.view} would revoke executed slot {s}: "
-                    f"{owners[s], counts[s]} -> {values[s - start]}"
-                )
-        self._o_ensure(end)
-        for s in range(max(start, executed_end), end):
-            owners[s], counts[s] = values[s - start]
-            self._o_ballot[s] = m.view
-            self._o_committed[s] = True
-        self._bases[m.view] = end
-        self._new_view_msg = m
-        if end > self._o_heard_upto:
-            self._o_heard_upto = end
-        self._o_known_upto = min(self._o_known_upto, start)
-        self._advance_known()
-        self._o_acked_dirty = True
-        self._exec_dirty = True
-        if self._tracer is not None:
-            self._trace("HandleNewView", view=m.view, start=start, values=len(values))
-
-    def _adopt_view(self, view: View, sequencer: ReplicaId) -> None:
-        """Enter ``view`` under ``sequencer``, heard from directly (its first message)."""
-        old = self.sequencer
-        newer = view > self.view
-        self.view = view
-        self.sequencer = sequencer
-        self._est_view, self._est_seq = view, sequencer
-        self._candidate = None
-        self._deferred_vote = None
-        self._last_hb_tick = self._now
-        self._rebuild = None
-        self._distrust = False
-        self._handing_over = None
-        self._fail_unanswered_reads()
-        self._persist.append(ViewPromised(view, sequencer))
-        if old is not None and old != sequencer and old != self.id:
-            self._suspected.add(old)
-            self._recompute_proximity()
-        if newer or self._voted_for is not None:
-            self._freeze_older_views()
-        self._voted_for = None
-        self._seq_want.clear()
-        self._o_resend.clear()
-        self._resync_wanted = True
-        if self._tracer is not None:
-            self._trace("AdoptView", view=view, sequencer=sequencer)
+            self._trace("SendNewView", view=self.view, start=start, values=len(values))
 
     def _reset_learner(self) -> None:
         """Learner state is per view: recount from what is known now."""
-        self._o_acked = [0] * self._n
-        self._o_known_upto = min(self._o_known_upto, len(self._o_owner))
-        self._advance_known()
+        self._o_acked = [NOT_ESTABLISHED] * self._n
+        self._o_acked[self.id] = self._acc_upto
+        self._o_acked_before = list(self._o_acked)
         self._o_safe_upto = 0
         self._own_scan = 0
         self._own_safe_count = 0
@@ -1755,7 +2068,7 @@ class Replica:
             self._messages.append((m.src, LearnRequest(self.id, self.view, -1, ())))
         if self.is_sequencer:
             hb = Heartbeat(
-                self.id, self.view, len(self._o_owner), self._now, self._heartbeat_base()
+                self.id, self.view, self._acc_upto, self._hb_stamp, self._heartbeat_base()
             )
             self._messages.append((m.src, hb))
             if self._new_view_msg is not None:
@@ -1780,9 +2093,11 @@ class Replica:
         needed = max(1, min(needed, self.config.recovery_batch_max))
         log = self._c[owner]
         end = index + needed
-        top = max((log[i].promised for i in range(index, end) if i in log), default=0)
-        ballot = make_ballot(ballot_round(top) + 1, self.id)
-        rec = _Recovery(owner, index, end, ballot, self._now)
+        top = max((log[i].promised for i in range(index, end) if i in log), default=-1)
+        # Round 1 at least: the owner's round 0 must always be outranked (and an
+        # entry that exists without any promise has promised -1).
+        ballot = make_ballot(max(ballot_round(top), 0) + 1, self.id)
+        rec = _Recovery(owner, index, end, ballot, self._now_ms)
         self._recoveries[owner] = rec
         self.stats.c_recoveries_started += 1
         if self._tracer is not None:
@@ -1793,7 +2108,7 @@ class Replica:
         msg = CPrepare(self.id, self.view, owner, index, end, ballot)
         for p in self._near:
             self._messages.append((p, msg))
-        self._exec_blocked_tick = self._now
+        self._exec_blocked_ms = self._now_ms
 
     def _promise_c(self, owner: ReplicaId, start: int, end: int, ballot: Ballot) -> CPromise:
         """Acceptor side of phase 1 for a range; persists the promise when it is given."""
@@ -1870,8 +2185,18 @@ class Replica:
             self._trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
         if len(rec.promises) < self._majority:
             return
-        rec.proposed = True
         log = self._c[m.owner]
+        # Phase 2 at our ballot needs our own acceptor too: if we promised a higher
+        # ballot meanwhile (a competing recoverer), accepting ours would break that
+        # promise, and two values could be chosen. Give up; retry above it later.
+        for index in range(rec.start, rec.end):
+            mine = log.get(index)
+            if mine is not None and mine.promised > rec.ballot:
+                del self._recoveries[m.owner]
+                if self._tracer is not None:
+                    self._trace("AbandonCRecovery", owner=m.owner, start=rec.start)
+                return
+        rec.proposed = True
         for k in range(size):
             index = rec.start + k
             chosen: tuple[Command, ...] | None = None
@@ -1887,10 +2212,8 @@ class Replica:
             inst = log.get(index) or log.setdefault(index, _CInstance())
             if inst.committed:
                 continue
-            inst.promised = inst.ballot = rec.ballot
-            inst.commands = value
+            self._accept_c(m.owner, index, inst, rec.ballot, value)
             inst.acks = {self.id}
-            self._persist.append(CAccepted(m.owner, index, rec.ballot, value))
             msg = CAccept(self.id, self.view, m.owner, index, rec.ballot, value)
             for p in self._near:
                 self._messages.append((p, msg))
@@ -1913,7 +2236,7 @@ class Replica:
 
     # ----------------------------------------------------------------- reads
 
-    def read(self, read_id: int, key: bytes | None = None) -> None:
+    def read(self, read_id: int, key: bytes | None = None, now_ms: float | None = None) -> None:
         """Ask for a linearizable read of ``key`` (paper section 3.5).
 
         The answer comes in :attr:`Ready.reads`: ``ok`` means every write that
@@ -1921,32 +2244,39 @@ class Replica:
         its state machine directly; not ``ok`` means the read must go through the
         log (propose it as a command). The sequencer answers with the last slot
         it gave a write of ``key`` (its history table), or, while its history is
-        young, the whole log (the paper's i_G); it answers only under a lease.
+        young, the whole log (the paper's i_G); it answers only while it holds a
+        lease from a majority, judged at ``now_ms`` (the driver's clock now).
 
         Raises:
             LocalProtocolError: ``read_id`` is already waiting.
         """
+        if now_ms is not None:
+            self._advance_clock(now_ms)
         if read_id in self._reads:
             raise LocalProtocolError(f"read {read_id} is already pending")
         if self.sequencer is None or len(self._reads) >= self.config.reads_pending_max:
-            self._read_results.append(ReadResult(read_id, False))
+            self._refuse_read(read_id)
             return
         if self.is_sequencer:
             if self.has_lease():
-                self._reads[read_id] = (self._read_slot(key), self._now)
+                self._reads[read_id] = (self._read_slot(key), self._now_ms)
                 self._exec_dirty = True  # served at the next ready() if already executed
             else:
-                self._read_results.append(ReadResult(read_id, False))
+                self._refuse_read(read_id)
             return
-        self._reads[read_id] = (None, self._now)
+        self._reads[read_id] = (None, self._now_ms)
         msg = RRequest(self.id, self.view, read_id, key if key is not None else b"")
         self._messages.append((self.sequencer, msg))
+
+    def _refuse_read(self, read_id: int) -> None:
+        self.stats.reads_refused += 1
+        self._read_results.append(ReadResult(read_id, False))
 
     def _read_slot(self, key: bytes | None) -> Slot:
         """The last slot a write of ``key`` may occupy (i_A, or i_G when unsure)."""
         floor = self._history_floor
         if not key:
-            return len(self._o_owner) - 1
+            return self._acc_upto - 1
         return max(self._history.get(key, -1), floor)
 
     def _handle_r_request(self, m: RRequest) -> None:
@@ -1956,6 +2286,8 @@ class Replica:
             return
         ok = self.has_lease()
         slot = self._read_slot(m.key) if ok else -1
+        if self._tracer is not None:
+            self._trace("HandleRRequest", src=m.src, read_id=m.read_id, slot=slot, ok=ok)
         self._messages.append((m.src, RReply(self.id, self.view, m.read_id, slot, ok)))
 
     def _handle_r_reply(self, m: RReply) -> None:
@@ -1969,12 +2301,12 @@ class Replica:
             self._exec_dirty = True
         else:
             del self._reads[m.read_id]
-            self._read_results.append(ReadResult(m.read_id, False))
+            self._refuse_read(m.read_id)
 
     def _serve_reads(self) -> None:
         """Reads whose slot has executed are served; stale requests fall back."""
         done = self._exec_slot
-        expired = self._now - self.config.retransmit_ticks
+        expired = self._now_ms - self.config.retransmit_ms
         finished = [
             rid
             for rid, (slot, asked) in self._reads.items()
@@ -1982,13 +2314,17 @@ class Replica:
         ]
         for rid in finished:
             slot, _ = self._reads.pop(rid)
-            self._read_results.append(ReadResult(rid, slot is not None))
+            if slot is None:
+                self._refuse_read(rid)
+            else:
+                self.stats.reads_served += 1
+                self._read_results.append(ReadResult(rid, True))
 
     def _fail_unanswered_reads(self) -> None:
         """A view change voids outstanding R-requests: their answers may never come."""
         for rid in [rid for rid, (slot, _) in self._reads.items() if slot is None]:
             del self._reads[rid]
-            self._read_results.append(ReadResult(rid, False))
+            self._refuse_read(rid)
 
     def _note_keys(self, owner: ReplicaId, index: int, keys: tuple[bytes, ...]) -> None:
         """Sequencer: remember which objects C-instance ``owner.index`` writes."""
@@ -2052,16 +2388,20 @@ class Replica:
             return
         self._straggler_polling = set()
         self._straggler_strikes = 0
-        if self._now - self._straggler_last_tick < self.config.straggler_min_interval_ticks:
+        if self._now_ms - self._straggler_last_ms < self.config.straggler_min_interval_ms:
             return  # rate limit
-        self._straggler_last_tick = self._now
+        self._straggler_last_ms = self._now_ms
         if self._tracer is not None:
             self._trace("StragglerViewChange", view=self.view, sequencer=self.sequencer)
         self._distrust_sequencer()
         self._start_view_change()
 
     def _distrust_sequencer(self) -> None:
-        """Stop renewing the sequencer's lease; vote for others once it runs out."""
+        """Stop renewing the sequencer's lease; vote for others once it runs out.
+
+        Distrust never releases a lease we granted: only its expiry, or the
+        holder's own hand-over, does.
+        """
         self._distrust = True
 
     def transfer_sequencer(self, target: ReplicaId) -> None:
@@ -2079,7 +2419,8 @@ class Replica:
         if not 0 <= target < self._n or target == self.id:
             raise LocalProtocolError(f"cannot hand the sequencer role to {target!r}")
         self._handing_over = target
-        self.lease_valid_until = -1
+        self.lease_valid_until_ms = -math.inf
+        self._lease_until_ms = self._now_ms
         msg = SequencerHandover(self.id, self.view, target)
         for p in self._near:
             self._messages.append((p, msg))
@@ -2089,7 +2430,7 @@ class Replica:
     def _handle_sequencer_handover(self, m: SequencerHandover) -> None:
         if m.src != self.sequencer or type(m.target) is not int:
             raise PeerMessageError("hand-over not from the sequencer")
-        self._lease_until = self._now  # released by its holder
+        self._lease_until_ms = self._now_ms  # released by its holder
         self._distrust_sequencer()
         if m.target == self.id and self._candidate is None:
             self._start_view_change()
@@ -2099,7 +2440,8 @@ class Replica:
     def _restore(self, records: list[Record]) -> None:
         """Rebuild from durable records after a crash (Ongaro's Restart: keep only these)."""
         me = self.id
-        view, seq = 0, self.config.sequencer
+        promised = 0
+        est: tuple[View, ReplicaId, Slot, Slot] = (0, self.config.sequencer, 0, 0)
         for rec in records:
             if isinstance(rec, CAccepted):
                 inst = self._c[rec.owner].get(rec.index)
@@ -2118,27 +2460,34 @@ class Replica:
                     inst = self._c[rec.owner][rec.index] = _CInstance()
                 inst.promised = max(inst.promised, rec.ballot)
             elif isinstance(rec, OAccepted):
-                if rec.base >= 0:
-                    self._bases[rec.view] = rec.base
-                self._o_ensure(rec.start + len(rec.values))
-                for k, (owner, count) in enumerate(rec.values):
-                    s = rec.start + k
-                    if rec.view >= self._o_ballot[s]:
-                        self._o_owner[s], self._o_count[s] = owner, count
-                        self._o_ballot[s] = rec.view
+                self._restore_o(rec.view, rec.start, rec.values)
+                promised = max(promised, rec.view)
+            elif isinstance(rec, ViewEstablished):
+                self._restore_o(rec.view, rec.start, rec.values)
+                if rec.view >= est[0]:
+                    est = (rec.view, rec.sequencer, rec.start, rec.base)
+                promised = max(promised, rec.view)
             elif isinstance(rec, ViewPromised):
-                if rec.view > view:
-                    view, seq = rec.view, rec.sequencer
-                elif rec.view == view and rec.sequencer >= 0:
-                    seq = rec.sequencer
+                promised = max(promised, rec.view)
             else:
                 raise LocalProtocolError(f"unknown durable record {rec!r}")
-        self.view = view
-        self.sequencer = seq if seq >= 0 else None
-        if self.sequencer is not None:
-            self._est_view, self._est_seq = view, self.sequencer
-        if seq < 0:
-            self._voted_tick = 0
+        self.view = promised
+        self._est_view, self._est_seq, self._est_start, self._est_base = est
+        self._range_committed = False
+        if self._est_view == promised and self._est_seq != me:
+            self.sequencer = self._est_seq
+            acc = self._est_base
+            ballots = self._o_ballot
+            while acc < len(ballots) and ballots[acc] == promised:
+                acc += 1
+            self._acc_upto = acc
+        else:
+            # Voted in a view we never established, or we were its sequencer: a
+            # restarted sequencer forgot allocations after its last durable
+            # record, so the safest course is a fresh view.
+            self.sequencer = None
+            self._acc_upto = NOT_ESTABLISHED
+        self._o_heard_upto = len(self._o_owner)
         # Our last c_inflight_max C-instances may not have been ready: drive them
         # again (older ones were ready before we could start these).
         log = self._c[me]
@@ -2146,19 +2495,31 @@ class Replica:
             inst = log.get(index)
             if inst is not None and inst.commands is not None and inst.ballot == self._own_ballot:
                 inst.acks = {me}
-                inst.sent_tick = -self.config.retransmit_ticks
+                inst.sent_ms = -self.config.retransmit_ms
                 self._inflight[index] = inst.commands
-        # We may have granted a lease just before the crash: honour it.
-        self._lease_until = self.config.lease_ticks
-        self._advance_known()
-        self._o_acked_dirty = True
-        if self.is_sequencer:
-            # A restarted sequencer knows nothing of what it allocated after its
-            # last durable record; the safest course is a fresh view.
-            self.sequencer = None
-            self._voted_tick = 0
+        # We may have granted a lease just before the crash: honour it (our clock
+        # starts at 0 with the first time the driver gives us).
+        self._lease_until_ms = self.config.lease_ms
+        self._reset_learner()
         if self._tracer is not None:
-            self._trace("Restart", view=view, sequencer=self.sequencer, records=len(records))
+            self._trace("Restart", view=promised, sequencer=self.sequencer, records=len(records))
+
+    def _restore_o(self, ballot: Ballot, start: Slot, values: tuple[OValue, ...]) -> None:
+        self._o_ensure_unchecked(start + len(values))
+        owners, counts, ballots = self._o_owner, self._o_count, self._o_ballot
+        for k, (owner, count) in enumerate(values):
+            s = start + k
+            if ballot >= ballots[s]:
+                owners[s], counts[s] = owner, count
+                ballots[s] = ballot
+
+    def _o_ensure_unchecked(self, end: Slot) -> None:
+        grow = end - len(self._o_owner)
+        if grow > 0:
+            self._o_owner.extend([NO_CL] * grow)
+            self._o_count.extend([0] * grow)
+            self._o_ballot.extend([_NO_BALLOT] * grow)
+            self._o_committed.extend([False] * grow)
 
     # ----------------------------------------------------------- internals
 

@@ -29,16 +29,38 @@ class CAccepted:
 
 @dataclass(frozen=True, slots=True)
 class OAccepted:
-    """This replica accepted O-instances ``start ..`` with ``values`` at ballot ``view``.
+    """This replica holds O-instances ``start ..`` with ``values`` at ballot ``view``.
 
-    ``base`` is that view's base (see :class:`~sdpaxos.core.messages.OAccept`);
-    it is reported in votes after a restart too.
+    Written when it accepts an O-accept of ``view``, and when it learns that
+    these O-instances were committed in ``view`` (before it executes them): with
+    N = 5 a command leader's O-instance commits with two acceptors only, and an
+    executed slot must survive at a majority (``docs/recovery.md`` section 10).
     """
 
     view: View
     start: Slot
     values: tuple[OValue, ...]
-    base: Slot = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEstablished:
+    """This replica accepted the whole rebuilt range of ``view`` from its ``sequencer``.
+
+    The range is slots ``start .. start+len(values)-1``; its end is the view's
+    *base*. One record, so a range is accepted entirely or not at all. The
+    newest such record is the replica's *established view*, reported in votes:
+    it names the old sequencer for the N = 5 inference and says which older
+    values the view superseded. Only this record raises it (never a heartbeat).
+    """
+
+    view: View
+    sequencer: ReplicaId
+    start: Slot
+    values: tuple[OValue, ...]
+
+    @property
+    def base(self) -> Slot:
+        return self.start + len(self.values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +74,12 @@ class CPromised:
 
 @dataclass(frozen=True, slots=True)
 class ViewPromised:
-    """This replica entered ``view``: it rejects older views and votes no more in it.
-
-    ``sequencer`` is the view's sequencer once known (-1 while the election runs).
-    """
+    """This replica promised ``view``: it rejects older views and votes no more in it."""
 
     view: View
-    sequencer: ReplicaId
 
 
-Record: TypeAlias = CAccepted | OAccepted | CPromised | ViewPromised
+Record: TypeAlias = CAccepted | OAccepted | CPromised | ViewPromised | ViewEstablished
 
 
 class Storage(Protocol):

@@ -18,16 +18,22 @@ Slow nodes, two ways:
 * **Pause** (a stopped process: SIGSTOP, a long GC pause, a VM migration). A
   paused replica neither ticks nor steps. Packets that reach it (and client
   requests) wait in its inbox, at most :data:`PAUSED_INBOX_MAX` of them; beyond
-  that they are lost, like a full socket buffer. On resume the driver first
-  catches up on the ticks it missed (a real driver turns elapsed wall time into
-  ticks, so a resumed replica knows its lease ran out), then handles the
-  backlog in arrival order. A crash empties the inbox.
+  that they are lost, like a full socket buffer. On resume the driver ticks once,
+  with the current time of the replica's clock (no missed ticks are replayed:
+  a real process wakes up late, and the core must judge its lease on elapsed
+  time), then handles the backlog in arrival order. A crash empties the inbox.
 * **Slow** (the paper's CPU-throttled straggler, section 5.1). Each replica has a
   CPU that spends ``processing_us`` per message it handles, times its slow
   factor (1 by default). Work queues behind a busy CPU, and a message's effects
   (sends, replies) happen when its handling finishes. With the default
   ``processing_us = 0`` replicas are infinitely fast, so exact latency tests see
   exactly the profile's delays.
+
+Clocks. Every replica has its own clock, passed to ``tick`` and ``step``: an
+offset and a rate within ``clock_drift_ppm`` of real (virtual) time, drawn once
+per replica. The core assumes a bound on rate error (its config's
+``clock_drift_ppm``); a simulation whose clocks stay within it tests that the
+lease holds under drift and pauses.
 
 Rules: single-threaded, no wall clock, no global ``random``; every decision
 comes from the one :class:`~sdpaxos.sim.chooser.Chooser`, and iteration is over
@@ -58,8 +64,8 @@ READY_ROUNDS_MAX = 1000
 PROBE_MS_DEFAULT = 1000.0
 #: Most packets and client requests a paused replica's inbox holds; beyond it they are lost.
 PAUSED_INBOX_MAX = 10_000
-#: Most missed ticks a resumed replica catches up on (a bound on the catch-up loop).
-CATCH_UP_TICKS_MAX = 1_000_000
+#: Largest clock offset a replica may start with, in microseconds.
+CLOCK_OFFSET_US_MAX = 1_000_000_000
 #: Largest slow factor: a straggler at most this many times slower than a normal replica.
 SLOW_FACTOR_MAX = 1_000_000.0
 
@@ -69,9 +75,9 @@ class SimReplica(Protocol):
 
     def propose(self, command: Command, wait: Wait = ...) -> None: ...
 
-    def step(self, message: Any) -> None: ...
+    def step(self, message: Any, now_ms: float) -> None: ...
 
-    def tick(self) -> None: ...
+    def tick(self, now_ms: float) -> None: ...
 
     def ready(self) -> Ready: ...
 
@@ -205,6 +211,9 @@ class SimCluster:
         checker: defaults to a fresh :class:`Checker`.
         processing_us: CPU time a replica spends per message it handles, before
             its slow factor (see :meth:`slow`); 0 = instantaneous.
+        clock_drift_ppm: each replica's clock runs at a rate drawn within this
+            many parts per million of virtual time, from an offset drawn too
+            (0: every clock reads virtual time).
     """
 
     def __init__(
@@ -226,11 +235,14 @@ class SimCluster:
         observe: bool = True,
         events_pending_max: int = EVENTS_PENDING_MAX,
         processing_us: int = 0,
+        clock_drift_ppm: int = 0,
     ) -> None:
         if not tick_ms > 0:
             raise ValueError(f"tick_ms must be > 0, got {tick_ms}")
         if processing_us < 0:
             raise ValueError(f"processing_us must be >= 0, got {processing_us}")
+        if not 0 <= clock_drift_ppm < 100_000:
+            raise ValueError(f"clock_drift_ppm must be in 0 .. 99999, got {clock_drift_ppm}")
         n = profile.size
         self.profile = profile
         self.chooser = chooser
@@ -266,7 +278,15 @@ class SimCluster:
         #: Messages lost to a full inbox of a paused replica.
         self.inbox_overflow = 0
         self._inbox: list[list[Inbound]] = [[] for _ in range(n)]
-        self._missed_ticks = [0] * n
+        #: Per replica: its clock's offset (us) and rate (1 = virtual time).
+        self.clock_offset_us = [0] * n
+        self.clock_rate = [1.0] * n
+        if clock_drift_ppm:
+            for r in range(n):
+                draw = chooser.below(2 * clock_drift_ppm + 1)
+                signed = (draw + 1) // 2 * (1 if draw % 2 else -1)  # 0 draws no drift
+                self.clock_rate[r] = 1.0 + signed / 1e6
+                self.clock_offset_us[r] = chooser.below(CLOCK_OFFSET_US_MAX)
         self._busy_until_us = [0] * n
         #: Bumped by every crash: work a dead process had started dies with it.
         self._incarnation = [0] * n
@@ -290,6 +310,10 @@ class SimCluster:
     @property
     def now_us(self) -> int:
         return self.scheduler.now_us
+
+    def clock_ms(self, replica: ReplicaId) -> float:
+        """What ``replica``'s own clock reads now, in milliseconds."""
+        return (self.clock_offset_us[replica] + self.clock_rate[replica] * self.now_us) / 1000
 
     def alive(self, replica: ReplicaId) -> bool:
         return self.replicas[replica] is not None
@@ -322,7 +346,6 @@ class SimCluster:
         self.state_machines[replica] = None
         self.paused[replica] = False
         self._inbox[replica] = []
-        self._missed_ticks[replica] = 0
         self._incarnation[replica] += 1
         self.crashes += 1
         self.checker.crashed(replica)
@@ -343,17 +366,14 @@ class SimCluster:
         self.paused[replica] = True
 
     def resume(self, replica: ReplicaId) -> None:
-        """Let a paused replica run again: missed ticks first, then its backlog."""
+        """Let a paused replica run again: one tick at the current time, then its backlog."""
         if not self.paused[replica]:
             return
         self.paused[replica] = False
-        missed = min(self._missed_ticks[replica], CATCH_UP_TICKS_MAX)
-        self._missed_ticks[replica] = 0
-        for _ in range(missed):
-            core = self.replicas[replica]
-            assert core is not None  # a crash unpauses
-            core.tick()
-            self._drain(replica)
+        core = self.replicas[replica]
+        assert core is not None  # a crash unpauses
+        core.tick(self.clock_ms(replica))
+        self._drain(replica)
         backlog, self._inbox[replica] = self._inbox[replica], []
         for event in backlog:
             self._gate(replica, event)
@@ -448,12 +468,9 @@ class SimCluster:
         elif isinstance(event, Tick):
             self.scheduler.after(self.tick_us, event)
             replica = self.replicas[event.replica]
-            if replica is not None:
-                if self.paused[event.replica]:
-                    self._missed_ticks[event.replica] += 1
-                else:
-                    replica.tick()
-                    self._drain(event.replica)
+            if replica is not None and not self.paused[event.replica]:
+                replica.tick(self.clock_ms(event.replica))
+                self._drain(event.replica)
         elif isinstance(event, Propose):
             if self.replicas[event.replica] is not None:
                 self._gate(event.replica, event)
@@ -510,8 +527,9 @@ class SimCluster:
     def _on_arrival(self, ev: Deliver) -> None:
         replica = self.replicas[ev.dst]
         assert replica is not None
+        now_ms = self.clock_ms(ev.dst)
         for message in self.codec.decode_batch(ev.payload):
-            replica.step(message)
+            replica.step(message, now_ms)
         self._drain(ev.dst)
 
     def _on_propose(self, ev: Propose) -> None:

@@ -7,6 +7,7 @@ one exists so a core rule can be pinned down message by message.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class Net:
     executed: list[list[Executed]] = field(default_factory=list)
     sent: list[tuple[int, int, Message]] = field(default_factory=list)
     reads: list[list[tuple[int, bool, int]]] = field(default_factory=list)
+    #: Virtual time: every replica's clock reads this (ms); ``tick`` advances it.
+    now_ms: float = 0.0
 
     @classmethod
     def build(cls, replicas: int = 3, **config: object) -> Net:
@@ -82,6 +85,7 @@ class Net:
             observe=True,
             records=self.storages[r].load(),
         )
+        self.replicas[r].tick(self.now_ms)
         self.executed[r] = []
         self.flush(r)
 
@@ -127,7 +131,7 @@ class Net:
 
     def deliver_one(self, i: int = 0) -> tuple[int, int, Message]:
         src, dst, msg = self.pending.pop(i)
-        self.replicas[dst].step(msg)
+        self.replicas[dst].step(msg, self.now_ms)
         self.flush(dst)
         return src, dst, msg
 
@@ -144,17 +148,25 @@ class Net:
                 continue
             if keep is not None and not keep(src, dst, msg):
                 continue
-            self.replicas[dst].step(msg)
+            self.replicas[dst].step(msg, self.now_ms)
             self.flush(dst)
         return n
 
-    def tick(self, times: int = 1) -> None:
+    def tick(self, times: int = 1, *, skip: set[int] | frozenset[int] = frozenset()) -> None:
+        """Advance virtual time by ``tick_ms`` ``times`` times, ticking every live
+        replica not in ``skip`` (a skipped replica is paused: its next tick or
+        step simply comes later, with the then-current time)."""
         for _ in range(times):
+            self.now_ms += self.config.tick_ms
             for r, rep in enumerate(self.replicas):
-                if r in self.down:
+                if r in self.down or r in skip:
                     continue
-                rep.tick()
+                rep.tick(self.now_ms)
                 self.flush(r)
+
+    def advance(self, ms: float) -> None:
+        """Tick everyone for ``ms`` of virtual time (rounded up to whole ticks)."""
+        self.tick(max(1, math.ceil(ms / self.config.tick_ms)))
 
     def ready_ids(self, r: int) -> list[tuple[int, int]]:
         return [(x.client_id, x.seq) for x in self.replies[r] if x.kind == 0]
@@ -232,11 +244,11 @@ def closed_loop_latency_ms(
         if ev[0] == "msg":
             dst = ev[1]
             assert isinstance(dst, int)
-            reps[dst].step(ev[2])  # type: ignore[arg-type]
+            reps[dst].step(ev[2], now)  # type: ignore[arg-type]
             flush(dst)
         elif not all(len(v) >= commands for v in lat.values()):
             for i in range(n):
-                reps[i].tick()
+                reps[i].tick(now)
                 flush(i)
             push(now + tick_ms, ("tick",))
     return {i: sum(v) / len(v) for i, v in lat.items() if v}

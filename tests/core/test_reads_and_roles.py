@@ -115,7 +115,7 @@ def test_a_slow_sequencer_is_detected_and_replaced() -> None:
             polls.append(r) if e == "StragglerSuspect" else None
         )
     client = 100
-    window = net.config.straggler_window_ticks
+    window = round(net.config.straggler_window_ms / net.config.tick_ms)
     for _ in range(window * 8):
         for r in (1, 2):
             net.propose(r, client, 1, b"x")
@@ -133,7 +133,7 @@ def test_straggler_view_changes_are_rate_limited() -> None:
     net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
     rep = net.replicas[1]
     rep._straggler_polling = {1}
-    rep._straggler_last_tick = rep._now  # one just happened
+    rep._straggler_last_ms = rep._now_ms  # one just happened
     rep.step(StragglerVote(2, 0, True))
     assert rep.stats.view_changes_started == 0
 

@@ -14,48 +14,84 @@ from tests.core.harness import PAPER3_RTT_MS, PAPER5_RTT_MS, Net, Register
 # ------------------------------------------------------------------ the rebuild rule
 
 
-def vote(entries: list[tuple[int, int, int, int]], c_max: tuple[int, ...]) -> VoteState:
-    return VoteState(tuple(entries), c_max)
+def vote(
+    entries: list[tuple[int, int, int, int]],
+    c_max: tuple[int, ...],
+    est: tuple[int, int, int] = (0, 0, 0),
+) -> VoteState:
+    """A vote whose voter established view ``est = (view, sequencer, base)``."""
+    return VoteState(tuple(entries), c_max, *est)
 
 
-def test_rebuild_takes_the_highest_ballot_and_fills_holes_with_no_cl() -> None:
-    """Section 3.3: "picks the value with the highest ballot"; holes become no-cl (N = 3)."""
+def rebuild(
+    replicas: int, votes: dict[int, VoteState], o_from: int = 0, covered: list[int] | None = None
+) -> list[tuple[int, int]]:
+    out = rebuild_assignment_log(
+        replicas=replicas,
+        o_from=o_from,
+        votes=votes,
+        covered_before=covered if covered is not None else [0] * replicas,
+    )
+    assert out.alarms == 0
+    return out.values
+
+
+def test_rebuild_fills_holes_with_no_cl() -> None:
+    """Section 3.3, N = 3: a hole below the last traced value becomes no-cl."""
+    votes = {1: vote([(0, 0, 2, 1), (2, 0, 1, 1)], (-1, 0, 0)), 2: vote([], (-1, 0, 0))}
+    assert rebuild(3, votes) == [(2, 1), NO_CL_VALUE, (1, 1)]
+
+
+def test_rebuild_takes_the_highest_ballot_and_drops_what_the_newest_view_superseded() -> None:
+    """Section 3.3: "picks the value with the highest ballot". Voter 2 established view 1,
+    whose range ended at slot 1: an older value beyond it (voter 1's slot 2, view 0)
+    was superseded by view 1's re-proposal and must not come back."""
     votes = {
         1: vote([(0, 0, 2, 1), (2, 0, 1, 1)], (-1, 0, 0)),
-        2: vote([(0, 1, 1, 1)], (-1, 0, 0)),
+        2: vote([(0, 1, 1, 1)], (-1, 0, 0), est=(1, 1, 1)),
     }
-    values = rebuild_assignment_log(
-        replicas=3, o_from=0, votes=votes, old_sequencer=0, covered_before=[0, 0, 0]
-    )
-    assert values == [(1, 1), NO_CL_VALUE, (1, 1)]
+    assert rebuild(3, votes) == [(1, 1)]
 
 
-def test_rebuild_fig6_infers_the_untraceable_replica_in_the_hole() -> None:
-    """Section 3.3, Fig. 6 (N = 5): R0 (old sequencer) and R1 fail. The new sequencer
-    traces R0 (through R2), R2, R3 and R4 and "retries for R1 in the hole"."""
-    c_max = (0, 0, 0, 0, 0)  # every replica's C-instance 0 was accepted by some voter
+def test_rebuild_takes_the_old_sequencer_from_the_newest_established_view() -> None:
+    """The inference is for the replica that is neither a voter nor the sequencer of the
+    newest view a voter *established* (accepted the range of), whatever the voters
+    promised later. Here view 1 (sequencer R1) is the newest established: R1 is the old
+    sequencer, and R0 is inferred."""
+    c_max = (0, -1, -1, -1, -1)
     votes = {
-        2: vote([(0, 0, 0, 1), (2, 0, 2, 1)], c_max),
-        3: vote([(3, 0, 3, 1)], c_max),
-        4: vote([(4, 0, 4, 1)], c_max),
+        2: vote([], c_max, est=(1, 1, 0)),
+        3: vote([], c_max),
+        4: vote([], c_max),
     }
-    values = rebuild_assignment_log(
-        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0] * 5
-    )
-    assert values == [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]
+    out = rebuild_assignment_log(replicas=5, o_from=0, votes=votes, covered_before=[0] * 5)
+    assert (out.old_sequencer, out.inferred) == (1, 0)
+    assert out.values == [(0, 1)]
 
 
-def test_rebuild_inference_is_bounded_by_c_max_and_then_uses_no_cl() -> None:
-    """Fig. 7 lines 32-38: only C[m]+1 C-instances of R_m are placed; later holes are no-cl."""
+def test_rebuild_infers_the_untraceable_replica_from_the_first_hole() -> None:
+    """Section 3.3, Fig. 6 (N = 5): R0 (old sequencer) and R1 fail. The voters trace
+    R0's slot (through R2), R2's and R3's; R1's O-instance, accepted only by R1 and
+    R0, is the hole after them: "retries for R1 in the hole"."""
+    c_max = (0, 0, 0, 0, -1)
     votes = {
-        2: vote([(3, 0, 2, 1)], (-1, 0, 0, -1, -1)),
-        3: vote([(4, 0, 3, 1)], (-1, 0, 0, 0, -1)),
+        2: vote([(0, 0, 0, 1), (1, 0, 2, 1), (2, 0, 3, 1)], c_max),
+        3: vote([(0, 0, 0, 1), (1, 0, 2, 1), (2, 0, 3, 1)], c_max),
+        4: vote([], c_max),
+    }
+    assert rebuild(5, votes) == [(0, 1), (2, 1), (3, 1), (1, 1)]
+
+
+def test_rebuild_inference_gives_the_untraceable_replica_consecutive_slots_up_to_c_max() -> None:
+    """Everything from the first hole on is R_m's: its C-instances 0 .. C[m] take
+    consecutive slots there (each at or before where it may have been ready), and
+    nothing beyond C[m] (which no voter accepted, so never chosen)."""
+    votes = {
+        2: vote([(0, 0, 2, 1), (2, 0, 1, 1)], (-1, 2, 0, -1, -1)),  # R1's slot 2: an O-commit
+        3: vote([], (-1, 1, 0, -1, -1)),
         4: vote([], (-1, -1, -1, -1, -1)),
     }
-    values = rebuild_assignment_log(
-        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0] * 5
-    )
-    assert values == [(1, 1), NO_CL_VALUE, NO_CL_VALUE, (2, 1), (3, 1)]
+    assert rebuild(5, votes) == [(2, 1), (1, 1), (1, 1), (1, 1)]
 
 
 def test_rebuild_inference_appends_when_there_is_no_hole() -> None:
@@ -65,11 +101,8 @@ def test_rebuild_inference_appends_when_there_is_no_hole() -> None:
         3: vote([], (-1, 1, -1, -1, -1)),
         4: vote([], (-1, -1, -1, -1, -1)),
     }
-    values = rebuild_assignment_log(
-        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0, 1, 0, 0, 0]
-    )
     # R1's C-instance 0 is covered below o_from; C-instance 1 needs a slot.
-    assert values == [(2, 1), (1, 1)]
+    assert rebuild(5, votes, o_from=0, covered=[0, 1, 0, 0, 0]) == [(2, 1), (1, 1)]
 
 
 def test_rebuild_needs_no_inference_when_the_old_sequencer_voted() -> None:
@@ -78,10 +111,16 @@ def test_rebuild_needs_no_inference_when_the_old_sequencer_voted() -> None:
         2: vote([], (-1, 0, -1, 0, -1)),
         4: vote([], (-1, 0, -1, 0, -1)),
     }
-    values = rebuild_assignment_log(
-        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0] * 5
-    )
-    assert values == [(1, 1), NO_CL_VALUE, (3, 1)]
+    assert rebuild(5, votes) == [(1, 1), NO_CL_VALUE, (3, 1)]
+
+
+def test_rebuild_counts_an_alarm_for_a_traced_value_of_another_replica_beyond_a_hole() -> None:
+    """Acceptance is contiguous, so a voter's own slot after a hole is impossible: the
+    rebuild reports it instead of silently building on it."""
+    c_max = (0, 0, 0, 0, -1)
+    votes = {2: vote([(0, 0, 0, 1), (2, 0, 2, 1)], c_max), 3: vote([], c_max), 4: vote([], c_max)}
+    out = rebuild_assignment_log(replicas=5, o_from=0, votes=votes, covered_before=[0] * 5)
+    assert out.alarms == 1
 
 
 # -------------------------------------------------------------- sequencer failover
@@ -154,33 +193,37 @@ def test_voter_defers_its_vote_while_its_lease_runs() -> None:
     the lease expires; it votes once it has."""
     cfg = ClusterConfig(replicas=3, sequencer=0)
     rep = Replica(cfg, 2, Register())
-    rep.step(Heartbeat(0, 0, 0, 0, 0))
+    rep.tick(1000.0)
+    rep.step(Heartbeat(0, 0, 0, 0, -1))
     rep.ready()
     rep.step(VRequest(1, 1, 0))
     assert rep.view == 0 and not [m for _, m in rep.ready().messages]
     # It votes once its lease has run out and it has itself missed the heartbeats.
-    for _ in range(cfg.lease_ticks + cfg.election_margin_ticks - 1):
-        rep.tick()
+    wait_ms = cfg.lease_ms + cfg.election_margin_ms
+    rep.tick(1000.0 + wait_ms - 0.5)
     assert rep.view == 0
-    rep.tick()
+    rep.tick(1000.0 + wait_ms)
     rd = rep.ready()
     assert rep.view == 1
     assert [type(m).__name__ for _, m in rd.messages] == ["Vote"]
-    assert ViewPromised(1, -1) in rd.persist
+    assert ViewPromised(1) in rd.persist
 
 
 def test_a_heartbeat_cancels_a_deferred_vote() -> None:
     cfg = ClusterConfig(replicas=3, sequencer=0)
     rep = Replica(cfg, 2, Register())
-    rep.step(Heartbeat(0, 0, 0, 0, 0))
+    rep.tick(0.0)
+    rep.step(Heartbeat(0, 0, 0, 0, -1))
     rep.step(VRequest(1, 1, 0))
-    for _ in range(cfg.lease_ticks // 2):
-        rep.tick()
-    rep.step(Heartbeat(0, 0, 0, 25, 0))  # the sequencer is alive after all
-    for _ in range(cfg.lease_ticks * 3):
-        rep.tick()
-        if rep._now % cfg.heartbeat_ticks == 0:
-            rep.step(Heartbeat(0, 0, 0, rep._now, 0))
+    rep.tick(cfg.lease_ms / 2)
+    rep.step(Heartbeat(0, 0, 0, 1, -1))  # the sequencer is alive after all
+    now, stamp = cfg.lease_ms / 2, 1
+    while now < cfg.lease_ms * 3:
+        now += cfg.tick_ms
+        rep.tick(now)
+        if now % cfg.heartbeat_ms == 0:
+            stamp += 1
+            rep.step(Heartbeat(0, 0, 0, stamp, -1))
     assert rep.view == 0 and rep.sequencer == 0
 
 
@@ -273,23 +316,21 @@ def test_a_restarted_sequencer_does_not_resume_sequencing_blindly() -> None:
 
 
 def test_rebuild_inference_never_covers_more_than_c_max() -> None:
-    """Found by the fault sweep (N = 5): holes before R_m's traced slots got R_m's id
-    and left R_m covered one C-instance beyond C[m]; R_m's next new command then took
-    that early slot and executed before a command that was ready before it was
-    proposed. The excess m-slot must become no-cl (over-allocation, pitfall 1)."""
+    """Found by the fault sweep (N = 5): the paper's rule (fill the first holes) gave
+    R_m a slot for a C-instance beyond C[m]; R_m's next new command then took that
+    early slot and executed before a command that was ready before it was proposed
+    (over-allocation, pitfall 1). R_m is covered exactly up to C[m]."""
     own = [(13, 0, 0, 1), (14, 0, 2, 1), (15, 0, 1, 1), (16, 0, 2, 1), (18, 0, 1, 1), (19, 0, 1, 1)]
     votes = {
         2: vote(own, (4, 5, 5, 3, 3)),
         3: vote([], (-1, -1, 5, 3, 2)),
         4: vote([], (-1, -1, 5, 3, 3)),
     }
-    values = rebuild_assignment_log(
-        replicas=5, o_from=13, votes=votes, old_sequencer=0, covered_before=[5, 3, 2, 2, 2]
-    )
+    values = rebuild(5, votes, o_from=13, covered=[5, 3, 2, 2, 2])
     ones = [13 + k for k, v in enumerate(values) if v == (1, 1)]
     assert 3 + len(ones) == 5 + 1, "R1 covered exactly up to C[1] = 5"
     assert ones == [15, 17, 18]
-    assert values[19 - 13] == NO_CL_VALUE
+    assert len(values) == 18 - 13 + 1
 
 
 def test_a_vote_with_an_absurd_slot_is_rejected_and_changes_nothing() -> None:
@@ -299,7 +340,7 @@ def test_a_vote_with_an_absurd_slot_is_rejected_and_changes_nothing() -> None:
     rep._start_view_change()
     rep.ready()
     view = rep._candidate.view if rep._candidate else -1
-    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0, -1))
+    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0, 0))
     assert rep.stats.rejected == 1
     assert rep._candidate is not None and not rep._candidate.votes
     assert rep.view == 0
@@ -316,13 +357,12 @@ def test_rebuild_drops_older_view_values_beyond_the_newest_views_base() -> None:
     votes = {
         0: vote([(23, 0, 2, 2)], (5, 5, 9)),  # the deposed sequencer's stale allocation
         2: vote(
-            [(20, 1, 1, 2), (21, 1, 1, 1), (22, 1, 1, 1), (24, 1, 2, 1), (25, 1, 2, 1)], (5, 5, 9)
+            [(20, 1, 1, 2), (21, 1, 1, 1), (22, 1, 1, 1), (24, 1, 2, 1), (25, 1, 2, 1)],
+            (5, 5, 9),
+            est=(1, 1, 20),  # view 1's base is 20
         ),
     }
-    votes[2] = VoteState(votes[2].entries, votes[2].c_max, 20)  # view 1's base is 20
-    values = rebuild_assignment_log(
-        replicas=3, o_from=20, votes=votes, old_sequencer=1, covered_before=[0, 0, 0]
-    )
+    values = rebuild(3, votes, o_from=20)
     assert values[23 - 20] == NO_CL_VALUE
     assert values[24 - 20] == (2, 1) and values[25 - 20] == (2, 1)
 
@@ -332,10 +372,10 @@ def test_o_accepts_are_accepted_contiguously_within_a_view() -> None:
     rep = Replica(ClusterConfig(replicas=3), 1, Register())
     from sdpaxos.core import OAccept
 
-    rep.step(OAccept(0, 0, 2, ((2, 1),), 0))
+    rep.step(OAccept(0, 0, 2, ((2, 1),), 0, False))
     rd = rep.ready()
-    assert not rd.persist and rep._o_known_upto == 0
-    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0))
+    assert not rd.persist and rep._acc_upto == 0
+    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False))
     rd = rep.ready()
-    assert rep._o_known_upto == 3
+    assert rep._acc_upto == 3
     assert [r.start for r in rd.persist] == [0, 2]

@@ -248,11 +248,11 @@ BAD_MESSAGES = [
     CCommit(1, 0, 1, 1 << 30, 1, ()),  # beyond the window
     CRequest(1, 0, 2, 0, 0, ()),  # request on behalf of another replica
     CRequest(1, 0, 1, 0, 10**6, ()),  # claims to have accepted unknown slots
-    OAccept(1, 0, 0, ((1, 1),), 0),  # O-accept from a non-sequencer
+    OAccept(1, 0, 0, ((1, 1),), 0, False),  # O-accept from a non-sequencer
     OAck(1, 0, 5),  # acks slots that do not exist
-    OCommit(1, 0, ((0, 1, 0),)),  # count 0 for a real owner
-    OCommit(1, 0, ((0, -1, 3),)),  # no-cl with a count
-    OCommit(1, 0, ((0, 1, 99),)),  # count beyond o_batch_max
+    OCommit(1, 0, ((0, 0, 1, 0),)),  # count 0 for a real owner
+    OCommit(1, 0, ((0, 0, -1, 3),)),  # no-cl with a count
+    OCommit(1, 0, ((0, 0, 1, 99),)),  # count beyond o_batch_max
     LearnRequest(1, 0, -7, ()),
     LearnRequest(1, 0, 0, ((1, -1),)),
     "not a message",
@@ -274,10 +274,10 @@ def test_bad_peer_input_is_rejected_and_changes_nothing(bad: Any) -> None:
 
 def test_conflicting_o_accept_in_one_view_is_rejected_whole() -> None:
     rep = Replica(ClusterConfig(replicas=3), 1, Register())
-    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0))
+    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False))
     rep.ready()
     before = fingerprint(rep)
-    rep.step(OAccept(0, 0, 1, ((2, 1), (2, 1), (2, 1)), 0))  # slot 1 was (1, 1): conflict
+    rep.step(OAccept(0, 0, 1, ((2, 1), (2, 1), (2, 1)), 0, False))  # slot 1 was (1, 1): conflict
     assert rep.stats.rejected == 1
     assert fingerprint(rep) == before
 
@@ -387,7 +387,7 @@ def test_each_lost_message_kind_is_recovered_by_retransmission(lost: str) -> Non
     net.deliver_all(keep=keep)
     assert dropped > 0
     for _ in range(10):
-        net.tick(net.config.retransmit_ticks)
+        net.advance(net.config.retransmit_ms)
         net.deliver_all()
     first = net.executed_ids(0)
     assert len(first) == 5

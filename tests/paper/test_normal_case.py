@@ -68,7 +68,7 @@ def test_s3_2_five_replicas_non_sequencer_commits_o_instance_on_the_o_accept() -
     o_accepts = [(d, m) for s, d, m in net.sent if isinstance(m, OAccept)]
     assert [d for d, _ in o_accepts] == [OR], "thrifty: the O-accept goes only to the leader"
     o_commits = [m for s, d, m in net.sent if isinstance(m, OCommit) and s == OR]
-    assert o_commits and o_commits[0].entries == ((0, OR, 1),)
+    assert o_commits and o_commits[0].entries == ((0, 0, OR, 1),)  # (slot, ballot, owner, count)
 
 
 def test_s3_2_five_replicas_sequencer_piggybacks_earlier_o_accepts() -> None:
@@ -94,11 +94,11 @@ def test_s3_2_five_replicas_ready_needs_every_earlier_o_instance_accepted_by_the
     net.deliver_all(keep=lambda s, d, m: not isinstance(m, OAccept))
     assert net.ready_ids(OR) == []
     # An O-accept that names only slot 1 for OR (slot 0 unseen) must not make it ready.
-    leader.step(OAccept(CA, 0, 1, ((OR, 1),), 0))
+    leader.step(OAccept(CA, 0, 1, ((OR, 1),), 0, False))
     net.flush(OR)
     assert net.ready_ids(OR) == []
     # Once slot 0 arrives, slot 1 is the leader's first O-instance and the command is ready.
-    leader.step(OAccept(CA, 0, 0, ((SEL, 1),), 0))
+    leader.step(OAccept(CA, 0, 0, ((SEL, 1),), 0, False))
     net.flush(OR)
     assert net.ready_ids(OR) == [(7, 1)]
 
@@ -112,7 +112,7 @@ def test_s3_2_five_replicas_sequencer_own_commands_need_a_real_majority() -> Non
     # even though OR's O-ACK and the C-ACKs of OR and OH arrive.
     net.deliver_all(keep=lambda s, d, m: not (isinstance(m, OAck) and s == OH))
     assert net.ready_ids(CA) == []
-    net.tick(net.config.retransmit_ticks)
+    net.advance(net.config.retransmit_ms)
     net.deliver_all()
     assert net.ready_ids(CA) == [(7, 1)]
 
@@ -165,6 +165,6 @@ def test_s5_commit_latency_is_the_time_to_ready_not_to_execution(replicas: int) 
     net.deliver_all(keep=lambda s, d, m: not (isinstance(m, OCommit) and s == 2 and d == 1))
     assert net.ready_ids(1) == [(2, 1)]
     assert net.executed_ids(1) == []  # blocked on slot 0's O-commit
-    net.tick(net.config.learn_ticks)
+    net.advance(net.config.learn_ms)
     net.deliver_all()
     assert net.executed_ids(1) == [(1, 1), (2, 1)]

@@ -42,6 +42,8 @@ class FakeReplica:
     rng: random.Random
     restored: list[Record] | None = None
     ticks: int = 0
+    #: The clock readings the driver passed (tick and step).
+    clock_ms: list[float] = field(default_factory=list)
     received: list[Any] = field(default_factory=list)
     rtts: list[tuple[int, float]] = field(default_factory=list)
     _out: Ready = field(default_factory=Ready)
@@ -54,11 +56,13 @@ class FakeReplica:
                 self.sent += 1
                 self._out.messages.append((peer, Ping(self.id, self.sent)))
 
-    def step(self, message: Any) -> None:
+    def step(self, message: Any, now_ms: float) -> None:
         self.received.append(message)
+        self.clock_ms.append(now_ms)
 
-    def tick(self) -> None:
+    def tick(self, now_ms: float) -> None:
         self.ticks += 1
+        self.clock_ms.append(now_ms)
 
     def ready(self) -> Ready:
         out, self._out = self._out, Ready()

@@ -173,13 +173,15 @@ GOLDEN: list[tuple[Message, str]] = [
         "019700010001030191940701c40176c4016b",
     ),
     (
-        OAccept(src=0, view=1, start=100, values=((1, 1), (2, 3), NO_CL_VALUE), base=96),
-        "019604000164" + "93920101920203" + "92ff00" + "60",
+        OAccept(
+            src=0, view=1, start=100, values=((1, 1), (2, 3), NO_CL_VALUE), base=96, rebuilt=False
+        ),
+        "019704000164" + "93920101920203" + "92ff00" + "60" + "c2",
     ),
     (OAck(src=4, view=1, upto=103), "0194050401" + "67"),
     (
-        OCommit(src=1, view=1, entries=((100, 1, 1), (101, 1, 2))),
-        "0194060101" + "9293640101936501" + "02",
+        OCommit(src=1, view=1, entries=((100, 1, 1, 1), (101, 1, 1, 2))),
+        "0194060101" + "92" + "9464010101" + "9465010102",
     ),
     (
         LearnRequest(src=2, view=1, o_from=-1, c_wanted=((0, 5), (1, 6))),
@@ -197,7 +199,7 @@ GOLDEN: list[tuple[Message, str]] = [
             c_max=(10, -1, 4),
             est_view=3,
             est_seq=0,
-            base=57,
+            est_base=57,
         ),
         "01990b020439" + "929439030101943a03ff00" + "930aff04" + "0300" + "39",
     ),
@@ -318,11 +320,12 @@ MALFORMED: list[tuple[str, bytes, str]] = [
     ("payload not bin", _packed([0, 1, 2, 3, 4, 5, [[1, 2, 3]]]), "CAccept.commands"),
     ("bool client id", _packed([2, 1, 2, 3, 4, 5, [[True, 2, b"x"]]]), "CCommit.commands"),
     ("command not an array", _packed([2, 1, 2, 3, 4, 5, [b"abc"]]), "CCommit.commands"),
-    ("O-value of 3", _packed([4, 1, 2, 3, [[1, 2, 3]], 0]), "OAccept.values"),
-    ("O-value of bin", _packed([4, 1, 2, 3, [b"ab"], 0]), "OAccept.values"),
-    ("O-value with bool", _packed([4, 1, 2, 3, [[1, True]], 0]), "OAccept.values"),
-    ("O-commit entry of 2", _packed([6, 1, 2, [[1, 2]]]), "OCommit.entries"),
-    ("O-commit entry with nil", _packed([6, 1, 2, [[1, 2, None]]]), "OCommit.entries"),
+    ("O-value of 3", _packed([4, 1, 2, 3, [[1, 2, 3]], 0, False]), "OAccept.values"),
+    ("O-value of bin", _packed([4, 1, 2, 3, [b"ab"], 0, False]), "OAccept.values"),
+    ("O-value with bool", _packed([4, 1, 2, 3, [[1, True]], 0, False]), "OAccept.values"),
+    ("range flag not bool", _packed([4, 1, 2, 3, [[1, 1]], 0, 1]), "OAccept.rebuilt"),
+    ("O-commit entry of 3", _packed([6, 1, 2, [[1, 2, 3]]]), "OCommit.entries"),
+    ("O-commit entry with nil", _packed([6, 1, 2, [[1, 0, 2, None]]]), "OCommit.entries"),
     ("c_wanted not an array", _packed([7, 1, 2, 3, None]), "LearnRequest.c_wanted"),
     ("trailing byte", encode(CAck(1, 2, 3, 4, 5)) + b"\x00", "malformed msgpack"),
     ("two messages", encode(OAck(1, 2, 3)) + encode(OAck(1, 2, 3))[1:], "malformed msgpack"),
@@ -479,11 +482,11 @@ BAD_TO_ENCODE: list[tuple[str, object, str]] = [
     ("str payload", CAccept(1, 2, 3, 4, 5, (Command(1, 2, "x"),)), "CAccept.commands"),  # type: ignore[arg-type]
     ("bool seq", CCommit(1, 2, 3, 4, 5, (Command(1, False, b""),)), "CCommit.commands"),
     ("not a command", CAccept(1, 2, 3, 4, 5, ((1, 2, b"x"),)), "CAccept.commands"),  # type: ignore[arg-type]
-    ("O-value of 3", OAccept(1, 2, 3, ((1, 2, 3),), 0), "OAccept.values"),  # type: ignore[arg-type]
-    ("O-value list", OAccept(1, 2, 3, ([1, 2],), 0), "OAccept.values"),  # type: ignore[arg-type]
-    ("values list", OAccept(1, 2, 3, [(1, 2)], 0), "OAccept.values"),  # type: ignore[arg-type]
-    ("bool in entry", OCommit(1, 2, ((1, 2, True),)), "OCommit.entries"),
-    ("pair entry", OCommit(1, 2, ((1, 2),)), "OCommit.entries"),  # type: ignore[arg-type]
+    ("O-value of 3", OAccept(1, 2, 3, ((1, 2, 3),), 0, False), "OAccept.values"),  # type: ignore[arg-type]
+    ("O-value list", OAccept(1, 2, 3, ([1, 2],), 0, False), "OAccept.values"),  # type: ignore[arg-type]
+    ("values list", OAccept(1, 2, 3, [(1, 2)], 0, False), "OAccept.values"),  # type: ignore[arg-type]
+    ("bool in entry", OCommit(1, 2, ((1, 0, 2, True),)), "OCommit.entries"),
+    ("triple entry", OCommit(1, 2, ((1, 0, 2),)), "OCommit.entries"),  # type: ignore[arg-type]
     (
         "too large",
         CAccept(1, 2, 3, 4, 5, (Command(1, 2, b"x" * FRAME_BYTES_MAX),)),

@@ -167,7 +167,7 @@ def test_frame_too_large_is_a_codec_error() -> None:
 @given(st.lists(st.integers(0, 200), max_size=10), st.data())
 def test_framed_batches_through_a_chunked_stream(sizes: list[int], data: st.DataObject) -> None:
     batches: list[list[Message]] = [
-        [CAck(1, 2, 3, i, 5), OAck(4, 1, i), OCommit(1, 1, tuple((j, 1, 1) for j in range(i)))]
+        [CAck(1, 2, 3, i, 5), OAck(4, 1, i), OCommit(1, 1, tuple((j, 1, 1, 1) for j in range(i)))]
         for i in sizes
     ]
     stream = b"".join(frame(encode_batch(batch)) for batch in batches)
