@@ -176,3 +176,126 @@ def test_bug01_rebuilt_range_slot_is_not_ready_after_two_acceptors() -> None:
     )
     net.run(300)
     assert_logs_agree(net)
+
+
+# ------------------------------------------------------------------------ bug 2
+
+
+def _n5_ready_on_two_acceptors(net: Net, leader: int, cmd: tuple[int, int]) -> None:
+    """``leader``'s command becomes READY at the next slot with its O-instance
+    accepted by the leader and the sequencer only (the N = 5 rule); the leader's
+    O-commit broadcast is lost, so nobody else learns the slot."""
+    net.propose(leader, cmd[0], cmd[1], b"%d" % cmd[0])
+    deliver_where(net, noneof(where(M.OCommit, src=leader)))
+    drop_where(net, where(M.OCommit, src=leader))
+    assert cmd in net.ready_ids(leader)
+
+
+def test_bug02_a_heartbeat_alone_does_not_establish_a_view() -> None:
+    """A voter's "established view" must be the last view whose range it accepted;
+    ``_adopt_view`` sets it from any sequencer message, a heartbeat included.
+
+    As described (N = 5): X of R1 is READY at slot 0 of view 0 (accepted by R1
+    and R0); R0 crashes; R1 wins view 1 with R2 and R3 but only its heartbeat
+    reaches R4 before it crashes; view 2 (R2, R3, R4) takes R1 as the old
+    sequencer, infers for R0, and rebuilds an empty log.
+
+    HEAD: ``AssertionError: R2 executed (20, 1) before READY (10, 1): [(20, 1)]``.
+    """
+    net = build(5)
+    x, y = (10, 1), (20, 1)
+    _n5_ready_on_two_acceptors(net, 1, x)
+    net.crash(0)
+    # View 1: R1 wins with R2 and R3; R4 never sees the V-request.
+    run_until(
+        net,
+        lambda: net.replicas[1].is_sequencer,
+        drop=where(M.VRequest, dst=4),
+        hold=where((M.OAccept, M.NewView, M.Heartbeat), src=1),
+    )
+    # Only the winner's heartbeat reaches R4; its range O-accepts reach nobody.
+    drop_where(net, where((M.OAccept, M.NewView)))
+    deliver_where(net, where(M.Heartbeat, src=1, dst=4))
+    drop_where(net, where(None, src=1))
+    net.crash(1)
+    # View 2 among R2, R3, R4; then Y is proposed, after X was READY.
+    run_until(net, lambda: sequencer_among(net, [2, 3, 4]) is not None)
+    net.propose(2, y[0], y[1], b"Y")
+    net.run(400)
+    assert_before_everywhere(net, x, y)
+    assert_executed_everywhere(net, x)
+
+
+# ------------------------------------------------------------------------ bug 3
+
+
+def _read_at(net: Net, r: int, read_id: int, key: bytes) -> tuple[bool, int]:
+    """``r.read()``, then what came back: (ok, commands applied when served)."""
+    net.replicas[r].read(read_id, key)
+    net.flush(r)
+    net.flush(r)
+    got = [(ok, applied) for rid, ok, applied in net.reads[r] if rid == read_id]
+    assert got, "the read was not answered at once"
+    return got[0]
+
+
+def test_bug03_an_early_suspecting_candidate_honours_its_own_lease_grant() -> None:
+    """The early-suspicion path lets a candidate count its own vote while its lease
+    grant to the old sequencer still runs: lease majority {S, R1, R2} and vote
+    majority {R1, R3, R4} meet only in R1.
+
+    As described (N = 5, perfect clocks: every replica ticks together). The public
+    ``lease_valid_until`` attribute dates S's lease.
+
+    HEAD: ``AssertionError: S served a read of b'k' without the READY write:
+    (ok, applied) = (True, 0)``.
+    """
+    net = build(5)
+    s = net.replicas[0]
+    # S's heartbeats (lease requests) reach R1 and R2 only: S leases from {S, R1, R2}.
+    run_until(
+        net, lambda: s.lease_valid_until > 60, drop=where(None, src=0, dst=[3, 4]), ticks=120
+    )
+    # R1's next command never reaches S, and S is silent towards R1: after 3 round
+    # trips R1 suspects S early, while its own lease grant to S is still running.
+    w = (30, 1)
+    net.propose(1, 10, 1, b"r1")
+    cut_s = anyof(where(None, src=0, dst=[1, 3, 4]), where(None, src=[1, 3, 4], dst=0))
+    run_until(net, lambda: net.replicas[1].is_sequencer, drop=cut_s, ticks=80)
+    # A write is READY in the new view.
+    net.propose(3, w[0], w[1], b"w", key=b"k")
+    run_until(net, lambda: w in net.ready_ids(3), drop=anyof(cut_s, where(None, dst=0)))
+    assert s.is_sequencer and s.has_lease(), "S still believes it holds a majority lease"
+    ok, applied = _read_at(net, 0, 1, b"k")
+    assert not ok or applied >= 1, (
+        f"S served a read of b'k' without the READY write: (ok, applied) = {(ok, applied)}"
+    )
+
+
+# ------------------------------------------------------------------------ bug 4
+
+
+def test_bug04_a_paused_sequencer_does_not_keep_its_lease() -> None:
+    """The lease is counted in the sequencer's own ticks: a sequencer whose ticks
+    stop (paused, CPU-starved) keeps its lease while real time moves on.
+
+    As described (N = 3): R0 holds a majority lease, then its ticks are withheld
+    (``Net.paused``) and the messages sent to it stay queued, as for a stopped
+    process; R1 and R2 elect R1 and make a write READY; R0 wakes and serves its
+    own ``read()``.
+
+    HEAD: ``AssertionError: the paused sequencer served a stale read: (ok,
+    applied) = (True, 0)``.
+    """
+    net = build(3)
+    s = net.replicas[0]
+    run_until(net, s.has_lease, ticks=20)
+    net.paused.add(0)
+    w = (20, 1)
+    run_until(net, lambda: net.replicas[1].is_sequencer, hold=where(None, dst=0))
+    net.propose(2, w[0], w[1], b"w", key=b"k")
+    run_until(net, lambda: w in net.ready_ids(2), hold=where(None, dst=0))
+    ok, applied = _read_at(net, 0, 1, b"k")
+    assert not ok or applied >= 1, (
+        f"the paused sequencer served a stale read: (ok, applied) = {(ok, applied)}"
+    )
