@@ -299,3 +299,53 @@ def test_bug04_a_paused_sequencer_does_not_keep_its_lease() -> None:
     assert not ok or applied >= 1, (
         f"the paused sequencer served a stale read: (ok, applied) = {(ok, applied)}"
     )
+
+
+# ------------------------------------------------------------------------ bug 5
+
+
+def test_bug05_a_recoverer_keeps_the_promise_it_gave_a_higher_ballot() -> None:
+    """``_handle_c_promise`` overwrites the recoverer's own acceptance with its
+    (lower) recovery ballot without checking the higher ballot it promised and
+    accepted meanwhile: one C-instance gets two chosen values.
+
+    As described (N = 3): R1's C-instance 0 (v) reaches only R1, its O-instance
+    is committed; R0 (ballot round 1, id 0) and R2 (round 1, id 2: higher) both
+    recover it. R2 chooses a no-op with R0; then R0's prepare reaches R1, R0
+    proposes v at its lower ballot, R1 accepts and R0 commits v.
+
+    HEAD: ``AssertionError: executed logs diverge: R0 [(10, 1), (20, 1), (10, 1)]
+    vs R1 [(20, 1), (10, 1)]`` (R0 executed v in C-instance 1.0, R1 the no-op and
+    then its re-proposal of v).
+    """
+    net = build(3)
+    v, y = (10, 1), (20, 1)
+    lost_c_accept = where(M.CAccept, src=1)  # R1's C-accepts never arrive
+    net.propose(1, v[0], v[1], b"v")
+    run_until(net, lambda: net.replicas[1].status()["o_safe_upto"] >= 1, drop=lost_c_accept)
+    # Execution blocks on C-instance 1.0 at R0 and R2: both start recovering it.
+    recovery = where((M.CPrepare, M.CPromise, M.CAccept, M.CAck, M.CCommit), src=[0, 2])
+    run_until(
+        net,
+        lambda: all(net.replicas[r].status()["recovering"] == [1] for r in (0, 2)),
+        drop=lost_c_accept,
+        hold=anyof(recovery, where((M.CPromise, M.CAck), src=1)),
+    )
+    drop_where(net, noneof(where(M.CPrepare)))  # only the two prepares are in flight
+    # R2's prepare (higher ballot) reaches R0 first; R2 proposes a no-op, R0 accepts
+    # it and R2 commits it. R2's messages to R1 are delayed.
+    deliver_where(net, where(M.CPrepare, src=2, dst=0))
+    deliver_where(net, where(M.CPromise, src=0, dst=2))
+    deliver_where(net, where(M.CAccept, src=2, dst=0))
+    deliver_where(net, where(M.CAck, src=0, dst=2))
+    assert net.replicas[2].stats.c_instances_recovered == 1
+    # R0's older prepare reaches R1, which reports v: R0 proposes v at its lower
+    # ballot, over the no-op it accepted; R1 accepts; R0 commits v.
+    deliver_where(net, where(M.CPrepare, src=0, dst=1))
+    deliver_where(net, where(M.CPromise, src=1, dst=0))
+    deliver_where(net, where(M.CAccept, src=0, dst=1))
+    deliver_where(net, where(M.CAck, src=1, dst=0))
+    drop_where(net, where((M.CPrepare, M.CAccept), src=2, dst=1))
+    net.propose(2, y[0], y[1], b"y")
+    net.run(300)
+    assert_logs_agree(net)
