@@ -349,3 +349,59 @@ def test_bug05_a_recoverer_keeps_the_promise_it_gave_a_higher_ballot() -> None:
     net.propose(2, y[0], y[1], b"y")
     net.run(300)
     assert_logs_agree(net)
+
+
+# ------------------------------------------------------------------------ bug 6
+
+
+def _hand_over(net: Net, old: int, new: int) -> None:
+    """An orderly hand-over from ``old`` to ``new``, delivered everywhere."""
+    net.replicas[old].transfer_sequencer(new)
+    net.flush(old)
+    run_until(
+        net,
+        lambda: all(net.replicas[r].sequencer == new for r in live(net)),
+        ticks=300,
+    )
+    net.run(3)
+
+
+def test_bug06_a_restart_remembers_the_established_view() -> None:
+    """``_restore`` sets the established view only if the last ``ViewPromised``
+    names a sequencer, but a vote persists ``ViewPromised(v, -1)``: a replica that
+    restarts after voting in a view it never adopted reports view 0 and the
+    configured sequencer.
+
+    As described (N = 5). View 1 (sequencer R1) is reached by an orderly hand-over;
+    R2 restarts once during the lost elections so that it votes too (it was the
+    candidate of the first ones).
+
+    HEAD: ``AssertionError: READY command (30, 1) never executed at R0: [(40,
+    1)]``, and once R3 is back: ``R0 executed (40, 1) before READY (30, 1)``.
+    """
+    net = build(5)
+    _hand_over(net, 0, 1)
+    x, y = (30, 1), (40, 1)
+    _n5_ready_on_two_acceptors(net, 3, x)  # slot accepted by R3 and R1 only
+    net.crash(1)
+    net.crash(3)
+    # R0, R2 and R4 hold elections whose votes are all lost. R2 (R1's successor)
+    # runs first and R0 and R4 vote for it; R2 then restarts, which ends its
+    # candidacy, and votes in R4's election.
+    run_until(net, lambda: all(net.replicas[r].view >= 3 for r in (0, 4)), drop=where(M.Vote))
+    net.crash(2)
+    net.restart(2)
+    run_until(net, lambda: net.replicas[2].view >= 2, drop=where(M.Vote))
+    # All three restart: each one's last durable view record is a vote.
+    for r in (0, 2, 4):
+        net.crash(r)
+        net.restart(r)
+    # The next election rebuilds the log; then Y is proposed (after X was READY).
+    run_until(net, lambda: sequencer_among(net, [0, 2, 4]) is not None)
+    net.propose(0, y[0], y[1], b"y")
+    net.run(300)
+    assert_executed_everywhere(net, x)
+    net.restart(3)
+    net.restart(1)
+    net.run(400)
+    assert_before_everywhere(net, x, y)
