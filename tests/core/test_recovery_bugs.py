@@ -405,3 +405,50 @@ def test_bug06_a_restart_remembers_the_established_view() -> None:
     net.restart(1)
     net.run(400)
     assert_before_everywhere(net, x, y)
+
+
+# ------------------------------------------------------------------------ bug 7
+
+
+def test_bug07a_votes_from_o_from_still_show_the_newest_view() -> None:
+    """With ``o_from > 0`` votes report only slots at or above ``o_from``: when the
+    newest view allocated nothing there, the rebuild filter cannot see it, and a
+    stale older-view value is re-proposed.
+
+    Adapted (N = 3, one partition and one hand-over instead of two hand-overs):
+    the view-0 sequencer R0 allocates slots 0 and 1 to R2's two commands but its
+    O-accepts are lost and it is cut off; view 1 (R1, R2) orders both in slot 0
+    and executes them; R0 rejoins view 1 keeping its stale slot 1. The view-1
+    sequencer hands over with ``o_from = 1``; R0's vote reports only its stale
+    slot 1 (ballot 0), which is re-proposed: R2's next C-instance is already
+    ordered, ahead of a write that becomes READY before it is proposed.
+
+    HEAD: ``AssertionError: R0 executed (23, 1) before READY (50, 1): [(21, 1),
+    (22, 1), (23, 1), (50, 1)]``.
+    """
+    net = build(3)
+    for seq in (1, 2):  # R0 allocates a slot for each; the O-accepts are lost
+        net.propose(2, 20 + seq, 1, b"c%d" % seq)
+        deliver_where(net, noneof(where(M.OAccept)))
+        drop_where(net, where(M.OAccept))
+    # R0 is cut off; R1 and R2 elect a view-1 sequencer and execute both commands.
+    cut0 = anyof(where(None, src=0), where(None, dst=0))
+    run_until(
+        net, lambda: all(len(net.executed_ids(r)) == 2 for r in (1, 2)), drop=cut0
+    )
+    s1 = sequencer_among(net, [1, 2])
+    assert s1 is not None
+    target = 3 - s1
+    run_until(net, lambda: net.replicas[0].sequencer == s1)  # R0 rejoins view 1
+    net.run(5)
+    # Hand-over; the target wins with R0's vote (o_from = 1).
+    net.replicas[s1].transfer_sequencer(target)
+    net.flush(s1)
+    run_until(net, lambda: net.replicas[target].is_sequencer, hold=where(M.Vote, src=s1))
+    net.run(5)
+    w, c3 = (50, 1), (23, 1)
+    net.propose(0, w[0], w[1], b"w")
+    run_until(net, lambda: w in net.ready_ids(0))
+    net.propose(2, c3[0], c3[1], b"c3")
+    net.run(200)
+    assert_before_everywhere(net, w, c3)
