@@ -452,3 +452,97 @@ def test_bug07a_votes_from_o_from_still_show_the_newest_view() -> None:
     net.propose(2, c3[0], c3[1], b"c3")
     net.run(200)
     assert_before_everywhere(net, w, c3)
+
+
+def _stale_allocation_then_view1(net: Net) -> int:
+    """N = 3: the view-0 sequencer R0 allocates slots 0 and 1 to R2's commands
+    c1 and c2, but its O-accepts are lost and it is cut off; R1 and R2 elect a
+    view-1 sequencer (empty range, base 0), which orders both in slot 0, and
+    they execute them. Returns the view-1 sequencer."""
+    for seq in (1, 2):
+        net.propose(2, 20 + seq, 1, b"c%d" % seq)
+        deliver_where(net, noneof(where(M.OAccept)))
+        drop_where(net, where(M.OAccept))
+    cut0 = anyof(where(None, src=0), where(None, dst=0))
+    run_until(
+        net, lambda: all(len(net.executed_ids(r)) == 2 for r in (1, 2)), drop=cut0
+    )
+    s1 = sequencer_among(net, [1, 2])
+    assert s1 is not None
+    return s1
+
+
+def test_bug07b_an_empty_range_view_persists_its_base() -> None:
+    """A new sequencer whose rebuilt range is empty never persists its view's base
+    (``OAccepted`` is written only ``if values``; ``_allocate`` writes base -1):
+    after a restart its votes carry base -1 and the rebuild filter is off.
+
+    As described (N = 3): view 1's sequencer s1 (empty range) allocates slot 0
+    for R2's c1, c2; its acceptor crashes; s1 and R0 (the deposed view-0
+    sequencer, with its stale slots 0 and 1) restart and elect s1 again: the
+    stale slot 1 comes back. R2's next command c3 takes it, ahead of a write
+    READY before c3 was proposed.
+
+    HEAD: ``AssertionError: R0 executed (23, 1) before READY (50, 1): [(21, 1),
+    (22, 1), (23, 1), (50, 1)]``.
+    """
+    net = build(3)
+    s1 = _stale_allocation_then_view1(net)
+    acceptor = 3 - s1
+    net.crash(acceptor)
+    for r in (0, s1):  # both restart from their durable records
+        net.crash(r)
+        net.restart(r)
+    run_until(net, lambda: sequencer_among(net, [0, s1]) is not None)
+    net.run(5)
+    w, c3 = (50, 1), (23, 1)
+    net.propose(0, w[0], w[1], b"w")
+    run_until(net, lambda: w in net.ready_ids(0))
+    net.restart(acceptor)
+    net.propose(2, c3[0], c3[1], b"c3")
+    net.run(300)
+    assert_before_everywhere(net, w, c3)
+
+
+def test_bug07c_a_commit_learned_during_an_election_keeps_a_known_ballot() -> None:
+    """``_handle_o_commit`` stamps a commit learned while a view is being elected
+    with that view as its ballot: a view with no sequencer yet, whose base nobody
+    knows, so a vote reporting it switches the rebuild filter off.
+
+    As described (N = 3). After the stale-allocation setup of 7b, R0 rejoins view
+    1 through a heartbeat only (it learns none of view 1's slots); the view-1
+    sequencer s1 hands over to a, whose view-2 votes (R0, s1) are lost and which
+    crashes; R0, stalled, learns slot 0's commit from s1 in view 2 (ballot 2, base
+    unknown). s1 crashes; a restarts and wins with R0's vote (o_from = 0): R0's
+    stale slot 1 is re-proposed.
+
+    HEAD: ``AssertionError: R0 executed (23, 1) before READY (50, 1): [(21, 1),
+    (22, 1), (23, 1), (50, 1)]``.
+    """
+    net = build(3)
+    s1 = _stale_allocation_then_view1(net)
+    a = 3 - s1
+    blind0 = where((M.OAccept, M.NewView, M.OCommit, M.LearnRequest), dst=0)
+    run_until(net, lambda: net.replicas[0].sequencer == s1, drop=blind0)
+    # Hand-over to a; R0 and s1 vote in view 2, the votes are lost; a crashes.
+    net.replicas[s1].transfer_sequencer(a)
+    net.flush(s1)
+    run_until(
+        net,
+        lambda: all(net.replicas[r].view == 2 for r in (0, s1)),
+        drop=anyof(blind0, where(M.Vote)),
+    )
+    net.crash(a)
+    # R0 is behind: its learn request (view 2) is answered by s1 with an O-commit.
+    run_until(net, lambda: len(net.executed_ids(0)) == 2, drop=where((M.VRequest, M.Vote)))
+    net.crash(s1)
+    net.restart(a)
+    run_until(net, lambda: net.replicas[a].is_sequencer, drop=where(M.VRequest, src=0))
+    net.run(5)
+    w, c3 = (50, 1), (23, 1)
+    net.propose(0, w[0], w[1], b"w")
+    run_until(net, lambda: w in net.ready_ids(0))
+    net.restart(s1)
+    net.propose(2, c3[0], c3[1], b"c3")
+    net.run(300)
+    assert_before_everywhere(net, w, c3)
