@@ -546,3 +546,43 @@ def test_bug07c_a_commit_learned_during_an_election_keeps_a_known_ballot() -> No
     net.propose(2, c3[0], c3[1], b"c3")
     net.run(300)
     assert_before_everywhere(net, w, c3)
+
+
+# ------------------------------------------------------------------------ bug 8
+
+
+def test_bug08_an_executed_slot_is_durable_at_a_majority() -> None:
+    """At N = 5 a non-sequencer's O-instance committed by the two-acceptor rule is
+    durable at the command leader and the sequencer only; the others execute it
+    from an O-commit held in memory, and a view change with ``o_from > 0`` never
+    re-proposes it. Once both holders are down and the voters restarted, the
+    executed slot is rebuilt empty and reused.
+
+    As described (N = 5): X of R3 is READY and executed everywhere at slot 0
+    (persisted by R3 and R0 only); R0 crashes, R1 wins view 1 with ``o_from = 1``;
+    R3 crashes; R1, R2, R4 restart one by one; a new command Y is proposed.
+
+    HEAD: ``AssertionError: executed slot 0 revoked: R1 first executed [(30, 1)]
+    before its restart, now [(40, 1)]``.
+    """
+    net = build(5)
+    x, y = (30, 1), (40, 1)
+    net.propose(3, x[0], x[1], b"x")
+    net.run(5)
+    assert all(net.executed_ids(r) == [x] for r in range(5))
+    first = {r: net.executed_ids(r) for r in range(5)}
+    net.crash(0)
+    run_until(net, lambda: sequencer_among(net, [1, 2, 4]) is not None)
+    net.run(5)
+    net.crash(3)
+    for r in (1, 2, 4):
+        net.crash(r)
+        net.restart(r)
+    run_until(net, lambda: sequencer_among(net, [1, 2, 4]) is not None)
+    net.propose(1, y[0], y[1], b"y")
+    net.run(300)
+    for r, log in executed_logs(net).items():
+        assert log[:1] == first[r], (
+            f"executed slot 0 revoked: R{r} first executed {first[r]} before its restart, "
+            f"now {log}"
+        )
