@@ -586,3 +586,156 @@ def test_bug08_an_executed_slot_is_durable_at_a_majority() -> None:
             f"executed slot 0 revoked: R{r} first executed {first[r]} before its restart, "
             f"now {log}"
         )
+
+
+# ------------------------------------------------------------------------ bug 9
+
+
+def test_bug09_the_n5_inference_never_trims_a_traced_slot() -> None:
+    """``_infer_untraceable`` trims m's excess coverage walking back over m's slots
+    with ``count <= excess`` and skips a batched slot whose count is larger, so it
+    trims an EARLIER slot that every voter reports (and that executed everywhere
+    long ago); the counting rule then moves m's C-instances behind other
+    replicas' commands.
+
+    A unit test of ``rebuild_assignment_log`` (N = 5, o_from = 0: the candidate
+    restarted). m = R1 was sequencer before: slot 0 = (R1, 1) is its C-instance 0,
+    executed everywhere; slot 2 = (R1, 2) batches its C-instances 1 and 2, and no
+    voter accepted C-instance 2 (C[m] = 1). Old sequencer R0 did not vote; voters
+    R2, R3, R4 all report slots 0-2. The executed slot that gets trimmed is slot 0.
+
+    HEAD: ``AssertionError: traced, executed slot 0 was trimmed: [(-1, 0), (2, 1),
+    (1, 2)]``.
+    """
+    from sdpaxos.core.view_change import VoteState, rebuild_assignment_log
+
+    entries = ((0, 1, 1, 1), (1, 1, 2, 1), (2, 1, 1, 2))
+    c_max = (-1, 1, 0, -1, -1)
+    votes = {r: VoteState(entries, c_max, 0) for r in (2, 3, 4)}
+    values = rebuild_assignment_log(
+        replicas=5, o_from=0, votes=votes, old_sequencer=0, covered_before=[0] * 5
+    )
+    assert values[0] == (1, 1), f"traced, executed slot 0 was trimmed: {values}"
+    assert values[1] == (2, 1)
+
+
+# ----------------------------------------------------------------------- bug 10
+
+
+def test_bug10_the_straggler_path_honours_the_candidates_lease_grant() -> None:
+    """A candidate that distrusts the sequencer (straggler detection) treats its own
+    lease grant as released and wins at once; the deposed sequencer still holds a
+    majority lease ({S, R1, R2}) and serves a stale read.
+
+    As described (N = 5, straggler windows of 20 ticks; S is far from everyone so
+    that no early suspicion fires, and the test checks that R1 polled). R1, R3
+    and R4 each have
+    10 C-instances S never orders (their C-requests and C-accepts to S are lost);
+    S's heartbeats reach R3 and R4 only at first, then R1 and R2 only. R1 polls
+    after three slow windows, R3 and R4 agree, R1 wins with their votes while its
+    own grant to S runs; a write becomes READY in the new view; S reads.
+
+    HEAD: ``AssertionError: S served a read of b'k' without the READY write: (ok,
+    applied) = (True, 0)``.
+    """
+    # S is far from everyone (1 s round trips), so nobody suspects it early
+    # (``suspect_rtts``): only the straggler poll can start the view change.
+    rtt = [[1.0 if i == j else 100.0 for j in range(5)] for i in range(5)]
+    for i in range(1, 5):
+        rtt[i][0] = rtt[0][i] = 1000.0
+    net = Net.build(
+        5, sequencer=0, rtt_ms=tuple(map(tuple, rtt)), straggler_window_ms=200.0
+    )
+    s = net.replicas[0]
+    for r in (1, 3, 4):
+        for k in range(10):
+            net.propose(r, 100 * r + k, 1, b"%d" % k)
+    unordered = where((M.CRequest, M.CAccept), src=[1, 3, 4], dst=0)
+    # First heartbeat (tick 1) reaches everyone; the later ones only R1 and R2.
+    run_until(net, lambda: s.has_lease(), drop=unordered, ticks=5)
+    late_hb = anyof(unordered, where(None, src=0, dst=[3, 4]))
+    run_until(net, lambda: s.lease_valid_until > 60, drop=late_hb, ticks=80)
+    # The poll: R1 starts a view change and wins with R3 and R4; S hears nothing.
+    cut_s = anyof(late_hb, where(None, dst=0))
+    run_until(net, lambda: net.replicas[1].is_sequencer, drop=cut_s, ticks=60)
+    assert any(isinstance(m, M.StragglerPoll) for src, _, m in net.sent if src == 1)
+    w = (30, 1)
+    net.propose(3, w[0], w[1], b"w", key=b"k")
+    run_until(net, lambda: w in net.ready_ids(3), drop=cut_s, ticks=60)
+    assert s.is_sequencer and s.has_lease(), "S still believes it holds a majority lease"
+    ok, applied = _read_at(net, 0, 1, b"k")
+    assert not ok or applied >= 1, (
+        f"S served a read of b'k' without the READY write: (ok, applied) = {(ok, applied)}"
+    )
+
+
+# ----------------------------------------------------------------------- bug 11
+
+
+def test_bug11_a_lost_o_ack_does_not_stall_execution_at_n7() -> None:
+    """At N >= 7 the command leader learns its O-instances from O-ACKs that the
+    extra acceptors send it once, when the O-accept arrives; nothing asks them
+    again, so if those are lost the slot is never committed and nothing after it
+    executes, even on a perfect network afterwards.
+
+    As described (N = 7): R3's O-instance; every O-ACK addressed to R3 is lost
+    while the sequencer pushes the slot to every acceptor (the extra acceptors
+    first, the others lazily); then the network is perfect for 500 ticks and
+    another command follows.
+
+    HEAD: ``AssertionError: READY command (30, 1) never executed at R0: []``
+    (X is never even READY; nothing executes).
+    """
+    net = build(7)
+    x, y = (30, 1), (40, 1)
+    net.propose(3, x[0], x[1], b"x")
+    run_until(
+        net,
+        lambda: all(net.replicas[r].status()["o_known_upto"] >= 1 for r in range(7)),
+        drop=where(M.OAck, dst=3),
+    )
+    net.run(500)
+    net.propose(1, y[0], y[1], b"y")
+    net.run(200)
+    assert_executed_everywhere(net, x)
+    assert_executed_everywhere(net, y)
+
+
+# ----------------------------------------------------------------------- bug 12
+
+
+def test_bug12_a_recoverers_own_phase2_acceptance_counts_in_c_max() -> None:
+    """A recoverer persists its own phase-2 acceptance but does not count it in its
+    per-owner highest accepted C-instance (``_c_max``), which votes report as
+    ``c_max`` for the N = 5 inference: the inference then undercounts and may
+    trim a chosen, executed slot.
+
+    Unit-level, as the review allows (the scenario needs the other fixes first),
+    looking at the internal ``_c_max``: it must equal what a restart rebuilds
+    from the same durable records. N = 3: R1's C-instance 0 reaches nobody but
+    its O-instance is committed; R1 crashes; R0 or R2 recovers it (a no-op).
+
+    HEAD: ``AssertionError: R2 accepted C-instance 1.0 in recovery phase 2 but
+    reports c_max[1] = -1 (a restart from its records says 0)``.
+    """
+    from sdpaxos.core import Replica
+    from tests.core.harness import Register
+
+    net = build(3)
+    net.propose(1, 10, 1, b"v")
+    run_until(
+        net,
+        lambda: net.replicas[1].status()["o_safe_upto"] >= 1,
+        drop=where(M.CAccept, src=1),
+    )
+    net.crash(1)
+    run_until(net, lambda: sum(net.replicas[r].stats.c_instances_recovered for r in (0, 2)) > 0)
+    recoverer = next(r for r in (0, 2) if net.replicas[r].stats.c_instances_recovered)
+    rep = net.replicas[recoverer]
+    restored = Replica(
+        net.config, recoverer, Register(), records=net.storages[recoverer].load()
+    )
+    assert rep._c_max[1] == restored._c_max[1], (
+        f"R{recoverer} accepted C-instance 1.0 in recovery phase 2 but reports "
+        f"c_max[1] = {rep._c_max[1]} (a restart from its records says {restored._c_max[1]})"
+    )
