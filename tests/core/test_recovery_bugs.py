@@ -133,17 +133,9 @@ def assert_executed_everywhere(net: Net, cmd: tuple[int, int]) -> None:
 # ------------------------------------------------------------------------ bug 1
 
 
-def test_bug01_rebuilt_range_slot_is_not_ready_after_two_acceptors() -> None:
-    """A non-sequencer must not execute a slot of a new view's rebuilt range that
-    only it and the new sequencer accepted (``_advance_safe_prefix`` skips the cap
-    by the committed prefix when ``safe <= base``).
-
-    As described (N = 5). R3's own O-commit broadcast is lost too, so that nobody
-    but R3 learns slot 0 of view 1.
-
-    HEAD: ``AssertionError: executed logs diverge: R0 [(1, 1), (3, 1)] vs R3
-    [(3, 1)]`` (R3 also counts 1 invariant alarm, on view 2's NewView).
-    """
+def _bug1_choreography() -> Net:
+    """Bug 1's interleaving up to the election of view 2 among R0, R2 and R4 (see
+    the test below); R3 has executed X at slot 0, where view 2 puts A."""
     net = build(5)
     net.propose(0, 1, 1, b"A")  # R0 (sequencer) allocates O0 = R0 ...
     net.propose(3, 3, 1, b"X")  # ... and O1 = R3 once R3's C-accept reaches it
@@ -174,6 +166,21 @@ def test_bug01_rebuilt_range_slot_is_not_ready_after_two_acceptors() -> None:
         lambda: sequencer_among(net, others) is not None,
         drop=where(None, dst=3),
     )
+    return net
+
+
+def test_bug01_rebuilt_range_slot_is_not_ready_after_two_acceptors() -> None:
+    """A non-sequencer must not execute a slot of a new view's rebuilt range that
+    only it and the new sequencer accepted (``_advance_safe_prefix`` skips the cap
+    by the committed prefix when ``safe <= base``).
+
+    As described (N = 5). R3's own O-commit broadcast is lost too, so that nobody
+    but R3 learns slot 0 of view 1.
+
+    HEAD: ``AssertionError: executed logs diverge: R0 [(1, 1), (3, 1)] vs R3
+    [(3, 1)]`` (R3 also counts 1 invariant alarm, on view 2's NewView).
+    """
+    net = _bug1_choreography()
     net.run(300)
     assert_logs_agree(net)
 
@@ -253,9 +260,7 @@ def test_bug03_an_early_suspecting_candidate_honours_its_own_lease_grant() -> No
     net = build(5)
     s = net.replicas[0]
     # S's heartbeats (lease requests) reach R1 and R2 only: S leases from {S, R1, R2}.
-    run_until(
-        net, lambda: s.lease_valid_until > 60, drop=where(None, src=0, dst=[3, 4]), ticks=120
-    )
+    run_until(net, lambda: s.lease_valid_until > 60, drop=where(None, src=0, dst=[3, 4]), ticks=120)
     # R1's next command never reaches S, and S is silent towards R1: after 3 round
     # trips R1 suspects S early, while its own lease grant to S is still running.
     w = (30, 1)
@@ -433,9 +438,7 @@ def test_bug07a_votes_from_o_from_still_show_the_newest_view() -> None:
         drop_where(net, where(M.OAccept))
     # R0 is cut off; R1 and R2 elect a view-1 sequencer and execute both commands.
     cut0 = anyof(where(None, src=0), where(None, dst=0))
-    run_until(
-        net, lambda: all(len(net.executed_ids(r)) == 2 for r in (1, 2)), drop=cut0
-    )
+    run_until(net, lambda: all(len(net.executed_ids(r)) == 2 for r in (1, 2)), drop=cut0)
     s1 = sequencer_among(net, [1, 2])
     assert s1 is not None
     target = 3 - s1
@@ -464,9 +467,7 @@ def _stale_allocation_then_view1(net: Net) -> int:
         deliver_where(net, noneof(where(M.OAccept)))
         drop_where(net, where(M.OAccept))
     cut0 = anyof(where(None, src=0), where(None, dst=0))
-    run_until(
-        net, lambda: all(len(net.executed_ids(r)) == 2 for r in (1, 2)), drop=cut0
-    )
+    run_until(net, lambda: all(len(net.executed_ids(r)) == 2 for r in (1, 2)), drop=cut0)
     s1 = sequencer_among(net, [1, 2])
     assert s1 is not None
     return s1
@@ -583,8 +584,7 @@ def test_bug08_an_executed_slot_is_durable_at_a_majority() -> None:
     net.run(300)
     for r, log in executed_logs(net).items():
         assert log[:1] == first[r], (
-            f"executed slot 0 revoked: R{r} first executed {first[r]} before its restart, "
-            f"now {log}"
+            f"executed slot 0 revoked: R{r} first executed {first[r]} before its restart, now {log}"
         )
 
 
@@ -643,9 +643,7 @@ def test_bug10_the_straggler_path_honours_the_candidates_lease_grant() -> None:
     rtt = [[1.0 if i == j else 100.0 for j in range(5)] for i in range(5)]
     for i in range(1, 5):
         rtt[i][0] = rtt[0][i] = 1000.0
-    net = Net.build(
-        5, sequencer=0, rtt_ms=tuple(map(tuple, rtt)), straggler_window_ms=200.0
-    )
+    net = Net.build(5, sequencer=0, rtt_ms=tuple(map(tuple, rtt)), straggler_window_ms=200.0)
     s = net.replicas[0]
     for r in (1, 3, 4):
         for k in range(10):
@@ -732,10 +730,87 @@ def test_bug12_a_recoverers_own_phase2_acceptance_counts_in_c_max() -> None:
     run_until(net, lambda: sum(net.replicas[r].stats.c_instances_recovered for r in (0, 2)) > 0)
     recoverer = next(r for r in (0, 2) if net.replicas[r].stats.c_instances_recovered)
     rep = net.replicas[recoverer]
-    restored = Replica(
-        net.config, recoverer, Register(), records=net.storages[recoverer].load()
-    )
+    restored = Replica(net.config, recoverer, Register(), records=net.storages[recoverer].load())
     assert rep._c_max[1] == restored._c_max[1], (
         f"R{recoverer} accepted C-instance 1.0 in recovery phase 2 but reports "
         f"c_max[1] = {rep._c_max[1]} (a restart from its records says {restored._c_max[1]})"
+    )
+
+
+# ----------------------------------------------------------------------- bug 13
+
+
+def _transfer_once_established(net: Net, old: int, new: int) -> None:
+    """Hand over from ``old`` to ``new`` as soon as ``old`` may (its rebuilt range is
+    committed), and run until ``new`` is the sequencer everywhere."""
+    from sdpaxos.core import LocalProtocolError
+
+    for _ in range(200):
+        try:
+            net.replicas[old].transfer_sequencer(new)
+            break
+        except LocalProtocolError:
+            net.run(1)
+    net.flush(old)
+    run_until(net, lambda: all(net.replicas[r].sequencer == new for r in live(net)), ticks=300)
+
+
+def test_bug13a_the_rebuild_filter_never_runs_blind() -> None:
+    """The filter is off when a voter's base for the ballot it reports is unknown:
+    ``_bases`` entries older than ``view - 8`` are pruned (and a commit learned
+    from an O-commit has none), which reopens the stale-allocation resurrection
+    the filter exists for.
+
+    Variant with pruning (N = 3). After the stale-allocation setup of 7b, R0 is
+    down while s1 and a hand the role back and forth with empty ranges until a
+    has voted in view 10 (view 1's base, 0, is pruned there; a's entries stay at
+    ballot 1). s1 crashes; R0 restarts and wins with a's vote (o_from = 0): R0's
+    stale slot 1 comes back.
+
+    HEAD: ``AssertionError: R0 executed (23, 1) before READY (50, 1): [(21, 1),
+    (22, 1), (23, 1), (50, 1)]``.
+    """
+    net = build(3)
+    s1 = _stale_allocation_then_view1(net)
+    a = 3 - s1
+    net.crash(0)
+    cur = s1
+    while net.replicas[a].view < 10 or net.replicas[a].is_sequencer:
+        _transfer_once_established(net, cur, 3 - cur)
+        cur = 3 - cur
+    net.crash(s1)
+    net.restart(0)
+    run_until(net, lambda: net.replicas[0].is_sequencer, drop=where(M.VRequest, src=a), ticks=2000)
+    net.run(5)
+    w, c3 = (50, 1), (23, 1)
+    net.propose(0, w[0], w[1], b"w")
+    run_until(net, lambda: w in net.ready_ids(0))
+    net.restart(s1)
+    net.propose(2, c3[0], c3[1], b"c3")
+    net.run(300)
+    assert_before_everywhere(net, w, c3)
+
+
+def test_bug13b_an_o_accept_against_an_executed_slot_raises_the_alarm() -> None:
+    """An O-accept that conflicts with an EXECUTED slot is a safety violation and
+    must count in ``stats.invariant_alarms``, like a NewView that would revoke an
+    executed slot; ``_handle_o_accept`` rejects it silently ("slot 0 already
+    holds").
+
+    Bug 1's interleaving, with view 2's NewView kept from R3: R3, which executed
+    X at slot 0, only gets view 2's O-accepts putting A there.
+
+    HEAD: ``AssertionError: R3 rejected 10 messages (view 2's O-accepts for its
+    executed slot 0 among them) and counts 0 invariant alarms``.
+    """
+    net = _bug1_choreography()
+    rejected = net.replicas[3].stats.rejected
+    for _ in range(300):
+        net.tick()
+        net.deliver_all(keep=noneof(where(M.NewView, dst=3)))
+    r3 = net.replicas[3]
+    assert r3.executed_upto >= 1 and net.executed_ids(3)[:1] == [(3, 1)]
+    assert r3.stats.invariant_alarms >= 1, (
+        f"R3 rejected {r3.stats.rejected - rejected} messages (view 2's O-accepts for its "
+        f"executed slot 0 among them) and counts {r3.stats.invariant_alarms} invariant alarms"
     )
