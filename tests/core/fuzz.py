@@ -32,7 +32,15 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sdpaxos.core import Command, Executed, LocalProtocolError, Overloaded, Reply, Wait
+from sdpaxos.core import (
+    Command,
+    Executed,
+    LocalProtocolError,
+    MemoryStorage,
+    Overloaded,
+    Reply,
+    Wait,
+)
 from tests.core.harness import Net, uniform_rtt_ms
 
 #: (client_id, seq): what identifies a command for exactly-once execution.
@@ -233,6 +241,8 @@ class HarnessAdapter:
         self.n = n
         #: Ticks given to these replicas are skipped with the given percentage.
         self.slow: dict[int, int] = {}
+        #: Planted fault for testing the fuzzer itself: restarts forget storage.
+        self.amnesia = False
         self._slow_rng = random.Random(n)
         self.incarnation = [0] * n
         self._seen_exec = [0] * n
@@ -259,10 +269,17 @@ class HarnessAdapter:
 
     def deliver(self, i: int) -> None:
         src, dst, _msg = self.net.pending[i]
-        if dst in self.net.down or src in self.net.down:
-            self.net.pending.pop(i)  # to or from a crashed replica: lost
+        if dst in self.net.down or src in self.net.down or (src, dst) in self.net.cut:
+            self.net.pending.pop(i)  # to or from a crashed or cut-off replica: lost
             return
         self.net.deliver_one(i)
+
+    def partition(self, side: set[int]) -> None:
+        """Cut ``side`` off from the others (messages across are lost) until healed."""
+        self.net.partition(side, set(range(self.n)) - side)
+
+    def heal(self) -> None:
+        self.net.heal()
 
     def drop(self, i: int) -> None:
         self.net.pending.pop(i)
@@ -293,6 +310,8 @@ class HarnessAdapter:
     def restart(self, r: int) -> None:
         self.incarnation[r] += 1
         self._seen_exec[r] = 0
+        if self.amnesia:
+            self.net.storages[r] = MemoryStorage()  # a broken driver: nothing was durable
         self.net.restart(r)
 
     def transfer(self, r: int, target: int) -> bool:
@@ -348,6 +367,8 @@ RATES: dict[str, float] = {
     "restart": 0.02,
     "transfer": 0.005,
     "read": 0.15,
+    "partition": 0.01,
+    "heal": 0.02,
 }
 
 #: Message types a run may make lossy (dropped far more often than the rest).
@@ -406,6 +427,8 @@ class Profile:
         w["restart"] = w["crash"] * rng.choice((1.0, 2.0, 4.0))
         w["transfer"] = rng.choice((0.0, 0.005, 0.02))
         w["read"] = rng.choice((0.05, 0.15, 0.5))
+        w["partition"] = rng.choice((0.0, 0.005, 0.02))
+        w["heal"] = w["partition"] * rng.choice((0.5, 1.0, 3.0))
         return cls(
             weights=tuple(w.items()),
             delay_ticks=rng.choice((0.5, 2.0, 5.0, 20.0)),
@@ -544,6 +567,10 @@ class _Engine:
                 _, r, target = a
                 if r not in h.down:
                     h.transfer(int(r), int(target))  # type: ignore[call-overload]
+            elif op == "partition":
+                h.partition({int(x) for x in a[1:]})  # type: ignore[call-overload]
+            elif op == "heal":
+                h.heal()
             elif op == "read":
                 _, r, rid, key = a
                 if r in h.down:
@@ -564,6 +591,7 @@ class _Engine:
         """Restart everyone, then tick and deliver everything (FIFO) until every
         READY command executed everywhere, or ``rounds`` ticks passed (a stall)."""
         self.actions.append(("settle", rounds))
+        self.h.heal()
         for r in sorted(self.h.down):
             self.apply(("restart", r))
         net = self.h.net
@@ -645,6 +673,16 @@ class _Chooser:
                 if not h.down:
                     continue
                 return ("restart", rng.choice(sorted(h.down)))
+            if op == "partition":
+                # A minority: one replica (often the sequencer) or, at N = 5, two.
+                size = rng.randint(1, eng.f)
+                side = set(rng.sample(range(n), size))
+                seqs = [r for r in live if h.sequencer_of(r) == r]
+                if seqs and rng.random() < 0.5:
+                    side = {rng.choice(seqs)} | set(list(side)[: size - 1])
+                return ("partition", *sorted(side))
+            if op == "heal":
+                return ("heal",)
             if op == "transfer":
                 seqs = [r for r in live if h.sequencer_of(r) == r]
                 if not seqs:
@@ -680,11 +718,18 @@ class _Chooser:
         return ("propose", r, cmd.client_id, cmd.seq, cmd.payload, cmd.key)
 
 
-def run_seed(n: int, seed: int, steps: int = 1500, settle_rounds: int = 1500) -> FuzzResult:
-    """One fuzz run: ``steps`` random actions, then heal and check durability."""
+def run_seed(
+    n: int, seed: int, steps: int = 3000, settle_rounds: int = 1500, *, amnesia: bool = False
+) -> FuzzResult:
+    """One fuzz run: ``steps`` random actions, then heal and check durability.
+
+    ``amnesia`` plants a driver bug (restarts lose their storage) so that tests can
+    show the checkers catch what they should; it is not a protocol fault.
+    """
     rng = random.Random(seed * 1_000_003 + n)
     profile = Profile.draw(rng, n)
     eng = _Engine(n, profile)
+    eng.h.amnesia = amnesia
     eng.actions.append(("profile", profile))
     chooser = _Chooser(eng, rng, profile)
     for _ in range(steps):
@@ -718,7 +763,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--n", type=int, default=3)
     p.add_argument("--seed", type=int, nargs="+", default=[1])
-    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--trace", action="store_true", help="print every action of a failure")
     args = p.parse_args(argv)
     bad = 0

@@ -1,0 +1,162 @@
+"""The recovery fuzzer (``tests/core/fuzz.py``): its checkers, its determinism, a
+CI-sized run and a long run (``-m slow``).
+
+On the code this was written against, the CI-sized run FAILS for the seeds in
+``HEAD_FAILING_SEEDS``: those failures are the evidence of the recovery bugs of
+issue 6, not flakiness (every run is a pure function of its seed). They are
+left failing on purpose, neither skipped nor xfailed, so that the redesign is
+done when they pass. Replay one with the command its report prints.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sdpaxos.core import Command, Executed, Reply, ReplyKind
+from tests.core.fuzz import HistoryChecker, replay, run_seed
+
+#: Seeds of the CI-sized run (N = 3 and N = 5 each), on top of HEAD_FAILING_SEEDS.
+CI_SEEDS = range(1, 21)
+CI_STEPS = 3000
+
+#: (n, seed) -> the first violation each showed on the code of issue 6, and the
+#: review's bug it appears to hit. Filled from the long run.
+HEAD_FAILING_SEEDS: dict[tuple[int, int], str] = {}
+
+
+def _fail_with_report(n: int, seed: int, steps: int) -> None:
+    res = run_seed(n, seed, steps)
+    if not res.ok:
+        pytest.fail(res.report(), pytrace=False)
+
+
+# ------------------------------------------------------------------- checkers
+
+
+def _cmd(c: int, s: int = 1, key: bytes | None = None) -> Command:
+    return Command(c, s, b"%d.%d" % (c, s), key)
+
+
+def _exec(slot: int, cmd: Command, owner: int = 0, k: int = 0, dup: bool = False) -> Executed:
+    return Executed(slot, owner, k, cmd, b"", dup)
+
+
+def test_checker_flags_divergent_logs_across_incarnations() -> None:
+    """Agreement compares every incarnation: a restarted replica re-executes from
+    slot 0 and must produce the same prefix as its previous life."""
+    c = HistoryChecker()
+    a, b = _cmd(1), _cmd(2)
+    c.on_propose(0, 0, a)
+    c.on_propose(0, 1, b)
+    c.on_executed(1, 0, 0, _exec(0, a))
+    c.on_executed(2, 0, 1, _exec(0, b, owner=1))
+    assert c.violations() and c.violations()[0].startswith("agreement")
+
+
+def test_checker_flags_real_time_order() -> None:
+    """b was proposed after a was READY: executing b before a anywhere is a violation."""
+    c = HistoryChecker()
+    a, b = _cmd(1), _cmd(2)
+    c.on_propose(0, 0, a)
+    c.on_reply(1, 0, Reply(1, 1, ReplyKind.READY))
+    c.on_propose(2, 1, b)
+    c.on_executed(3, 2, 0, _exec(0, b, owner=1))
+    assert c.violations() and c.violations()[0].startswith("real-time order")
+
+
+def test_checker_flags_a_stale_read_and_accepts_a_fresh_one() -> None:
+    c = HistoryChecker()
+    w = _cmd(1, key=b"k")
+    c.on_propose(0, 0, w)
+    c.on_reply(1, 0, Reply(1, 1, ReplyKind.READY))
+    c.on_read(2, 2, 7, b"other")
+    c.on_read_result(3, 2, 0, 7, True)  # another key: need not see w
+    assert not c.violations()
+    c.on_read(4, 2, 8, b"k")
+    c.on_read_result(5, 2, 0, 8, True)
+    assert c.violations() and c.violations()[0].startswith("read freshness")
+
+
+def test_checker_flags_double_execution_and_unknown_commands() -> None:
+    c = HistoryChecker()
+    a = _cmd(1)
+    c.on_propose(0, 0, a)
+    c.on_executed(1, 0, 0, _exec(0, a))
+    c.on_executed(2, 0, 0, _exec(1, a, k=1))
+    c.on_executed(3, 0, 0, _exec(2, _cmd(9), k=2))
+    assert [v.split(":")[0] for v in c.violations()] == ["exactly-once", "integrity"]
+
+
+def test_checker_flags_a_ready_command_that_never_executes() -> None:
+    c = HistoryChecker()
+    c.on_propose(0, 0, _cmd(1))
+    c.on_reply(1, 0, Reply(1, 1, ReplyKind.READY))
+    c.check_durable([(0, 0), (1, 0)])
+    assert c.violations() and "never executed" in c.violations()[0]
+
+
+# ------------------------------------------------------------------ the engine
+
+
+def test_fuzz_runs_are_deterministic_and_their_traces_replay() -> None:
+    """Same seed, same run; the recorded action list replays without the seed."""
+    first = run_seed(3, 5, 800)
+    again = run_seed(3, 5, 800)
+    assert first.actions == again.actions and first.violations == again.violations
+    replayed = replay(3, first.actions)
+    assert replayed.actions == first.actions
+    assert replayed.violations == first.violations
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_fuzz_catches_a_planted_driver_bug(n: int) -> None:
+    """Evidence that the checkers have teeth whatever the core: with a driver that
+    loses storage on restart (breaking the durability contract), some of a few
+    seeds must show a violation."""
+    caught = next((s for s in range(1, 9) if not run_seed(n, s, 2000, amnesia=True).ok), None)
+    assert caught is not None, "the fuzzer missed amnesia on every seed"
+
+
+def test_fuzz_replay_from_environment() -> None:
+    """``FUZZ_N``, ``FUZZ_SEED``, ``FUZZ_STEPS`` replay one run (printed by a failure);
+    without them, seed 1 at N = 3."""
+    n = int(os.environ.get("FUZZ_N", "3"))
+    seed = int(os.environ.get("FUZZ_SEED", "1"))
+    steps = int(os.environ.get("FUZZ_STEPS", str(CI_STEPS)))
+    _fail_with_report(n, seed, steps)
+
+
+# ------------------------------------------------------------------- CI sized
+
+
+@pytest.mark.parametrize("seed", CI_SEEDS)
+@pytest.mark.parametrize("n", [3, 5])
+def test_fuzz_ci(n: int, seed: int) -> None:
+    """Fixed seeds, N = 3 and 5: every checker holds after every step, and every
+    READY command executes everywhere once faults stop."""
+    _fail_with_report(n, seed, CI_STEPS)
+
+
+@pytest.mark.parametrize(("n", "seed"), sorted(HEAD_FAILING_SEEDS))
+def test_fuzz_head_failing_seed(n: int, seed: int) -> None:
+    """Seeds that found a violation on the code of issue 6 (see HEAD_FAILING_SEEDS).
+    They FAIL there, visibly; they must pass once recovery is fixed."""
+    _fail_with_report(n, seed, CI_STEPS)
+
+
+# ------------------------------------------------------------------- long run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [3, 5, 7])
+def test_fuzz_long(n: int) -> None:
+    """Long run (``-m slow``): many more seeds and steps; lists every failing seed."""
+    seeds = int(os.environ.get("FUZZ_LONG_SEEDS", "300"))
+    failures = []
+    for seed in range(1000, 1000 + seeds):
+        res = run_seed(n, seed, 6000)
+        if not res.ok:
+            failures.append(f"N={n} seed={seed}: {res.violations[0]}")
+    assert not failures, "\n".join(failures)
