@@ -274,6 +274,15 @@ class HarnessAdapter:
             return
         self.net.deliver_one(i)
 
+    def run(self, ticks: int) -> None:
+        """A calm spell: tick everyone, then deliver everything in FIFO order."""
+        for _ in range(ticks):
+            self.tick(None)
+            budget = 100_000
+            while self.net.pending and budget:
+                budget -= 1
+                self.deliver(0)
+
     def partition(self, side: set[int]) -> None:
         """Cut ``side`` off from the others (messages across are lost) until healed."""
         self.net.partition(side, set(range(self.n)) - side)
@@ -369,6 +378,12 @@ RATES: dict[str, float] = {
     "read": 0.15,
     "partition": 0.01,
     "heal": 0.02,
+    "crash_mid_send": 0.005,
+    "bounce": 0.005,
+    "lose_type": 0.01,
+    "run": 0.02,
+    "pause": 0.005,
+    "resume": 0.01,
 }
 
 #: Message types a run may make lossy (dropped far more often than the rest).
@@ -413,9 +428,8 @@ class Profile:
     crash_sequencer_pct: int
     lossy: tuple[str, ...]
     lossy_pct: int
-    #: A replica whose clock is slow: each tick it is given is skipped with this
-    #: probability (a paused or CPU-starved process).
-    slow: int | None
+    #: Pausing a replica (``pause`` action) makes it skip this share of its ticks
+    #: until resumed: a stopped (100) or CPU-starved process whose clock lags.
     slow_pct: int
 
     @classmethod
@@ -429,6 +443,12 @@ class Profile:
         w["read"] = rng.choice((0.05, 0.15, 0.5))
         w["partition"] = rng.choice((0.0, 0.005, 0.02))
         w["heal"] = w["partition"] * rng.choice((0.5, 1.0, 3.0))
+        w["crash_mid_send"] = rng.choice((0.0, 0.005, 0.02))
+        w["bounce"] = rng.choice((0.0, 0.005, 0.02))
+        w["lose_type"] = rng.choice((0.0, 0.01, 0.04))
+        w["run"] = rng.choice((0.0, 0.02, 0.1))
+        w["pause"] = rng.choice((0.0, 0.005, 0.02))
+        w["resume"] = w["pause"] * rng.choice((0.5, 1.0, 3.0))
         return cls(
             weights=tuple(w.items()),
             delay_ticks=rng.choice((0.5, 2.0, 5.0, 20.0)),
@@ -442,8 +462,7 @@ class Profile:
             crash_sequencer_pct=rng.choice((20, 50, 80)),
             lossy=tuple(sorted(rng.sample(LOSSY_TYPES, rng.choice((0, 1, 2, 3))))),
             lossy_pct=rng.choice((30, 60, 90)),
-            slow=rng.choice((None, None, rng.randrange(n))),
-            slow_pct=rng.choice((50, 90)),
+            slow_pct=rng.choice((80, 100)),
         )
 
     def config(self) -> dict[str, object]:
@@ -501,8 +520,6 @@ class _Engine:
             self.h = HarnessAdapter(n)
         else:
             self.h = HarnessAdapter(n, profile.rtt_ms, **profile.config())
-            if profile.slow is not None:
-                self.h.slow[profile.slow] = profile.slow_pct
         self.c = HistoryChecker()
         self.time = 0
         self.read_id = 0
@@ -542,6 +559,8 @@ class _Engine:
                 {"deliver": h.deliver, "drop": h.drop, "dup": h.duplicate}[str(op)](i)
             elif op == "tick":
                 h.tick(None)
+            elif op == "run":
+                h.run(int(a[1]))  # type: ignore[call-overload]
             elif op == "tick1":
                 h.tick(int(a[1]))  # type: ignore[call-overload]
             elif op == "propose":
@@ -571,6 +590,16 @@ class _Engine:
                 h.partition({int(x) for x in a[1:]})  # type: ignore[call-overload]
             elif op == "heal":
                 h.heal()
+            elif op == "pause":
+                h.slow[int(a[1])] = int(a[2])  # type: ignore[call-overload]
+            elif op == "resume":
+                h.slow.pop(int(a[1]), None)  # type: ignore[call-overload]
+            elif op == "lose":
+                # Every pending message of one type (from one sender) is lost.
+                _, kind, src = a
+                for i in reversed(range(len(h.pending()))):
+                    if h.pending()[i][0] == kind and h.pending()[i][1] == src:
+                        h.drop(i)
             elif op == "read":
                 _, r, rid, key = a
                 if r in h.down:
@@ -592,6 +621,7 @@ class _Engine:
         READY command executed everywhere, or ``rounds`` ticks passed (a stall)."""
         self.actions.append(("settle", rounds))
         self.h.heal()
+        self.h.slow.clear()
         for r in sorted(self.h.down):
             self.apply(("restart", r))
         net = self.h.net
@@ -623,14 +653,22 @@ class _Chooser:
         self.open: dict[int, Command] = {}  # client -> outstanding command
         self.next_client = 1
         self.profile = profile
-        self.names = [name for name, _ in profile.weights]
-        self.weights = [weight for _, weight in profile.weights]
+        macros = ("crash_mid_send", "bounce", "lose_type")
+        self.names = [name for name, _ in profile.weights if name not in macros]
+        self.weights = [weight for name, weight in profile.weights if name not in macros]
+        self.macro_weights = {name: w for name, w in profile.weights if name in macros}
+        self.queue: list[Action] = []
 
     def next(self) -> Action:
+        if self.queue:
+            return self.queue.pop(0)
         eng, rng, h = self.eng, self.rng, self.eng.h
         n = eng.n
         live = [r for r in range(n) if r not in h.down]
         while True:
+            if op_macro := self._macro(live):
+                self.queue.extend(op_macro[1:])
+                return op_macro[0]
             pending = h.pending()
             # Each pending message is delivered (or lost) at rate 1/delay per tick.
             hazard = len(pending) / self.profile.delay_ticks
@@ -658,6 +696,8 @@ class _Chooser:
                 return (op, kind, src, dst, k)
             if op == "tick":
                 return ("tick",)
+            if op == "run":
+                return ("run", rng.randint(1, 10))
             if op == "tick1":
                 return ("tick1", rng.choice(live))
             if op == "propose":
@@ -683,6 +723,14 @@ class _Chooser:
                 return ("partition", *sorted(side))
             if op == "heal":
                 return ("heal",)
+            if op == "pause":
+                seqs = [r for r in live if h.sequencer_of(r) == r]
+                r = rng.choice(seqs) if seqs and rng.random() < 0.7 else rng.choice(live)
+                return ("pause", r, self.profile.slow_pct)
+            if op == "resume":
+                if not h.slow:
+                    continue
+                return ("resume", rng.choice(sorted(h.slow)))
             if op == "transfer":
                 seqs = [r for r in live if h.sequencer_of(r) == r]
                 if not seqs:
@@ -692,6 +740,43 @@ class _Chooser:
             if op == "read":
                 eng.read_id += 1
                 return ("read", rng.choice(live), eng.read_id, rng.choice(KEYS))
+
+    def _macro(self, live: list[int]) -> list[Action]:
+        """Composite faults, recorded as the primitive actions they consist of:
+
+        * crash_mid_send: a replica crashes while its messages are in flight; each
+          reaches its destination or not (a crash in the middle of a broadcast);
+        * bounce: crash and restart at once (the usual process restart);
+        * lose_type: every pending message of one type from one sender is lost.
+        """
+        rng, h, eng = self.rng, self.eng.h, self.eng
+        total = sum(self.weights) + len(h.pending()) / self.profile.delay_ticks
+        for name in ("crash_mid_send", "bounce", "lose_type"):
+            if rng.random() * total >= self.macro_weights[name]:
+                continue
+            pending = h.pending()
+            if name == "lose_type" and pending:
+                kind, src, _ = rng.choice(pending)
+                return [("lose", kind, src)]
+            if name == "bounce":
+                r = rng.choice(live)
+                return [("crash", r), ("restart", r)] if len(h.down) < eng.f else []
+            if name == "crash_mid_send" and len(h.down) < eng.f:
+                seqs = [r for r in live if h.sequencer_of(r) == r]
+                r = rng.choice(seqs) if seqs and rng.random() < 0.5 else rng.choice(live)
+                out: list[Action] = []
+                seen: dict[tuple[str, int, int], int] = {}
+                for kind, src, dst in pending:
+                    if src != r:
+                        continue
+                    k = seen.get((kind, src, dst), 0)
+                    if rng.random() < 0.5:
+                        out.append(("deliver", kind, src, dst, k))
+                    else:
+                        seen[(kind, src, dst)] = k + 1
+                out.append(("crash", r))
+                return out
+        return []
 
     def _propose(self, live: list[int]) -> Action:
         rng, c = self.rng, self.eng.c
@@ -731,6 +816,7 @@ def run_seed(
     eng = _Engine(n, profile)
     eng.h.amnesia = amnesia
     eng.actions.append(("profile", profile))
+    eng.apply(("run", 20))  # a calm start: the view-0 sequencer holds its lease
     chooser = _Chooser(eng, rng, profile)
     for _ in range(steps):
         eng.apply(chooser.next())
