@@ -154,7 +154,7 @@ def _bug1_choreography() -> Net:
     # The range reaches R3 only: R3 commits slot 0, answers READY and executes X.
     drop_where(net, where((M.OAccept, M.Heartbeat), src=1, dst=[0, 2, 4]))
     deliver_where(net, where(None, src=1, dst=3))
-    assert net.ready_ids(3) == [(3, 1)] and net.executed_ids(3) == [(3, 1)]
+    # (On HEAD, R3 now reports X READY and executes it at slot 0.)
     drop_where(net, where(M.OCommit, src=3))
     # R1 crashes before anyone else accepted the range; R0 comes back and view 2
     # is rebuilt from R0's log (R3 is not asked), with A at slot 0.
@@ -266,11 +266,11 @@ def test_bug03_an_early_suspecting_candidate_honours_its_own_lease_grant() -> No
     w = (30, 1)
     net.propose(1, 10, 1, b"r1")
     cut_s = anyof(where(None, src=0, dst=[1, 3, 4]), where(None, src=[1, 3, 4], dst=0))
-    run_until(net, lambda: net.replicas[1].is_sequencer, drop=cut_s, ticks=80)
+    run_until(net, lambda: net.replicas[1].is_sequencer, drop=cut_s, ticks=300)
     # A write is READY in the new view.
     net.propose(3, w[0], w[1], b"w", key=b"k")
     run_until(net, lambda: w in net.ready_ids(3), drop=anyof(cut_s, where(None, dst=0)))
-    assert s.is_sequencer and s.has_lease(), "S still believes it holds a majority lease"
+    # (On HEAD, S still believes it holds a majority lease here.)
     ok, applied = _read_at(net, 0, 1, b"k")
     assert not ok or applied >= 1, (
         f"S served a read of b'k' without the READY write: (ok, applied) = {(ok, applied)}"
@@ -655,12 +655,12 @@ def test_bug10_the_straggler_path_honours_the_candidates_lease_grant() -> None:
     run_until(net, lambda: s.lease_valid_until > 60, drop=late_hb, ticks=80)
     # The poll: R1 starts a view change and wins with R3 and R4; S hears nothing.
     cut_s = anyof(late_hb, where(None, dst=0))
-    run_until(net, lambda: net.replicas[1].is_sequencer, drop=cut_s, ticks=60)
+    run_until(net, lambda: net.replicas[1].is_sequencer, drop=cut_s, ticks=300)
     assert any(isinstance(m, M.StragglerPoll) for src, _, m in net.sent if src == 1)
     w = (30, 1)
     net.propose(3, w[0], w[1], b"w", key=b"k")
     run_until(net, lambda: w in net.ready_ids(3), drop=cut_s, ticks=60)
-    assert s.is_sequencer and s.has_lease(), "S still believes it holds a majority lease"
+    # (On HEAD, S still believes it holds a majority lease here.)
     ok, applied = _read_at(net, 0, 1, b"k")
     assert not ok or applied >= 1, (
         f"S served a read of b'k' without the READY write: (ok, applied) = {(ok, applied)}"
@@ -795,22 +795,27 @@ def test_bug13b_an_o_accept_against_an_executed_slot_raises_the_alarm() -> None:
     """An O-accept that conflicts with an EXECUTED slot is a safety violation and
     must count in ``stats.invariant_alarms``, like a NewView that would revoke an
     executed slot; ``_handle_o_accept`` rejects it silently ("slot 0 already
-    holds").
+    holds"). Bug 1's interleaving ends this way on HEAD (R3 rejects every view-2
+    O-accept for its executed slot 0).
 
-    Bug 1's interleaving, with view 2's NewView kept from R3: R3, which executed
-    X at slot 0, only gets view 2's O-accepts putting A there.
+    Made independent of bug 1 so that it stays meaningful once bug 1 is fixed
+    (then no correct peer sends such an O-accept): R1's X executes everywhere at
+    slot 0 in view 0; R1 then receives an O-accept of view 1, from R2 as its
+    sequencer, putting R0's C-instance at slot 0. Built by hand, the only test
+    here that constructs a message.
 
-    HEAD: ``AssertionError: R3 rejected 10 messages (view 2's O-accepts for its
-    executed slot 0 among them) and counts 0 invariant alarms``.
+    HEAD: ``AssertionError: R1 rejected the O-accept (rejected 0 -> 1) and counts
+    0 invariant alarms``.
     """
-    net = _bug1_choreography()
-    rejected = net.replicas[3].stats.rejected
-    for _ in range(300):
-        net.tick()
-        net.deliver_all(keep=noneof(where(M.NewView, dst=3)))
-    r3 = net.replicas[3]
-    assert r3.executed_upto >= 1 and net.executed_ids(3)[:1] == [(3, 1)]
-    assert r3.stats.invariant_alarms >= 1, (
-        f"R3 rejected {r3.stats.rejected - rejected} messages (view 2's O-accepts for its "
-        f"executed slot 0 among them) and counts {r3.stats.invariant_alarms} invariant alarms"
+    net = build(3)
+    net.propose(1, 10, 1, b"x")
+    net.run(5)
+    r1 = net.replicas[1]
+    assert net.executed_ids(1) == [(10, 1)]
+    rejected = r1.stats.rejected
+    r1.step(M.OAccept(2, 1, 0, ((0, 1),), 0))
+    net.flush(1)
+    assert r1.stats.invariant_alarms == 1, (
+        f"R1 rejected the O-accept (rejected {rejected} -> {r1.stats.rejected}) and counts "
+        f"{r1.stats.invariant_alarms} invariant alarms"
     )
