@@ -133,9 +133,18 @@ def assert_executed_everywhere(net: Net, cmd: tuple[int, int]) -> None:
 # ------------------------------------------------------------------------ bug 1
 
 
-def _bug1_choreography() -> Net:
-    """Bug 1's interleaving up to the election of view 2 among R0, R2 and R4 (see
-    the test below); R3 has executed X at slot 0, where view 2 puts A."""
+def test_bug01_rebuilt_range_slot_is_not_ready_after_two_acceptors() -> None:
+    """A non-sequencer must not execute a slot of a new view's rebuilt range that
+    only it and the new sequencer accepted (``_advance_safe_prefix`` skips the cap
+    by the committed prefix when ``safe <= base``).
+
+    As described (N = 5). R3's own O-commit broadcast is lost too, so that nobody
+    but R3 learns slot 0 of view 1; R3 takes no part in view 2's election (its
+    V-requests and votes are lost).
+
+    HEAD: ``AssertionError: executed logs diverge: R0 [(1, 1), (3, 1)] vs R3
+    [(3, 1)]`` (R3 also counts 1 invariant alarm, on view 2's NewView).
+    """
     net = build(5)
     net.propose(0, 1, 1, b"A")  # R0 (sequencer) allocates O0 = R0 ...
     net.propose(3, 3, 1, b"X")  # ... and O1 = R3 once R3's C-accept reaches it
@@ -163,21 +172,6 @@ def _bug1_choreography() -> Net:
     others = [0, 2, 4]
     r3_out = anyof(where((M.VRequest, M.Vote), src=3), where((M.VRequest, M.Vote), dst=3))
     run_until(net, lambda: sequencer_among(net, others) is not None, drop=r3_out)
-    return net
-
-
-def test_bug01_rebuilt_range_slot_is_not_ready_after_two_acceptors() -> None:
-    """A non-sequencer must not execute a slot of a new view's rebuilt range that
-    only it and the new sequencer accepted (``_advance_safe_prefix`` skips the cap
-    by the committed prefix when ``safe <= base``).
-
-    As described (N = 5). R3's own O-commit broadcast is lost too, so that nobody
-    but R3 learns slot 0 of view 1.
-
-    HEAD: ``AssertionError: executed logs diverge: R0 [(1, 1), (3, 1)] vs R3
-    [(3, 1)]`` (R3 also counts 1 invariant alarm, on view 2's NewView).
-    """
-    net = _bug1_choreography()
     net.run(300)
     assert_logs_agree(net)
 
