@@ -25,20 +25,49 @@ CI_STEPS = 3000
 #: CI_STEPS), and the review's bug it appears to hit. Found by the long run over
 #: seeds 1-1500; attributed by replaying the seed's action list with a candidate
 #: one-line fix of each bug applied (the fix that makes the violation go away).
-HEAD_FAILING_SEEDS: dict[tuple[int, int], str] = {
-    (3, 10): "real-time order: R0#4 executed (41, 2) before (24, 2) READY earlier"
-    " -> bug 7a (stale view-4 value re-proposed above o_from)",
-    (3, 662): "read freshness: R2 served read 12 of b'b' without (10, 1) READY earlier"
-    " -> bug 4 (partitioned, paused sequencer keeps its lease in ticks)",
-    (5, 9): "agreement: slot 7 (R4's C-instance 1, executed everywhere) rebuilt as no-cl"
-    " after restarts -> bug 8 (executed slot durable at two replicas only)",
-    (5, 30): "real-time order: R0#0 executed (3, 4) before (2, 5) READY earlier"
-    " -> bug 2 (the fix of bug 9 also removes it)",
-    (5, 44): "agreement: R1#5 and R3#0 differ at position 4 -> bug 2",
-    (5, 112): "agreement: R0's C-instance 0 executed at slot 26, later rebuilt at slot 27"
-    " -> bug 8 family (executed slot revoked; no candidate fix of 1-13 removes it)",
-    (5, 666): "real-time order: R0#8 executed (12, 2) before (5, 2) READY earlier -> bug 6",
+HEAD_FAILING_SEEDS: dict[tuple[int, int], tuple[str, str]] = {
+    (3, 10): (
+        "bug7a",
+        "real-time order: R0#4 executed (41, 2) before (24, 2), READY earlier:"
+        " a stale view-4 value re-proposed above o_from",
+    ),
+    (3, 662): (
+        "bug4",
+        "read freshness: R2 served read 12 of b'b' without (10, 1), READY earlier:"
+        " a partitioned, paused sequencer keeps its lease in ticks",
+    ),
+    (5, 9): (
+        "bug8",
+        "agreement: slot 7 (R4's C-instance 1, executed everywhere) rebuilt as no-cl"
+        " after restarts: executed slot durable at two replicas only",
+    ),
+    (5, 30): (
+        "bug2",
+        "real-time order: R0#0 executed (3, 4) before (2, 5), READY earlier"
+        " (the candidate fix of bug 9 removes it too)",
+    ),
+    (5, 44): ("bug2", "agreement: R1#5 and R3#0 differ at position 4"),
+    (5, 112): (
+        "bug8",
+        "agreement: R0's C-instance 0, committed at slot 26 by R0 and R4 and executed"
+        " by four replicas, rebuilt as no-cl in view 25 and ordered again at slot 27",
+    ),
+    (5, 666): ("bug6", "real-time order: R0#8 executed (12, 2) before (5, 2), READY earlier"),
 }
+
+
+def _ci_cases() -> list[object]:
+    """CI seeds for N = 3 and 5, plus the HEAD-failing seeds, whose test ids say so."""
+    cases: list[object] = []
+    seen = set()
+    for n in (3, 5):
+        for seed in CI_SEEDS:
+            seen.add((n, seed))
+    for n, seed in sorted(seen | set(HEAD_FAILING_SEEDS)):
+        bug = HEAD_FAILING_SEEDS.get((n, seed), ("", ""))[0]
+        label = f"N{n}-seed{seed}" + (f"-fails-on-HEAD-{bug}" if bug else "")
+        cases.append(pytest.param(n, seed, id=label))
+    return cases
 
 
 def _fail_with_report(n: int, seed: int, steps: int) -> None:
@@ -146,18 +175,12 @@ def test_fuzz_replay_from_environment() -> None:
 # ------------------------------------------------------------------- CI sized
 
 
-@pytest.mark.parametrize("seed", CI_SEEDS)
-@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize(("n", "seed"), _ci_cases())
 def test_fuzz_ci(n: int, seed: int) -> None:
     """Fixed seeds, N = 3 and 5: every checker holds after every step, and every
-    READY command executes everywhere once faults stop."""
-    _fail_with_report(n, seed, CI_STEPS)
-
-
-@pytest.mark.parametrize(("n", "seed"), sorted(HEAD_FAILING_SEEDS))
-def test_fuzz_head_failing_seed(n: int, seed: int) -> None:
-    """Seeds that found a violation on the code of issue 6 (see HEAD_FAILING_SEEDS).
-    They FAIL there, visibly; they must pass once recovery is fixed."""
+    READY command executes everywhere once faults stop. Cases whose id says
+    ``fails-on-HEAD`` are the seeds of HEAD_FAILING_SEEDS: on the code of issue 6
+    they FAIL (visibly, on purpose); they must pass once recovery is fixed."""
     _fail_with_report(n, seed, CI_STEPS)
 
 
