@@ -133,7 +133,10 @@ class HistoryChecker:
             self._fail(f"integrity: {name} executed {e.command!r}, never proposed")
         if e.duplicate:
             if cid not in log.applied:
-                self._fail(f"integrity: {name} reports {cid} as a duplicate before applying it")
+                self._fail(
+                    f"integrity: {name} skipped {cid} as a duplicate without having applied "
+                    "it (a later command of that client was applied first: it is lost)"
+                )
             return
         if cid in log.applied:
             self._fail(f"exactly-once: {name} applied {cid} twice")

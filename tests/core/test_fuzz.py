@@ -21,10 +21,11 @@ from tests.core.fuzz import HistoryChecker, replay, run_seed
 CI_SEEDS = range(1, 21)
 CI_STEPS = 3000
 
-#: (n, seed) -> the first violation each showed on the code of issue 6 (steps =
-#: CI_STEPS), and the review's bug it appears to hit. Found by the long run over
-#: seeds 1-1500; attributed by replaying the seed's action list with a candidate
-#: one-line fix of each bug applied (the fix that makes the violation go away).
+#: (n, seed) -> (the review's bug it appears to hit, the violation it showed on
+#: the code of issue 6 at CI_STEPS). Found by a sweep of seeds 1-1500 for N = 3
+#: and N = 5 (2 and 8 failing seeds); attributed by replaying the seed's action
+#: list with a candidate one-line fix of each bug applied (the fix that makes the
+#: violation go away), or, for bug 4, by the pause + partition in the trace.
 HEAD_FAILING_SEEDS: dict[tuple[int, int], tuple[str, str]] = {
     (3, 10): (
         "bug7a",
@@ -53,6 +54,21 @@ HEAD_FAILING_SEEDS: dict[tuple[int, int], tuple[str, str]] = {
         " by four replicas, rebuilt as no-cl in view 25 and ordered again at slot 27",
     ),
     (5, 666): ("bug6", "real-time order: R0#8 executed (12, 2) before (5, 2), READY earlier"),
+    (5, 1173): (
+        "bug8-or-new",
+        "real-time order: R0#1 executed (7, 2) before (5, 1), READY 700 steps earlier;"
+        " no candidate fix of 1-13 removes it (with those of 2 and 6, (5, 1) is lost)",
+    ),
+    (5, 1272): (
+        "bug4",
+        "read freshness: R2 served read 12 of b'b' without (1, 4), READY earlier:"
+        " a partitioned, paused sequencer keeps its lease in ticks",
+    ),
+    (5, 1453): (
+        "bug8",
+        "agreement: slot 50 (R0's, executed by R3) rebuilt for R1 by the N = 5"
+        " inference: executed slot durable at two replicas only",
+    ),
 }
 
 
