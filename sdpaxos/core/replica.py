@@ -345,6 +345,9 @@ class Replica:
         self._o_count: list[int] = []
         self._o_ballot: list[Ballot] = []
         self._o_committed: list[bool] = []
+        #: The ballot at which a committed slot was chosen (what relays report:
+        #: the slot's accepted ballot may be a later range's, never chosen).
+        self._o_cballot: list[Ballot] = []
         #: Established in ``view``: every slot from the range's start below this
         #: is accepted in ``view`` (-1: not established).
         self._acc_upto: Slot = 0
@@ -458,16 +461,15 @@ class Replica:
         if wait == Wait.EXECUTED:
             self._exec_waiters.add((command.client_id, command.seq))
 
-    def step(self, message: Message, now_ms: float | None = None) -> None:
+    def step(self, message: Message, now_ms: float) -> None:
         """Handle one message from a peer. Never raises for bad peer input.
 
         ``now_ms``: the driver's monotonic time, read after the message arrived.
         A sequencer answers a read request under its lease only if the lease
-        holds at that time; without it, the time of the last input is used
-        (fine for tests, not for a real driver).
+        holds at that time, so it must be the time now, not of the last tick: a
+        process that was paused learns here that its lease ran out.
         """
-        if now_ms is not None:
-            self._advance_clock(now_ms)
+        self._advance_clock(now_ms)
         self.stats.steps += 1
         handler = self._handlers.get(type(message))
         try:
@@ -893,6 +895,7 @@ class Replica:
             self._o_count.extend([0] * grow)
             self._o_ballot.extend([_NO_BALLOT] * grow)
             self._o_committed.extend([False] * grow)
+            self._o_cballot.extend([_NO_BALLOT] * grow)
 
     # ------------------------------------------------- O-instances: acceptor
 
@@ -1139,9 +1142,10 @@ class Replica:
         self._check_same_ballot(start, values, view)
         if not established:
             self._establish(view, m.src, start, values)
-        committed = self._o_committed
+        committed, cballots = self._o_committed, self._o_cballot
         for s in range(max(start, self._executed_end()), end):
             committed[s] = True
+            cballots[s] = view
         self._range_committed = True
         self._new_view_msg = m
         if end > self._o_acked[m.src]:
@@ -1364,6 +1368,7 @@ class Replica:
                 own += counts[s]
                 if not committed[s]:
                     committed[s] = True
+                    self._o_cballot[s] = ballots[s]
                     out.append((s, ballots[s], me, counts[s]))
         self._own_scan = safe
         if self.is_sequencer:
@@ -1372,6 +1377,7 @@ class Replica:
             for s in range(previous, safe):
                 if not committed[s]:
                     committed[s] = True
+                    self._o_cballot[s] = ballots[s]
                     self._exec_dirty = True
         if own == before:
             return
@@ -1479,6 +1485,7 @@ class Replica:
                 # We hold the slot at a newer ballot (a later range re-proposed it).
                 if (owners[slot], counts[slot]) == value:
                     committed[slot] = True
+                    self._o_cballot[slot] = ballot
                 else:
                     self.stats.invariant_alarms += 1  # a range revoked a final slot
                 continue
@@ -1488,6 +1495,7 @@ class Replica:
                 self.stats.invariant_alarms += 1
                 continue
             committed[slot] = True
+            self._o_cballot[slot] = ballot
             if ballots[slot] == ballot:
                 continue  # already held durably
             owners[slot], counts[slot], ballots[slot] = owner, count, ballot
@@ -1619,16 +1627,16 @@ class Replica:
             self._check_c_instance(*item)
         if o_from >= 0:
             stop = min(len(self._o_owner), o_from + self.config.learn_o_max)
-            owners, counts, ballots, committed = (
+            owners, counts, committed, cballots = (
                 self._o_owner,
                 self._o_count,
-                self._o_ballot,
                 self._o_committed,
+                self._o_cballot,
             )
             entries = tuple(
-                (s, ballots[s], owners[s], counts[s])
+                (s, cballots[s], owners[s], counts[s])
                 for s in range(o_from, stop)
-                if committed[s] and ballots[s] >= 0
+                if committed[s] and cballots[s] >= 0
             )
             if entries:
                 self._messages.append((m.src, OCommit(self.id, self.view, entries)))
@@ -1670,6 +1678,7 @@ class Replica:
             committed = self._o_committed
             for s in range(max(self._est_start, self._executed_end()), self._est_base):
                 committed[s] = True
+                self._o_cballot[s] = self.view
             self._exec_dirty = True
             self._o_acked_dirty = True
         if m.o_len > self._o_acked[m.src]:
@@ -1713,7 +1722,8 @@ class Replica:
     def has_lease(self) -> bool:
         """Does this replica hold a sequencer lease granted by a majority right now?
 
-        "Now" is the latest time the driver passed in (``tick``, ``step``, ``read``).
+        "Now" is the latest time the driver passed in (``tick``, ``step``, ``read``);
+        reads and read requests are judged at the time they come with.
         """
         return (
             self.is_sequencer
@@ -2011,7 +2021,9 @@ class Replica:
         self._rebuild = None
         self._range_committed = True
         for s in range(start, end):
-            self._o_committed[s] = True
+            if not self._o_committed[s]:
+                self._o_committed[s] = True
+                self._o_cballot[s] = self.view
         values = tuple(zip(self._o_owner[start:end], self._o_count[start:end], strict=True))
         msg = NewView(self.id, self.view, start, values)
         self._new_view_msg = msg
@@ -2236,7 +2248,7 @@ class Replica:
 
     # ----------------------------------------------------------------- reads
 
-    def read(self, read_id: int, key: bytes | None = None, now_ms: float | None = None) -> None:
+    def read(self, read_id: int, key: bytes | None, now_ms: float) -> None:
         """Ask for a linearizable read of ``key`` (paper section 3.5).
 
         The answer comes in :attr:`Ready.reads`: ``ok`` means every write that
@@ -2250,8 +2262,7 @@ class Replica:
         Raises:
             LocalProtocolError: ``read_id`` is already waiting.
         """
-        if now_ms is not None:
-            self._advance_clock(now_ms)
+        self._advance_clock(now_ms)
         if read_id in self._reads:
             raise LocalProtocolError(f"read {read_id} is already pending")
         if self.sequencer is None or len(self._reads) >= self.config.reads_pending_max:
@@ -2520,6 +2531,7 @@ class Replica:
             self._o_count.extend([0] * grow)
             self._o_ballot.extend([_NO_BALLOT] * grow)
             self._o_committed.extend([False] * grow)
+            self._o_cballot.extend([_NO_BALLOT] * grow)
 
     # ----------------------------------------------------------- internals
 

@@ -66,6 +66,8 @@ class Net:
 
     down: set[int] = field(default_factory=set)
     cut: set[tuple[int, int]] = field(default_factory=set)
+    #: Replicas whose ticks are withheld by :meth:`tick` (a paused or starved process).
+    paused: set[int] = field(default_factory=set)
 
     def crash(self, r: int) -> None:
         """Stop ``r``: its volatile state is gone, its storage stays."""
@@ -152,14 +154,14 @@ class Net:
             self.flush(dst)
         return n
 
-    def tick(self, times: int = 1, *, skip: set[int] | frozenset[int] = frozenset()) -> None:
+    def tick(self, times: int = 1) -> None:
         """Advance virtual time by ``tick_ms`` ``times`` times, ticking every live
-        replica not in ``skip`` (a skipped replica is paused: its next tick or
-        step simply comes later, with the then-current time)."""
+        replica that is not paused (a paused one's next tick or step simply comes
+        later, with the then-current time)."""
         for _ in range(times):
             self.now_ms += self.config.tick_ms
             for r, rep in enumerate(self.replicas):
-                if r in self.down or r in skip:
+                if r in self.down or r in self.paused:
                     continue
                 rep.tick(self.now_ms)
                 self.flush(r)
@@ -167,6 +169,30 @@ class Net:
     def advance(self, ms: float) -> None:
         """Tick everyone for ``ms`` of virtual time (rounded up to whole ticks)."""
         self.tick(max(1, math.ceil(ms / self.config.tick_ms)))
+
+    def deliver_where(
+        self, pred: Callable[[int, int, Message], bool], *, limit: int = 100_000
+    ) -> int:
+        """Deliver, in FIFO order, every pending message ``pred`` accepts, including
+        ones sent meanwhile, until none is left; the others stay pending."""
+        n = 0
+        while True:
+            i = next((k for k, (s, d, m) in enumerate(self.pending) if pred(s, d, m)), None)
+            if i is None:
+                return n
+            n += 1
+            assert n < limit, "no quiescence"
+            src, dst, _ = self.pending[i]
+            if not self._alive_link(src, dst):
+                self.pending.pop(i)
+                continue
+            self.deliver_one(i)
+
+    def drop_where(self, pred: Callable[[int, int, Message], bool]) -> int:
+        """Lose every pending message ``pred`` accepts; returns how many."""
+        before = len(self.pending)
+        self.pending = [p for p in self.pending if not pred(*p)]
+        return before - len(self.pending)
 
     def ready_ids(self, r: int) -> list[tuple[int, int]]:
         return [(x.client_id, x.seq) for x in self.replies[r] if x.kind == 0]

@@ -21,7 +21,7 @@ def test_a_read_after_a_ready_write_sees_it() -> None:
     net.propose(1, 10, 1, b"w1", key=b"a")
     net.deliver_all()
     assert net.ready_ids(1) == [(10, 1)]
-    net.replicas[2].read(7, b"a")
+    net.replicas[2].read(7, b"a", net.now_ms)
     net.flush(2)
     net.run(5)
     [(rid, ok, applied)] = net.reads[2]
@@ -34,7 +34,7 @@ def test_the_sequencer_serves_a_read_locally() -> None:
     net.propose(2, 10, 1, b"w", key=b"a")
     net.deliver_all()
     before = len(net.sent)
-    net.replicas[0].read(1, b"a")
+    net.replicas[0].read(1, b"a", net.now_ms)
     net.flush(0)
     net.run(2)
     assert net.reads[0] == [(1, True, 1)]
@@ -49,7 +49,7 @@ def test_a_read_waits_only_for_writes_of_its_object() -> None:
     net.deliver_all()
     net.propose(1, 11, 1, b"wb", key=b"b")
     net.deliver_all()
-    net.replicas[2].read(3, b"a")
+    net.replicas[2].read(3, b"a", net.now_ms)
     net.flush(2)
     net.deliver_all()
     replies = [m for s, d, m in net.sent if isinstance(m, RReply)]
@@ -62,7 +62,7 @@ def test_a_write_with_no_named_object_makes_every_read_wait_for_it() -> None:
     net.deliver_all()
     net.propose(1, 11, 1, b"anon")  # key None: it may write anything
     net.deliver_all()
-    net.replicas[2].read(3, b"a")
+    net.replicas[2].read(3, b"a", net.now_ms)
     net.flush(2)
     net.deliver_all()
     [reply] = [m for s, d, m in net.sent if isinstance(m, RReply)]
@@ -73,7 +73,7 @@ def test_without_a_lease_the_read_falls_back_to_the_log() -> None:
     """The sequencer answers R-requests only "as long as [it] holds unexpired leases
     granted by a majority"; otherwise the read goes through the log."""
     net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
-    net.replicas[1].read(5, b"a")  # no heartbeat has been answered yet
+    net.replicas[1].read(5, b"a", net.now_ms)  # no heartbeat has been answered yet
     net.flush(1)
     net.deliver_all()
     assert net.reads[1] == [(5, False, 0)]
@@ -91,7 +91,7 @@ def test_a_new_sequencer_answers_with_the_whole_log_until_it_has_history() -> No
     new = net.replicas[1]
     assert new.is_sequencer and new.has_lease()
     assert new._read_slot(b"a") >= 0
-    net.replicas[2].read(9, b"a")
+    net.replicas[2].read(9, b"a", net.now_ms)
     net.flush(2)
     net.run(5)
     assert net.reads[2] == [(9, True, 1)]
@@ -134,7 +134,7 @@ def test_straggler_view_changes_are_rate_limited() -> None:
     rep = net.replicas[1]
     rep._straggler_polling = {1}
     rep._straggler_last_ms = rep._now_ms  # one just happened
-    rep.step(StragglerVote(2, 0, True))
+    rep.step(StragglerVote(2, 0, True), 0.0)
     assert rep.stats.view_changes_started == 0
 
 

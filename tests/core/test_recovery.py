@@ -183,7 +183,7 @@ def test_old_view_c_accepts_are_fenced_after_a_view_change() -> None:
     rep = net.replicas[2]
     assert rep.view >= 1
     stale_before = rep.stats.stale
-    rep.step(CAccept(0, 0, 0, 5, 0, (Command(9, 1, b"old"),)))
+    rep.step(CAccept(0, 0, 0, 5, 0, (Command(9, 1, b"old"),)), net.now_ms)
     assert rep.stats.stale == stale_before + 1
     assert 5 not in rep._c[0]
 
@@ -194,9 +194,9 @@ def test_voter_defers_its_vote_while_its_lease_runs() -> None:
     cfg = ClusterConfig(replicas=3, sequencer=0)
     rep = Replica(cfg, 2, Register())
     rep.tick(1000.0)
-    rep.step(Heartbeat(0, 0, 0, 0, -1))
+    rep.step(Heartbeat(0, 0, 0, 0, -1), 1000.0)
     rep.ready()
-    rep.step(VRequest(1, 1, 0))
+    rep.step(VRequest(1, 1, 0), 1000.0)
     assert rep.view == 0 and not [m for _, m in rep.ready().messages]
     # It votes once its lease has run out and it has itself missed the heartbeats.
     wait_ms = cfg.lease_ms + cfg.election_margin_ms
@@ -213,17 +213,17 @@ def test_a_heartbeat_cancels_a_deferred_vote() -> None:
     cfg = ClusterConfig(replicas=3, sequencer=0)
     rep = Replica(cfg, 2, Register())
     rep.tick(0.0)
-    rep.step(Heartbeat(0, 0, 0, 0, -1))
-    rep.step(VRequest(1, 1, 0))
+    rep.step(Heartbeat(0, 0, 0, 0, -1), 0.0)
+    rep.step(VRequest(1, 1, 0), 0.0)
     rep.tick(cfg.lease_ms / 2)
-    rep.step(Heartbeat(0, 0, 0, 1, -1))  # the sequencer is alive after all
+    rep.step(Heartbeat(0, 0, 0, 1, -1), cfg.lease_ms / 2)  # the sequencer is alive after all
     now, stamp = cfg.lease_ms / 2, 1
     while now < cfg.lease_ms * 3:
         now += cfg.tick_ms
         rep.tick(now)
         if now % cfg.heartbeat_ms == 0:
             stamp += 1
-            rep.step(Heartbeat(0, 0, 0, stamp, -1))
+            rep.step(Heartbeat(0, 0, 0, stamp, -1), now)
     assert rep.view == 0 and rep.sequencer == 0
 
 
@@ -340,7 +340,7 @@ def test_a_vote_with_an_absurd_slot_is_rejected_and_changes_nothing() -> None:
     rep._start_view_change()
     rep.ready()
     view = rep._candidate.view if rep._candidate else -1
-    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0, 0))
+    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0, 0), 0.0)
     assert rep.stats.rejected == 1
     assert rep._candidate is not None and not rep._candidate.votes
     assert rep.view == 0
@@ -372,10 +372,10 @@ def test_o_accepts_are_accepted_contiguously_within_a_view() -> None:
     rep = Replica(ClusterConfig(replicas=3), 1, Register())
     from sdpaxos.core import OAccept
 
-    rep.step(OAccept(0, 0, 2, ((2, 1),), 0, False))
+    rep.step(OAccept(0, 0, 2, ((2, 1),), 0, False), 0.0)
     rd = rep.ready()
     assert not rd.persist and rep._acc_upto == 0
-    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False))
+    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False), 0.0)
     rd = rep.ready()
     assert rep._acc_upto == 3
     assert [r.start for r in rd.persist] == [0, 2]

@@ -71,9 +71,9 @@ def test_allocation_guard_never_over_allocates(events: list[tuple[str, int, int]
     highest = {1: -1, 2: -1}
     for kind, owner, index in events:
         if kind == "accept":
-            seq.step(CAccept(owner, 0, owner, index, owner, (Command(0, 0, b""),)))
+            seq.step(CAccept(owner, 0, owner, index, owner, (Command(0, 0, b""),)), 0.0)
         else:
-            seq.step(CRequest(owner, 0, owner, index, 0, ()))
+            seq.step(CRequest(owner, 0, owner, index, 0, ()), 0.0)
         seq.ready()
         highest[owner] = max(highest[owner], index)
         for o in (1, 2):
@@ -84,10 +84,10 @@ def test_allocation_guard_never_over_allocates(events: list[tuple[str, int, int]
 
 def test_retransmitted_c_request_resends_lost_o_accepts_without_allocating() -> None:
     seq = sequencer(3)
-    seq.step(CRequest(1, 0, 1, 0, 0, ()))
+    seq.step(CRequest(1, 0, 1, 0, 0, ()), 0.0)
     first = [m for _, m in seq.ready().messages if isinstance(m, OAccept)]
     assert [(m.start, m.values) for m in first] == [(0, ((1, 1),))]
-    seq.step(CRequest(1, 0, 1, 0, 0, ()))  # the O-accept was lost; the owner asks again
+    seq.step(CRequest(1, 0, 1, 0, 0, ()), 0.0)  # the O-accept was lost; the owner asks again
     again = [m for _, m in seq.ready().messages if isinstance(m, OAccept)]
     assert [(m.start, m.values) for m in again] == [(0, ((1, 1),))]
     assert seq._o_owner == [1]
@@ -112,7 +112,7 @@ def test_commands_are_batched_into_c_instances_of_bounded_size() -> None:
 def test_o_instances_cover_several_c_instances_of_one_replica_bounded() -> None:
     """Section 4 O-instance batching: one O-instance may order several C-instances."""
     seq = sequencer(3, o_batch_max=4)
-    seq.step(CRequest(1, 0, 1, 9, 0, ()))  # C-instances 0..9 of replica 1 exist
+    seq.step(CRequest(1, 0, 1, 9, 0, ()), 0.0)  # C-instances 0..9 of replica 1 exist
     seq.ready()
     assert list(zip(seq._o_owner, seq._o_count, strict=True)) == [(1, 4), (1, 4), (1, 2)]
 
@@ -120,7 +120,7 @@ def test_o_instances_cover_several_c_instances_of_one_replica_bounded() -> None:
 def test_five_replicas_non_sequencer_o_instances_cover_one_c_instance() -> None:
     """With N = 5 the view change infers one C-instance per hole, so counts stay 1."""
     seq = sequencer(5, o_batch_max=8)
-    seq.step(CRequest(3, 0, 3, 2, 0, ()))
+    seq.step(CRequest(3, 0, 3, 2, 0, ()), 0.0)
     seq.ready()
     assert list(zip(seq._o_owner, seq._o_count, strict=True)) == [(3, 1)] * 3
 
@@ -135,7 +135,7 @@ def test_batched_o_instances_execute_by_counting() -> None:
     to_seq = [p for p in net.pending if p[1] == 0]
     net.pending = [p for p in net.pending if p[1] != 0]
     for _, _, msg in to_seq:
-        net.replicas[0].step(msg)
+        net.replicas[0].step(msg, net.now_ms)
     net.flush(0)
     net.deliver_all()
     owners = net.replicas[0]._o_owner
@@ -173,7 +173,7 @@ def test_duplicating_every_message_changes_nothing(replicas: int) -> None:
     while doubled.pending:
         _, dst, msg = doubled.pending.pop(0)
         for _ in range(2):
-            doubled.replicas[dst].step(msg)
+            doubled.replicas[dst].step(msg, doubled.now_ms)
             doubled.flush(dst)
     for r in range(replicas):
         assert doubled.executed_ids(r) == plain.executed_ids(r)
@@ -266,7 +266,7 @@ def test_bad_peer_input_is_rejected_and_changes_nothing(bad: Any) -> None:
     rep.propose(Command(1, 1, b"x"))
     rep.ready()
     before = fingerprint(rep)
-    rep.step(bad)
+    rep.step(bad, 0.0)
     assert rep.stats.rejected == 1
     assert fingerprint(rep) == before
     assert not rep.ready()
@@ -274,10 +274,10 @@ def test_bad_peer_input_is_rejected_and_changes_nothing(bad: Any) -> None:
 
 def test_conflicting_o_accept_in_one_view_is_rejected_whole() -> None:
     rep = Replica(ClusterConfig(replicas=3), 1, Register())
-    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False))
+    rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False), 0.0)
     rep.ready()
     before = fingerprint(rep)
-    rep.step(OAccept(0, 0, 1, ((2, 1), (2, 1), (2, 1)), 0, False))  # slot 1 was (1, 1): conflict
+    rep.step(OAccept(0, 0, 1, ((2, 1), (2, 1), (2, 1)), 0, False), 0.0)  # slot 1 was (1, 1): conflict
     assert rep.stats.rejected == 1
     assert fingerprint(rep) == before
 
@@ -286,16 +286,16 @@ def test_stale_view_is_dropped() -> None:
     rep = sequencer(3)
     rep.view = 2  # as if two view changes had happened
     before = fingerprint(rep)
-    rep.step(CAccept(1, 1, 1, 0, 1, ()))
+    rep.step(CAccept(1, 1, 1, 0, 1, ()), 0.0)
     assert rep.stats.stale == 1
     assert fingerprint(rep) == before
 
 
 def test_stale_ballot_c_accept_is_not_accepted() -> None:
     rep = Replica(ClusterConfig(replicas=3), 2, Register())
-    rep.step(CAccept(1, 0, 1, 0, 257, (Command(1, 1, b"new"),)))  # round 1 ballot
+    rep.step(CAccept(1, 0, 1, 0, 257, (Command(1, 1, b"new"),)), 0.0)  # round 1 ballot
     rep.ready()
-    rep.step(CAccept(1, 0, 1, 0, 1, (Command(1, 1, b"old"),)))  # the owner's round 0
+    rep.step(CAccept(1, 0, 1, 0, 1, (Command(1, 1, b"old"),)), 0.0)  # the owner's round 0
     rd = rep.ready()
     assert not rd.messages and not rd.persist
     assert rep._c[1][0].commands == (Command(1, 1, b"new"),)

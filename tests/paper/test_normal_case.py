@@ -94,11 +94,11 @@ def test_s3_2_five_replicas_ready_needs_every_earlier_o_instance_accepted_by_the
     net.deliver_all(keep=lambda s, d, m: not isinstance(m, OAccept))
     assert net.ready_ids(OR) == []
     # An O-accept that names only slot 1 for OR (slot 0 unseen) must not make it ready.
-    leader.step(OAccept(CA, 0, 1, ((OR, 1),), 0, False))
+    leader.step(OAccept(CA, 0, 1, ((OR, 1),), 0, False), 0.0)
     net.flush(OR)
     assert net.ready_ids(OR) == []
     # Once slot 0 arrives, slot 1 is the leader's first O-instance and the command is ready.
-    leader.step(OAccept(CA, 0, 0, ((SEL, 1),), 0, False))
+    leader.step(OAccept(CA, 0, 0, ((SEL, 1),), 0, False), 0.0)
     net.flush(OR)
     assert net.ready_ids(OR) == [(7, 1)]
 
