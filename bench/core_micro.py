@@ -302,15 +302,16 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
             if inbox:
                 inboxes[r] = []
                 step = rep.step
+                now_ms = ticks * cfg.tick_ms  # the logical clock (see the ticks below)
                 if decode_batch is None:
                     for m in inbox:
-                        step(m)
+                        step(m, now_ms)
                     steps += len(inbox)
                 else:
                     for frame in inbox:
                         batch = decode_batch(frame)
                         for m in batch:
-                            step(m)
+                            step(m, now_ms)
                         steps += len(batch)
                 activity += 1
             rd = rep.ready()
