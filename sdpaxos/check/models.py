@@ -40,6 +40,17 @@ def _append(current: Any, suffix: Any) -> Any:
     return suffix if current is None else current + suffix
 
 
+def _describe_register_op(f: Any, arg: Any, output: Any) -> str:
+    """``read -> 3``, ``write 3``, ``cas 1->2 ok``: outputs only where they say something."""
+    if f in ("read", "get"):
+        return f"{f} -> {describe_value(output)}"
+    if f == "cas" and isinstance(arg, tuple) and len(arg) == 2:
+        result = {True: "ok", False: "failed"}.get(output, "?") if output is not UNKNOWN else "?"
+        return f"cas {describe_value(arg[0])}->{describe_value(arg[1])} {result}"
+    text = f"{f} {describe_value(arg)}" if arg is not None else str(f)
+    return text if output is None else f"{text} -> {describe_value(output)}"
+
+
 class Register(Model[Any]):
     """A read/write register that starts at ``initial``."""
 
@@ -58,6 +69,9 @@ class Register(Model[Any]):
         if f == "write":
             return input[1]
         return ILLEGAL
+
+    def describe_operation(self, input: Any, output: Any) -> str:
+        return _describe_register_op(input[0], input[1] if len(input) > 1 else None, output)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(initial={self.initial!r})"
@@ -122,6 +136,10 @@ class _KeyModel(Model[Any]):
             self.missing, state, input[0], input[2] if len(input) > 2 else None, output
         )
 
+    def describe_operation(self, input: Any, output: Any) -> str:
+        # The key is the same for the whole sub-history: leave it out.
+        return _describe_register_op(input[0], input[2] if len(input) > 2 else None, output)
+
     def describe_state(self, state: Any) -> str:
         return f"{describe_value(self.key)}: {describe_value(state)}"
 
@@ -163,6 +181,11 @@ class KeyValue(Model[frozenset[tuple[Any, Any]]]):
 
     def partition(self, input: Any) -> Hashable:
         return input[1]  # type: ignore[no-any-return]
+
+    def describe_operation(self, input: Any, output: Any) -> str:
+        text = _describe_register_op(input[0], input[2] if len(input) > 2 else None, output)
+        f, _, rest = text.partition(" ")
+        return f"{f} {describe_value(input[1])} {rest}".rstrip()
 
     def partition_model(self, key: Hashable) -> Model[Any]:
         return _KeyModel(key, self.missing)
