@@ -102,6 +102,7 @@ class Model(Generic[S]):
 
     Optional overrides:
 
+    * :meth:`read_only`: which operations never change the state (faster).
     * :meth:`partition`: the key of the independent part of the object an
       operation touches (a map's key). The checker then splits the history by
       key and checks each part on its own, which is exponentially cheaper
@@ -128,6 +129,16 @@ class Model(Generic[S]):
         would lead to (it is legal whenever some output would be).
         """
         raise NotImplementedError
+
+    def read_only(self, input: Any, output: Any) -> bool:
+        """True if this operation, with this output, never changes any state
+        (a read; a compare-and-set known to have failed). Optional: the search
+        then places such an operation as soon as it fits, without trying
+        alternatives, which is a large saving on read-heavy histories. Say
+        True only if it holds in *every* state: an operation that merely
+        happens to leave one state unchanged (deleting an absent key) is not
+        read-only. Default: False."""
+        return False
 
     def partition(self, input: Any) -> Hashable | None:
         """The independent part of the object ``input`` touches, or ``None`` if it

@@ -70,6 +70,9 @@ class Register(Model[Any]):
             return input[1]
         return ILLEGAL
 
+    def read_only(self, input: Any, output: Any) -> bool:
+        return input[0] == "read" or (input[0] == "cas" and output is False)
+
     def describe_operation(self, input: Any, output: Any) -> str:
         return _describe_register_op(input[0], input[1] if len(input) > 1 else None, output)
 
@@ -136,6 +139,9 @@ class _KeyModel(Model[Any]):
             self.missing, state, input[0], input[2] if len(input) > 2 else None, output
         )
 
+    def read_only(self, input: Any, output: Any) -> bool:
+        return input[0] == "get" or (input[0] == "cas" and output is False)
+
     def describe_operation(self, input: Any, output: Any) -> str:
         # The key is the same for the whole sub-history: leave it out.
         return _describe_register_op(input[0], input[2] if len(input) > 2 else None, output)
@@ -182,6 +188,9 @@ class KeyValue(Model[frozenset[tuple[Any, Any]]]):
     def partition(self, input: Any) -> Hashable:
         return input[1]  # type: ignore[no-any-return]
 
+    def read_only(self, input: Any, output: Any) -> bool:
+        return input[0] == "get" or (input[0] == "cas" and output is False)
+
     def describe_operation(self, input: Any, output: Any) -> str:
         text = _describe_register_op(input[0], input[2] if len(input) > 2 else None, output)
         f, _, rest = text.partition(" ")
@@ -208,6 +217,9 @@ class SetModel(Model[frozenset[Any]]):
 
     def init(self) -> frozenset[Any]:
         return frozenset()
+
+    def read_only(self, input: Any, output: Any) -> bool:
+        return input[0] in ("contains", "read")
 
     def step(self, state: frozenset[Any], input: Any, output: Any) -> frozenset[Any] | _Illegal:
         f = input[0]

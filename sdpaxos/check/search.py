@@ -20,11 +20,14 @@ linearizability", 2017; the layout follows Porcupine):
 
 Reductions on top of plain WGL, each of which keeps the verdict exact:
 
-* *Read-only commit.* If a completed candidate is legal in the current state
-  and leaves it unchanged (a read that sees the current value), it is
-  linearized at once and no alternative is tried: any linearization from here
-  can be rearranged to do that read first, since nothing it sees changes and
-  every operation that returned before its invocation is already placed.
+* *Read-only commit.* If a completed candidate is read-only (the model's
+  :meth:`~sdpaxos.check.Model.read_only`: it never changes any state) and is
+  legal in the current state, it is linearized at once and no alternative is
+  tried: any linearization from here can be rearranged to do that read first,
+  since it changes nothing for the operations it jumps over and every
+  operation that returned before its invocation is already placed. (An
+  operation that merely leaves *this* state unchanged does not qualify: a
+  delete of an absent key would change the state at its later position.)
 * *Useless open operations.* An open operation (one that may or may not have
   happened) that leaves the state unchanged is never tried: not doing it is
   always at least as good, since it stays available for later.
@@ -153,6 +156,8 @@ def search_steps(
     outputs = [op[1] for op in ops]
     is_open = [op[3] is None for op in ops]
     bit = [1 << i for i in range(n)]
+    read_only = model.read_only
+    commit = [not is_open[i] and read_only(inputs[i], outputs[i]) for i in range(n)]
 
     # For each open operation, the previous open operation (in invocation
     # order) with an equal input, or -1: equal open operations are tried in order.
@@ -205,7 +210,7 @@ def search_steps(
                 if (bits | bit[i], nk) in seen:
                     continue
                 kids.append((i, ns, nk))
-            elif nk == skey:
+            elif commit[i]:
                 # Read-only commit: this child alone decides the configuration.
                 if (bits | bit[i], nk) in seen:
                     return []
