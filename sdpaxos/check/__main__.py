@@ -83,7 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--processes", type=int, metavar="N", help="worker processes (default: by size and cores)"
     )
-    p.add_argument("--all", action="store_true", help="check every sub-history even after one fails")
+    p.add_argument(
+        "--all", action="store_true", help="check every sub-history even after one fails"
+    )
     p.add_argument("--html", metavar="OUT.html", help="write the picture as a self-contained page")
     p.add_argument("--png", metavar="OUT.png", help="write the picture as a PNG (needs matplotlib)")
     return p
@@ -107,10 +109,12 @@ def _model(spec: str | None, initial: str | None, default: Model[Any]) -> Model[
         if initial is not None:
             if not (isinstance(factory, type) and issubclass(factory, Register)):
                 raise _Usage("--initial only applies to register and cas-register")
-            return factory(value)  # type: ignore[call-arg]
+            return factory(value)
         return factory()
     if ":" not in spec:
-        raise _Usage(f"--model: unknown model {spec!r} (known: {', '.join(MODELS)}, or module:Class)")
+        raise _Usage(
+            f"--model: unknown model {spec!r} (known: {', '.join(MODELS)}, or module:Class)"
+        )
     module_name, _, attr = spec.partition(":")
     try:
         obj = getattr(importlib.import_module(module_name), attr)

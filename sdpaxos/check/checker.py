@@ -130,9 +130,7 @@ class Witness:
             lines.append(f"  ... {skipped} earlier operations ...")
         start = max(0, skipped)
         for n, (op, after) in enumerate(self.prefix[start:], start=start + 1):
-            lines.append(
-                f"  {n:4d}. {_describe_op(m, op)}    => {m.describe_state(after)}"
-            )
+            lines.append(f"  {n:4d}. {_describe_op(m, op)}    => {m.describe_state(after)}")
         lines.append(f"state after the prefix: {m.describe_state(self.state)}")
         lines.append("could not be placed next:")
         for a in self.attempts:
@@ -143,7 +141,9 @@ class Witness:
             )
             lines.append(f"  {_describe_op(m, a.op)}: {verdict}")
         if self.blocking is not None:
-            lines.append(f"had to be placed before its completion: {_describe_op(m, self.blocking)}")
+            lines.append(
+                f"had to be placed before its completion: {_describe_op(m, self.blocking)}"
+            )
         return "\n".join(lines)
 
 
@@ -410,7 +410,9 @@ def check(
     deadline = None if timeout_s is None else started + timeout_s
     ops = tuple(history)
     validate(ops)
-    groups = partition_history(model, ops) if partition else [(None, list(range(len(ops))))]
+    groups: list[tuple[Hashable, list[int]]] = (
+        partition_history(model, ops) if partition else [(None, list(range(len(ops))))]
+    )
     tasks: list[_Task] = []
     for key, positions in groups:
         sub_model = model if key is None else model.partition_model(key)
@@ -473,13 +475,11 @@ def _assemble(
         report = reports.get(t)
         if report is None:
             partitions.append(
-                PartitionResult(
-                    key, tuple(positions), Verdict.UNKNOWN, (), checked=not failed
-                )
+                PartitionResult(key, tuple(positions), Verdict.UNKNOWN, (), checked=not failed)
             )
             continue
-        _, verdict, order, configs, memo_size, memo_full, _reason, spent_s = report
-        v = _VERDICTS[verdict]
+        _, code, order, configs, memo_size, memo_full, _reason, spent_s = report
+        v = _VERDICTS[code]
         partitions.append(
             PartitionResult(
                 key,
@@ -523,7 +523,7 @@ def build_witness(
         placed.append((op, state))
     done = set(prefix)
     rest = [j for j in range(len(ops)) if j not in done]
-    completes = [ops[j].complete for j in rest if ops[j].complete is not None]
+    completes = [c for j in rest if (c := ops[j].complete) is not None]
     first_complete = min(completes) if completes else None
     attempts = []
     blocking = None

@@ -43,7 +43,7 @@ class Symbol:
         return self.name
 
 
-_DELIMITERS: Final = frozenset("()[]{}\";")
+_DELIMITERS: Final = frozenset('()[]{}";')
 _WHITESPACE: Final = frozenset(" \t\r\n,")
 _ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "b": "\b", "f": "\f"}
 _CHARS: Final = {"newline": "\n", "space": " ", "tab": "\t", "return": "\r"}
@@ -108,7 +108,7 @@ class _Reader:
         return self.read_atom()
 
     def read_until(self, close: str) -> list[Any]:
-        items = []
+        items: list[Any] = []
         start = self.line
         while True:
             self.skip_space()
@@ -154,7 +154,9 @@ class _Reader:
     def token(self) -> str:
         start = self.pos
         text, n = self.text, len(self.text)
-        while self.pos < n and text[self.pos] not in _WHITESPACE and text[self.pos] not in _DELIMITERS:
+        while (
+            self.pos < n and text[self.pos] not in _WHITESPACE and text[self.pos] not in _DELIMITERS
+        ):
             self.pos += 1
         return text[start : self.pos]
 

@@ -114,15 +114,21 @@ class _Pairing:
 
     def complete(self, process: Any, f: str, line: int) -> tuple[int, str, Any, int]:
         if process not in self.pending:
-            raise FormatError(self.source, line, f"process {process} completes an operation it never invoked")
+            raise FormatError(
+                self.source, line, f"process {process} completes an operation it never invoked"
+            )
         call = self.pending.pop(process)
         if call[1] != f:
             raise FormatError(
-                self.source, line, f"completes :{f} but the invocation on line {call[3]} was :{call[1]}"
+                self.source,
+                line,
+                f"completes :{f} but the invocation on line {call[3]} was :{call[1]}",
             )
         return call
 
-    def add(self, process: Any, inp: Any, out: Any, invoke: int, complete: int | None, meta: str) -> None:
+    def add(
+        self, process: Any, inp: Any, out: Any, invoke: int, complete: int | None, meta: str
+    ) -> None:
         self.ops.append(Operation(process, inp, out, invoke, complete, meta))
 
     def finish(self, make_input: Any) -> list[Operation]:
@@ -162,20 +168,28 @@ def parse_etcd(text: str, source: str = "<text>") -> Loaded:
             raise FormatError(source, n, f"not a Jepsen log line: {raw.strip()[:60]!r}")
         fields = raw[mark + len(_ETCD_MARK) :].split(None, 3)
         if len(fields) < 4:
-            raise FormatError(source, n, "expected '<process> <type> <f> <value>' after 'jepsen.util -'")
+            raise FormatError(
+                source, n, "expected '<process> <type> <f> <value>' after 'jepsen.util -'"
+            )
         proc_text, type_text, f_text, value_text = fields
         if proc_text == ":nemesis":
             continue
         try:
             process: Any = int(proc_text)
         except ValueError:
-            raise FormatError(source, n, f"the process must be an integer, got {proc_text!r}") from None
+            raise FormatError(
+                source, n, f"the process must be an integer, got {proc_text!r}"
+            ) from None
         kind = type_text.lstrip(":")
         f = f_text.lstrip(":")
         if kind not in ("invoke", "ok", "fail", "info"):
-            raise FormatError(source, n, f"unknown type {type_text!r} (expected :invoke, :ok, :fail or :info)")
+            raise FormatError(
+                source, n, f"unknown type {type_text!r} (expected :invoke, :ok, :fail or :info)"
+            )
         if f not in _ETCD_FS:
-            raise FormatError(source, n, f"unknown operation {f_text!r} (expected :read, :write or :cas)")
+            raise FormatError(
+                source, n, f"unknown operation {f_text!r} (expected :read, :write or :cas)"
+            )
         try:
             value = _hashable(read_one(value_text, n))
         except EdnError as e:
@@ -214,7 +228,9 @@ def _op_from_map(
 ) -> None:
     source = pairing.source
     if not isinstance(form, dict):
-        raise FormatError(source, n, f"expected a map like {{:process 0, :type :invoke, ...}}, got {form!r}")
+        raise FormatError(
+            source, n, f"expected a map like {{:process 0, :type :invoke, ...}}, got {form!r}"
+        )
     try:
         process = form[Keyword("process")]
         kind_kw = form[Keyword("type")]
@@ -230,7 +246,9 @@ def _op_from_map(
     try:
         hash(process)
     except TypeError:
-        raise FormatError(source, n, f":process must be a number or name, got {process!r}") from None
+        raise FormatError(
+            source, n, f":process must be a number or name, got {process!r}"
+        ) from None
     kind = kind_kw.name
     f = f_kw.name if isinstance(f_kw, Keyword) else f_kw
     value = _hashable(form.get(Keyword("value")))
@@ -303,7 +321,9 @@ def parse_edn(text: str, source: str = "<text>") -> Loaded:
 
 # --- JSON lines -------------------------------------------------------------
 
-_JSONL_FIELDS: Final = frozenset({"client", "input", "output", "invoke", "complete", "status", "meta"})
+_JSONL_FIELDS: Final = frozenset(
+    {"client", "input", "output", "invoke", "complete", "status", "meta"}
+)
 
 
 def _number(value: Any) -> bool:
@@ -335,10 +355,14 @@ def parse_jsonl(text: str, source: str = "<text>") -> Loaded:
         if not _number(invoke):
             raise FormatError(source, n, f"'invoke' must be a finite number, got {invoke!r}")
         if complete is not None and not _number(complete):
-            raise FormatError(source, n, f"'complete' must be a finite number or null, got {complete!r}")
+            raise FormatError(
+                source, n, f"'complete' must be a finite number or null, got {complete!r}"
+            )
         status = obj.get("status", "ok" if complete is not None else "info")
         if status not in ("ok", "info", "fail"):
-            raise FormatError(source, n, f"'status' must be \"ok\", \"info\" or \"fail\", got {status!r}")
+            raise FormatError(
+                source, n, f'\'status\' must be "ok", "info" or "fail", got {status!r}'
+            )
         if status == "ok" and complete is None:
             raise FormatError(source, n, "status \"ok\" needs a 'complete' time")
         if complete is not None and complete < invoke:

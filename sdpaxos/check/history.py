@@ -52,7 +52,7 @@ class _Unknown:
         return "UNKNOWN"
 
 
-UNKNOWN: Final = _Unknown()
+UNKNOWN: Final[_Unknown] = _Unknown()
 """The output of an operation whose result the client never saw.
 
 Models must accept it as the output of any operation: a step with an unknown

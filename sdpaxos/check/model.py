@@ -62,7 +62,7 @@ class _Illegal:
         return "ILLEGAL"
 
 
-ILLEGAL: Final = _Illegal()
+ILLEGAL: Final[_Illegal] = _Illegal()
 """What :meth:`Model.step` returns when the operation cannot produce that output
 in that state. A sentinel rather than ``None`` so that ``None`` can be a state
 (an empty register)."""
@@ -156,7 +156,7 @@ class Model(Generic[S]):
 
     def state_key(self, state: S) -> Hashable:
         """A hashable value equal for equal states (default: the state itself)."""
-        return state  # type: ignore[return-value]
+        return state
 
     def describe_operation(self, input: Any, output: Any) -> str:
         """One line for an operation, e.g. ``put 'k' 'v' -> nil``."""

@@ -177,8 +177,8 @@ class KeyValue(Model[frozenset[tuple[Any, Any]]]):
             if k == key:
                 current = v
                 break
-        value = _kv_value_step(self.missing, current, f, arg, output)
-        if value is ILLEGAL:
+        value: Any = _kv_value_step(self.missing, current, f, arg, output)
+        if isinstance(value, _Illegal):
             return ILLEGAL
         if value is current:
             return state

@@ -83,7 +83,9 @@ class Panel:
 
 
 def _ranks(ops: Sequence[Operation]) -> dict[float, int]:
-    times = sorted({op.invoke for op in ops} | {op.complete for op in ops if op.complete is not None})
+    times = sorted(
+        {op.invoke for op in ops} | {op.complete for op in ops if op.complete is not None}
+    )
     return {t: r for r, t in enumerate(times)}
 
 
@@ -119,8 +121,10 @@ def _panel(result: CheckResult, part: PartitionResult) -> Panel:
     witness = result.witness if result.witness and result.witness.partition == part.key else None
     attempted = {id(a.op) for a in witness.attempts} if witness else set()
     blocking = id(witness.blocking) if witness and witness.blocking else None
-    model = witness.model if witness else (
-        result.model if part.key is None else result.model.partition_model(part.key)
+    model = (
+        witness.model
+        if witness
+        else (result.model if part.key is None else result.model.partition_model(part.key))
     )
 
     bars = []
@@ -145,12 +149,24 @@ def _panel(result: CheckResult, part: PartitionResult) -> Panel:
         if i in order_no:
             detail += f"\nlinearized #{order_no[i]}"
         bars.append(
-            Bar(i, lane_of[op.client], x0, x1, op.complete is None, role, label, detail,
-                position.get(i), order_no.get(i))
+            Bar(
+                i,
+                lane_of[op.client],
+                x0,
+                x1,
+                op.complete is None,
+                role,
+                label,
+                detail,
+                position.get(i),
+                order_no.get(i),
+            )
         )
     chain = tuple((position[i], lane_of[history[i].client]) for i in part.order)
     what = "whole history" if part.key is None else f"key {part.key!r}"
-    status = part.verdict.value if part.checked else "not checked (another sub-history failed first)"
+    status = (
+        part.verdict.value if part.checked else "not checked (another sub-history failed first)"
+    )
     title = f"{what}: {status}, {len(ops)} operations"
     if part.verdict is Verdict.NOT_LINEARIZABLE:
         title += f", longest linearizable prefix {len(part.order)}"
@@ -171,6 +187,8 @@ def layout(result: CheckResult, panels_max: int = PANELS_MAX) -> list[Panel]:
 _UNIT_PX: Final = 12.0
 _LANE_PX: Final = 22.0
 _LEFT_PX: Final = 70.0
+
+_HATCH_CSS: Final = "repeating-linear-gradient(45deg,#fff 0 3px,#7a9be0 3px 6px)"
 
 _CSS: Final = """
 body { font: 14px system-ui, sans-serif; margin: 1.2em; color: #222; }
@@ -228,7 +246,9 @@ def _svg(panel: Panel) -> str:
     for n, client in enumerate(panel.lanes):
         y = 8 + n * _LANE_PX
         if n % 2:
-            out.append(f'<rect x="0" y="{y:.1f}" width="{width:.0f}" height="{_LANE_PX}" fill="#f1f3f6"/>')
+            out.append(
+                f'<rect x="0" y="{y:.1f}" width="{width:.0f}" height="{_LANE_PX}" fill="#f1f3f6"/>'
+            )
         out.append(f'<text x="4" y="{y + 15:.1f}">{html.escape(str(client))}</text>')
     out.append("</g>")
 
@@ -238,7 +258,11 @@ def _svg(panel: Panel) -> str:
     for bar in panel.bars:
         y = 8 + bar.lane * _LANE_PX + 3
         w = max(2.0, (bar.x1 - bar.x0) * _UNIT_PX)
-        fill = "url(#hatch)" if bar.is_open and bar.role in (PLACED, OPEN_PLACED, UNPLACED) else _FILL[bar.role]
+        fill = (
+            "url(#hatch)"
+            if bar.is_open and bar.role in (PLACED, OPEN_PLACED, UNPLACED)
+            else _FILL[bar.role]
+        )
         out.append(
             f'<rect class="op {bar.role}" x="{px(bar.x0):.1f}" y="{y:.1f}" width="{w:.1f}" '
             f'height="{_LANE_PX - 6}" rx="2" fill="{fill}" '
@@ -248,12 +272,18 @@ def _svg(panel: Panel) -> str:
         if w > 7 * 6:
             chars = int(w / 6.2)
             label = bar.label if len(bar.label) <= chars else bar.label[: chars - 1] + "…"
-            out.append(f'<text x="{px(bar.x0) + 3:.1f}" y="{y + 11:.1f}">{html.escape(label)}</text>')
+            out.append(
+                f'<text x="{px(bar.x0) + 3:.1f}" y="{y + 11:.1f}">{html.escape(label)}</text>'
+            )
     if panel.chain:
-        points = " ".join(f"{px(x):.1f},{8 + lane * _LANE_PX + _LANE_PX / 2:.1f}" for x, lane in panel.chain)
+        points = " ".join(
+            f"{px(x):.1f},{8 + lane * _LANE_PX + _LANE_PX / 2:.1f}" for x, lane in panel.chain
+        )
         out.append(f'<polyline class="chain" points="{points}"/>')
         for x, lane in panel.chain:
-            out.append(f'<circle cx="{px(x):.1f}" cy="{8 + lane * _LANE_PX + _LANE_PX / 2:.1f}" r="2.6"/>')
+            out.append(
+                f'<circle cx="{px(x):.1f}" cy="{8 + lane * _LANE_PX + _LANE_PX / 2:.1f}" r="2.6"/>'
+            )
     out.append("</svg>")
     return "\n".join(out)
 
@@ -267,15 +297,18 @@ def to_html(result: CheckResult, title: str = "history") -> str:
         Verdict.UNKNOWN: "unknown",
     }[result.verdict]
     summary = result.describe().splitlines()[1]
-    legend = "".join(
-        f'<span><i style="background:{_FILL[role]}"></i>{text}</span>'
-        for role, text in (
-            (PLACED, "linearized"),
-            (BLOCKING, "had to go next, could not"),
-            (ATTEMPT, "tried next, dead end"),
-            (UNPLACED, "not reached"),
+    legend = (
+        "".join(
+            f'<span><i style="background:{_FILL[role]}"></i>{text}</span>'
+            for role, text in (
+                (PLACED, "linearized"),
+                (BLOCKING, "had to go next, could not"),
+                (ATTEMPT, "tried next, dead end"),
+                (UNPLACED, "not reached"),
+            )
         )
-    ) + '<span><i style="background:url(#hatch);background:repeating-linear-gradient(45deg,#fff 0 3px,#7a9be0 3px 6px)"></i>in doubt (open)</span>'
+        + f'<span><i style="background:{_HATCH_CSS}"></i>in doubt (open)</span>'
+    )
     body = [
         f'<h1 class="{css_class}">{html.escape(str(result.verdict))}</h1>',
         f'<p class="summary">{html.escape(title)}: {html.escape(summary)}. '
@@ -341,7 +374,10 @@ def write_png(
     panels = layout(result, panels_max)
     heights = [max(1.5, 0.32 * len(p.lanes) + 0.7) for p in panels]
     fig, axes = plt.subplots(
-        len(panels), 1, figsize=(13, sum(heights) + 0.6), squeeze=False,
+        len(panels),
+        1,
+        figsize=(13, sum(heights) + 0.6),
+        squeeze=False,
         gridspec_kw={"height_ratios": heights},
     )
     for ax, panel in zip(axes[:, 0], panels, strict=True):
@@ -358,15 +394,30 @@ def write_png(
             hatch = "////" if bar.is_open else None
             face = "white" if bar.is_open and bar.role in (PLACED, OPEN_PLACED) else _FILL[bar.role]
             ax.add_patch(
-                Rectangle((bar.x0, y - 0.36), bar.x1 - bar.x0, 0.72, facecolor=face,
-                          edgecolor="#333", linewidth=0.5, hatch=hatch)
+                Rectangle(
+                    (bar.x0, y - 0.36),
+                    bar.x1 - bar.x0,
+                    0.72,
+                    facecolor=face,
+                    edgecolor="#333",
+                    linewidth=0.5,
+                    hatch=hatch,
+                )
             )
             visible = min(bar.x1, hi) - max(bar.x0, lo)
             chars = int(visible * _PNG_AXES_PX / (hi - lo) / _PNG_CHAR_PX) if hi > lo else 0
             if chars >= 6:
                 label = bar.label if len(bar.label) <= chars else bar.label[: chars - 1] + "…"
-                ax.text(max(bar.x0, lo) + 0.1, y, label, va="center", ha="left", fontsize=6.5,
-                        family="monospace", clip_on=True)
+                ax.text(
+                    max(bar.x0, lo) + 0.1,
+                    y,
+                    label,
+                    va="center",
+                    ha="left",
+                    fontsize=6.5,
+                    family="monospace",
+                    clip_on=True,
+                )
         if panel.chain:
             xs = [x for x, _ in panel.chain]
             ys = [len(panel.lanes) - 1 - lane for _, lane in panel.chain]

@@ -1,4 +1,4 @@
-"""The Wing–Gong–Lowe search for one (sub-)history. Pure: no I/O, no clock of its own.
+"""The Wing-Gong-Lowe search for one (sub-)history. Pure: no I/O, no clock of its own.
 
 The algorithm (Wing & Gong 1993, with Lowe's memoisation, "Testing for
 linearizability", 2017; the layout follows Porcupine):

@@ -29,6 +29,8 @@ ties and no clock going backwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import itertools
 import tempfile
 import threading
@@ -173,10 +175,8 @@ def record_threads(
         if barrier is not None:
             barrier.wait()
         for op in scripts[c]:
-            try:
-                rec.call(c, op, lambda op=op: apply(c, op), failures=failures)
-            except Exception:
-                pass  # recorded; the client moves on
+            with contextlib.suppress(Exception):  # recorded; the client moves on
+                rec.call(c, op, functools.partial(apply, c, op), failures=failures)
 
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(len(scripts))]
     for t in threads:
@@ -200,10 +200,8 @@ async def record_tasks(
 
     async def client(c: int) -> None:
         for op in scripts[c]:
-            try:
+            with contextlib.suppress(Exception):  # recorded; the client moves on
                 await rec.acall(c, op, apply(c, op), failures=failures)
-            except Exception:
-                pass  # recorded; the client moves on
 
     await asyncio.gather(*(client(c) for c in range(len(scripts))))
     return rec.history()

@@ -189,7 +189,9 @@ def test_a_model_that_raises_is_reported_from_a_worker_and_raised_in_process() -
         (op(1, ["read"], 1, 5, 6), "not hashable"),
     ],
 )
-def test_a_malformed_history_is_refused_with_the_operation_named(bad: Operation, message: str) -> None:
+def test_a_malformed_history_is_refused_with_the_operation_named(
+    bad: Operation, message: str
+) -> None:
     with pytest.raises(HistoryError, match=message) as e:
         check([op(0, ("write", 1), None, 0, 1), bad], Register())
     assert e.value.index == 1

@@ -33,17 +33,29 @@ def test_not_linearizable_exits_1_with_the_witness(capsys: pytest.CaptureFixture
 
 def _hard_jsonl(tmp_path: Path) -> Path:
     lines = [
-        {"client": i, "input": ["append", "k", f"<{i}>"], "output": None, "invoke": 0, "complete": 100}
+        {
+            "client": i,
+            "input": ["append", "k", f"<{i}>"],
+            "output": None,
+            "invoke": 0,
+            "complete": 100,
+        }
         for i in range(10)
     ]
-    lines.append({"client": 99, "input": ["get", "k"], "output": "never", "invoke": 101, "complete": 102})
+    lines.append(
+        {"client": 99, "input": ["get", "k"], "output": "never", "invoke": 101, "complete": 102}
+    )
     path = tmp_path / "hard.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
 
 
-def test_unknown_at_the_deadline_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, out, _ = run(capsys, str(_hard_jsonl(tmp_path)), "--format", "jsonl", "--timeout", "0.001")
+def test_unknown_at_the_deadline_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run(
+        capsys, str(_hard_jsonl(tmp_path)), "--format", "jsonl", "--timeout", "0.001"
+    )
     assert code == 2 and out.splitlines()[0] == "unknown"
 
 
@@ -69,12 +81,18 @@ def test_usage_and_input_errors_exit_3(
     assert "Traceback" not in err
 
 
-def test_a_user_model_and_an_initial_value(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_a_user_model_and_an_initial_value(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text('{"client": 1, "input": ["read"], "output": 0, "invoke": 0, "complete": 1}\n')
     assert run(capsys, str(path), "--format", "jsonl", "--model", "register")[0] == 1
-    assert run(capsys, str(path), "--format", "jsonl", "--model", "register", "--initial", "0")[0] == 0
-    assert run(capsys, str(path), "--format", "jsonl", "--model", "tests.check.test_cli:Zero")[0] == 0
+    assert (
+        run(capsys, str(path), "--format", "jsonl", "--model", "register", "--initial", "0")[0] == 0
+    )
+    assert (
+        run(capsys, str(path), "--format", "jsonl", "--model", "tests.check.test_cli:Zero")[0] == 0
+    )
 
 
 def test_pictures_are_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -90,8 +108,19 @@ def test_pictures_are_written(capsys: pytest.CaptureFixture[str], tmp_path: Path
 
 def test_the_module_runs_as_a_program() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "sdpaxos.check", str(histories_dir() / "etcd/etcd_001.log"), "--format", "etcd"],
-        capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "sdpaxos.check",
+            str(histories_dir() / "etcd/etcd_001.log"),
+            "--format",
+            "etcd",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 1 and proc.stdout.startswith("not linearizable\n")
 

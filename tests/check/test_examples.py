@@ -22,7 +22,11 @@ def test_there_are_examples() -> None:
 def test_the_example_runs_as_a_program(path: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(path)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=EXAMPLE_TIMEOUT_S, check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=EXAMPLE_TIMEOUT_S,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if path.name == "test_stale_cache.py":
@@ -32,7 +36,11 @@ def test_the_example_runs_as_a_program(path: Path, tmp_path: Path) -> None:
 def test_the_example_tests_pass_under_pytest(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(REPO / "examples")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=EXAMPLE_TIMEOUT_S, check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=EXAMPLE_TIMEOUT_S,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "3 passed" in proc.stdout and "failed" not in proc.stdout

@@ -45,8 +45,16 @@ def test_etcd_semantics() -> None:
     ("text", "line", "message"),
     [
         ("INFO  jepsen.util - 0\t:ok\t:read\t1\n", 1, "never invoked"),
-        ("INFO  jepsen.util - 0 :invoke :read nil\nINFO  jepsen.util - 0 :invoke :read nil\n", 2, "invokes again"),
-        ("INFO  jepsen.util - 0 :invoke :read nil\nINFO  jepsen.util - 0 :ok :write 1\n", 2, "was :read"),
+        (
+            "INFO  jepsen.util - 0 :invoke :read nil\nINFO  jepsen.util - 0 :invoke :read nil\n",
+            2,
+            "invokes again",
+        ),
+        (
+            "INFO  jepsen.util - 0 :invoke :read nil\nINFO  jepsen.util - 0 :ok :write 1\n",
+            2,
+            "was :read",
+        ),
         ("INFO  jepsen.util - 0 :invoke :frob 1\n", 1, "unknown operation"),
         ("INFO  jepsen.util - 0 :invoke :cas 1\n", 1, "must be \\[old new\\]"),
         ("INFO  jepsen.util - x :invoke :read nil\n", 1, "process must be an integer"),
@@ -78,7 +86,13 @@ def test_kv_lines_semantics() -> None:
     loaded = parse(KV, "kv-edn-lines")
     assert isinstance(loaded.model, KeyValue) and loaded.model.missing == ""
     inputs = [op.input for op in loaded.history]
-    assert inputs == [("put", "a", "x"), ("get", "a"), ("append", "b", "y"), ("get", "b"), ("get", "c")]
+    assert inputs == [
+        ("put", "a", "x"),
+        ("get", "a"),
+        ("append", "b", "y"),
+        ("get", "b"),
+        ("get", "c"),
+    ]
     assert [op.output for op in loaded.history] == [None, "x", None, "y", ""]
     assert check(loaded.history, loaded.model).ok
 
@@ -87,7 +101,7 @@ def test_kv_lines_semantics() -> None:
     ("text", "line", "message"),
     [
         ('{:process 0, :type :invoke, :f :get, :key "a" :value nil\n', 1, "expected"),
-        ('{:process 0, :type :invoke, :f :get, :value nil}\n', 1, "missing :key"),
+        ("{:process 0, :type :invoke, :f :get, :value nil}\n", 1, "missing :key"),
         ('\n{:process 0, :type :begin, :f :get, :key "a", :value nil}\n', 2, ":type must be"),
         ("[1 2 3]\n", 1, "expected a map"),
     ],
@@ -118,7 +132,12 @@ def test_knossos_edn_semantics() -> None:
     loaded = parse(KNOSSOS, "edn")
     assert isinstance(loaded.model, CasRegister)
     ops = sorted(loaded.history, key=lambda op: op.invoke)
-    assert [op.input for op in ops] == [("write", 1), ("cas", (1, 3)), ("read", None), ("read", None)]
+    assert [op.input for op in ops] == [
+        ("write", 1),
+        ("cas", (1, 3)),
+        ("read", None),
+        ("read", None),
+    ]
     assert ops[0].output is None and ops[0].meta == "lines 2-3"
     assert ops[1].is_open
     assert ops[2].output is UNKNOWN  # :ok read of nil: unconstrained
@@ -129,16 +148,32 @@ def test_edn_errors_name_the_line() -> None:
     with pytest.raises(FormatError, match="'\\]' expected \\(opened on line 1\\)") as e:
         parse("[{:process 0, :type :invoke, :f :read, :value nil}\n\n", "edn", "k.edn")
     assert e.value.line == 3
-    with pytest.raises(FormatError, match="k.edn:2: process 0 completes an operation it never invoked"):
+    with pytest.raises(
+        FormatError, match=r"k\.edn:2: process 0 completes an operation it never invoked"
+    ):
         parse("[\n{:process 0, :type :ok, :f :read, :value 1}]", "edn", "k.edn")
 
 
 def test_the_edn_reader() -> None:
-    forms = read_all('nil true 12 -3 1.5 42N "a\\"b\\n" \\c :k sym [1 (2)] {:a 1} #{1} #_ 9 #inst "x" ; c')
+    forms = read_all(
+        'nil true 12 -3 1.5 42N "a\\"b\\n" \\c :k sym [1 (2)] {:a 1} #{1} #_ 9 #inst "x" ; c'
+    )
     values = [f for f, _ in forms]
     assert values == [
-        None, True, 12, -3, 1.5, 42, 'a"b\n', "c", Keyword("k"), Symbol("sym"),
-        (1, (2,)), {Keyword("a"): 1}, frozenset({1}), "x",
+        None,
+        True,
+        12,
+        -3,
+        1.5,
+        42,
+        'a"b\n',
+        "c",
+        Keyword("k"),
+        Symbol("sym"),
+        (1, (2,)),
+        {Keyword("a"): 1},
+        frozenset({1}),
+        "x",
     ]
     assert [line for _, line in read_sequence("[1\n2\n\n3]")] == [1, 2, 4]
     for bad, line in [("(1 2", 1), ('"abc', 1), ("{:a}", 1), ("\n)", 2), ("1.2.3", 1)]:
@@ -162,7 +197,9 @@ def test_jsonl_round_trip_and_schema(tmp_path: Path) -> None:
     assert loaded.history[1].meta == "first read" and loaded.history[0].meta == "line 1"
     text = to_jsonl(history).splitlines()[2]
     assert '"status": "info"' in text and "output" not in text
-    failed = '{"client": 1, "input": ["put", "k", "x"], "invoke": 0, "complete": 1, "status": "fail"}\n'
+    failed = (
+        '{"client": 1, "input": ["put", "k", "x"], "invoke": 0, "complete": 1, "status": "fail"}\n'
+    )
     assert len(parse(failed + to_jsonl(history), "jsonl").history) == 4  # fail: did not happen
 
 
@@ -175,7 +212,10 @@ def test_jsonl_round_trip_and_schema(tmp_path: Path) -> None:
         ('{"client": 1, "input": ["get", "k"], "invoke": "0"}', "'invoke' must be a finite number"),
         ('{"client": 1, "input": ["get"], "invoke": 2, "complete": 1}', "before it is invoked"),
         ('{"client": 1, "input": ["get"], "invoke": 0, "status": "ok"}', "needs a 'complete'"),
-        ('{"client": 1, "input": ["get"], "invoke": 0, "complete": 1, "status": "meh"}', "'status' must be"),
+        (
+            '{"client": 1, "input": ["get"], "invoke": 0, "complete": 1, "status": "meh"}',
+            "'status' must be",
+        ),
         ('{"client": 1, "input": ["get"], "invoke": 0, "extra": 1}', "unknown field"),
         ('{"client": true, "input": ["get"], "invoke": 0}', "'client' must be"),
     ],

@@ -38,7 +38,9 @@ def test_points_follow_the_linearization_inside_each_bar() -> None:
     panels = layout(result, panels_max=100)
     assert len(panels) == 10
     for panel in panels:
-        placed = sorted((b for b in panel.bars if b.point is not None), key=lambda b: b.order_no or 0)
+        placed = sorted(
+            (b for b in panel.bars if b.point is not None), key=lambda b: b.order_no or 0
+        )
         assert len(placed) == len(panel.bars)  # linearizable: every operation placed
         xs = [b.point for b in placed]
         assert xs == sorted(xs) and len(set(xs)) == len(xs)  # strictly in order
@@ -86,7 +88,10 @@ def _run_browser(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]
     profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
     return subprocess.run(
         [_browser(), *BROWSER_FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S, check=False,
+        capture_output=True,
+        text=True,
+        timeout=BROWSER_TIMEOUT_S,
+        check=False,
     )
 
 
@@ -120,6 +125,8 @@ def test_the_page_is_self_contained() -> None:
 
 @pytest.mark.parametrize("n", [1, 30])
 def test_the_page_escapes_what_it_shows(n: int) -> None:
-    history = [Operation("<b>", ("put", "k", "</svg><script>x</script>"), None, i, i + 1) for i in range(n)]
+    history = [
+        Operation("<b>", ("put", "k", "</svg><script>x</script>"), None, i, i + 1) for i in range(n)
+    ]
     text = to_html(check(history, KeyValue()))
     assert "<script>x</script>" not in text and "&lt;b&gt;" in text

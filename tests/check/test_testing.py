@@ -67,7 +67,9 @@ class Store:
             return None
 
 
-SCRIPTS = [[op for i in range(3) for op in (("put", "k", f"{c}{i}"), ("get", "k"))] for c in range(4)]
+SCRIPTS = [
+    [op for i in range(3) for op in (("put", "k", f"{c}{i}"), ("get", "k"))] for c in range(4)
+]
 
 
 def test_threads_against_a_correct_store_are_linearizable() -> None:
