@@ -80,6 +80,7 @@ class Panel:
     bars: tuple[Bar, ...]
     chain: tuple[tuple[float, int], ...]
     width: float
+    note: str = ""
 
 
 def _ranks(ops: Sequence[Operation]) -> dict[float, int]:
@@ -170,7 +171,14 @@ def _panel(result: CheckResult, part: PartitionResult) -> Panel:
     title = f"{what}: {status}, {len(ops)} operations"
     if part.verdict is Verdict.NOT_LINEARIZABLE:
         title += f", longest linearizable prefix {len(part.order)}"
-    return Panel(part.key, title, part.verdict, tuple(lanes), tuple(bars), chain, end + 1.0)
+    note = ""
+    if witness is not None and witness.blocking is not None:
+        stuck = witness.blocking
+        note = (
+            f"could not be placed: {model.describe_operation(stuck.input, stuck.output)}"
+            f"\nstate after the prefix: {model.describe_state(witness.state)}"
+        )
+    return Panel(part.key, title, part.verdict, tuple(lanes), tuple(bars), chain, end + 1.0, note)
 
 
 def layout(result: CheckResult, panels_max: int = PANELS_MAX) -> list[Panel]:
@@ -210,6 +218,8 @@ svg circle { fill: #111; }
 #info { position: fixed; right: 1em; bottom: 1em; max-width: 42em; white-space: pre-wrap;
         background: #fffbe6; border: 1px solid #d4b106; padding: .5em .8em; font: 12px monospace;
         display: none; }
+.note { white-space: pre-wrap; color: #8e0000; background: #fff4f4; border-left: 3px solid #e0393e;
+        padding: .3em .6em; margin: .3em 0; font: 12px monospace; }
 pre { background: #f6f6f6; padding: .8em; overflow-x: auto; }
 """
 
@@ -318,8 +328,9 @@ def to_html(result: CheckResult, title: str = "history") -> str:
     ]
     hidden = len(result.partitions) - len(panels)
     for n, panel in enumerate(panels):
+        note = f'<p class="note">{html.escape(panel.note)}</p>' if panel.note else ""
         body.append(
-            f'<section id="panel-{n}"><h2>{html.escape(panel.title)}</h2>'
+            f'<section id="panel-{n}"><h2>{html.escape(panel.title)}</h2>{note}'
             f'<div class="scroll">{_svg(panel)}</div></section>'
         )
     if hidden > 0:
@@ -371,7 +382,9 @@ def write_png(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    panels = layout(result, panels_max)
+    panels = layout(result, len(result.partitions))
+    checked = [p for p in panels if not all(b.role == UNCHECKED for b in p.bars)]
+    panels = (checked or panels)[:panels_max]  # a picture: leave out what was not checked
     heights = [max(1.5, 0.32 * len(p.lanes) + 0.7) for p in panels]
     fig, axes = plt.subplots(
         len(panels),
@@ -418,6 +431,19 @@ def write_png(
                     family="monospace",
                     clip_on=True,
                 )
+        for bar in panel.bars:
+            if bar.role == BLOCKING and panel.note:
+                y = len(panel.lanes) - 1 - bar.lane
+                ax.annotate(
+                    panel.note,
+                    xy=(bar.x1, y),
+                    xytext=(bar.x1 + 0.04 * (hi - lo), y + 0.1),
+                    fontsize=7.5,
+                    va="center",
+                    color="#8e0000",
+                    bbox={"boxstyle": "round", "fc": "#fff4f4", "ec": "#e0393e"},
+                    arrowprops={"arrowstyle": "->", "color": "#e0393e"},
+                )
         if panel.chain:
             xs = [x for x, _ in panel.chain]
             ys = [len(panel.lanes) - 1 - lane for _, lane in panel.chain]
@@ -435,6 +461,21 @@ def write_png(
         ax.set_title(panel.title, fontsize=9, loc="left", color=color)
     head = f"{title or Path(path).stem}: {result.verdict}"
     fig.suptitle(head, fontsize=11, x=0.01, ha="left")
+    from matplotlib.patches import Patch
+
+    fig.legend(
+        handles=[
+            Patch(facecolor=_FILL[PLACED], edgecolor="#333", label="linearized (dots: in order)"),
+            Patch(facecolor=_FILL[BLOCKING], edgecolor="#333", label="had to go next, could not"),
+            Patch(facecolor=_FILL[ATTEMPT], edgecolor="#333", label="tried next, dead end"),
+            Patch(facecolor=_FILL[UNPLACED], edgecolor="#333", label="not reached"),
+            Patch(facecolor="white", edgecolor="#333", hatch="////", label="in doubt (open)"),
+        ],
+        loc="upper right",
+        ncol=5,
+        fontsize=7.5,
+        frameon=False,
+    )
     fig.tight_layout()
     p = Path(path)
     fig.savefig(p, dpi=110)
