@@ -68,12 +68,13 @@ def test_a_failed_cas_ran_and_saw_a_different_value() -> None:
 
 
 def test_equal_open_writes_are_interchangeable_but_each_counts_once() -> None:
-    writes = [op(c, ("write", 1), UNKNOWN, c, None) for c in range(3)]
-    other = op(9, ("write", 2), None, 5, 6)
-    # Reading 1, then 2, then 1 again needs two of the equal writes to have happened.
-    reads = [op(8, ("read",), 1, 3, 4), op(8, ("read",), 2, 10, 11), op(8, ("read",), 1, 20, 21)]
-    assert verdict([*writes, other, *reads]) is L
-    assert verdict([writes[0], other, *reads]) is N
+    ones = [op(c, ("write", 1), UNKNOWN, c, None) for c in range(3)]
+    twos = [op(8, ("write", 2), None, 5, 6), op(8, ("write", 2), None, 15, 16)]
+    # Reading 1, 2, 1, 2, 1 needs all three in-doubt writes of 1 to have happened.
+    values = [(1, 3), (2, 10), (1, 12), (2, 20), (1, 22)]
+    reads = [op(9, ("read",), v, t, t + 1) for v, t in values]
+    assert verdict([*ones, *twos, *reads]) is L
+    assert verdict([*ones[:2], *twos, *reads]) is N
 
 
 def test_the_witness_names_the_longest_prefix_and_what_could_not_follow() -> None:
