@@ -59,6 +59,9 @@ would cost more than it saves."""
 PROCESSES_MAX: Final = 8
 """Upper bound on worker processes chosen automatically."""
 
+WORKER_POLL_S: Final = 1.0
+"""How often the parent looks whether its workers are still alive."""
+
 WORKER_GRACE_S: Final = 5.0
 """How long after the deadline the parent waits for workers before stopping them."""
 
@@ -350,13 +353,18 @@ def _run_parallel(
     running = len(workers)
     try:
         while running:
-            wait_s = None if deadline is None else deadline + WORKER_GRACE_S - time.monotonic()
-            if wait_s is not None and wait_s <= 0:
-                break
+            wait_s = WORKER_POLL_S
+            if deadline is not None:
+                left_s = deadline + WORKER_GRACE_S - time.monotonic()
+                if left_s <= 0:
+                    break
+                wait_s = min(wait_s, left_s)
             try:
                 kind, payload = results.get(timeout=wait_s)
             except queue.Empty:
-                break
+                if not any(p.is_alive() for p in workers) and results.empty():
+                    break  # a worker died without a word (killed): what is missing is unknown
+                continue
             if kind == "result":
                 reports[payload[0]] = payload
                 if stop_on_failure and payload[1] == ILLEGAL_VERDICT:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Any
 
 import pytest
@@ -196,3 +197,28 @@ def test_a_malformed_history_is_refused_with_the_operation_named(
     with pytest.raises(HistoryError, match=message) as e:
         check([op(0, ("write", 1), None, 0, 1), bad], Register())
     assert e.value.index == 1
+
+
+class DiesInWorker(Model[int]):
+    """Kills the worker process it runs in (as the OOM killer would)."""
+
+    def __init__(self) -> None:
+        self.parent_pid = os.getpid()
+
+    def init(self) -> int:
+        return 0
+
+    def step(self, state: int, input: Any, output: Any) -> int:
+        if os.getpid() != self.parent_pid:
+            os._exit(3)
+        return state
+
+    def partition(self, input: Any) -> Any:
+        return input[1]
+
+
+def test_a_worker_that_dies_leaves_its_keys_unknown_and_nothing_hangs() -> None:
+    history = [op(i, ("x", i % 2), None, i, i + 1) for i in range(4)]
+    result = check(history, DiesInWorker(), processes=2)
+    assert result.verdict is U
+    assert all(p.verdict is U for p in result.partitions)
