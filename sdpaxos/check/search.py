@@ -190,43 +190,42 @@ def search_steps(
     best_done = 0
     configs = 0
 
-    def expand() -> list[tuple[int, Any, Any]]:
-        """The children of the current configuration worth trying, in order."""
-        kids: list[tuple[int, Any, Any]] = []
-        e = nxt[0]
-        while entry_is_call[e]:
-            i = entry_op[e]
-            e = nxt[e]
-            ns = step(state, inputs[i], outputs[i])
-            if ns is illegal:
-                continue
-            nk = state_key(ns) if custom_key else ns
-            if is_open[i]:
-                if nk == skey:
-                    continue
-                p = open_prev[i]
-                if p >= 0 and not bits & bit[p]:
-                    continue
-                if (bits | bit[i], nk) in seen:
-                    continue
-                kids.append((i, ns, nk))
-            elif commit[i]:
-                # Read-only commit: this child alone decides the configuration.
-                if (bits | bit[i], nk) in seen:
-                    return []
-                return [(i, ns, nk)]
-            else:
-                if (bits | bit[i], nk) in seen:
-                    continue
-                kids.append((i, ns, nk))
-        return kids
-
     if returns_left == 0:
         return SearchOutcome(OK, (), 0, 0, False)
 
-    frames: list[list[tuple[int, Any, Any]]] = [expand()]
-    positions = [0]
-    while frames:
+    # The loop keeps everything in local variables (no helper functions): it
+    # runs once per configuration, and this is where the time goes.
+    frames: list[list[tuple[int, Any, Any]]] = []
+    positions: list[int] = []
+    fresh = True  # the current configuration has not been expanded yet
+    while True:
+        if fresh:
+            # Expand: the children worth trying, in invocation order.
+            fresh = False
+            kids: list[tuple[int, Any, Any]] = []
+            e = nxt[0]
+            while entry_is_call[e]:
+                i = entry_op[e]
+                e = nxt[e]
+                ns = step(state, inputs[i], outputs[i])
+                if ns is illegal:
+                    continue
+                nk = state_key(ns) if custom_key else ns
+                if is_open[i]:
+                    if nk == skey:
+                        continue  # in doubt and no effect here: never needed
+                    p = open_prev[i]
+                    if p >= 0 and not bits & bit[p]:
+                        continue  # an equal in-doubt operation comes first
+                    kids.append((i, ns, nk))
+                elif commit[i]:
+                    # Read-only commit: this child alone decides the configuration.
+                    kids = [] if (bits | bit[i], nk) in seen else [(i, ns, nk)]
+                    break
+                else:
+                    kids.append((i, ns, nk))  # the memo is consulted when it is tried
+            frames.append(kids)
+            positions.append(0)
         kids = frames[-1]
         pos = positions[-1]
         if pos == len(kids):
@@ -281,6 +280,5 @@ def search_steps(
         configs += 1
         if configs % slice_configs == 0 and (yield None):
             return SearchOutcome(UNKNOWN_VERDICT, best, configs, len(seen), memo_full, "deadline")
-        frames.append(expand())
-        positions.append(0)
+        fresh = True
     return SearchOutcome(ILLEGAL_VERDICT, best, configs, len(seen), memo_full)
