@@ -135,9 +135,14 @@ class _KeyModel(Model[Any]):
         return self.missing
 
     def step(self, state: Any, input: Any, output: Any) -> Any:
-        return _kv_value_step(
-            self.missing, state, input[0], input[2] if len(input) > 2 else None, output
-        )
+        # The two commonest operations first, without a further call: this
+        # runs once per configuration the search explores.
+        f = input[0]
+        if f == "get":
+            return state if output is UNKNOWN or output == state else ILLEGAL
+        if f == "append":
+            return input[2] if state is None else state + input[2]
+        return _kv_value_step(self.missing, state, f, input[2] if len(input) > 2 else None, output)
 
     def read_only(self, input: Any, output: Any) -> bool:
         return input[0] == "get" or (input[0] == "cas" and output is False)
