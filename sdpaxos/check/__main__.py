@@ -152,9 +152,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (HistoryError, ModelError) as e:
         print(f"error: {args.file}: {e}", file=sys.stderr)
         return EXIT_ERROR
-    except Exception as e:  # a user model's bug, raised in this process
-        print(f"error: {args.file}: the model raised {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_ERROR
     print(result.describe())
     try:
         if args.html:

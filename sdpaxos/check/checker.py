@@ -39,6 +39,7 @@ from sdpaxos.check.search import (
     UNKNOWN_VERDICT,
     SearchOp,
     SearchOutcome,
+    StepError,
     search_steps,
 )
 
@@ -52,9 +53,10 @@ SLICE_CONFIGS: Final = 256
 SLICES_PER_TURN: Final = 64
 """Slices a search runs before the next search in the round gets its turn."""
 
-PARALLEL_MIN_OPS: Final = 1_000
-"""Histories smaller than this are checked in this process: starting workers
-would cost more than it saves."""
+PARALLEL_AFTER_S: Final = 0.5
+"""With the default choice of processes, sub-histories still undecided after
+this long in this process are handed to worker processes. Most histories are
+decided sooner, and starting workers would cost more than it saves."""
 
 PROCESSES_MAX: Final = 8
 """Upper bound on worker processes chosen automatically."""
@@ -196,7 +198,8 @@ class CheckResult:
         parts = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
         lines = [
             str(self.verdict),
-            f"{len(self.history)} operations, {len(self.partitions)} sub-histories "
+            f"{len(self.history)} operations, {len(self.partitions)} "
+            f"sub-histor{'y' if len(self.partitions) == 1 else 'ies'} "
             f"({parts}; {len(self.partitions) - len(checked)} not needed), "
             f"{sum(p.configs for p in checked)} configurations, {self.elapsed_s:.3f} s",
         ]
@@ -279,6 +282,8 @@ def _run_interleaved(
                     next(gen)
         except StopIteration as done:
             outcome = done.value
+        except StepError as e:
+            raise ModelError(str(e)) from e.__cause__
         spent_s += time.monotonic() - t0
         if outcome is None:
             active.append((i, gen, spent_s))
@@ -317,12 +322,15 @@ def _worker(
             emit=lambda report: results.put(("result", report)),
         )
         results.put(("done", ()))
+    except ModelError as e:
+        results.put(("model", str(e)))
     except BaseException:
         results.put(("error", traceback.format_exc()))
 
 
 def _run_parallel(
     tasks: list[_Task],
+    indices: Sequence[int],
     processes: int,
     *,
     deadline: float | None,
@@ -333,7 +341,7 @@ def _run_parallel(
     robin, so each gets a fair mix) and collect their reports."""
     global _FORK_TASKS
     ctx = multiprocessing.get_context("fork")
-    by_size = sorted(range(len(tasks)), key=lambda i: -len(tasks[i][1]))
+    by_size = sorted(indices, key=lambda i: -len(tasks[i][1]))
     shares = [by_size[w::processes] for w in range(processes)]
     results = ctx.Queue()
     _FORK_TASKS = tasks
@@ -371,6 +379,8 @@ def _run_parallel(
                     break
             elif kind == "done":
                 running -= 1
+            elif kind == "model":
+                raise ModelError(payload)
             else:
                 raise ModelError(f"a worker process failed:\n{payload}")
     finally:
@@ -383,10 +393,8 @@ def _run_parallel(
     return reports
 
 
-def _auto_processes(n_ops: int, n_partitions: int) -> int:
-    if n_partitions < 2 or n_ops < PARALLEL_MIN_OPS:
-        return 1
-    if "fork" not in multiprocessing.get_all_start_methods():
+def _auto_processes(n_partitions: int) -> int:
+    if n_partitions < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     return max(1, min(os.cpu_count() or 1, n_partitions, PROCESSES_MAX))
 
@@ -412,7 +420,7 @@ def check(
     checks the history as a whole even if the model could split it.
 
     Raises :class:`~sdpaxos.check.HistoryError` for a malformed history and
-    :class:`ModelError` if the model raises inside a worker process.
+    :class:`ModelError` if the model's ``step`` raises (naming the operation).
     """
     started = time.monotonic()
     deadline = None if timeout_s is None else started + timeout_s
@@ -427,35 +435,54 @@ def check(
         sub_ops = [(ops[i].input, ops[i].output, ops[i].invoke, ops[i].complete) for i in positions]
         tasks.append((sub_model, sub_ops))
 
-    n_proc = _auto_processes(len(ops), len(tasks)) if processes is None else processes
+    n_proc = _auto_processes(len(tasks)) if processes is None else processes
     n_proc = max(1, min(n_proc, len(tasks)))
     if n_proc > 1 and "fork" not in multiprocessing.get_all_start_methods():
         n_proc = 1
-    per_process = min(ACTIVE_SEARCHES_MAX, -(-len(tasks) // n_proc))
-    memo_per_search = max(1, memo_entries_max // (n_proc * per_process))
-
     reports: dict[int, _Report] = {}
-    if n_proc == 1:
 
-        def keep(report: _Report) -> None:
-            reports[report[0]] = report
+    def keep(report: _Report) -> None:
+        reports[report[0]] = report
 
+    def in_process(indices: Sequence[int], until: float | None) -> None:
         _run_interleaved(
-            range(len(tasks)),
+            indices,
             tasks,
-            deadline=deadline,
-            memo_per_search=memo_per_search,
+            deadline=until,
+            memo_per_search=max(1, memo_entries_max // min(ACTIVE_SEARCHES_MAX, len(tasks))),
             stop_on_failure=stop_on_failure,
             emit=keep,
         )
+
+    everything = range(len(tasks))
+    if n_proc == 1:
+        in_process(everything, deadline)
     else:
-        reports = _run_parallel(
-            tasks,
-            n_proc,
-            deadline=deadline,
-            memo_per_search=memo_per_search,
-            stop_on_failure=stop_on_failure,
-        )
+        if processes is None:
+            # Most histories are decided quickly: try here first, and hand
+            # only what is still undecided to the workers.
+            soon = started + PARALLEL_AFTER_S
+            in_process(everything, soon if deadline is None else min(soon, deadline))
+            for i in [i for i, r in reports.items() if r[1] == UNKNOWN_VERDICT]:
+                del reports[i]
+        failed = any(r[1] == ILLEGAL_VERDICT for r in reports.values())
+        rest = [i for i in everything if i not in reports]
+        past_deadline = deadline is not None and time.monotonic() >= deadline
+        if rest and not (failed and stop_on_failure) and not past_deadline:
+            n_proc = min(n_proc, len(rest))
+            per_process = min(ACTIVE_SEARCHES_MAX, -(-len(rest) // n_proc))
+            reports.update(
+                _run_parallel(
+                    tasks,
+                    rest,
+                    n_proc,
+                    deadline=deadline,
+                    memo_per_search=max(1, memo_entries_max // (n_proc * per_process)),
+                    stop_on_failure=stop_on_failure,
+                )
+            )
+        else:
+            n_proc = 1
     return _assemble(ops, model, groups, tasks, reports, time.monotonic() - started, n_proc)
 
 

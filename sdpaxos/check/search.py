@@ -29,8 +29,8 @@ Reductions on top of plain WGL, each of which keeps the verdict exact:
   operation that merely leaves *this* state unchanged does not qualify: a
   delete of an absent key would change the state at its later position.)
 * *Useless open operations.* An open operation (one that may or may not have
-  happened) that leaves the state unchanged is never tried: not doing it is
-  always at least as good, since it stays available for later.
+  happened) that would leave the current state unchanged is not tried here:
+  not doing it is at least as good, since it stays available for later.
 * *Interchangeable open operations.* Open operations with equal inputs are
   tried only in invocation order (the earlier one first): which of two equal
   in-doubt writes took effect cannot be told apart, so the search need not
@@ -51,9 +51,9 @@ from typing import Any, Final
 from sdpaxos.check.model import ILLEGAL, Model
 
 MEMO_ENTRIES_MAX: Final = 2_000_000
-"""Default cap on remembered configurations per sub-history (~200 bytes each,
-so a few hundred MB at most). Past it the search continues without adding to
-the memo."""
+"""Default cap on remembered configurations (the checker shares it among the
+searches in flight). About 250 bytes each with short states, so about 500 MB
+at the cap. Past it the search continues without adding to the memo."""
 
 DEADLINE_CHECK_EVERY: Final = 256
 """Configurations explored between two looks at the clock."""
@@ -61,6 +61,19 @@ DEADLINE_CHECK_EVERY: Final = 256
 OK: Final = "ok"
 ILLEGAL_VERDICT: Final = "illegal"
 UNKNOWN_VERDICT: Final = "unknown"
+
+
+class StepError(Exception):
+    """The model's ``step`` raised: ``position`` is the operation it was given."""
+
+    def __init__(self, position: int, op: SearchOp, error: Exception) -> None:
+        inp, out, invoke, complete = op
+        super().__init__(
+            f"the model raised {type(error).__name__}: {error} "
+            f"(operation {inp!r} -> {out!r}, invoked at {invoke}, completed at {complete})"
+        )
+        self.position = position
+
 
 SearchOp = tuple[Any, Any, float, float | None]
 """``(input, output, invoke, complete)`` of one operation, ``complete`` ``None`` if open."""
@@ -207,7 +220,10 @@ def search_steps(
             while entry_is_call[e]:
                 i = entry_op[e]
                 e = nxt[e]
-                ns = step(state, inputs[i], outputs[i])
+                try:
+                    ns = step(state, inputs[i], outputs[i])
+                except Exception as exc:  # a bug in the model, or an input it does not know
+                    raise StepError(i, ops[i], exc) from exc
                 if ns is illegal:
                     continue
                 nk = state_key(ns) if custom_key else ns
