@@ -5,9 +5,10 @@ The history is split into independent sub-histories when the model allows it
 gets its own search (:mod:`sdpaxos.check.search`). A failing sub-history
 decides the whole history, so the searches are *interleaved*, a slice of
 configurations at a time, easiest first: the verdict comes from the cheapest
-failing key, not from whichever key happened to be first. With more than one
-process, the sub-histories are dealt out to worker processes that run the same
-interleaving on their share.
+failing key, not from whichever key happened to be first. By default the
+searches start in this process, and what is still undecided after
+:data:`PARALLEL_AFTER_S` is dealt out to worker processes that run the same
+interleaving on their share (with ``processes=N``, straight to N workers).
 
 Processes share nothing but plain data: the workers are forked with the
 sub-histories already in memory, are told which ones to check by index, and
@@ -413,7 +414,8 @@ def check(
 
     ``timeout_s`` bounds the wall time: past it, undecided sub-histories are
     ``unknown`` (and so is the verdict, unless one failed). ``processes``: how
-    many worker processes (``None`` picks by size and cores; 1 means this
+    many worker processes (``None``: this process first, then as many workers
+    as cores for what is undecided after :data:`PARALLEL_AFTER_S`; 1: this
     process only). ``memo_entries_max`` caps the remembered configurations of
     all searches together (memory). ``stop_on_failure=False`` checks every
     sub-history even after one fails (for the picture). ``partition=False``
