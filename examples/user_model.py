@@ -30,6 +30,11 @@ class Counter(Model[int]):
             return state if output is UNKNOWN or output == state else ILLEGAL
         return ILLEGAL
 
+    def read_only(self, input: Any, output: Any) -> bool:
+        # Optional: a read never changes the count, so the search may place it
+        # as soon as it fits instead of trying every alternative.
+        return input == ("read",)
+
     def describe_operation(self, input: Any, output: Any) -> str:
         return "incr" if input == ("incr",) else f"read -> {output}"
 

@@ -81,7 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds: unknown")
     p.add_argument(
-        "--processes", type=int, metavar="N", help="worker processes (default: by size and cores)"
+        "--processes",
+        type=int,
+        metavar="N",
+        help="worker processes (default: this process first, workers if it takes over 0.5 s)",
     )
     p.add_argument(
         "--all", action="store_true", help="check every sub-history even after one fails"
