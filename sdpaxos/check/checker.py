@@ -451,7 +451,9 @@ def check(
             indices,
             tasks,
             deadline=until,
-            memo_per_search=max(1, memo_entries_max // min(ACTIVE_SEARCHES_MAX, len(tasks))),
+            memo_per_search=max(
+                1, memo_entries_max // max(1, min(ACTIVE_SEARCHES_MAX, len(tasks)))
+            ),
             stop_on_failure=stop_on_failure,
             emit=keep,
         )

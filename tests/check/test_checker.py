@@ -51,6 +51,12 @@ def test_an_open_operation_may_or_may_not_have_happened_until_the_end() -> None:
     assert verdict([w, op(2, ("read",), 1, 10, 11), op(2, ("read",), None, 20, 21)]) is N
 
 
+def test_an_empty_history_is_linearizable() -> None:
+    for processes in (None, 1, 2):
+        result = check([], KeyValue(), processes=processes)
+        assert result.ok and result.partitions == ()
+
+
 def test_a_completed_operation_with_unknown_output_did_happen() -> None:
     w = op(1, ("write", 1), UNKNOWN, 0, 1)
     assert verdict([w, op(2, ("read",), None, 2, 3)]) is N
