@@ -1,0 +1,133 @@
+"""``python -m sdpaxos.check``: verdict on stdout, exit status 0/1/2/3, clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdpaxos.check.__main__ import main
+from tests.check.helpers import REPO, histories_dir
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_linearizable_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(histories_dir() / "etcd/etcd_002.log"), "--format", "etcd")
+    assert code == 0 and out.splitlines()[0] == "linearizable"
+
+
+def test_not_linearizable_exits_1_with_the_witness(capsys: pytest.CaptureFixture[str]) -> None:
+    path = histories_dir() / "kv/c10-bad.txt"
+    code, out, _ = run(capsys, str(path), "--format", "kv-edn-lines", "--timeout", "30")
+    assert code == 1 and out.splitlines()[0] == "not linearizable"
+    assert "longest linearizable prefix" in out and "could not be placed next" in out
+
+
+def _hard_jsonl(tmp_path: Path) -> Path:
+    lines = [
+        {
+            "client": i,
+            "input": ["append", "k", f"<{i}>"],
+            "output": None,
+            "invoke": 0,
+            "complete": 100,
+        }
+        for i in range(10)
+    ]
+    lines.append(
+        {"client": 99, "input": ["get", "k"], "output": "never", "invoke": 101, "complete": 102}
+    )
+    path = tmp_path / "hard.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_unknown_at_the_deadline_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run(
+        capsys, str(_hard_jsonl(tmp_path)), "--format", "jsonl", "--timeout", "0.001"
+    )
+    assert code == 2 and out.splitlines()[0] == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "etcd"], "the following arguments are required: file"),
+        (["x.log", "--format", "xml"], "invalid choice"),
+        (["{kv}", "--format", "etcd"], "{kv}:1: not a Jepsen log line"),
+        (["{kv}", "--format", "kv", "--model", "nosuch"], "unknown model 'nosuch'"),
+        (["{kv}", "--format", "kv", "--model", "nosuch.module:X"], "cannot load it"),
+        (["{kv}", "--format", "kv", "--initial", "0"], "--initial only applies"),
+        (["{kv}", "--format", "kv", "--timeout", "-1"], "--timeout must be positive"),
+        (["/no/such/file", "--format", "kv"], "/no/such/file: No such file"),
+    ],
+)
+def test_usage_and_input_errors_exit_3(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    kv = str(histories_dir() / "kv/c01-ok.txt")
+    code, out, err = run(capsys, *[a.replace("{kv}", kv) for a in args])
+    assert code == 3 and message.replace("{kv}", kv) in err and out == ""
+    assert "Traceback" not in err
+
+
+def test_a_user_model_and_an_initial_value(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"client": 1, "input": ["read"], "output": 0, "invoke": 0, "complete": 1}\n')
+    assert run(capsys, str(path), "--format", "jsonl", "--model", "register")[0] == 1
+    assert (
+        run(capsys, str(path), "--format", "jsonl", "--model", "register", "--initial", "0")[0] == 0
+    )
+    assert (
+        run(capsys, str(path), "--format", "jsonl", "--model", "tests.check.test_cli:Zero")[0] == 0
+    )
+
+
+def test_pictures_are_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    html, png = tmp_path / "h.html", tmp_path / "h.png"
+    path = str(histories_dir() / "kv/c01-bad.txt")
+    code, out, _ = run(capsys, path, "--format", "kv", "--html", str(html), "--png", str(png))
+    assert code == 1 and f"picture: {html}" in out and f"picture: {png}" in out
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = run(capsys, path, "--format", "kv", "--html", str(tmp_path / "no" / "dir.html"))
+    assert code == 3 and "cannot write the picture" in err
+
+
+def test_the_module_runs_as_a_program() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sdpaxos.check",
+            str(histories_dir() / "etcd/etcd_001.log"),
+            "--format",
+            "etcd",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1 and proc.stdout.startswith("not linearizable\n")
+
+
+from sdpaxos.check import Register  # noqa: E402  (a model for --model module:Class)
+
+
+class Zero(Register):
+    def __init__(self) -> None:
+        super().__init__(0)
