@@ -277,7 +277,8 @@ def test_conflicting_o_accept_in_one_view_is_rejected_whole() -> None:
     rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False), 0.0)
     rep.ready()
     before = fingerprint(rep)
-    rep.step(OAccept(0, 0, 1, ((2, 1), (2, 1), (2, 1)), 0, False), 0.0)  # slot 1 was (1, 1): conflict
+    # slot 1 was (1, 1): conflict
+    rep.step(OAccept(0, 0, 1, ((2, 1), (2, 1), (2, 1)), 0, False), 0.0)
     assert rep.stats.rejected == 1
     assert fingerprint(rep) == before
 
