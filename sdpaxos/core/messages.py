@@ -210,6 +210,11 @@ class Vote:
     accepted), its sequencer and where that range ends; the candidate takes the
     old sequencer from the newest of them, and with its base discards older
     values that view superseded. They do not depend on ``o_from``.
+    ``executed``: every slot below it was executed (so durably recorded) by the
+    voter. The winner's range starts at the lowest ``executed`` of its votes
+    (or its own ``o_from``): a slot executed by the candidate but not by all of
+    its voters may be held by too few replicas (N = 5, two acceptors), so it is
+    re-proposed with the range to become majority-durable.
     """
 
     src: ReplicaId
@@ -220,6 +225,7 @@ class Vote:
     est_view: View
     est_seq: ReplicaId
     est_base: Slot
+    executed: Slot
 
 
 @dataclass(frozen=True, slots=True)

@@ -1863,15 +1863,17 @@ class Replica:
         self._resync_toward(m.src)
 
     def _send_vote(self, m: VRequest) -> None:
+        executed = self._executed_end()
         vote = Vote(
             self.id,
             m.view,
             m.o_from,
-            self._vote_entries(m.o_from),
+            self._vote_entries(min(m.o_from, executed)),
             tuple(self._c_max),
             self._est_view,
             self._est_seq,
             self._est_base,
+            executed,
         )
         self._messages.append((m.src, vote))
 
@@ -1909,7 +1911,11 @@ class Replica:
             raise PeerMessageError("vote with a bad est_seq")
         if type(m.est_base) is not int or m.est_base < 0:
             raise PeerMessageError("vote with a bad est_base")
-        c.votes[m.src] = VoteState(m.entries, m.c_max, m.est_view, m.est_seq, m.est_base)
+        if type(m.executed) is not int or m.executed < 0:
+            raise PeerMessageError("vote with a bad executed prefix")
+        c.votes[m.src] = VoteState(
+            m.entries, m.c_max, m.est_view, m.est_seq, m.est_base, m.executed
+        )
         if self._tracer is not None:
             self._trace("HandleVote", view=m.view, voter=m.src, votes=len(c.votes) + 1)
         self._maybe_win()
@@ -1938,6 +1944,7 @@ class Replica:
             self._est_view,
             self._est_seq,
             self._est_base,
+            self._executed_end(),
         )
         owners, counts = self._o_owner, self._o_count
         covered_before = [0] * self._n
@@ -1948,30 +1955,35 @@ class Replica:
             replicas=self._n, o_from=o_from, votes=votes, covered_before=covered_before
         )
         self.stats.invariant_alarms += rebuilt.alarms
-        values = tuple(rebuilt.values)
-        end = o_from + len(values)
+        # The range also re-proposes what we executed below o_from and some voter
+        # did not: executed by us, it may be held by two replicas only (N = 5).
+        start = min(o_from, *(v.executed for v in votes.values()))
+        values = tuple(zip(owners[start:o_from], counts[start:o_from], strict=True)) + tuple(
+            rebuilt.values
+        )
+        end = start + len(values)
         # Slots we executed meanwhile must come out unchanged (ExecutedNeverRevoked).
         executed_end = self._executed_end()
         for s in range(o_from, min(executed_end, end)):
-            if (owners[s], counts[s]) != values[s - o_from]:
+            if (owners[s], counts[s]) != values[s - start]:
                 raise InvariantViolation(
                     f"view {view} would revoke executed slot {s}: "
-                    f"{owners[s], counts[s]} -> {values[s - o_from]}"
+                    f"{owners[s], counts[s]} -> {values[s - start]}"
                 )
         if end < executed_end:
             raise InvariantViolation(f"view {view} would drop executed slots {end}..")
         self._o_ensure(end)
-        for s in range(o_from, end):
-            owners[s], counts[s] = values[s - o_from]
+        for s in range(start, end):
+            owners[s], counts[s] = values[s - start]
             self._o_ballot[s] = view
             self._o_committed[s] = s < executed_end
         self._persist.append(ViewPromised(view))
-        self._persist.append(ViewEstablished(view, self.id, o_from, values))
+        self._persist.append(ViewEstablished(view, self.id, start, values))
         old_seq = rebuilt.old_sequencer
         self.view = view
         self.sequencer = self.id
         self._voted_for = self.id
-        self._est_view, self._est_seq, self._est_start, self._est_base = view, self.id, o_from, end
+        self._est_view, self._est_seq, self._est_start, self._est_base = view, self.id, start, end
         self._acc_upto = self._o_heard_upto = end
         self._range_committed = False
         self._new_view_msg = None
@@ -1985,7 +1997,7 @@ class Replica:
         self._seq_covered = covered
         self._seq_want.clear()
         self._o_sent_upto = [NOT_ESTABLISHED] * self._n
-        self._rebuild = (o_from, end)
+        self._rebuild = (start, end)
         self._distrust = False
         self._handing_over = None
         self._fail_unanswered_reads()
@@ -2004,6 +2016,7 @@ class Replica:
                 "BecomeSequencer",
                 view=view,
                 o_from=o_from,
+                start=start,
                 values=len(values),
                 old_sequencer=old_seq,
                 inferred=rebuilt.inferred,

@@ -61,6 +61,9 @@ class VoteState:
     est_view: View = 0
     est_seq: ReplicaId = 0
     est_base: Slot = 0
+    #: The voter's executed prefix (not used by the rebuild itself: the winner
+    #: starts its range at the lowest one, see ``Replica._become_sequencer``).
+    executed: Slot = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -340,7 +340,7 @@ def test_a_vote_with_an_absurd_slot_is_rejected_and_changes_nothing() -> None:
     rep._start_view_change()
     rep.ready()
     view = rep._candidate.view if rep._candidate else -1
-    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0, 0), 0.0)
+    rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0, 0, 0), 0.0)
     assert rep.stats.rejected == 1
     assert rep._candidate is not None and not rep._candidate.votes
     assert rep.view == 0

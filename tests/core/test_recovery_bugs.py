@@ -824,3 +824,49 @@ def test_bug13b_an_o_accept_against_an_executed_slot_raises_the_alarm() -> None:
         f"R1 rejected the O-accept (rejected {rejected} -> {r1.stats.rejected}) and counts "
         f"{r1.stats.invariant_alarms} invariant alarms"
     )
+
+
+# ------------------------------------------------------- bug 14 (found after the redesign)
+
+
+def test_bug14_a_slot_executed_by_its_owner_only_survives_the_owners_view() -> None:
+    """Found while rewriting docs/recovery.md for the redesign (not in the review's
+    list). At N = 5 a slot committed by the two-acceptor rule and executed only by
+    its owner is held durably by the owner and the old sequencer alone. If the
+    owner then wins a view with ``o_from`` past that slot, its range does not
+    re-propose it; once both holders are down, the next view rebuilds it empty.
+
+    N = 5: X of R1 is READY and executed at slot 0, held by R1 and R0; R0
+    crashes; R1 wins view 1 (R2, R3) with ``o_from = 1``, and R2 and R3 accept its
+    range; R1 crashes; R2 wins view 2 with R3 and R4 from ``o_from = 0``: slot 0
+    was a hole and Y, proposed after X was READY, took it. Now votes report their
+    executed prefix and the range starts at the lowest, so R1's range re-proposes
+    slot 0 and R2 and R3 hold it.
+
+    Before the fix: ``R2 executed (20, 1) before READY (10, 1)``.
+    """
+    net = build(5)
+    x, y = (10, 1), (20, 1)
+    _n5_ready_on_two_acceptors(net, 1, x)
+    assert x in net.executed_ids(1)  # R1 executed X (it committed both instances)
+    net.crash(0)
+    run_until(
+        net,
+        lambda: net.replicas[1].is_sequencer,
+        drop=where(M.VRequest, dst=4),
+        hold=where((M.OAccept, M.NewView, M.Heartbeat), src=1),
+    )
+    # The range reaches R2 and R3 (they establish view 1), nothing else does.
+    deliver_where(net, where(M.OAccept, src=1, dst=[2, 3]))
+    drop_where(net, where(None, src=1))
+    drop_where(net, where(M.OAck))
+    assert all(net.replicas[r].status()["established_view"] == 1 for r in (2, 3))
+    net.crash(1)
+    run_until(net, lambda: sequencer_among(net, [2, 3, 4]) is not None)
+    net.propose(2, y[0], y[1], b"Y")
+    net.run(400)
+    net.restart(1)
+    net.run(400)
+    assert all(net.replicas[r].stats.invariant_alarms == 0 for r in range(1, 5))
+    assert_before_everywhere(net, x, y)
+    assert_executed_everywhere(net, x)
