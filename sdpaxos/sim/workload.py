@@ -1,7 +1,9 @@
 """Closed-loop clients co-located with each replica, and latency statistics.
 
 Each client has one command outstanding (``seq`` = 1, 2, 3, ...) and proposes
-the next one when the previous is READY. Latency is measured *at the command
+the next one when the previous is READY (after a think time drawn uniformly
+from ``0 .. 2 * think_ms``, 0 by default: a fault sweep paces its clients so
+that the load lasts as long as the faults do). Latency is measured *at the command
 leader*, from ``propose`` to the READY reply, in virtual time: the client hop
 (the profile's diagonal) is left out, as in PROTOCOL.md section 8.4, but it
 still spaces a client's commands (reply hop + request hop).
@@ -105,6 +107,7 @@ class ClosedLoopClients:
     retry_elsewhere: bool = False
     keys: tuple[bytes, ...] = ()
     reads: bool = False
+    think_ms: float = 0.0
     retries: int = 0
     retries_elsewhere: int = 0
     reads_issued: int = 0
@@ -125,6 +128,8 @@ class ClosedLoopClients:
             raise ValueError("commands_per_region must be >= 0")
         if len(self.keys) > KEYS_MAX or any(not k for k in self.keys):
             raise ValueError(f"keys: at most {KEYS_MAX}, none empty (None means no key)")
+        if not self.think_ms >= 0:
+            raise ValueError("think_ms must be >= 0")
         if self.retry_elsewhere and self.retry_ms is None:
             raise ValueError("retry_elsewhere needs retry_ms")
         regions = list(range(self.cluster.n)) if self.regions is None else list(self.regions)
@@ -208,6 +213,9 @@ class ClosedLoopClients:
         client.done += 1
         self._completed += 1
         at_us = now_us + self.cluster.profile.client_rtt_us(client.replica)
+        think_us = round(self.think_ms * 1000)
+        if think_us > 0:
+            at_us += self.cluster.chooser.below(2 * think_us + 1)
         self._next(client, at_us)
         if self.reads:
             self._read(client, at_us)
