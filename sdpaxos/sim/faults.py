@@ -60,6 +60,14 @@ above never found):
   beyond the core's ``clock_drift_ppm`` bound), with a random offset.
 * ``elsewhere``: clients retry half of their retries at another replica (same
   ``(client_id, seq)``).
+* ``straggler``: the sequencer's CPU is 300x slower for 2.5 .. 5 s while every
+  other replica gets an open-loop stream of one-command clients (24 a second):
+  enough unordered C-instances per window for straggler detection to poll and
+  replace the sequencer (closed-loop clients alone never fill a window).
+* ``limits``: the run's queue limits are drawn tight (each with probability
+  1/2): history table of 2 keys (reads fall back to the floor), 2 out-of-order
+  O-accepts buffered, 2 C-instances recovered per prepare, 4 C-instances and
+  8 O-instances learned per request, 2 C-instances in flight per leader.
 
 Every timed fault checks, when it fires, that at most F replicas would be down
 and that the run has not been healed; after :meth:`FaultInjector.heal_all`
@@ -73,6 +81,7 @@ from typing import Any, TypeVar
 
 from sdpaxos.core import messages as m
 from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.types import Command
 from sdpaxos.sim.chooser import Chooser
 from sdpaxos.sim.cluster import DROP, CrashPlan, SimCluster
 from sdpaxos.sim.network import NetworkConfig
@@ -145,6 +154,22 @@ DRIFT_PPM = (100, 500, 1_000)
 assert max(DRIFT_PPM) <= ClusterConfig(replicas=1).clock_drift_ppm
 #: Largest message count a crash plan keeps (then: all of them).
 CRASH_KEEP_MAX = 8
+#: ``straggler``: how much slower, for how long, and the open-loop stream's pace.
+STRAGGLER_FACTOR = 300.0
+STRAGGLER_MS_MIN = 2_500
+STRAGGLER_MS_MAX = 5_000
+STRAGGLER_STREAM_MS = 42
+#: Client ids of the straggler stream start here (the workload's are small).
+STREAM_CLIENT_BASE = 1_000_000
+#: ``limits``: each limit is set to this value with probability 1/2.
+TIGHT_LIMITS: dict[str, int] = {
+    "history_keys_max": 2,
+    "o_pending_max": 2,
+    "recovery_batch_max": 2,
+    "learn_c_max": 4,
+    "learn_o_max": 8,
+    "c_inflight_max": 2,
+}
 
 
 class FaultKind(StrEnum):
@@ -164,6 +189,8 @@ class FaultKind(StrEnum):
     ANYORDER = "anyorder"
     DRIFT = "drift"
     ELSEWHERE = "elsewhere"
+    STRAGGLER = "straggler"
+    LIMITS = "limits"
 
 
 ALL_FAULTS: frozenset[FaultKind] = frozenset(FaultKind)
@@ -213,6 +240,13 @@ def between(chooser: Chooser, low: int, high: int) -> int:
 def drift_for(kinds: frozenset[FaultKind], chooser: Chooser) -> int:
     """The run's clock drift in ppm: drawn only if ``drift`` is enabled (else 0)."""
     return pick(chooser, DRIFT_PPM) if FaultKind.DRIFT in kinds else 0
+
+
+def limits_for(kinds: frozenset[FaultKind], chooser: Chooser) -> dict[str, int]:
+    """``ClusterConfig`` overrides: each tight limit drawn only if ``limits`` is enabled."""
+    if FaultKind.LIMITS not in kinds:
+        return {}
+    return {name: value for name, value in TIGHT_LIMITS.items() if chooser.below(2) == 1}
 
 
 def network_for(kinds: frozenset[FaultKind], chooser: Chooser) -> NetworkConfig:
@@ -283,6 +317,8 @@ class FaultInjector:
         self._points: dict[str, list[_Point]] = {}
         #: Replicas that were just sent an O-accept carrying their own slot.
         self._own_oaccept: set[int] = set()
+        #: Commands of the straggler stream so far.
+        self._streamed = 0
         cluster.message_rules.append(self._rule)
         if FaultKind.POINT in kinds and not cluster.traced:
             raise ValueError("point faults need a traced cluster (SimCluster(traced=True))")
@@ -333,6 +369,8 @@ class FaultInjector:
             options += ["churn"]
         if FaultKind.ANYORDER in self.kinds:
             options += ["anyorder"]
+        if FaultKind.STRAGGLER in self.kinds and self.cluster.processing_us > 0:
+            options += ["straggler"]
         if not options:
             return "none"
         action = pick(self.chooser, options)
@@ -537,6 +575,34 @@ class FaultInjector:
             ):
                 return w.hold_us
         return None
+
+    # -- straggler: a slow sequencer under a load it cannot order ------------------
+
+    def _straggler(self) -> None:
+        seq = self.sequencer()
+        if seq is None or self.cluster.processing_us <= 0:
+            return
+        duration_ms = between(self.chooser, STRAGGLER_MS_MIN, STRAGGLER_MS_MAX)
+        self.cluster.slow(seq, STRAGGLER_FACTOR)
+        end_us = self.cluster.now_us + duration_ms * 1000
+        self._slow_ends[seq] = end_us
+        self.busy_until_us = max(self.busy_until_us, end_us)
+        self._count("straggler")
+        self._log(f"straggler: {seq} x{STRAGGLER_FACTOR:g} until {end_us} us, with a stream")
+
+        def restore() -> None:
+            if self._slow_ends.get(seq) == end_us:
+                self.cluster.slow(seq, 1.0)
+
+        self.cluster.call_at(end_us, restore, f"unslow {seq}")
+        now_us = self.cluster.now_us
+        for k in range(duration_ms // STRAGGLER_STREAM_MS):
+            at_us = now_us + k * STRAGGLER_STREAM_MS * 1000
+            for r in range(self.n):
+                if r != seq:
+                    self._streamed += 1
+                    cid = STREAM_CLIENT_BASE + self._streamed
+                    self.cluster.propose_at(at_us, r, Command(cid, 1, b"stream"))
 
     # -- anyorder: every packet late by a large random delay --------------------
 

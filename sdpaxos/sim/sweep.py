@@ -36,6 +36,7 @@ from sdpaxos.sim.faults import (
     between,
     drift_for,
     format_faults,
+    limits_for,
     network_for,
 )
 from sdpaxos.sim.profiles import PAPER3, PAPER5, DelayProfile, uniform
@@ -161,13 +162,16 @@ def run_faulty(
     profile = profile_for(replicas)
     network = network_for(faults, chooser)
     drift_ppm = drift_for(faults, chooser)
+    limits = limits_for(faults, chooser)
     sequencer = chooser.below(replicas)
+    slow = bool(faults & {FaultKind.SLOW, FaultKind.STRAGGLER})
     cluster = SimCluster(
         profile,
         chooser,
         sequencer=sequencer,
         network=network,
-        processing_us=PROCESSING_US_WITH_SLOW if FaultKind.SLOW in faults else 0,
+        config_overrides=limits,
+        processing_us=PROCESSING_US_WITH_SLOW if slow else 0,
         clock_drift_ppm=drift_ppm,
         traced=bool(faults & TRACED_FAULTS),
     )

@@ -19,9 +19,12 @@ from sdpaxos.sim.faults import (
     DRIFT_PPM,
     MESSAGE_GROUPS,
     POINTS,
+    PROCESSING_US_WITH_SLOW,
+    TIGHT_LIMITS,
     FaultInjector,
     FaultKind,
     drift_for,
+    limits_for,
     parse_faults,
 )
 from sdpaxos.sim.profiles import DelayProfile
@@ -40,10 +43,15 @@ def scenario(
     fault_ms: int = 6_000,
     clock_drift_ppm: int = 0,
     retry_elsewhere: bool = False,
+    processing_us: int = 0,
 ) -> tuple[FaultInjector, SimCluster, ClosedLoopClients]:
     """Run clients, inject ``action`` at 1 s, heal at ``1 s + fault_ms``, drain; check."""
     cluster = SimCluster(
-        profile, SeededChooser(random.Random(seed)), traced=True, clock_drift_ppm=clock_drift_ppm
+        profile,
+        SeededChooser(random.Random(seed)),
+        traced=True,
+        clock_drift_ppm=clock_drift_ppm,
+        processing_us=processing_us,
     )
     clients = ClosedLoopClients(
         cluster,
@@ -163,6 +171,38 @@ def test_clients_retry_elsewhere_and_clocks_drift() -> None:
     bound = cluster.config.clock_drift_ppm / 1e6
     assert max(abs(rate - 1.0) for rate in cluster.clock_rate) <= bound
     assert len(set(cluster.clock_rate)) > 1
+
+
+@pytest.mark.parametrize("profile", [PAPER3, PAPER5])
+def test_a_straggler_sequencer_is_replaced(profile: DelayProfile) -> None:
+    events: list[str] = []
+    original = FaultInjector._on_trace
+
+    def spy(self: FaultInjector, replica: int, event: str, fields: dict[str, object]) -> None:
+        events.append(event)
+        original(self, replica, event, fields)
+
+    FaultInjector._on_trace = spy  # type: ignore[method-assign]
+    try:
+        injector, cluster, _ = scenario(
+            "straggler", None, seed=1, profile=profile, processing_us=PROCESSING_US_WITH_SLOW
+        )
+    finally:
+        FaultInjector._on_trace = original  # type: ignore[method-assign]
+    assert injector.counts["straggler"] == 1
+    assert "StragglerViewChange" in events and cluster.core_counters()["views_won"] >= 1
+
+
+def test_tight_limits_are_drawn_only_when_enabled() -> None:
+    chooser = SeededChooser(random.Random(3))
+    assert limits_for(frozenset(), chooser) == {}
+    drawn = [limits_for(frozenset({FaultKind.LIMITS}), chooser) for _ in range(300)]
+    assert {} in drawn and TIGHT_LIMITS in drawn
+
+
+def test_a_run_with_tight_limits_is_safe_and_live() -> None:
+    run = run_faulty(100_003, 5, frozenset({FaultKind.LIMITS, FaultKind.CRASH, FaultKind.RESTART}))
+    assert run.ok, run.verdict
 
 
 def test_drift_is_drawn_only_when_enabled_and_within_the_core_bound() -> None:
