@@ -60,7 +60,7 @@ above never found):
   beyond the core's ``clock_drift_ppm`` bound), with a random offset.
 * ``elsewhere``: clients retry half of their retries at another replica (same
   ``(client_id, seq)``).
-* ``straggler``: the sequencer's CPU is 300x slower for 2.5 .. 5 s while every
+* ``straggler``: the sequencer's CPU is 300x slower for 2.5 .. 3.5 s while every
   other replica gets an open-loop stream of one-command clients (24 a second):
   enough unordered C-instances per window for straggler detection to poll and
   replace the sequencer (closed-loop clients alone never fill a window).
@@ -157,7 +157,7 @@ CRASH_KEEP_MAX = 8
 #: ``straggler``: how much slower, for how long, and the open-loop stream's pace.
 STRAGGLER_FACTOR = 300.0
 STRAGGLER_MS_MIN = 2_500
-STRAGGLER_MS_MAX = 5_000
+STRAGGLER_MS_MAX = 3_500
 STRAGGLER_STREAM_MS = 42
 #: Client ids of the straggler stream start here (the workload's are small).
 STREAM_CLIENT_BASE = 1_000_000
