@@ -16,8 +16,9 @@ Faults:
 * ``restart``: rebuild a crashed replica from its storage.
 * ``pause``: stop a replica (sequencer half of the time) for 50 ms .. 3 s.
 * ``slow``: throttle a replica's CPU by 3x, 30x or 300x for 0.5 .. 5 s.
-* ``partition``: isolate one replica, split a minority from the majority, or cut
-  one pair of replicas both ways; healed by a later ``heal``.
+* ``partition``: isolate one replica, split a minority from the majority, cut
+  one pair of replicas both ways, or (``stagger``) cut the sequencer from one
+  follower and 0.5 .. 1.2 s later from everyone; healed by a later ``heal``.
 * ``oneway``: cut one directed link, or every link into / out of one replica.
 * ``drop``, ``dup``, ``reorder``: network knobs for the whole run (packet loss,
   duplication, jitter with datagram order), see :func:`network_for`.
@@ -64,6 +65,11 @@ above never found):
   other replica gets an open-loop stream of one-command clients (24 a second):
   enough unordered C-instances per window for straggler detection to poll and
   replace the sequencer (closed-loop clients alone never fill a window).
+* ``readstorm``: reads aimed at view changes. Whenever a replica starts a view
+  change, wins one, or hands its role over, every key (and "everything") is
+  read at the old and at the new sequencer 0 .. 500 ms later: the moments when a
+  lease must lapse, a history table start afresh, a restarted replica honour
+  the lease it granted. Reads at the sequencer cost no messages.
 * ``limits``: the run's queue limits are drawn tight (each with probability
   1/2): history table of 2 keys (reads fall back to the floor), 2 out-of-order
   O-accepts buffered, 2 C-instances recovered per prepare, 4 C-instances and
@@ -161,6 +167,8 @@ STRAGGLER_MS_MAX = 3_500
 STRAGGLER_STREAM_MS = 42
 #: Client ids of the straggler stream start here (the workload's are small).
 STREAM_CLIENT_BASE = 1_000_000
+#: ``readstorm``: when the reads go out after a view-change event, in ms.
+READSTORM_OFFSETS_MS = (0, 10, 40, 100, 250, 500)
 #: ``limits``: each limit is set to this value with probability 1/2.
 TIGHT_LIMITS: dict[str, int] = {
     "history_keys_max": 2,
@@ -191,11 +199,12 @@ class FaultKind(StrEnum):
     ELSEWHERE = "elsewhere"
     STRAGGLER = "straggler"
     LIMITS = "limits"
+    READSTORM = "readstorm"
 
 
 ALL_FAULTS: frozenset[FaultKind] = frozenset(FaultKind)
 #: Faults that need the cluster's trace events (``SimCluster(traced=True)``).
-TRACED_FAULTS: frozenset[FaultKind] = frozenset({FaultKind.POINT})
+TRACED_FAULTS: frozenset[FaultKind] = frozenset({FaultKind.POINT, FaultKind.READSTORM})
 
 
 def parse_faults(text: str) -> frozenset[FaultKind]:
@@ -297,8 +306,16 @@ class FaultInjector:
     happened: an armed point whose trigger never came fires nothing.
     """
 
-    def __init__(self, cluster: SimCluster, kinds: frozenset[FaultKind]) -> None:
+    def __init__(
+        self,
+        cluster: SimCluster,
+        kinds: frozenset[FaultKind],
+        *,
+        read_keys: Sequence[bytes | None] = (None,),
+    ) -> None:
         self.cluster = cluster
+        #: What a read storm reads (``None``: everything).
+        self.read_keys = tuple(read_keys)
         self.kinds = kinds
         self.chooser = cluster.chooser
         self.n = cluster.n
@@ -320,11 +337,16 @@ class FaultInjector:
         #: Commands of the straggler stream so far.
         self._streamed = 0
         cluster.message_rules.append(self._rule)
-        if FaultKind.POINT in kinds and not cluster.traced:
-            raise ValueError("point faults need a traced cluster (SimCluster(traced=True))")
+        if kinds & TRACED_FAULTS and not cluster.traced:
+            raise ValueError("point and readstorm need a traced cluster (SimCluster(traced=True))")
         if cluster.traced:
             cluster.trace_listeners.append(self._on_trace)
             cluster.step_listeners.append(self._on_step)
+        if FaultKind.READSTORM in kinds:
+            for event in ("StartViewChange", "BecomeSequencer", "SequencerHandover"):
+                self._points.setdefault(event, []).append(
+                    _Point("readstorm", event, None, 1 << 62, self._read_storm)
+                )
 
     # -- queries --------------------------------------------------------------
 
@@ -354,7 +376,7 @@ class FaultInjector:
         if FaultKind.SLOW in self.kinds and self.cluster.processing_us > 0:
             options += ["slow"]
         if FaultKind.PARTITION in self.kinds:
-            options += ["partition"] * 2
+            options += ["partition"] * 2 + ["stagger"] * 2
         if FaultKind.ONEWAY in self.kinds:
             options += ["oneway"] * 2
         if self.cluster.network.blocked_links():
@@ -509,6 +531,31 @@ class FaultInjector:
         self._count("partition")
         self._count(f"partition-{shape}")
         self._log(f"partition-{shape}: cut {net.blocked_links()}")
+
+    def _stagger(self) -> None:
+        """The sequencer stops reaching one follower, then, 0.5 .. 1.2 s later, anyone.
+
+        The starved follower's lease lapses first, so it votes at once when a
+        second follower, which granted the sequencer a lease just before the
+        cut, starts an election early: the window in which a candidate must
+        wait out its own grant while the isolated sequencer still serves reads.
+        """
+        seq = self.sequencer()
+        if seq is None:
+            return
+        net = self.cluster.network
+        follower = (seq + 1 + self.chooser.below(self.n - 1)) % self.n
+        net.block(seq, follower, both_ways=False)
+        delay_ms = between(self.chooser, 500, 1_200)
+        self._count("partition")
+        self._count("partition-stagger")
+        self._log(f"partition-stagger: cut {seq} -> {follower}, all of {seq} in {delay_ms} ms")
+
+        def isolate() -> None:
+            net.isolate(seq)
+            self._log(f"partition-stagger: cut {net.blocked_links()}")
+
+        self._at(delay_ms, isolate, "partition-stagger")
 
     def _oneway(self) -> None:
         net = self.cluster.network
@@ -737,6 +784,29 @@ class FaultInjector:
             if expired or ((p.replica is None or p.replica == replica) and p.fire(replica, fields)):
                 p.done = True
         self._points[event] = [p for p in self._points[event] if not p.done]
+
+    def _read_storm(self, replica: int, fields: dict[str, Any]) -> bool:
+        """Reads at the old and the new sequencer around a view-change event:
+        the winner and the sequencer it replaces, the sequencer a candidate is
+        about to depose, the sequencer that hands its role over."""
+        targets: set[int] = set()
+        old = fields.get("old_sequencer")
+        if isinstance(old, int):  # BecomeSequencer
+            targets |= {replica, old}
+        elif "target" in fields:  # SequencerHandover
+            targets.add(replica)
+        else:  # StartViewChange: the sequencer as the others see it
+            seq = self.sequencer()
+            if seq is not None and seq != replica:
+                targets.add(seq)
+        now_us = self.cluster.now_us
+        for offset_ms in READSTORM_OFFSETS_MS:
+            for r in sorted(targets):
+                for key in self.read_keys:
+                    read_id = self.cluster.new_read_id()
+                    self.cluster.read_at(now_us + offset_ms * 1000, r, read_id, key)
+        self._count("readstorm")
+        return False  # stays armed for the whole run
 
     def _on_step(self, replica: int, message: Any) -> None:
         if isinstance(message, m.OAccept) and any(o == replica for o, _ in message.values):

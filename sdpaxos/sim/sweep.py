@@ -184,7 +184,7 @@ def run_faulty(
         keys=KEYS,
         reads=True,
     )
-    injector = FaultInjector(cluster, faults)
+    injector = FaultInjector(cluster, faults, read_keys=(None, *KEYS))
     gaps_ms = [
         between(chooser, FAULT_GAP_MS_MIN, FAULT_GAP_MS_MAX)
         for _ in range(between(chooser, FAULT_ACTIONS_MIN, FAULT_ACTIONS_MAX))

@@ -70,6 +70,7 @@ def test_the_sweep_injects_every_kind_of_fault_and_forces_view_changes() -> None
     totals = report.fault_totals()
     names = ["crash", "crash-pair", "restart", "pause", "slow", "heal", "droptype"]
     names += ["handover-done", "anyorder", "straggler", "fired-oaccept+sequencer"]
+    names += ["partition-stagger", "readstorm"]
     names += [f"partition-{shape}" for shape in ("isolate", "split", "pair")]
     names += [f"oneway-{shape}" for shape in ("link", "in", "out")]
     names += [f"churn-{shape}" for shape in ("serial", "rolling", "handovers")]
