@@ -14,9 +14,13 @@ Modes:
 * ``--sweep N``: N seeded runs with random fault schedules (see
   :mod:`sdpaxos.sim.sweep`); ``--replicas`` is then a comma list of replica
   counts, used in turn; ``--faults`` is ``all`` or a comma list of
-  crash, restart, pause, slow, partition, oneway, drop, dup, reorder. Progress
-  goes to stderr; at the end, the violations (each with the command line that
-  replays it) and a summary table.
+  crash, restart, pause, slow, partition, oneway, drop, dup, reorder, and the
+  faults aimed at recovery: droptype, point, handover, churn, anyorder, drift,
+  elsewhere, straggler, limits (see :mod:`sdpaxos.sim.faults`). Every run also
+  issues linearizable reads, checked for freshness. Progress goes to stderr; at
+  the end, the violations (each with the command line that replays it) and a
+  summary table (view changes, hand-overs, C-recoveries, reads checked and ok,
+  faults by kind).
 * ``--failover``: the paper's Fig. 14 scenario (see :mod:`sdpaxos.sim.failover`);
   ``--failover-sweep K`` repeats it at K crash phases over one heartbeat period.
 
@@ -31,7 +35,7 @@ import sys
 from collections.abc import Sequence
 
 from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot, run_failover
-from sdpaxos.sim.faults import parse_faults
+from sdpaxos.sim.faults import FaultKind, parse_faults
 from sdpaxos.sim.network import NetworkConfig
 from sdpaxos.sim.profiles import PAPER3, DelayProfile, ProfileError, builtin, load_json
 from sdpaxos.sim.run import RunResult, run_closed_loop
@@ -96,7 +100,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K",
         help="the failover at K crash phases spread over one heartbeat period",
     )
-    p.add_argument("--faults", default="all", help="with --sweep: all, or a comma list of faults")
+    p.add_argument(
+        "--faults",
+        default="all",
+        help="with --sweep: all, or a comma list of: " + ", ".join(k.value for k in FaultKind),
+    )
     p.add_argument(
         "--kill-ms", type=float, default=KILL_MS, help="with --failover: when the sequencer dies"
     )

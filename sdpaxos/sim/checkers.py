@@ -25,6 +25,16 @@ Checked properties:
    at its leader) before ``b`` was proposed, ``a`` executes before ``b`` on
    every replica. "Before" is the simulator's event order, which refines
    virtual time.
+5. **Read freshness.** A read answered ``ok`` by replica ``r`` has, at the
+   moment ``r`` hands the answer out, applied every write that was READY
+   (anywhere) before ``r.read()`` was called and that writes its key: a write
+   of the same key, or a write or read with no key (an unnamed object, which
+   the sequencer's history table treats as "every key"). That is the core's
+   promise (``ReadResult``): the embedder then reads its local state machine.
+   Reads answered not-``ok`` are fine: the client falls back to the log.
+
+A command may be proposed at several replicas (a client that retries
+elsewhere): any of them may answer it, and it must still execute once.
 
 A crash loses a replica's volatile execution state; :meth:`Checker.restarted`
 resets that replica's view so its re-execution is checked from slot 0 again.
@@ -33,7 +43,7 @@ resets that replica's view so its re-execution is checked from slot 0 again.
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sdpaxos.core.ready import Executed, Reply
+from sdpaxos.core.ready import Executed, ReadResult, Reply
 from sdpaxos.core.storage import CAccepted, OAccepted, Record
 from sdpaxos.core.types import Command
 
@@ -95,6 +105,14 @@ class Checker:
         self._readies: list[CommandKey] = []
         self._ready_set: set[CommandKey] = set()
         self._excused: set[CommandKey] = set()
+        #: Every replica a command was proposed at (retries may go elsewhere).
+        self._leaders: dict[CommandKey, set[int]] = {}
+        #: Pending reads: read id -> (replica, key, how many commands were READY).
+        self._reads: dict[int, tuple[int, bytes | None, int]] = {}
+        self.reads_issued = 0
+        #: Reads answered ``ok`` (each checked for freshness) and not ``ok``.
+        self.reads_ok = 0
+        self.reads_refused = 0
         self.chosen_c = 0
         self.chosen_o = 0
         self.events = 0
@@ -104,6 +122,7 @@ class Checker:
     def proposed(self, replica: int, command: Command) -> None:
         """``command`` was handed to ``replica.propose``."""
         key = (command.client_id, command.seq)
+        self._leaders.setdefault(key, set()).add(replica)
         if key in self._proposed:
             return  # a retry of the same command; the first proposal counts
         self._proposed[key] = (replica, command)
@@ -116,10 +135,11 @@ class Checker:
             raise SafetyViolation(
                 f"replica {replica} replied {reply.kind.name} for {key}, never proposed"
             )
-        leader = self._proposed[key][0]
-        if leader != replica:
+        leaders = self._leaders[key]
+        if replica not in leaders:
             raise SafetyViolation(
-                f"replica {replica} replied for {key}, which was proposed at replica {leader}"
+                f"replica {replica} replied for {key}, which was proposed at"
+                f" replica(s) {sorted(leaders)} only"
             )
         if key not in self._ready_set:
             self._ready_set.add(key)
@@ -205,18 +225,61 @@ class Checker:
         self._views[replica] = _ReplicaView()
 
     def crashed(self, replica: int) -> None:
-        """``replica`` crashed: its proposals that were not yet READY may be lost."""
-        for key, (leader, _) in self._proposed.items():
-            if leader == replica and key not in self._ready_set:
+        """``replica`` crashed: its proposals that were not yet READY may be lost,
+        and so are the reads it had not answered."""
+        for key, leaders in self._leaders.items():
+            if replica in leaders and key not in self._ready_set:
                 self._excused.add(key)
+        for read_id in [i for i, (r, _, _) in self._reads.items() if r == replica]:
+            del self._reads[read_id]
+
+    def read_issued(self, replica: int, read_id: int, key: bytes | None) -> None:
+        """``replica.read(read_id, key, ...)`` is being called now."""
+        if read_id in self._reads:
+            raise ValueError(f"read id {read_id} is already pending (the driver must not reuse it)")
+        self._reads[read_id] = (replica, key or None, len(self._readies))
+        self.reads_issued += 1
+
+    def read_served(self, replica: int, result: ReadResult) -> None:
+        """``replica`` handed out ``result`` (``Ready.reads``); judged at this moment."""
+        asked = self._reads.pop(result.read_id, None)
+        if asked is None:
+            raise SafetyViolation(
+                f"replica {replica} answered read {result.read_id}, which is not pending there"
+            )
+        where, key, readies = asked
+        if where != replica:
+            raise SafetyViolation(
+                f"replica {replica} answered read {result.read_id}, asked at replica {where}"
+            )
+        if not result.ok:
+            self.reads_refused += 1
+            return
+        self.reads_ok += 1
+        view = self._views[replica]
+        for k in self._readies[min(view.covered, readies) : readies]:
+            if k in view.done:
+                continue
+            written = self._proposed[k][1].key
+            if key is None or written is None or written == key:
+                raise SafetyViolation(
+                    f"stale read: replica {replica} served read {result.read_id} of {key!r}"
+                    f" without {k} (a write of {written!r}), which was READY before the"
+                    " read was asked"
+                )
+
+    def _required(self) -> list[CommandKey]:
+        """Commands that must execute everywhere: every READY one (READY is durable),
+        and every other one whose leaders did not crash before it was READY."""
+        return [k for k in self._proposed if k in self._ready_set or k not in self._excused]
 
     def check_liveness(self, live: Iterable[int]) -> None:
         """Every proposed command executed on every live replica.
 
-        Exempt are commands whose leader crashed before they were READY: nobody
+        Exempt are commands never READY whose leader crashed before: nobody
         promised anything about them.
         """
-        required = [k for k in self._proposed if k not in self._excused]
+        required = self._required()
         for replica in sorted(set(live)):
             done = self._views[replica].done
             missing = [k for k in required if k not in done]
@@ -264,7 +327,7 @@ class Checker:
 
     def executed_everywhere(self, live: Iterable[int]) -> bool:
         """The liveness condition as a boolean, to decide when a drain may stop."""
-        required = [k for k in self._proposed if k not in self._excused]
+        required = self._required()
         return all(all(k in self._views[r].done for k in required) for r in live)
 
     # -- internals ------------------------------------------------------------

@@ -35,6 +35,21 @@ per replica. The core assumes a bound on rate error (its config's
 ``clock_drift_ppm``); a simulation whose clocks stay within it tests that the
 lease holds under drift and pauses.
 
+Hooks for aimed faults (all additive; a cluster that uses none behaves as before):
+
+* ``traced=True`` builds the real core with a tracer, and every trace event
+  (``BecomeSequencer``, ``HandleOAccept``, ...) goes to ``trace_listeners``;
+  ``step_listeners`` see each message just before a replica steps it.
+* :meth:`SimCluster.crash_in_drain` crashes a replica in the middle of carrying
+  out its next ``Ready`` batch: after its records are durable, after a prefix of
+  its messages left, before any reply. That is where a real process can die,
+  and a trace listener can aim it at a protocol point.
+* ``message_rules`` decide, per message at send time, to deliver it, drop it
+  (``DROP``) or hold it back for a while (any-order, past the link's FIFO).
+* :meth:`SimCluster.read_at` asks a replica for a linearizable read; results
+  go to the checker and to ``read_listeners``. :meth:`SimCluster.transfer_sequencer`
+  hands the sequencer role over.
+
 Rules: single-threaded, no wall clock, no global ``random``; every decision
 comes from the one :class:`~sdpaxos.sim.chooser.Chooser`, and iteration is over
 lists or sorted keys only, so a run is a pure function of its seed.
@@ -46,8 +61,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol
 
 from sdpaxos.core.config import ClusterConfig
-from sdpaxos.core.errors import Overloaded
-from sdpaxos.core.ready import Ready, Reply
+from sdpaxos.core.errors import LocalProtocolError, Overloaded
+from sdpaxos.core.ready import ReadResult, Ready, Reply
 from sdpaxos.core.replica import Replica, StateMachine
 from sdpaxos.core.storage import MemoryStorage, Record
 from sdpaxos.core.types import Command, ReplicaId, Wait
@@ -68,6 +83,10 @@ PAUSED_INBOX_MAX = 10_000
 CLOCK_OFFSET_US_MAX = 1_000_000_000
 #: Largest slow factor: a straggler at most this many times slower than a normal replica.
 SLOW_FACTOR_MAX = 1_000_000.0
+#: A message rule's verdict: lose the message (any other int: hold it that many us).
+DROP = -1
+#: Longest a message rule may hold a message back, in microseconds.
+HOLD_US_MAX = 60_000_000
 
 
 class SimReplica(Protocol):
@@ -82,6 +101,14 @@ class SimReplica(Protocol):
     def ready(self) -> Ready: ...
 
     def observe_rtt(self, peer: ReplicaId, rtt_ms: float) -> None: ...
+
+
+class ReadingReplica(Protocol):
+    """A replica that serves linearizable reads and hands its role over (the core does)."""
+
+    def read(self, read_id: int, key: bytes | None, now_ms: float) -> None: ...
+
+    def transfer_sequencer(self, target: ReplicaId) -> None: ...
 
 
 class Codec(Protocol):
@@ -156,6 +183,15 @@ class Propose:
 
 
 @dataclass(frozen=True, slots=True)
+class Read:
+    """A client asks ``replica`` for a linearizable read of ``key``."""
+
+    replica: ReplicaId
+    read_id: int
+    key: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
 class Probe:
     """A proximity probe ``src -> dst`` sent at ``sent_us``, or its echo."""
 
@@ -184,14 +220,38 @@ class Handled:
 
     replica: ReplicaId
     incarnation: int
-    event: Deliver | Propose
+    event: "Deliver | Propose | Read"
 
 
-Event = Deliver | Tick | Propose | Probe | ProbeRound | Action | Handled
-Inbound = Deliver | Propose
+@dataclass(frozen=True, slots=True)
+class CrashPlan:
+    """How :meth:`SimCluster.crash_in_drain` cuts the next batch short.
+
+    ``keep``: how many of the batch's messages leave before the crash (``None``:
+    all of them); ``stop_before``: none from the first message of one of these
+    types on, whatever ``keep`` says. Records are always persisted (a crash
+    before that is a crash before the event) and replies never given.
+    """
+
+    keep: int | None = None
+    stop_before: tuple[type, ...] = ()
+
+
+Event = Deliver | Tick | Propose | Read | Probe | ProbeRound | Action | Handled
+Inbound = Deliver | Propose | Read
 
 ReplyListener = Callable[[ReplicaId, Reply, int], None]
 ProposeListener = Callable[[ReplicaId, Command, int], None]
+#: ``(replica, result, now_us)`` for every read result a replica hands out.
+ReadListener = Callable[[ReplicaId, ReadResult, int], None]
+#: ``(replica, event, fields)`` for every trace event of a traced cluster.
+TraceListener = Callable[[ReplicaId, str, dict[str, Any]], None]
+#: ``(replica, message)`` just before ``replica.step(message)``.
+StepListener = Callable[[ReplicaId, Any], None]
+#: ``(src, dst, message)`` at send time: ``None`` to send normally, :data:`DROP`
+#: to lose it, or a number of microseconds to hold it back (it may overtake
+#: nothing and be overtaken by anything).
+MessageRule = Callable[[ReplicaId, ReplicaId, Any], int | None]
 
 
 class SimCluster:
@@ -214,6 +274,8 @@ class SimCluster:
         clock_drift_ppm: each replica's clock runs at a rate drawn within this
             many parts per million of virtual time, from an offset drawn too
             (0: every clock reads virtual time).
+        traced: build every replica with a tracer that feeds ``trace_listeners``
+            (the real core only: ``replica_factory`` must be the default).
     """
 
     def __init__(
@@ -236,6 +298,7 @@ class SimCluster:
         events_pending_max: int = EVENTS_PENDING_MAX,
         processing_us: int = 0,
         clock_drift_ppm: int = 0,
+        traced: bool = False,
     ) -> None:
         if not tick_ms > 0:
             raise ValueError(f"tick_ms must be > 0, got {tick_ms}")
@@ -243,6 +306,8 @@ class SimCluster:
             raise ValueError(f"processing_us must be >= 0, got {processing_us}")
         if not 0 <= clock_drift_ppm < 100_000:
             raise ValueError(f"clock_drift_ppm must be in 0 .. 99999, got {clock_drift_ppm}")
+        if traced and replica_factory is not core_replica:
+            raise ValueError("traced=True needs the real core (the default replica_factory)")
         n = profile.size
         self.profile = profile
         self.chooser = chooser
@@ -268,6 +333,22 @@ class SimCluster:
         self.replicas: list[SimReplica | None] = [None] * n
         self.reply_listeners: list[ReplyListener] = []
         self.propose_listeners: list[ProposeListener] = []
+        self.read_listeners: list[ReadListener] = []
+        self.trace_listeners: list[TraceListener] = []
+        self.step_listeners: list[StepListener] = []
+        self.message_rules: list[MessageRule] = []
+        self.traced = traced
+        #: Messages lost to a message rule, and messages a rule held back.
+        self.rule_dropped = 0
+        self.rule_held = 0
+        #: Replicas that must crash while carrying out their next batch.
+        self._crash_plans: dict[ReplicaId, CrashPlan] = {}
+        #: Crashes carried out by :meth:`crash_in_drain`.
+        self.drain_crashes = 0
+        #: Reads handed to a replica, and hand-overs started.
+        self.reads_issued = 0
+        self.handovers = 0
+        self._read_ids = 0
         self.events_processed = 0
         self.crashes = 0
         self.restarts = 0
@@ -331,6 +412,56 @@ class SimCluster:
         """Run ``callback`` at ``time_us`` (between events, like any event)."""
         self.scheduler.at(time_us, Action(callback, name))
 
+    def read_at(self, time_us: int, replica: ReplicaId, read_id: int, key: bytes | None) -> None:
+        """Call ``replica.read(read_id, key, now)`` at ``time_us`` (through a paused inbox).
+
+        ``read_id`` must be unique in the run: the checker matches results by it.
+        """
+        self.scheduler.at(time_us, Read(replica, read_id, key))
+
+    def new_read_id(self) -> int:
+        """A read id no other read of this run has."""
+        self._read_ids += 1
+        return self._read_ids
+
+    def transfer_sequencer(self, replica: ReplicaId, target: ReplicaId) -> bool:
+        """Ask ``replica`` to hand the sequencer role to ``target`` now.
+
+        False (and nothing happens) when ``replica`` is down or paused, or refuses:
+        it is not an established sequencer, or ``target`` is not another replica.
+        """
+        core = self.replicas[replica]
+        if core is None or self.paused[replica]:
+            return False
+        transfer = getattr(core, "transfer_sequencer", None)
+        if transfer is None:
+            return False
+        try:
+            transfer(target)
+        except LocalProtocolError:
+            return False
+        self.handovers += 1
+        self._drain(replica)
+        return True
+
+    def crash_in_drain(self, replica: ReplicaId, plan: CrashPlan | None = None) -> None:
+        """Crash ``replica`` while it carries out its next ``Ready`` batch (see
+        :class:`CrashPlan`). Meant to be called from a trace or step listener,
+        i.e. inside the event whose effects are being cut short."""
+        if self.replicas[replica] is not None:
+            self._crash_plans[replica] = plan or CrashPlan()
+
+    def believed_sequencer(self) -> ReplicaId | None:
+        """The sequencer as most live replicas see it (ties: the lowest id)."""
+        votes: dict[int, int] = {}
+        for r in self.live_replicas():
+            seq = getattr(self.replicas[r], "sequencer", None)
+            if isinstance(seq, int):
+                votes[seq] = votes.get(seq, 0) + 1
+        if not votes:
+            return None
+        return max(sorted(votes), key=lambda s: votes[s])
+
     def crash(self, replica: ReplicaId) -> None:
         """Drop the replica and its volatile state; its storage survives.
 
@@ -345,6 +476,7 @@ class SimCluster:
         self.replicas[replica] = None
         self.state_machines[replica] = None
         self.paused[replica] = False
+        self._crash_plans.pop(replica, None)
         self._inbox[replica] = []
         self._incarnation[replica] += 1
         self.crashes += 1
@@ -460,7 +592,22 @@ class SimCluster:
         sm = self._sm_factory()
         self.state_machines[r] = sm
         rng = derive_rng(self.chooser)
+        if self.traced:
+            self.replicas[r] = Replica(
+                self.config,
+                r,
+                sm,
+                rng=rng,
+                observe=self.observe,
+                records=records,
+                tracer=self._on_trace,
+            )
+            return
         self.replicas[r] = self._replica_factory(self.config, r, sm, rng, self.observe, records)
+
+    def _on_trace(self, event: str, replica: ReplicaId, fields: dict[str, Any]) -> None:
+        for listener in self.trace_listeners:
+            listener(replica, event, fields)
 
     def _dispatch(self, event: Event) -> None:
         if isinstance(event, Deliver):
@@ -471,10 +618,10 @@ class SimCluster:
             if replica is not None and not self.paused[event.replica]:
                 replica.tick(self.clock_ms(event.replica))
                 self._drain(event.replica)
-        elif isinstance(event, Propose):
+        elif isinstance(event, Propose | Read):
             if self.replicas[event.replica] is not None:
                 self._gate(event.replica, event)
-            # else: the client's replica is down; its command is never submitted
+            # else: the client's replica is down; its request is never submitted
         elif isinstance(event, Handled):
             if event.incarnation == self._incarnation[event.replica]:
                 self._handle(event.event)
@@ -521,6 +668,8 @@ class SimCluster:
             return
         if isinstance(ev, Deliver):
             self._on_arrival(ev)
+        elif isinstance(ev, Read):
+            self._on_read(ev)
         else:
             self._on_propose(ev)
 
@@ -529,8 +678,21 @@ class SimCluster:
         assert replica is not None
         now_ms = self.clock_ms(ev.dst)
         for message in self.codec.decode_batch(ev.payload):
+            for listener in self.step_listeners:
+                listener(ev.dst, message)
             replica.step(message, now_ms)
         self._drain(ev.dst)
+
+    def _on_read(self, ev: Read) -> None:
+        replica = self.replicas[ev.replica]
+        assert replica is not None
+        read = getattr(replica, "read", None)
+        if read is None:
+            return  # a fake replica without reads
+        self.reads_issued += 1
+        self.checker.read_issued(ev.replica, ev.read_id, ev.key)
+        read(ev.read_id, ev.key, self.clock_ms(ev.replica))
+        self._drain(ev.replica)
 
     def _on_propose(self, ev: Propose) -> None:
         replica = self.replicas[ev.replica]
@@ -580,6 +742,10 @@ class SimCluster:
                 return
             rd = replica.ready()
             if not rd:
+                if self._crash_plans.pop(r, None) is not None:
+                    # The event the crash was aimed at had no effects: crash after it.
+                    self.drain_crashes += 1
+                    self.crash(r)
                 return
             self._carry_out(r, rd)
         raise RuntimeError(f"replica {r} produced effects {READY_ROUNDS_MAX} times in a row")
@@ -588,25 +754,75 @@ class SimCluster:
         if rd.persist:
             self.storages[r].append(list(rd.persist))
             self.checker.persisted(r, rd.persist)
+        plan = self._crash_plans.pop(r, None)
+        messages = rd.messages if plan is None else _cut(rd.messages, plan)
+        if self.message_rules:
+            messages = self._apply_rules(r, messages)
         groups: dict[ReplicaId, list[Any]] = {}
-        for dst, message in rd.messages:
+        for dst, message in messages:
             if not 0 <= dst < self.n:
                 raise RuntimeError(f"replica {r} sent {message!r} to unknown replica {dst}")
             groups.setdefault(dst, []).append(message)
-        for dst, messages in groups.items():
-            payload = self.codec.encode_batch(messages)
+        for dst, batch in groups.items():
+            payload = self.codec.encode_batch(batch)
             if dst == r:
                 self.local_deliveries += 1
-                self.scheduler.at(self.now_us, Deliver(r, r, payload, len(messages)))
+                self.scheduler.at(self.now_us, Deliver(r, r, payload, len(batch)))
                 continue
-            for at_us in self.network.transmit(self.now_us, r, dst, len(payload), len(messages)):
-                self.scheduler.at(at_us, Deliver(r, dst, payload, len(messages)))
+            for at_us in self.network.transmit(self.now_us, r, dst, len(payload), len(batch)):
+                self.scheduler.at(at_us, Deliver(r, dst, payload, len(batch)))
         if rd.executed:
             self.checker.executed(r, rd.executed)
+        if plan is not None:
+            # Dead before it answered anyone: no reply, no read result.
+            self.drain_crashes += 1
+            self.crash(r)
+            return
         for reply in rd.replies:
             self.checker.replied(r, reply)
             for listener in self.reply_listeners:
                 listener(r, reply, self.now_us)
+        for result in rd.reads:
+            self.checker.read_served(r, result)
+            for read_listener in self.read_listeners:
+                read_listener(r, result, self.now_us)
+
+    def _apply_rules(
+        self, r: ReplicaId, messages: list[tuple[ReplicaId, Any]]
+    ) -> list[tuple[ReplicaId, Any]]:
+        """Filter a batch through ``message_rules``: drop, hold (sent now) or keep."""
+        kept: list[tuple[ReplicaId, Any]] = []
+        for dst, message in messages:
+            fate: int | None = None
+            if dst != r:
+                for rule in self.message_rules:
+                    fate = rule(r, dst, message)
+                    if fate is not None:
+                        break
+            if fate is None:
+                kept.append((dst, message))
+            elif fate == DROP:
+                self.rule_dropped += 1
+            else:
+                if not 0 <= fate <= HOLD_US_MAX:
+                    raise ValueError(f"a message rule held a message for {fate} us")
+                self.rule_held += 1
+                payload = self.codec.encode_batch([message])
+                for at_us in self.network.transmit(
+                    self.now_us, r, dst, len(payload), 1, hold_us=fate
+                ):
+                    self.scheduler.at(at_us, Deliver(r, dst, payload, 1))
+        return kept
+
+
+def _cut(messages: list[tuple[ReplicaId, Any]], plan: CrashPlan) -> list[tuple[ReplicaId, Any]]:
+    """The prefix of a batch's messages that left before the crash."""
+    keep = len(messages) if plan.keep is None else min(plan.keep, len(messages))
+    if plan.stop_before:
+        for i, (_, message) in enumerate(messages[:keep]):
+            if isinstance(message, plan.stop_before):
+                return messages[:i]
+    return messages[:keep]
 
 
 def _message_count(ev: Inbound) -> int:

@@ -168,9 +168,21 @@ class Network:
     # -- traffic ------------------------------------------------------------
 
     def transmit(
-        self, now_us: int, src: int, dst: int, size_bytes: int, messages: int = 1
+        self,
+        now_us: int,
+        src: int,
+        dst: int,
+        size_bytes: int,
+        messages: int = 1,
+        *,
+        hold_us: int = 0,
     ) -> list[int]:
-        """Send one packet of ``messages`` messages; the delivery time of each copy."""
+        """Send one packet of ``messages`` messages; the delivery time of each copy.
+
+        ``hold_us`` > 0 holds the packet back that long on top of its delay, out of
+        the link's order: it neither waits for nor delays any other packet (a
+        message rule's hold, see :mod:`sdpaxos.sim.cluster`).
+        """
         link = self._links[(src, dst)]
         stats = link.stats
         stats.packets_sent += 1
@@ -188,9 +200,9 @@ class Network:
         stats.duplicated += (copies - 1) * messages
         times: list[int] = []
         for _ in range(copies):
-            delay_us = link.delay_us + self._jitter_us()
+            delay_us = link.delay_us + self._jitter_us() + hold_us
             at_us = now_us + delay_us
-            if self.config.fifo:
+            if self.config.fifo and hold_us <= 0:
                 at_us = max(at_us, link.last_delivery_us)
                 link.last_delivery_us = at_us
             stats.delay_us_total += at_us - now_us

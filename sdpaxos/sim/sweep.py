@@ -2,7 +2,9 @@
 
 One run (:func:`run_faulty`) is a function of ``(seed, replicas, faults,
 commands)``: closed-loop clients (two per region, retrying after
-:data:`CLIENT_RETRY_MS`) run while a :class:`~sdpaxos.sim.faults.FaultInjector`
+:data:`CLIENT_RETRY_MS`, elsewhere half of the time with the ``elsewhere``
+fault; writes of :data:`KEYS` or of no key; a linearizable read after each
+READY write, checked for freshness) run while a :class:`~sdpaxos.sim.faults.FaultInjector`
 injects :data:`FAULT_ACTIONS_MIN` .. :data:`FAULT_ACTIONS_MAX` faults, one every
 :data:`FAULT_GAP_MS_MIN` .. :data:`FAULT_GAP_MS_MAX` ms. Then every fault ends
 (network healed and benign, paused replicas resumed, everyone restarted) and the
@@ -28,10 +30,13 @@ from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.cluster import SimCluster
 from sdpaxos.sim.faults import (
     PROCESSING_US_WITH_SLOW,
+    TRACED_FAULTS,
     FaultInjector,
     FaultKind,
     between,
+    drift_for,
     format_faults,
+    limits_for,
     network_for,
 )
 from sdpaxos.sim.profiles import PAPER3, PAPER5, DelayProfile, uniform
@@ -41,12 +46,16 @@ from sdpaxos.sim.workload import ClosedLoopClients
 COMMANDS_DEFAULT = 40
 CLIENTS_PER_REGION = 2
 CLIENT_RETRY_MS = 1_500.0
+#: Keys the sweep's commands write (or none) and its reads read (or everything).
+KEYS = (b"k0", b"k1", b"k2")
 FAULT_ACTIONS_MIN = 2
 FAULT_ACTIONS_MAX = 6
 FAULT_GAP_MS_MIN = 200
 FAULT_GAP_MS_MAX = 1_500
 #: Faults keep running this long after the last one was injected.
 SETTLE_MS = 2_000
+#: Longest the fault phase is extended for scheduled fault chains (churn) to finish.
+CHAIN_MS_MAX = 15_000
 #: Virtual time allowed, after everything healed, for every command to execute everywhere.
 DRAIN_MS = 60_000
 DRAIN_STEP_MS = 200
@@ -93,6 +102,11 @@ class FaultRun:
     view_changes: int
     views_won: int
     recoveries: int
+    handovers: int
+    reads_issued: int
+    reads_ok: int
+    reads_refused: int
+    drift_ppm: int
     virtual_ms: float
     events: int
     commands_ready: int
@@ -100,6 +114,7 @@ class FaultRun:
     messages_lost: int
     messages_cut: int
     messages_duplicated: int
+    messages_filtered: int
     timeline: list[tuple[int, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +130,13 @@ class FaultRun:
             "view_changes": self.view_changes,
             "views_won": self.views_won,
             "recoveries": self.recoveries,
+            "handovers": self.handovers,
+            "reads": {
+                "issued": self.reads_issued,
+                "ok": self.reads_ok,
+                "refused": self.reads_refused,
+            },
+            "drift_ppm": self.drift_ppm,
             "virtual_ms": round(self.virtual_ms, 3),
             "events": self.events,
             "commands": {"ready": self.commands_ready, "total": self.commands_total},
@@ -122,6 +144,7 @@ class FaultRun:
                 "lost": self.messages_lost,
                 "cut": self.messages_cut,
                 "duplicated": self.messages_duplicated,
+                "filtered": self.messages_filtered,
             },
             "timeline": [{"at_us": t, "fault": what} for t, what in self.timeline],
         }
@@ -138,28 +161,53 @@ def run_faulty(
     chooser = SeededChooser(random.Random(seed))
     profile = profile_for(replicas)
     network = network_for(faults, chooser)
+    drift_ppm = drift_for(faults, chooser)
+    limits = limits_for(faults, chooser)
     sequencer = chooser.below(replicas)
+    slow = bool(faults & {FaultKind.SLOW, FaultKind.STRAGGLER})
     cluster = SimCluster(
         profile,
         chooser,
         sequencer=sequencer,
         network=network,
-        processing_us=PROCESSING_US_WITH_SLOW if FaultKind.SLOW in faults else 0,
+        config_overrides=limits,
+        processing_us=PROCESSING_US_WITH_SLOW if slow else 0,
+        clock_drift_ppm=drift_ppm,
+        traced=bool(faults & TRACED_FAULTS),
     )
     clients = ClosedLoopClients(
-        cluster, commands, clients_per_region=CLIENTS_PER_REGION, retry_ms=CLIENT_RETRY_MS
+        cluster,
+        commands,
+        clients_per_region=CLIENTS_PER_REGION,
+        retry_ms=CLIENT_RETRY_MS,
+        retry_elsewhere=FaultKind.ELSEWHERE in faults,
+        keys=KEYS,
+        reads=True,
     )
-    injector = FaultInjector(cluster, faults)
+    injector = FaultInjector(cluster, faults, read_keys=(None, *KEYS))
+    gaps_ms = [
+        between(chooser, FAULT_GAP_MS_MIN, FAULT_GAP_MS_MAX)
+        for _ in range(between(chooser, FAULT_ACTIONS_MIN, FAULT_ACTIONS_MAX))
+    ]
+    # Pace the clients so that their load lasts as long as the faults are
+    # injected (an idle cluster has nothing in flight to recover); once every
+    # fault has ended they go flat out.
+    per_client = max(1, commands // CLIENTS_PER_REGION)
+    clients.think_ms = sum(gaps_ms) / per_client
     kind, verdict = "ok", "ok"
     try:
         clients.start()
         t_us = 0
-        for _ in range(between(chooser, FAULT_ACTIONS_MIN, FAULT_ACTIONS_MAX)):
-            t_us += between(chooser, FAULT_GAP_MS_MIN, FAULT_GAP_MS_MAX) * 1000
+        for gap_ms in gaps_ms:
+            t_us += gap_ms * 1000
             cluster.run_until(t_us, events_max=RUN_EVENTS_MAX)
             injector.inject()
         cluster.run_until(t_us + SETTLE_MS * 1000, events_max=RUN_EVENTS_MAX)
+        chains_end_us = t_us + CHAIN_MS_MAX * 1000
+        while cluster.now_us < min(injector.busy_until_us, chains_end_us):
+            cluster.run_until(min(injector.busy_until_us, chains_end_us), events_max=RUN_EVENTS_MAX)
         injector.heal_all()
+        clients.think_ms = 0.0
         end_us = cluster.now_us + DRAIN_MS * 1000
         while cluster.now_us < end_us and not (
             clients.done() and cluster.checker.executed_everywhere(cluster.live_replicas())
@@ -201,6 +249,11 @@ def run_faulty(
         view_changes=counters.get("view_changes_started", 0),
         views_won=counters.get("views_won", 0),
         recoveries=counters.get("c_recoveries_started", 0),
+        handovers=cluster.handovers,
+        reads_issued=cluster.checker.reads_issued,
+        reads_ok=cluster.checker.reads_ok,
+        reads_refused=cluster.checker.reads_refused,
+        drift_ppm=drift_ppm,
         virtual_ms=cluster.now_us / 1000,
         events=cluster.events_processed,
         commands_ready=clients.completed,
@@ -208,6 +261,7 @@ def run_faulty(
         messages_lost=totals.lost,
         messages_cut=totals.cut,
         messages_duplicated=totals.duplicated,
+        messages_filtered=cluster.rule_dropped + cluster.rule_held,
         timeline=list(injector.timeline),
     )
 
@@ -276,7 +330,8 @@ class SweepReport:
         lines.append("")
         header = (
             f"{'replicas':<9}{'runs':>6}{'failed':>8}{'view chg':>10}{'won':>6}"
-            f"{'c-recov':>9}{'mean virt s':>13}{'lost':>9}{'cut':>9}{'dup':>8}"
+            f"{'handover':>9}{'c-recov':>9}{'reads':>8}{'ok':>8}{'mean virt s':>13}"
+            f"{'lost':>9}{'cut':>9}{'dup':>8}{'filtered':>9}"
         )
         lines.append(header)
         summary = self.summary()
@@ -284,9 +339,16 @@ class SweepReport:
         for name, s in rows:
             lines.append(
                 f"{name:<9}{s['runs']:>6}{s['failed']:>8}{s['view_changes']:>10}"
-                f"{s['views_won']:>6}{s['recoveries']:>9}{s['mean_virtual_ms'] / 1000:>13.2f}"
+                f"{s['views_won']:>6}{s['handovers']:>9}{s['recoveries']:>9}"
+                f"{s['reads_checked']:>8}{s['reads_ok']:>8}{s['mean_virtual_ms'] / 1000:>13.2f}"
                 f"{s['messages_lost']:>9}{s['messages_cut']:>9}{s['messages_duplicated']:>8}"
+                f"{s['messages_filtered']:>9}"
             )
+        lines.append("")
+        lines.append(
+            "view chg: view changes started; won: views won; reads: reads answered (ok or"
+            " not); ok: reads answered ok, each checked for freshness"
+        )
         lines.append("")
         lines.append("faults injected: " + (_format_counts(self.fault_totals()) or "none"))
         return "\n".join(lines)
@@ -304,11 +366,16 @@ def _summarise(runs: Sequence[FaultRun]) -> dict[str, Any]:
         "view_changes": sum(r.view_changes for r in runs),
         "views_won": sum(r.views_won for r in runs),
         "recoveries": sum(r.recoveries for r in runs),
+        "handovers": sum(r.handovers for r in runs),
+        "reads_issued": sum(r.reads_issued for r in runs),
+        "reads_checked": sum(r.reads_ok + r.reads_refused for r in runs),
+        "reads_ok": sum(r.reads_ok for r in runs),
         "mean_virtual_ms": statistics.fmean(r.virtual_ms for r in runs) if runs else 0.0,
         "events": sum(r.events for r in runs),
         "messages_lost": sum(r.messages_lost for r in runs),
         "messages_cut": sum(r.messages_cut for r in runs),
         "messages_duplicated": sum(r.messages_duplicated for r in runs),
+        "messages_filtered": sum(r.messages_filtered for r in runs),
     }
 
 
@@ -338,7 +405,8 @@ def sweep(
             progress(
                 f"[{k + 1}/{runs}] seed {run.seed} N={n}: {status};"
                 f" faults {_format_counts(run.faults) or 'none'};"
-                f" {run.view_changes} view changes; {run.virtual_ms / 1000:.1f} s virtual"
+                f" {run.view_changes} view changes; {run.reads_ok} reads ok;"
+                f" {run.virtual_ms / 1000:.1f} s virtual"
             )
             if not run.ok:
                 progress(f"    replay: {run.replay}")

@@ -1,26 +1,43 @@
 """Closed-loop clients co-located with each replica, and latency statistics.
 
 Each client has one command outstanding (``seq`` = 1, 2, 3, ...) and proposes
-the next one when the previous is READY. Latency is measured *at the command
+the next one when the previous is READY (after a think time drawn uniformly
+from ``0 .. 2 * think_ms``, 0 by default: a fault sweep paces its clients so
+that the load lasts as long as the faults do). Latency is measured *at the command
 leader*, from ``propose`` to the READY reply, in virtual time: the client hop
 (the profile's diagonal) is left out, as in PROTOCOL.md section 8.4, but it
 still spaces a client's commands (reply hop + request hop).
 
-A client does not fail over to another replica. With ``retry_ms`` set it
-re-proposes the same ``(client_id, seq)`` at its replica when no READY came in
-that long (e.g. the replica crashed and restarted); the core's exactly-once
-table makes the retry safe. Without it a client whose replica is down stalls.
+With ``retry_ms`` set a client re-proposes the same ``(client_id, seq)`` when
+no READY came in that long (e.g. the replica crashed and restarted); the core's
+exactly-once table makes the retry safe. Without it a client whose replica is
+down stalls. With ``retry_elsewhere`` half of the retries go to another replica
+(a client failing over), so the exactly-once table is exercised across command
+leaders: the same command may then sit in two C-logs and must execute once.
+
+Keys and reads. With ``keys`` each command writes one of them or, as often as
+any one key, no named object (``key=None``), so the sequencer's history table
+and its "unknown object" floor are both exercised. With ``reads`` a client also
+asks for a linearizable read each time one of its writes is READY (at most one
+read outstanding): at its own replica, at the current sequencer, or at a
+random replica, of a key or of everything. Reads never hold up writes; their
+results go to the checker (read freshness), and not-``ok`` answers (fall back
+to the log) are only counted.
 """
 
 import math
 from dataclasses import dataclass, field
 
-from sdpaxos.core.ready import Reply, ReplyKind
+from sdpaxos.core.ready import ReadResult, Reply, ReplyKind
 from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.sim.cluster import SimCluster
 
 #: Most clients per region (a named limit on the workload's size).
 CLIENTS_PER_REGION_MAX = 1024
+#: Most distinct keys a workload writes.
+KEYS_MAX = 1024
+#: A read unanswered this long (its replica crashed) no longer blocks the next one.
+READ_TIMEOUT_MS = 5_000.0
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -65,6 +82,9 @@ class _Client:
     seq: int = 0
     proposed_us: int = -1
     done: int = 0
+    #: The outstanding read (-1: none) and when it was issued.
+    read_id: int = -1
+    read_us: int = 0
 
 
 @dataclass(slots=True)
@@ -72,7 +92,9 @@ class ClosedLoopClients:
     """``clients_per_region`` closed-loop clients at each replica in ``regions``.
 
     ``commands_per_region`` is split between a region's clients as evenly as
-    possible. ``payload_bytes`` pads each command's payload.
+    possible. ``payload_bytes`` pads each command's payload. ``keys``,
+    ``reads`` and ``retry_elsewhere``: see the module docstring; their choices
+    come from the cluster's chooser.
     """
 
     cluster: SimCluster
@@ -82,11 +104,20 @@ class ClosedLoopClients:
     payload_bytes: int = 16
     wait: Wait = Wait.READY
     retry_ms: float | None = None
+    retry_elsewhere: bool = False
+    keys: tuple[bytes, ...] = ()
+    reads: bool = False
+    think_ms: float = 0.0
     retries: int = 0
+    retries_elsewhere: int = 0
+    reads_issued: int = 0
+    reads_answered: int = 0
     latencies_us: dict[ReplicaId, list[int]] = field(default_factory=dict)
     _clients: dict[int, _Client] = field(default_factory=dict)
     _issued: int = 0
     _completed: int = 0
+    #: Outstanding reads: read id -> client id.
+    _reading: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 1 <= self.clients_per_region <= CLIENTS_PER_REGION_MAX:
@@ -95,6 +126,12 @@ class ClosedLoopClients:
             raise ValueError("retry_ms must be > 0")
         if self.commands_per_region < 0:
             raise ValueError("commands_per_region must be >= 0")
+        if len(self.keys) > KEYS_MAX or any(not k for k in self.keys):
+            raise ValueError(f"keys: at most {KEYS_MAX}, none empty (None means no key)")
+        if not self.think_ms >= 0:
+            raise ValueError("think_ms must be >= 0")
+        if self.retry_elsewhere and self.retry_ms is None:
+            raise ValueError("retry_elsewhere needs retry_ms")
         regions = list(range(self.cluster.n)) if self.regions is None else list(self.regions)
         self.regions = regions
         for r in regions:
@@ -105,6 +142,7 @@ class ClosedLoopClients:
                 self._clients[cid] = _Client(cid, r, base + (1 if k < extra else 0))
         self.cluster.reply_listeners.append(self._on_reply)
         self.cluster.propose_listeners.append(self._on_propose)
+        self.cluster.read_listeners.append(self._on_read_result)
 
     @property
     def total(self) -> int:
@@ -130,7 +168,7 @@ class ClosedLoopClients:
         client.proposed_us = -1
         body = f"c{client.client_id}s{client.seq}".encode()
         payload = body.ljust(self.payload_bytes, b".")
-        command = Command(client.client_id, client.seq, payload)
+        command = Command(client.client_id, client.seq, payload, self._key())
         self._issued += 1
         self.cluster.propose_at(at_us, client.replica, command, self.wait)
         if self.retry_ms is not None:
@@ -144,7 +182,12 @@ class ClosedLoopClients:
             if client.seq != command.seq or client.done >= command.seq:
                 return  # answered meanwhile
             self.retries += 1
-            self.cluster.propose_at(self.cluster.now_us, client.replica, command, self.wait)
+            where = client.replica
+            n = self.cluster.n
+            if self.retry_elsewhere and n > 1 and self.cluster.chooser.below(2) == 1:
+                where = (client.replica + 1 + self.cluster.chooser.below(n - 1)) % n
+                self.retries_elsewhere += 1
+            self.cluster.propose_at(self.cluster.now_us, where, command, self.wait)
             self._arm_retry(client, command, self.cluster.now_us)
 
         self.cluster.call_at(at_us, retry, "client-retry")
@@ -169,7 +212,50 @@ class ClosedLoopClients:
         client.proposed_us = -1
         client.done += 1
         self._completed += 1
-        self._next(client, now_us + self.cluster.profile.client_rtt_us(client.replica))
+        at_us = now_us + self.cluster.profile.client_rtt_us(client.replica)
+        think_us = round(self.think_ms * 1000)
+        if think_us > 0:
+            at_us += self.cluster.chooser.below(2 * think_us + 1)
+        self._next(client, at_us)
+        if self.reads:
+            self._read(client, at_us)
+
+    def _key(self) -> bytes | None:
+        """A key to write or read: one of ``keys``, or (draw 0) no named object."""
+        if not self.keys:
+            return None
+        k = self.cluster.chooser.below(len(self.keys) + 1)
+        return self.keys[k - 1] if k else None
+
+    def _read(self, client: _Client, at_us: int) -> None:
+        """Issue a read for ``client`` unless one is still outstanding."""
+        if client.read_id >= 0:
+            if at_us - client.read_us < round(READ_TIMEOUT_MS * 1000):
+                return
+            self._reading.pop(client.read_id, None)  # its replica crashed: forget it
+        chooser = self.cluster.chooser
+        where = chooser.below(3)
+        if where == 0:
+            replica = client.replica
+        elif where == 1:
+            seq = self.cluster.believed_sequencer()
+            replica = client.replica if seq is None else seq
+        else:
+            replica = chooser.below(self.cluster.n)
+        read_id = self.cluster.new_read_id()
+        client.read_id, client.read_us = read_id, at_us
+        self._reading[read_id] = client.client_id
+        self.reads_issued += 1
+        self.cluster.read_at(at_us, replica, read_id, self._key())
+
+    def _on_read_result(self, replica: ReplicaId, result: ReadResult, now_us: int) -> None:
+        cid = self._reading.pop(result.read_id, None)
+        if cid is None:
+            return
+        self.reads_answered += 1
+        client = self._clients[cid]
+        if client.read_id == result.read_id:
+            client.read_id = -1
 
     def stats(self) -> dict[ReplicaId, LatencyStats]:
         return {r: LatencyStats.of(v) for r, v in self.latencies_us.items()}

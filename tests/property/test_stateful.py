@@ -1,8 +1,12 @@
 """Hypothesis explores fault schedules step by step over a real-core ``SimCluster``.
 
-Rules: propose, deliver the next event, drop or duplicate an in-flight packet,
-let time pass (ticks), crash, restart, pause, resume, partition (symmetric,
-one-way, isolate-one, majority/minority) and heal. Preconditions keep at most
+Rules: propose (writes of a key or of no key), retry an unanswered command at
+another replica (same ``(client_id, seq)``), read (a key or everything, at any
+replica), hand the sequencer role over, deliver the next event, drop or
+duplicate an in-flight packet, let time pass (ticks), crash, restart, pause,
+resume, partition (symmetric, one-way, isolate-one, majority/minority) and
+heal. Clocks drift (up to the core's bound) in some examples. Every read
+answered ``ok`` is checked for freshness as it is handed out. Preconditions keep at most
 F = (N-1)/2 replicas crashed, so a majority can always be brought back. After
 every step the safety checkers hold (``@invariant``; the incremental checks
 also raise inside the step that breaks them), and the core raised no invariant
@@ -28,12 +32,14 @@ from hypothesis.stateful import (
 )
 
 from sdpaxos.core import Command
+from sdpaxos.core.ready import Reply
 from sdpaxos.sim import NetworkConfig, SeededChooser, SimCluster
 from sdpaxos.sim.profiles import DelayProfile
 
 #: Virtual time the final liveness check may take after healing.
 DRAIN_MS = 60_000
 STEP_COUNT = 40
+KEYS = st.sampled_from([None, b"k0", b"k1"])
 
 
 def line_profile(n: int) -> DelayProfile:
@@ -47,19 +53,37 @@ class ClusterMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.seq: dict[int, int] = {}
         self.started = False
+        #: Client sessions whose last command was answered: client id -> its next seq.
+        #: A session has at most one command outstanding (the core's exactly-once
+        #: contract): a command retried elsewhere may overtake an earlier one of
+        #: the same client, which would then be taken for a duplicate.
+        self.idle_clients: dict[int, int] = {}
+        self.clients = 0
+        #: Proposed commands not yet answered (candidates for a retry elsewhere).
+        self.unanswered: dict[tuple[int, int], Command] = {}
 
-    @initialize(n=st.sampled_from([3, 5]), seed=st.integers(0, 2**16), sequencer=st.integers(0, 4))
-    def setup(self, n: int, seed: int, sequencer: int) -> None:
+    @initialize(
+        n=st.sampled_from([3, 5]),
+        seed=st.integers(0, 2**16),
+        sequencer=st.integers(0, 4),
+        drift_ppm=st.sampled_from([0, 1000]),
+    )
+    def setup(self, n: int, seed: int, sequencer: int, drift_ppm: int) -> None:
         self.cluster = SimCluster(
             line_profile(n),
             SeededChooser(random.Random(seed)),
             sequencer=sequencer % n,
             network=NetworkConfig(),
             processing_us=0,
+            clock_drift_ppm=drift_ppm,
         )
+        self.cluster.reply_listeners.append(self._answered)
         self.started = True
+
+    def _answered(self, replica: int, reply: Reply, now_us: int) -> None:
+        if self.unanswered.pop((reply.client_id, reply.seq), None) is not None:
+            self.idle_clients[reply.client_id] = reply.seq + 1
 
     # -- helpers ----------------------------------------------------------------
 
@@ -72,14 +96,38 @@ class ClusterMachine(RuleBasedStateMachine):
 
     # -- client and network -------------------------------------------------------
 
-    @rule(replica=st.integers(0, 4), commands=st.integers(1, 3))
-    def propose(self, replica: int, commands: int) -> None:
+    @rule(replica=st.integers(0, 4), commands=st.integers(1, 3), key=KEYS)
+    def propose(self, replica: int, commands: int, key: bytes | None) -> None:
         r = replica % self.n
         for _ in range(commands):
-            seq = self.seq.get(r, 0) + 1
-            self.seq[r] = seq
-            command = Command(r + 1, seq, f"r{r}s{seq}".encode())
+            if self.idle_clients:
+                cid = min(self.idle_clients)
+                seq = self.idle_clients.pop(cid)
+            else:
+                self.clients += 1
+                cid, seq = self.clients, 1
+            command = Command(cid, seq, f"c{cid}s{seq}".encode(), key=key)
+            self.unanswered[(command.client_id, command.seq)] = command
             self.cluster.propose_at(self.cluster.now_us, r, command)
+
+    @precondition(lambda self: self.unanswered)
+    @rule(pick=st.integers(0, 1000), replica=st.integers(0, 4))
+    def retry_elsewhere(self, pick: int, replica: int) -> None:
+        """A client that got no answer tries the same command at another replica."""
+        commands = sorted(self.unanswered.items())
+        _, command = commands[pick % len(commands)]
+        self.cluster.propose_at(self.cluster.now_us, replica % self.n, command)
+
+    @rule(replica=st.integers(0, 4), key=KEYS)
+    def read(self, replica: int, key: bytes | None) -> None:
+        r = replica % self.n
+        self.cluster.read_at(self.cluster.now_us, r, self.cluster.new_read_id(), key)
+
+    @rule(offset=st.integers(1, 4))
+    def hand_over(self, offset: int) -> None:
+        seq = self.cluster.believed_sequencer()
+        if seq is not None:
+            self.cluster.transfer_sequencer(seq, (seq + offset) % self.n)
 
     @rule(events=st.integers(1, 20))
     def deliver_next(self, events: int) -> None:

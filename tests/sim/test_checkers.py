@@ -3,6 +3,7 @@
 import pytest
 
 from sdpaxos.core import CAccepted, Command, Executed, OAccepted, Reply, ReplyKind
+from sdpaxos.core.ready import ReadResult
 from sdpaxos.sim.checkers import Checker, LivenessViolation, SafetyViolation
 
 A = Command(1, 1, b"a")
@@ -124,7 +125,17 @@ def test_reply_for_an_unproposed_command_or_from_the_wrong_leader() -> None:
     with pytest.raises(SafetyViolation, match="never proposed"):
         ready(ch, 0, A)
     ch.proposed(1, A)
-    with pytest.raises(SafetyViolation, match="proposed at replica 1"):
+    with pytest.raises(SafetyViolation, match=r"proposed at replica\(s\) \[1\] only"):
+        ready(ch, 0, A)
+
+
+def test_a_command_retried_elsewhere_may_be_answered_by_either_leader() -> None:
+    ch = Checker(3)
+    ch.proposed(1, A)
+    ch.proposed(2, A)  # the client retried at replica 2
+    ready(ch, 2, A)
+    ready(ch, 1, A)
+    with pytest.raises(SafetyViolation, match="proposed at"):
         ready(ch, 0, A)
 
 
@@ -182,3 +193,87 @@ def test_liveness_excuses_commands_lost_with_their_leader() -> None:
     ch2.crashed(1)
     with pytest.raises(LivenessViolation):
         ch2.check_liveness([2])
+
+
+# -- (5) read freshness ----------------------------------------------------------------
+
+K1 = Command(4, 1, b"k1-write", key=b"k1")
+K2 = Command(5, 1, b"k2-write", key=b"k2")
+
+
+def test_an_ok_read_must_have_applied_every_earlier_ready_write_of_its_key() -> None:
+    ch = Checker(3)
+    for cmd in (K1, K2):
+        ch.proposed(0, cmd)  # concurrent: either order is fine
+    for cmd in (K1, K2):
+        ready(ch, 0, cmd)
+    ch.executed(1, [ex(0, 0, K2)])  # replica 1 applied the k2 write only
+    ch.read_issued(1, 7, b"k2")
+    ch.read_served(1, ReadResult(7, True))  # fresh: k2 is there, k1 does not matter
+    ch.read_issued(1, 8, b"k1")
+    with pytest.raises(SafetyViolation, match=r"stale read: replica 1 served read 8 of b'k1'"):
+        ch.read_served(1, ReadResult(8, True))
+
+
+def test_a_keyless_read_or_write_concerns_every_key() -> None:
+    ch = Checker(3)
+    ch.proposed(0, A)  # no key: an unnamed object
+    ready(ch, 0, A)
+    ch.read_issued(2, 1, b"k1")
+    with pytest.raises(SafetyViolation, match="stale read"):
+        ch.read_served(2, ReadResult(1, True))
+    ch = Checker(3)
+    ch.proposed(0, K1)
+    ready(ch, 0, K1)
+    ch.read_issued(2, 1, None)
+    with pytest.raises(SafetyViolation, match="stale read"):
+        ch.read_served(2, ReadResult(1, True))
+
+
+def test_writes_ready_after_the_read_was_asked_and_refused_reads_are_free() -> None:
+    ch = Checker(3)
+    ch.proposed(0, K1)
+    ch.read_issued(1, 1, b"k1")
+    ready(ch, 0, K1)  # READY after the read was asked: concurrent
+    ch.read_served(1, ReadResult(1, True))
+    ch.read_issued(1, 2, b"k1")
+    ch.read_served(1, ReadResult(2, False))  # not ok: the client falls back to the log
+    assert (ch.reads_issued, ch.reads_ok, ch.reads_refused) == (2, 1, 1)
+
+
+def test_a_read_answered_twice_elsewhere_or_after_a_restart_is_a_violation() -> None:
+    ch = Checker(3)
+    ch.read_issued(1, 1, None)
+    ch.read_served(1, ReadResult(1, False))
+    with pytest.raises(SafetyViolation, match="not pending"):
+        ch.read_served(1, ReadResult(1, True))
+    ch.read_issued(1, 2, None)
+    with pytest.raises(SafetyViolation, match="asked at replica 1"):
+        ch.read_served(2, ReadResult(2, True))
+    ch.read_issued(1, 3, None)
+    ch.crashed(1)  # the read died with the process
+    with pytest.raises(SafetyViolation, match="not pending"):
+        ch.read_served(1, ReadResult(3, True))
+
+
+def test_a_restarted_replica_must_re_apply_before_it_serves() -> None:
+    ch = Checker(3)
+    ch.proposed(0, K1)
+    ready(ch, 0, K1)
+    ch.executed(1, [ex(0, 0, K1)])
+    ch.crashed(1)
+    ch.restarted(1)  # its state machine is empty again
+    ch.read_issued(1, 1, b"k1")
+    with pytest.raises(SafetyViolation, match="stale read"):
+        ch.read_served(1, ReadResult(1, True))
+
+
+def test_a_ready_command_is_required_everywhere_even_if_its_first_leader_crashed() -> None:
+    ch = Checker(3)
+    ch.proposed(0, A)
+    ch.crashed(0)  # before READY: excused ...
+    ch.check_liveness([1, 2])
+    ch.proposed(1, A)  # ... until the client retried elsewhere and got READY
+    ready(ch, 1, A)
+    with pytest.raises(LivenessViolation, match="never executed 1 of 1"):
+        ch.check_liveness([1, 2])

@@ -1,12 +1,17 @@
 """Seeded fault sweeps (``python -m sdpaxos.sim --sweep``): many short runs with
 random crashes, restarts, pauses, slow nodes, partitions (symmetric, one-way,
-isolate-one, majority/minority), loss, duplication and reordering, each checked
-for safety after every event and for liveness once every fault has ended.
+isolate-one, majority/minority), loss, duplication and reordering, and the
+faults aimed at recovery (message types lost or held, crashes at protocol
+points, hand-overs, churn, any-order delivery, clock drift, retries at another
+replica, a straggler sequencer, tight limits), each checked for safety and read
+freshness after every event and for liveness once every fault has ended.
 
 CI runs :data:`CI_SEEDS` seeds in each of N = 3 and N = 5, one test per seed, so a
-failure names its seed; the message carries the exact replay command. The long
-sweep (thousands of seeds, N = 3, 5 and 7) is marked ``slow``; see
-``tests/sim/README.md`` for the command.
+failure names its seed; the message carries the exact replay command. The
+summary test then checks, over those same runs, that every kind of fault was
+really injected (and every protocol point fired). The long sweep (thousands of
+seeds, N = 3, 5 and 7) is marked ``slow``; see ``tests/sim/README.md`` for the
+command.
 
 A failing seed is a finding about the core: it is reported with its replay
 command and, once the core is fixed, pinned in ``test_pinned_seeds`` below.
@@ -14,8 +19,8 @@ command and, once the core is fixed, pinned in ``test_pinned_seeds`` below.
 
 import pytest
 
-from sdpaxos.sim.faults import ALL_FAULTS, FaultKind
-from sdpaxos.sim.sweep import run_faulty, sweep
+from sdpaxos.sim.faults import ALL_FAULTS, MESSAGE_GROUPS, POINTS, FaultKind
+from sdpaxos.sim.sweep import FaultRun, SweepReport, run_faulty, sweep
 
 #: Seeds per replica count in CI (fixed: the same runs every time).
 CI_SEEDS = 150
@@ -24,10 +29,28 @@ LONG_SEEDS = 2_000
 LONG_SEED_BASE = 500_000
 
 
+#: The CI runs of this session, by (seed, replicas): the summary test reuses them
+#: rather than running a sweep of its own.
+CI_RUNS: dict[tuple[int, int], FaultRun] = {}
+
+
 def check(seed: int, replicas: int) -> None:
     run = run_faulty(seed, replicas, ALL_FAULTS)
+    CI_RUNS[(seed, replicas)] = run
     assert run.ok, f"{run.verdict}\nreplay: {run.replay}\ntimeline: {run.timeline}"
     assert run.commands_ready == run.commands_total
+
+
+def ci_report() -> SweepReport:
+    """Every CI run (those this session has not run yet are run now)."""
+    report = SweepReport(seed=CI_SEED_BASE, replicas=[3, 5], faults=ALL_FAULTS, commands=40)
+    for replicas in (3, 5):
+        for seed in range(CI_SEED_BASE, CI_SEED_BASE + CI_SEEDS):
+            run = CI_RUNS.get((seed, replicas))
+            if run is None:
+                run = CI_RUNS[(seed, replicas)] = run_faulty(seed, replicas, ALL_FAULTS)
+            report.runs.append(run)
+    return report
 
 
 @pytest.mark.parametrize("seed", range(CI_SEED_BASE, CI_SEED_BASE + CI_SEEDS))
@@ -41,19 +64,27 @@ def test_sweep_five_replicas(seed: int) -> None:
 
 
 def test_the_sweep_injects_every_kind_of_fault_and_forces_view_changes() -> None:
-    """The CI seeds are not a fault-free sweep in disguise."""
-    report = sweep(24, seed=CI_SEED_BASE, replicas=[3, 5], faults=ALL_FAULTS)
+    """The CI seeds are not a fault-free sweep in disguise: every fault, every
+    protocol point (fired, not only armed), reads, hand-overs and view changes."""
+    report = ci_report()
     totals = report.fault_totals()
-    for name in ("crash", "crash-pair", "restart", "pause", "slow", "heal"):
+    names = ["crash", "crash-pair", "restart", "pause", "slow", "heal", "droptype"]
+    names += ["handover-done", "anyorder", "straggler", "fired-oaccept+sequencer"]
+    names += ["partition-stagger", "readstorm"]
+    names += [f"partition-{shape}" for shape in ("isolate", "split", "pair")]
+    names += [f"oneway-{shape}" for shape in ("link", "in", "out")]
+    names += [f"churn-{shape}" for shape in ("serial", "rolling", "handovers")]
+    names += [f"droptype-{group}" for group in MESSAGE_GROUPS]
+    names += [f"fired-{point}" for point in POINTS if point != "crecovery"]
+    names += [f"fired-crecovery-{shape}" for shape in ("start", "phase2", "hold")]
+    for name in names:
         assert totals.get(name, 0) > 0, (name, totals)
-    for shape in ("isolate", "split", "pair"):
-        assert totals.get(f"partition-{shape}", 0) > 0, (shape, totals)
-    for shape in ("link", "in", "out"):
-        assert totals.get(f"oneway-{shape}", 0) > 0, (shape, totals)
     summary = report.summary()["all"]
     assert summary["views_won"] > 0 and summary["recoveries"] > 0
+    assert summary["handovers"] > 0 and summary["reads_ok"] > 1000
     assert summary["messages_lost"] > 0 and summary["messages_duplicated"] > 0
-    assert summary["messages_cut"] > 0
+    assert summary["messages_cut"] > 0 and summary["messages_filtered"] > 0
+    assert any(r.drift_ppm == 1000 for r in report.runs)
 
 
 def test_a_run_is_a_function_of_its_seed() -> None:
