@@ -2,25 +2,31 @@
 (***************************************************************************)
 (* SDPaxos (Zhao et al., SoCC 2018) as implemented by sdpaxos.core.        *)
 (*                                                                         *)
-(* One action per core handler, named like the handler and like the trace  *)
-(* event (`HandleCAccept` <-> `Replica._handle_c_accept` <-> trace event    *)
-(* "HandleCAccept").  See tla/README.md for the full table and for what is *)
-(* abstracted, and docs/recovery.md for the recovery design in prose.      *)
+(* One action per protocol step of the core, named like the core's trace  *)
+(* event (tla/README.md has the table, which tests/test_tla.py checks      *)
+(* against the code).  docs/recovery.md is the design in prose.           *)
+(*                                                                         *)
+(* The model is deliberately PERMISSIVE: whenever the core decides *when*  *)
+(* to do something (timers, retransmission, which peer gets which message, *)
+(* when to relay commits, when to give up), the model lets it happen at    *)
+(* any time the protocol state allows.  The core's behaviours are then a   *)
+(* subset of the model's, which is what trace validation (Trace*.tla)      *)
+(* checks on simulator runs, and every invariant TLC proves here holds for *)
+(* the core a fortiori.                                                    *)
 (*                                                                         *)
 (* NOTE on the network.  `msgs` is the SET of every message ever sent.  A  *)
 (* handler never removes the message it handles, so every message can be   *)
-(* received any number of times, in any order, or never: duplication,      *)
-(* reordering and loss are all in the model without extra actions.  This   *)
-(* is strictly more behaviour than a bag with Drop/Duplicate actions, and  *)
-(* much smaller to check, because an idempotent re-delivery leads back to  *)
-(* a state TLC has already seen.  DropMessage and DuplicateMessage are     *)
-(* still defined (for trace validation); DropMessage only removes          *)
-(* behaviours for safety and is disabled unless ModelLoss is TRUE.         *)
-(*                                                                         *)
+(* received any number of times, in any order, or never: loss,             *)
+(* duplication and reordering are in the model without extra actions.     *)
 (* A receiver that acts on "a majority of X messages" (C-ACKs, votes,      *)
-(* O-ACKs, C-promises) reads them from `msgs`: it is the step in which the *)
-(* last of them arrives; the earlier ones arrived in steps that changed    *)
-(* nothing the model needs to remember (as in Lamport's Paxos.tla).        *)
+(* O-ACKs, C-promises, lease grants) reads them from `msgs`, as in         *)
+(* Lamport's Paxos.tla.                                                    *)
+(*                                                                         *)
+(* Time.  One global clock (perfect clocks; the core's margins for rate   *)
+(* error are argued in docs/recovery.md section 11).  A lease grant at     *)
+(* time g forbids the grantor any vote, its own candidacy included, before *)
+(* g + Lease; the sequencer uses a grant answering its heartbeat sent at   *)
+(* t only while clock < t + LeaseHold (LeaseHold =< Lease).                *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
@@ -32,22 +38,38 @@ CONSTANTS
     MaxCrashes,   \* crashes in the whole run
     MaxSlot,      \* O-instances 0..MaxSlot-1
     MaxCIdx,      \* C-instances 0..MaxCIdx-1 per replica
-    ModelLoss,    \* include DropMessage in Next (adds states, no behaviours)
+    MaxTime,      \* the clock runs 0..MaxTime
+    Lease,        \* lease_ms in clock units
+    LeaseHold,    \* lease_hold_ms in clock units
+    MaxReads,     \* linearizable reads in the whole run
     Proposers,    \* replicas whose clients propose (scope; R for everything)
-    Candidates,   \* replicas whose timeout may fire (scope; R for everything)
+    Candidates,   \* replicas that may start a view change (scope)
     Crashable,    \* replicas that may crash (scope)
     Recoverers,   \* replicas that may run C-instance recovery (scope)
     Learners,     \* replicas that learn others' commits and execute (scope)
     Voters,       \* replicas that answer V-requests (scope)
     CAcceptors,   \* replicas that accept other replicas' C-accepts (scope)
+    Readers,      \* replicas whose clients read (scope)
+    CRequests,    \* model C-requests (scope: a C-accept, being broadcast here, covers them)
+    Retries,      \* model abandoned candidacies and re-sent votes (scope)
+    Heartbeats,   \* model heartbeats and lease grants (scope; needed for reads)
+    Handovers,    \* model hand-overs of the sequencer role (scope)
+    Relays,       \* model relayed commits (answers to learn requests; scope)
+    Isolated,     \* replicas that receive no message of a view above 0 (a partition; scope)
     \* Deliberate bugs; every cfg but the mutation cfgs sets them all FALSE.
-    MutNoAllocGuard,   \* allocate one O-instance per C-accept/C-request received
-    MutAcceptOldView,  \* accept C-accepts whose view is older than ours
-    MutNoInference,    \* N = 5: skip the R_m inference in the view change
-    MutReadyNoPrefix,  \* N = 5 non-sequencer ready rule ignores O_k, k < j
-    MutNoReaccept      \* send NewView without the majority re-acceptance
+    MutNoAllocGuard,     \* allocate one O-instance per C-accept/C-request received
+    MutAcceptOldView,    \* no view fence on C-instance messages (pitfall 5): acceptors
+                         \* take older views' C-accepts, leaders count any view's C-ACKs
+    MutNoInference,      \* N = 5: skip the R_m inference in the view change
+    MutNoReaccept,       \* NewView without the majority re-acceptance of the range
+    MutRangeReadyBug,    \* bug 1: the N = 5 ready rule's old cap (`safe > base`)
+    MutEstOnHeartbeat,   \* bug 2: a heartbeat raises the established view
+    MutIgnoreOwnLease,   \* bugs 3, 10: a candidate wins inside its own lease grant
+    MutRecoveryIgnoresPromise, \* bug 5: recovery phase 2 ignores a higher promise
+    MutRangeFromOwnOFrom       \* bug 14: the range starts at the winner's o_from, not at
+                               \* the lowest executed prefix among its votes
 
-ASSUME N \in {3, 5}
+ASSUME N \in {3, 5} /\ LeaseHold =< Lease
 
 R      == 0 .. (N - 1)
 Maj    == N \div 2 + 1
@@ -57,772 +79,1113 @@ CIdx   == 0 .. (MaxCIdx - 1)
 Cmds   == 1 .. MaxCmds
 Views  == 0 .. MaxView
 
-\* C-values: a command id, NoOp, or Nil (nothing accepted).
+\* C-values: a command id, NoOp, or Nil (nothing).
 NoOp   == -1
 Nil    == -2
-\* O-values: an owner id, NoCl (the paper's no-cl), or Empty.
+\* O-values: an owner id, NoCl (the paper's no-cl), or Empty (nothing).
 NoCl   == -1
 Empty  == -2
-All    == -1                       \* dst of a broadcast O-accept
+NoEntry == [b |-> -1, o |-> Empty]
 
 CBal(rnd, r) == rnd * N + r        \* core: make_ballot(round, replica), stride N here
 BalOwner(b)  == b % N
+BalRound(b)  == IF b < 0 THEN 0 ELSE b \div N
 MaxB         == CBal(MaxCRound, N - 1)
 
 Max(S) == CHOOSE x \in S : \A y \in S : x >= y
+\* The sets of k messages of X from k distinct senders (k =< 2 is all the model needs:
+\* a majority less one for N =< 5).  Enumerating them, rather than SUBSET X, keeps
+\* TLC's work per state polynomial.
+Picks(X, k) ==
+    IF k = 1 THEN {{x} : x \in X}
+    ELSE UNION {{{x, y} : y \in {z \in X : z.src > x.src}} : x \in X}
 Min(S) == CHOOSE x \in S : \A y \in S : x =< y
-Range(f) == {f[x] : x \in DOMAIN f}
 
-NoRec == [n |-> -1, i |-> -1, b |-> -1]     \* no C-recovery in progress
-NoOCom == [b |-> -1, o |-> Empty]            \* no O-commit known
-
-\* The nearest majority-1 peers that get the sequencer's own O-accepts
-\* (configured proximity in the core; fixed by id here).
-SeqPeers(s) == {(s + d) % N : d \in 1 .. (Maj - 1)}
+NoCand == [v |-> -1, from |-> -1]
+NoRec  == [n |-> -1, i |-> -1, b |-> -1]
+NoReady == [n |-> -1, i |-> -1, j |-> -1, v |-> -1]
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* Variables.  Durable ones are exactly what Restart keeps.                *)
+(* Variables.  Durable ones are exactly what Restart keeps (the core's     *)
+(* storage records, sdpaxos/core/storage.py).                              *)
 (***************************************************************************)
-
-\* --- durable (core: storage records; kept by Restart) ---
 VARIABLES
-    cProm,     \* cProm[a][n][i]: ballot acceptor a promised for C_n^i (-1)
-    cAccB,     \* cAccB[a][n][i]: ballot of the value a accepted for C_n^i (-1)
-    cAccV,     \* cAccV[a][n][i]: that value (Nil)
-    oAccB,     \* oAccB[a][j]: ballot (= view) of a's accepted value for O_j (-1)
-    oAccV,     \* oAccV[a][j]: that value (Empty)
-    pView,     \* pView[a]: promised view; messages of older views are dropped
-    estView,   \* estView[a]: the last view whose re-proposed range a accepted
-    estSeq,    \* estSeq[a]: that view's sequencer (sender of the range)
-    estEnd     \* estEnd[a]: end of that view's range
-durableVars == <<cProm, cAccB, cAccV, oAccB, oAccV, pView, estView, estSeq, estEnd>>
+    cProm,     \* cProm[a][n][i]: ballot a promised for C_n^i (-1)       CPromised, CAccepted
+    cAccB,     \* cAccB[a][n][i]: ballot of a's accepted value (-1)       CAccepted
+    cAccV,     \* cAccV[a][n][i]: that value (Nil)                        CAccepted
+    ownNext,   \* ownNext[a]: a's next own C-index (its own CAccepted records)
+    oAccB,     \* oAccB[a][j]: ballot (a view) of the O-value a holds for O_j (-1)
+    oAccV,     \* oAccV[a][j]: that value (Empty)       OAccepted, ViewEstablished
+    pView,     \* pView[a]: promised view                ViewPromised (and the above)
+    est        \* est[a]: [v, s, start, base] the newest view whose whole rebuilt
+               \* range a accepted, its sequencer, and the range [start, base)
+durableVars == <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, pView, est>>
 
-\* --- volatile (lost by Crash/Restart) ---
 VARIABLES
     up,        \* up[r]: r is running
-    nvView,    \* nvView[r]: view of the last NewView r adopted (-1 after restart)
-    nvSeq,     \* nvSeq[r]: the sequencer of nvView[r]
-    nvEnd,     \* nvEnd[r]: end of nvView[r]'s re-proposed range
-    want,      \* want[s][n]: sequencer s: C-instances of n it was asked to order
-    sent,      \* sent[s][d]: sequencer s: O-instances below this were sent to d
-    cand,      \* cand[r]: view r is a candidate for (-1)
-    candPhase, \* "none", "votes" (collecting votes), "reaccept" (range sent)
-    candLog,   \* candLog[r]: the rebuilt assignment log being re-accepted
-    prop,      \* prop[r]: C-proposals r leads and has not seen committed
-    crec,      \* crec[r]: C-recovery r runs in phase 1 (NoRec if none)
-    cCom,      \* cCom[r][n][i]: value r knows committed for C_n^i (Nil)
-    oCom,      \* oCom[r][j]: [b, o] r knows committed for O_j (NoOCom)
+    joined,    \* joined[r]: r adopted pView[r] (knows its sequencer; core: acc_upto >= 0)
+    rc,        \* rc[r]: the range of r's view is known chosen (NewView, or a heartbeat base)
+    oCom,      \* oCom[r][j]: r knows its value of O_j is committed
+    oComB,     \* oComB[r][j]: the ballot it was chosen at (relays report it, -1)
+    cCom,      \* cCom[r][n][i]: the value r knows committed for C_n^i (Nil)
     execd,     \* execd[r]: executed slots, in order: [slot, o, ci, cmd]
-    lost       \* lost[r]: r's commands whose C-instance was chosen as no-op
-volatileVars == <<up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog,
-                  prop, crec, cCom, oCom, execd, lost>>
+    safeUpto,  \* safeUpto[r]: r's safe prefix in its view (core: _o_safe_upto)
+    want,      \* want[s][n]: sequencer s: C-instances of n it was asked to order
+    cand,      \* cand[r]: the view change r runs: [v, from] (NoCand)
+    votedFor,  \* votedFor[r]: whom r voted for in pView[r] (-1)
+    prop,      \* prop[r]: C-values r proposes (own or recovered) not yet committed: [n, i, b, v]
+    inflight,  \* inflight[r]: own C-instances started, not ready yet: [i, c]
+    lost,      \* lost[r]: r's commands whose C-instance was chosen as something else
+    crec,      \* crec[r]: the C-recovery r runs (NoRec)
+    leaseUntil,\* leaseUntil[r]: r granted a lease: no vote (its own included) before
+    handing    \* handing[s]: s is handing the sequencer role over (serves no reads)
+volatileVars == <<up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand, votedFor, prop,
+                  inflight, lost, crec, leaseUntil, handing>>
 
-\* --- network ---
-VARIABLE msgs  \* every message ever sent
+VARIABLES
+    clock,     \* the global clock
+    msgs       \* every message ever sent
 
 \* --- HISTORY variables: would not be present in an implementation ---
 VARIABLES
     nextCmd,     \* next fresh client command (the environment)
-    readySlot,   \* readySlot[c]: slot where c was ready (replied to), -1
-    readyAt,     \* readyAt[c]: [n, i, v]: c's C-instance C_n^i, and the view it was ready in
-    readyBefore, \* readyBefore[c]: commands ready when c was first proposed
+    readyAt,     \* readyAt[c]: where c was first answered READY: [n, i, j, v] (NoReady)
+    readyBefore, \* readyBefore[c]: commands READY when c was first proposed
     cVotes,      \* every C-acceptance ever: [a, n, i, b, v]
     oVotes,      \* every O-acceptance ever: [a, j, b, o]
-    execSlots,   \* every [slot, o, v] any replica ever executed (v: view of the commit used)
+    execHist,    \* every [slot, o, ci, cmd] any replica ever executed
+    ranges,      \* every log a sequencer built at winning: [v, s, log] (log: whole, from 0)
+    rops,        \* reads: [r, st, before, slot, result]; st in {"ask","wait","done","fail"}
     crashes,     \* crashes so far (bounded by MaxCrashes)
-    fenceBroken, \* some acceptor accepted a message of a view older than its own
-    revoked      \* a NewView overwrote (or dropped) an executed slot
-historyVars == <<nextCmd, readySlot, readyAt, readyBefore, cVotes, oVotes, execSlots,
-                 crashes, fenceBroken, revoked>>
+    alarm        \* a core alarm fired (invariant_alarms): must stay FALSE
+historyVars == <<nextCmd, readyAt, readyBefore, cVotes, oVotes, execHist, ranges, rops,
+                 crashes, alarm>>
 
-vars == <<durableVars, volatileVars, msgs, historyVars>>
+vars == <<durableVars, volatileVars, clock, msgs, historyVars>>
 
 -----------------------------------------------------------------------------
 (* Helpers *)
 
-Active(r) == up[r] /\ nvView[r] = pView[r]         \* not frozen by a view change
-IsSeq(s)  == Active(s) /\ nvSeq[s] = s /\ cand[s] = -1
+Executed(r, j) == j < Len(execd[r])
+Est(r)      == up[r] /\ joined[r]
+SeqOf(r)    == IF joined[r] THEN est[r].s ELSE -1
+IsSeq(s)    == Est(s) /\ est[s].s = s
 
-\* End of sequencer s's log: every slot below it holds a value at ballot = its view.
-SeqEnd(s) == Max({e \in 0 .. MaxSlot : \A j \in 0 .. (e - 1) : oAccB[s][j] = nvView[s]})
-Cov(s, n) == Cardinality({j \in Slots : j < SeqEnd(s) /\ oAccV[s][j] = n})
+\* The core's _acc_upto: from the range's base on, every slot held at the
+\* view's ballot (the sequencer's log ends there).  -1 when not joined.
+Acc(r) ==
+    IF ~joined[r] THEN -1
+    ELSE LET b == est[r].base
+         IN Max({k \in b .. MaxSlot : \A j \in b .. (k - 1) : oAccB[r][j] = pView[r]})
 
-\* r's own next C-index, derived from durable state (decision 6).
-NextC(r) == 1 + Max({-1} \cup {i \in CIdx : cProm[r][r][i] >= 0})
+Known(r, j) == Executed(r, j) \/ oAccB[r][j] = pView[r] \/ oCom[r][j]
+KnownUpto(r) == Max({k \in 0 .. MaxSlot : \A j \in 0 .. (k - 1) : Known(r, j)})
+CommittedPrefix(r) ==
+    Max({k \in Len(execd[r]) .. MaxSlot : \A j \in Len(execd[r]) .. (k - 1) : oCom[r][j]})
 
-\* The value r holds for O_j in its current view (its local assignment log).
-LogVal(r, j) == IF j < nvEnd[r] \/ oAccB[r][j] = nvView[r] THEN oAccV[r][j] ELSE Empty
+\* What r knows the sequencer of its view accepted: the end of its O-accepts,
+\* heartbeats and NewView in this view (the sequencer accepted all it sends).
+SeqAcc(r) ==
+    LET s == SeqOf(r)
+        v == pView[r]
+    IN Max({-1}
+           \cup {m.start + Len(m.vals) : m \in {x \in msgs : x.type = "OAccept" /\ x.src = s /\ x.view = v}}
+           \cup {m.len : m \in {x \in msgs : x.type = "Heartbeat" /\ x.src = s /\ x.view = v}}
+           \cup {m.start + Len(m.vals) : m \in {x \in msgs : x.type = "NewView" /\ x.src = s /\ x.view = v}})
 
-\* How many replicas the sequencer s knows accepted O_k in view v (itself
-\* included): the prefix O-ACKs it received.
-AckCount(s, v, k) ==
-    Cardinality({s} \cup {q \in R : \E a \in msgs : a.type = "OAck" /\ a.dst = s
-                                     /\ a.src = q /\ a.view = v /\ a.upto > k})
+\* r's knowledge of q's accepted prefix in r's view (prefix O-ACKs).
+AckOf(r, q) ==
+    IF q = r THEN Acc(r)
+    ELSE Max({-1} \cup {a.upto : a \in {x \in msgs : x.type = "OAck" /\ x.src = q /\ x.view = pView[r]}}
+                  \cup (IF q = SeqOf(r) THEN {SeqAcc(r)} ELSE {}))
+\* The longest prefix a majority (r's view of it) accepted.
+QuorumAcc(r) == Max({k \in -1 .. MaxSlot : Cardinality({q \in R : AckOf(r, q) >= k}) >= Maj})
 
-\* The O-instances r considers safe (the ready rule's quorum condition).
-SafeP(r, k) ==
-    \/ k < nvEnd[r]                                  \* chosen by the view change
-    \/ /\ oAccB[r][k] = nvView[r]                    \* accepted by r and the sequencer
-       /\ (nvSeq[r] # r \/ AckCount(r, nvView[r], k) >= Maj)
-SafeSet(r) ==
-    IF MutReadyNoPrefix /\ N = 5 /\ nvSeq[r] # r
-    THEN {k \in Slots : SafeP(r, k)}
-    ELSE 0 .. (Max({u \in 0 .. MaxSlot : \A k \in 0 .. (u - 1) : SafeP(r, k)}) - 1)
+\* The safe prefix (core: Replica._advance_safe_prefix).
+SafePrefix(r) ==
+    LET seq == SeqOf(r)
+        own == Min({Acc(r), SeqAcc(r)})
+        base == est[r].base
+        raw ==
+          IF N = 5 /\ seq # r
+          THEN IF MutRangeReadyBug
+               THEN \* the old rule: cap by the committed prefix only beyond the base
+                    IF own > base /\ CommittedPrefix(r) < base THEN Min({own, CommittedPrefix(r)})
+                    ELSE own
+               ELSE IF rc[r] THEN own ELSE -1
+          ELSE Max({Min({QuorumAcc(r), Acc(r)}), CommittedPrefix(r)})
+    IN Min({raw, KnownUpto(r)})
 
-\* The slot the counting rule gives C_r^i in r's local log (-1 if none).
+\* The slot the counting rule gives C_r^i in r's log (-1 if none below MaxSlot).
 SlotOf(r, i) ==
-    LET js == {j \in Slots : LogVal(r, j) = r
-                   /\ Cardinality({h \in Slots : h < j /\ LogVal(r, h) = r}) = i}
+    LET js == {j \in Slots : oAccV[r][j] = r
+                   /\ Cardinality({h \in Slots : h < j /\ oAccV[r][h] = r}) = i}
     IN IF js = {} THEN -1 ELSE Min(js)
 
-CountIn(seq, n) == Cardinality({k \in DOMAIN seq : seq[k] = n})
-Executed(r, j) == j < Len(execd[r])
-
-\* Upto of a prefix O-ACK: every O-instance below it accepted at ballot v.
-PrefixUpto(b, v) == Max({u \in 0 .. MaxSlot : \A j \in 0 .. (u - 1) : b[j] = v})
-
-\* The vote a replica sends (decision 2).  For each slot the accepted value,
-\* or the committed one learned from an O-commit (ballot = its view), the
-\* higher ballot first.
-BestO(r, j) == IF oCom[r][j].b > oAccB[r][j] THEN oCom[r][j]
-               ELSE [b |-> oAccB[r][j], o |-> oAccV[r][j]]
+Count(f, lo, hi, n) == Cardinality({j \in lo .. (hi - 1) : f[j] = n})
 CMax(r, n) == Max({-1} \cup {i \in CIdx : cAccB[r][n][i] >= 0})
-VoteMsg(r, c, v) ==
-    [type |-> "Vote", src |-> r, dst |-> c, view |-> v,
-     olog |-> [j \in Slots |-> BestO(r, j)],
-     cmax |-> [n \in R |-> CMax(r, n)],
-     ev |-> estView[r], es |-> estSeq[r], ee |-> estEnd[r]]
+
+\* The vote r sends for view v to candidate c, reporting slots from `from` on.
+OLogFrom(r, from) ==
+    [j \in Slots |-> IF j >= from /\ oAccB[r][j] >= 0
+                     THEN [b |-> oAccB[r][j], o |-> oAccV[r][j]] ELSE NoEntry]
+VoteMsg(r, c, v, from) ==
+    [type |-> "Vote", src |-> r, dst |-> c, view |-> v, from |-> from,
+     olog |-> OLogFrom(r, from), cmax |-> [n \in R |-> CMax(r, n)],
+     ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base, exec |-> Len(execd[r])]
+
+\* Un-commit what r learned committed in views older than v and did not execute.
+ForgetOlder(r, v) ==
+    [j \in Slots |-> oCom[r][j] /\ (Executed(r, j) \/ oAccB[r][j] >= v)]
 
 (***************************************************************************)
-(* Rebuilding the assignment log from a majority of votes (decision 3).    *)
+(* The rebuild (core: view_change.rebuild_assignment_log).  Q is a set of  *)
+(* vote records, one per voter, the candidate's own included; `from` is    *)
+(* the candidate's executed prefix; cov[n] counts n's C-instances covered  *)
+(* below it.  Returns [log |-> values of slots from, from+1, ..; stray].  *)
 (***************************************************************************)
-\* The k-th (1-based) slot holding m in lg, or MaxSlot if there is none.
-KthSlot(lg, m, k) ==
-    LET js == {j \in Slots : lg[j] = m /\ Cardinality({h \in Slots : h < j /\ lg[h] = m}) = k - 1}
-    IN IF js = {} THEN MaxSlot ELSE Min(js)
-
-\* Paper Fig. 7 lines 32-36: give R_m the first empty slots, one C-instance
-\* per slot, until m's coverage reaches C+1 and no empty slot precedes the
-\* (C+1)-th of them.
-RECURSIVE Fill(_, _, _)
-Fill(lg, m, C) ==
-    LET empties == {j \in Slots : lg[j] = Empty}
-        done == \/ C < 0
-                \/ /\ Cardinality({j \in Slots : lg[j] = m}) >= C + 1
-                   /\ ~\E h \in empties : h < KthSlot(lg, m, C + 1)
-    IN IF done \/ empties = {} THEN lg
-       ELSE Fill([lg EXCEPT ![Min(empties)] = m], m, C)
-
-BuildLog(Q) ==     \* Q: a set of Vote messages from a majority
-    LET W   == Max({q.ev : q \in Q})
-        wq  == CHOOSE q \in Q : q.ev = W
-        E   == wq.ee                   \* end of the newest established range
-        old == wq.es                   \* the sequencer of that view
+BuildLog(Q, from, cov) ==
+    LET W    == Max({q.ev : q \in Q})
+        wq   == CHOOSE q \in Q : q.ev = W /\ \A x \in Q : x.ev = W => q.src =< x.src
+        old  == wq.es
+        B    == wq.eb
         srcs == {q.src : q \in Q}
-        \* Values at ballot < W beyond W's range were superseded by W's
-        \* re-proposal and are ignored.
-        elig(j) == {q.olog[j] : q \in {x \in Q : x.olog[j].o # Empty
-                                       /\ (j < E \/ x.olog[j].b >= W)}}
-        best(j) == IF elig(j) = {} THEN Empty
+        ok(e, j) == e.b >= 0 /\ e.b =< W /\ ~(e.b < W /\ j >= B)
+        elig(j) == {q.olog[j] : q \in {x \in Q : ok(x.olog[j], j)}}
+        best(j) == IF j < from \/ elig(j) = {} THEN Empty
                    ELSE (CHOOSE e \in elig(j) : \A f \in elig(j) : e.b >= f.b).o
-        lg0 == [j \in Slots |-> best(j)]
+        lg0  == [j \in Slots |-> best(j)]
+        high == {j \in Slots : \E q \in Q : q.olog[j].b > W}
         others == R \ (srcs \cup {old})
-        lg1 == IF N = 5 /\ ~MutNoInference /\ old \notin srcs /\ Cardinality(others) = 1
-               THEN LET m == CHOOSE x \in others : TRUE
-                    IN Fill(lg0, m, Max({q.cmax[m] : q \in Q}))
-               ELSE lg0
-        nonEmpty == {j \in Slots : lg1[j] # Empty}
-        len == IF nonEmpty = {} THEN 0 ELSE Max(nonEmpty) + 1
-    IN [k \in 1 .. len |-> IF lg1[k - 1] = Empty THEN NoCl ELSE lg1[k - 1]]
+        infer == N = 5 /\ ~MutNoInference /\ old \notin srcs /\ Cardinality(others) = 1
+        m    == CHOOSE x \in R : x \in others
+        need == Max({q.cmax[m] : q \in Q}) + 1
+        holes == {j \in from .. (MaxSlot - 1) : lg0[j] = Empty}
+        top  == IF \E j \in Slots : lg0[j] # Empty THEN Max({j \in Slots : lg0[j] # Empty}) + 1 ELSE from
+        hole == IF {j \in holes : j < top} = {} THEN top ELSE Min({j \in holes : j < top})
+        stray == {j \in Slots : j > hole /\ lg0[j] # Empty /\ lg0[j] # m}
+        covd == cov[m] + Count(lg0, from, hole, m)
+        len  == IF infer THEN hole - from + Max({0, need - covd}) ELSE top - from
+        val(k) == LET j == from + k - 1
+                  IN IF infer /\ j >= hole THEN m
+                     ELSE IF lg0[j] = Empty THEN NoCl ELSE lg0[j]
+    IN [log |-> [k \in 1 .. len |-> val(k)],
+        bad |-> high # {} \/ (infer /\ stray # {}),
+        fits |-> from + len =< MaxSlot]
 
 -----------------------------------------------------------------------------
 Init ==
     /\ cProm = [a \in R |-> [n \in R |-> [i \in CIdx |-> -1]]]
     /\ cAccB = [a \in R |-> [n \in R |-> [i \in CIdx |-> -1]]]
     /\ cAccV = [a \in R |-> [n \in R |-> [i \in CIdx |-> Nil]]]
+    /\ ownNext = [a \in R |-> 0]
     /\ oAccB = [a \in R |-> [j \in Slots |-> -1]]
     /\ oAccV = [a \in R |-> [j \in Slots |-> Empty]]
     /\ pView = [a \in R |-> 0]
-    /\ estView = [a \in R |-> 0]
-    /\ estSeq = [a \in R |-> Seq0]
-    /\ estEnd = [a \in R |-> 0]
+    /\ est = [a \in R |-> [v |-> 0, s |-> Seq0, start |-> 0, base |-> 0]]
     /\ up = [r \in R |-> TRUE]
-    /\ nvView = [r \in R |-> 0]
-    /\ nvSeq = [r \in R |-> Seq0]
-    /\ nvEnd = [r \in R |-> 0]
-    /\ want = [s \in R |-> [n \in R |-> 0]]
-    /\ sent = [s \in R |-> [d \in R |-> 0]]
-    /\ cand = [r \in R |-> -1]
-    /\ candPhase = [r \in R |-> "none"]
-    /\ candLog = [r \in R |-> <<>>]
-    /\ prop = [r \in R |-> {}]
-    /\ crec = [r \in R |-> NoRec]
+    /\ joined = [r \in R |-> TRUE]
+    /\ rc = [r \in R |-> TRUE]
+    /\ oCom = [r \in R |-> [j \in Slots |-> FALSE]]
+    /\ oComB = [r \in R |-> [j \in Slots |-> -1]]
     /\ cCom = [r \in R |-> [n \in R |-> [i \in CIdx |-> Nil]]]
-    /\ oCom = [r \in R |-> [j \in Slots |-> NoOCom]]
     /\ execd = [r \in R |-> <<>>]
+    /\ safeUpto = [r \in R |-> 0]
+    /\ want = [s \in R |-> [n \in R |-> 0]]
+    /\ cand = [r \in R |-> NoCand]
+    /\ votedFor = [r \in R |-> -1]
+    /\ prop = [r \in R |-> {}]
+    /\ inflight = [r \in R |-> {}]
     /\ lost = [r \in R |-> {}]
-    \* View 0 is configured; its "notification" lets a restarted replica re-learn it.
-    /\ msgs = {[type |-> "NewView", src |-> Seq0, view |-> 0, vals |-> <<>>]}
+    /\ crec = [r \in R |-> NoRec]
+    /\ leaseUntil = [r \in R |-> 0]
+    /\ handing = [r \in R |-> FALSE]
+    /\ clock = 0
+    /\ msgs = {}
     /\ nextCmd = 1
-    /\ readySlot = [c \in Cmds |-> -1]
-    /\ readyAt = [c \in Cmds |-> [n |-> -1, i |-> -1, v |-> -1]]
+    /\ readyAt = [c \in Cmds |-> NoReady]
     /\ readyBefore = [c \in Cmds |-> {}]
     /\ cVotes = {}
     /\ oVotes = {}
-    /\ execSlots = {}
+    /\ execHist = {}
+    /\ ranges = {}
+    /\ rops = <<>>
     /\ crashes = 0
-    /\ fenceBroken = FALSE
-    /\ revoked = FALSE
+    /\ alarm = FALSE
 
+ReadySet == {c \in Cmds : readyAt[c] # NoReady}
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* Propose(r): R_r puts a client command in its next C-instance C_r^i at   *)
-(* the owner ballot r (round 0), accepts it itself (durably, so i is never *)
-(* reused after a restart) and sends the C-accept.  Safe: ballot r is used *)
-(* only by r, and only once per instance, so C_r^i has one round-0 value.  *)
-(* A command whose instance was chosen as no-op is re-proposed here too    *)
-(* (lost[r]); exactly-once by (client id, seq) makes that harmless.        *)
+(* Command leader.                                                         *)
 (***************************************************************************)
-Propose(r) ==
-    /\ r \in Proposers /\ Active(r)
-    /\ \E c \in (IF nextCmd =< MaxCmds THEN {nextCmd} ELSE {}) \cup lost[r] :
-         LET i == NextC(r)
+
+(* Propose(r): R_r puts a client command in its next C-instance C_r^i at   *)
+(* the owner ballot (round 0), accepts it itself (durably: i is never      *)
+(* reused) and sends the C-accept.  A command whose instance was chosen as *)
+(* something else is re-proposed here too (lost[r]); (client id, seq)      *)
+(* keeps it exactly-once.  The sequencer's own command raises its want.    *)
+ProposeChoices(r) == (IF nextCmd =< MaxCmds THEN {nextCmd} ELSE {}) \cup lost[r]
+ProposeCmd(r, c) ==
+    /\ r \in Proposers /\ Est(r) /\ c \in ProposeChoices(r)
+    /\ LET i == ownNext[r]
              v == pView[r]
          IN /\ i < MaxCIdx
             /\ cProm' = [cProm EXCEPT ![r][r][i] = r]
             /\ cAccB' = [cAccB EXCEPT ![r][r][i] = r]
             /\ cAccV' = [cAccV EXCEPT ![r][r][i] = c]
+            /\ ownNext' = [ownNext EXCEPT ![r] = i + 1]
             /\ prop' = [prop EXCEPT ![r] = @ \cup {[n |-> r, i |-> i, b |-> r, v |-> c]}]
+            /\ inflight' = [inflight EXCEPT ![r] = @ \cup {[i |-> i, c |-> c]}]
             /\ lost' = [lost EXCEPT ![r] = @ \ {c}]
+            /\ want' = IF IsSeq(r) THEN [want EXCEPT ![r][r] = Max({@, i + 1})] ELSE want
             /\ msgs' = msgs \cup
                  {[type |-> "CAccept", src |-> r, view |-> v, n |-> r, i |-> i, b |-> r, v |-> c],
                   [type |-> "CAck", src |-> r, view |-> v, n |-> r, i |-> i, b |-> r]}
             /\ cVotes' = cVotes \cup {[a |-> r, n |-> r, i |-> i, b |-> r, v |-> c]}
             /\ IF c = nextCmd
                THEN /\ nextCmd' = nextCmd + 1
-                    /\ readyBefore' = [readyBefore EXCEPT ![c] = {d \in Cmds : readySlot[d] >= 0}]
+                    /\ readyBefore' = [readyBefore EXCEPT ![c] = ReadySet]
                ELSE UNCHANGED <<nextCmd, readyBefore>>
-    /\ UNCHANGED <<oAccB, oAccV, pView, estView, estSeq, estEnd, up, nvView, nvSeq, nvEnd,
-                   want, sent, cand, candPhase, candLog, crec, cCom, oCom, execd,
-                   readySlot, readyAt, oVotes, execSlots, crashes, fenceBroken, revoked>>
+    /\ UNCHANGED <<oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd, safeUpto,
+                   cand, votedFor, crec, leaseUntil, handing, clock, readyAt, oVotes, execHist,
+                   ranges, rops, crashes, alarm>>
 
-\* The sequencer's allocation guard: want[n] is the number of C-instances n
-\* has (index + 1), never a count of messages received.
-WantAfter(w, i) == IF MutNoAllocGuard THEN Min({w + 1, MaxSlot}) ELSE Max({w, i + 1})
+Propose(r) == \E c \in ProposeChoices(r) : ProposeCmd(r, c)
 
+(* SendCAccept(r, p): (re)send a C-value r proposes and has not seen        *)
+(* committed, in r's current view (retransmission; resynchronisation after *)
+(* a view change, when acceptors that voted dropped the old-view copies).   *)
+SendCAccept(r, p) ==
+    /\ up[r] /\ p \in prop[r]
+    /\ LET m == [type |-> "CAccept", src |-> r, view |-> pView[r], n |-> p.n, i |-> p.i,
+                 b |-> p.b, v |-> p.v]
+       IN /\ m \notin msgs
+          /\ msgs' = msgs \cup {m}
+    /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
+
+(* SendCRequest(r, i): ask the sequencer to order C-instances 0..i of r     *)
+(* (thrifty quorums without the sequencer, retransmission, resync).         *)
+SendCRequest(r, i) ==
+    /\ CRequests /\ up[r] /\ i < ownNext[r]
+    /\ LET m == [type |-> "CRequest", src |-> r, view |-> pView[r], i |-> i]
+       IN /\ m \notin msgs
+          /\ msgs' = msgs \cup {m}
+    /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
+
+\* r learns that its own C_r^i is chosen with value val.
+OwnChosen(r, i, val) ==
+    LET mine == {f \in inflight[r] : f.i = i}
+        gone == {f.c : f \in {g \in mine : g.c # val}}
+    IN /\ inflight' = [inflight EXCEPT ![r] = @ \ {g \in mine : g.c # val}]
+       /\ lost' = [lost EXCEPT ![r] = @ \cup gone]
+
+(* HandleCAck(r, m): the proposer of ballot m.b (the owner, or a           *)
+(* recoverer) commits C_n^i once a majority accepted its ballot, and       *)
+(* broadcasts the C-commit.  Classic Paxos phase 2.                        *)
+HandleCAck(r, m) ==
+    /\ m.type = "CAck" /\ up[r] /\ BalOwner(m.b) = r /\ (m.view = pView[r] \/ MutAcceptOldView)
+    /\ \E p \in prop[r] :
+         /\ p.n = m.n /\ p.i = m.i /\ p.b = m.b
+         /\ Cardinality({q \in R : \E a \in msgs : a.type = "CAck" /\ a.src = q /\ a.n = p.n
+                                     /\ a.i = p.i /\ a.b = p.b}) >= Maj
+         /\ cCom' = [cCom EXCEPT ![r][p.n][p.i] = p.v]
+         /\ prop' = [prop EXCEPT ![r] = @ \ {p}]
+         /\ msgs' = msgs \cup {[type |-> "CCommit", view |-> pView[r], n |-> p.n, i |-> p.i,
+                                v |-> p.v]}
+         /\ IF p.n = r THEN OwnChosen(r, p.i, p.v) ELSE UNCHANGED <<inflight, lost>>
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, execd, safeUpto, want, cand, votedFor,
+                   crec, leaseUntil, handing, clock, historyVars>>
+
+-----------------------------------------------------------------------------
 (***************************************************************************)
-(* HandleCAccept(r, m): Paxos phase 2b for C_n^i, plus the sequencer's     *)
-(* trigger.  Safe: the acceptor drops messages of views older than its own *)
-(* (after voting in view v it never accepts an old-view C-accept, so the   *)
-(* C_max it reported stays an upper bound, pitfall 5) and accepts only at  *)
-(* a ballot >= its promise.  The sequencer only raises want[n] to i+1, so  *)
-(* a duplicated or retransmitted C-accept never allocates twice.           *)
+(* Acceptor of C-instances.                                                *)
 (***************************************************************************)
+
+\* Would accepting ballot b for C_n^i at a break r's promise?
+(* HandleCAccept(r, m): Paxos phase 2b for C_n^i in r's view (messages of  *)
+(* other views are dropped: after voting, an old-view C-accept is refused, *)
+(* so the C[m] the vote reported stays an upper bound, pitfall 5), plus    *)
+(* the sequencer's trigger: want[n] := max(want[n], i+1), so a duplicated  *)
+(* or retransmitted C-accept never allocates twice.                        *)
 HandleCAccept(r, m) ==
     /\ m.type = "CAccept" /\ up[r]
-    /\ r \in CAcceptors \/ r = BalOwner(m.b) \/ IsSeq(r)
-    /\ (m.view >= pView[r] \/ MutAcceptOldView)
-    /\ LET seqt == IsSeq(r) /\ m.view = nvView[r]
+    /\ IF MutAcceptOldView THEN m.view =< pView[r] ELSE m.view = pView[r]
+    /\ LET acc  == (r \in CAcceptors \/ r = BalOwner(m.b)) /\ m.b >= cProm[r][m.n][m.i]
+                   /\ (cCom[r][m.n][m.i] = Nil \/ cCom[r][m.n][m.i] = m.v)
+           seqt == IsSeq(r) /\ m.src = m.n /\ m.view = pView[r]
+           w    == IF MutNoAllocGuard THEN Min({want[r][m.n] + 1, MaxSlot})
+                   ELSE Max({want[r][m.n], m.i + 1})
            ack  == [type |-> "CAck", src |-> r, view |-> pView[r], n |-> m.n, i |-> m.i, b |-> m.b]
-           same == cAccB[r][m.n][m.i] = m.b /\ cProm[r][m.n][m.i] = m.b /\ ack \in msgs
-           \* (a replica outside the CAcceptors scope still triggers as sequencer)
-           acc  == (r \in CAcceptors \/ r = BalOwner(m.b)) /\ m.b >= cProm[r][m.n][m.i]
-       IN /\ (acc /\ ~same) \/ (seqt /\ WantAfter(want[r][m.n], m.i) # want[r][m.n])
+       IN /\ acc \/ seqt
+          /\ (acc /\ (cAccB[r][m.n][m.i] # m.b \/ ack \notin msgs)) \/ (seqt /\ w # want[r][m.n])
           /\ cProm' = IF acc THEN [cProm EXCEPT ![r][m.n][m.i] = m.b] ELSE cProm
           /\ cAccB' = IF acc THEN [cAccB EXCEPT ![r][m.n][m.i] = m.b] ELSE cAccB
           /\ cAccV' = IF acc THEN [cAccV EXCEPT ![r][m.n][m.i] = m.v] ELSE cAccV
           /\ cVotes' = IF acc THEN cVotes \cup {[a |-> r, n |-> m.n, i |-> m.i, b |-> m.b, v |-> m.v]}
                        ELSE cVotes
-          /\ fenceBroken' = (fenceBroken \/ (acc /\ m.view < pView[r]))
-          /\ msgs' = IF acc THEN msgs \cup {[type |-> "CAck", src |-> r, view |-> pView[r],
-                                             n |-> m.n, i |-> m.i, b |-> m.b]}
-                     ELSE msgs
-          /\ want' = IF seqt THEN [want EXCEPT ![r][m.n] = WantAfter(@, m.i)] ELSE want
-    /\ UNCHANGED <<oAccB, oAccV, pView, estView, estSeq, estEnd, up, nvView, nvSeq, nvEnd,
-                   sent, cand, candPhase, candLog, prop, crec, cCom, oCom, execd, lost,
-                   nextCmd, readySlot, readyAt, readyBefore, oVotes, execSlots, crashes, revoked>>
+          /\ msgs' = IF acc THEN msgs \cup {ack} ELSE msgs
+          /\ want' = IF seqt THEN [want EXCEPT ![r][m.n] = w] ELSE want
+    /\ UNCHANGED <<ownNext, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
+                   safeUpto, cand, votedFor, prop, inflight, lost, crec, leaseUntil, handing,
+                   clock, nextCmd, readyAt, readyBefore, oVotes, execHist, ranges, rops, crashes,
+                   alarm>>
 
-(***************************************************************************)
-(* HandleCAck(r, m): the proposer of ballot m.b (its owner, or the         *)
-(* recovering replica) commits C_n^i once a majority, itself included,     *)
-(* accepted its ballot, and broadcasts the C-commit.  Safe: classic Paxos; *)
-(* the value is the one it proposed at that ballot, which is unique.       *)
-(***************************************************************************)
-HandleCAck(r, m) ==
-    /\ m.type = "CAck" /\ up[r] /\ BalOwner(m.b) = r /\ m.view >= pView[r]
-    /\ \E p \in prop[r] :
-         /\ p.n = m.n /\ p.i = m.i /\ p.b = m.b
-         /\ Cardinality({q \in R : \E a \in msgs : a.type = "CAck" /\ a.src = q /\ a.n = p.n
-                                     /\ a.i = p.i /\ a.b = p.b /\ a.view >= pView[r]}) >= Maj
-         /\ cCom' = [cCom EXCEPT ![r][p.n][p.i] = p.v]
-         /\ prop' = [prop EXCEPT ![r] = @ \ {p}]
-         /\ msgs' = msgs \cup {[type |-> "CCommit", view |-> pView[r], n |-> p.n, i |-> p.i,
-                                b |-> p.b, v |-> p.v]}
-    /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog,
-                   crec, oCom, execd, lost, historyVars>>
-
-(***************************************************************************)
-(* HandleCCommit(r, m): learn that C_n^i is chosen.  If r proposed a       *)
-(* command there and the chosen value is a no-op (another replica          *)
-(* recovered the instance), the command is re-proposed later (lost[r]).    *)
-(***************************************************************************)
+(* HandleCCommit(r, m): learn that C_n^i is chosen.  An own instance chosen *)
+(* as something else (recovered as a no-op meanwhile) is re-proposed.       *)
 HandleCCommit(r, m) ==
-    /\ m.type = "CCommit" /\ r \in Learners /\ up[r] /\ m.view >= pView[r]
+    /\ m.type = "CCommit" /\ up[r] /\ m.view = pView[r] /\ (r \in Learners \/ m.n = r)
     /\ cCom[r][m.n][m.i] = Nil
     /\ cCom' = [cCom EXCEPT ![r][m.n][m.i] = m.v]
-    /\ LET mine == {p \in prop[r] : p.n = m.n /\ p.i = m.i}
-           gone == {p.v : p \in {q \in mine : q.n = r /\ q.v \in Cmds /\ m.v = NoOp}}
-       IN /\ prop' = [prop EXCEPT ![r] = @ \ mine]
-          /\ lost' = [lost EXCEPT ![r] = @ \cup gone]
-    /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog,
-                   crec, oCom, execd, msgs, historyVars>>
+    /\ prop' = [prop EXCEPT ![r] = {p \in @ : ~(p.n = m.n /\ p.i = m.i)}]
+    /\ IF m.n = r THEN OwnChosen(r, m.i, m.v) ELSE UNCHANGED <<inflight, lost>>
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, execd, safeUpto, want, cand, votedFor,
+                   crec, leaseUntil, handing, clock, msgs, historyVars>>
 
+-----------------------------------------------------------------------------
 (***************************************************************************)
-(* HandleCRequest(s, m): the sequencer of m's view learns that n has       *)
+(* Sequencer.                                                              *)
+(***************************************************************************)
+
+(* HandleCRequest(s, m): the sequencer of m's view learns that n has      *)
 (* C-instances 0..i.  Same guard as HandleCAccept.                         *)
-(***************************************************************************)
 HandleCRequest(s, m) ==
-    /\ m.type = "CRequest" /\ IsSeq(s) /\ m.view = nvView[s]
-    /\ WantAfter(want[s][m.n], m.i) # want[s][m.n]
-    /\ want' = [want EXCEPT ![s][m.n] = WantAfter(@, m.i)]
-    /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, sent, cand, candPhase, candLog, prop,
-                   crec, cCom, oCom, execd, lost, msgs, historyVars>>
+    /\ m.type = "CRequest" /\ IsSeq(s) /\ m.view = pView[s]
+    /\ LET w == IF MutNoAllocGuard THEN Min({want[s][m.src] + 1, MaxSlot})
+                ELSE Max({want[s][m.src], m.i + 1})
+       IN /\ w # want[s][m.src]
+          /\ want' = [want EXCEPT ![s][m.src] = w]
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, cand, votedFor,
+                   prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, historyVars>>
 
-(***************************************************************************)
-(* AllocateO(s, n): the sequencer gives the next O-instance to n while n's *)
-(* coverage is below want[n] (paper Fig. 5 line 13, made idempotent).  It  *)
-(* accepts the value itself (ballot = view) and sends an O-accept carrying *)
-(* every O-instance the recipient has not been sent: to n, or, for its own *)
-(* slots, to its nearest majority-1 peers.  Safe: one value per slot and   *)
-(* view; never more O-instances for n than n has C-instances.              *)
-(***************************************************************************)
+(* AllocateO(s, n): the next O-instance goes to n while n's coverage in s's *)
+(* log is below want[n] (Fig. 5 line 13, made idempotent).  s accepts it    *)
+(* itself, durably (ballot = view); sending is SendOAccept.                 *)
 AllocateO(s, n) ==
     /\ IsSeq(s)
-    /\ Cov(s, n) < want[s][n]
-    /\ LET e == SeqEnd(s)
-           v == nvView[s]
-           D == IF n # s THEN {n} ELSE SeqPeers(s)
-           val(j) == IF j = e THEN n ELSE oAccV[s][j]
+    /\ LET e == Acc(s)
+           v == pView[s]
        IN /\ e < MaxSlot
+          /\ Count(oAccV[s], 0, e, n) < want[s][n]
           /\ oAccB' = [oAccB EXCEPT ![s][e] = v]
           /\ oAccV' = [oAccV EXCEPT ![s][e] = n]
+          /\ oCom' = [oCom EXCEPT ![s][e] = FALSE]
           /\ oVotes' = oVotes \cup {[a |-> s, j |-> e, b |-> v, o |-> n]}
-          /\ msgs' = msgs \cup
-               {[type |-> "OAccept", src |-> s, dst |-> d, view |-> v, start |-> sent[s][d],
-                 vals |-> [k \in 1 .. (e + 1 - sent[s][d]) |-> val(sent[s][d] + k - 1)],
-                 rng |-> FALSE] : d \in D}
-          /\ sent' = [sent EXCEPT ![s] = [d \in R |-> IF d \in D THEN e + 1 ELSE @[d]]]
-    /\ UNCHANGED <<cProm, cAccB, cAccV, pView, estView, estSeq, estEnd, up, nvView, nvSeq,
-                   nvEnd, want, cand, candPhase, candLog, prop, crec, cCom, oCom, execd, lost,
-                   nextCmd, readySlot, readyAt, readyBefore, cVotes, execSlots, crashes, fenceBroken,
-                   revoked>>
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, pView, est, up, joined, rc, oComB, cCom, execd,
+                   safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
+                   handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, ranges,
+                   rops, crashes, alarm>>
 
+\* The O-accept of slots start .. Acc(s)-1 of s's log; rebuilt: it begins with
+\* the whole rebuilt range of s's view.
+OAcceptMsg(s, start, rebuilt) ==
+    [type |-> "OAccept", src |-> s, view |-> pView[s], start |-> start,
+     vals |-> [k \in 1 .. (Acc(s) - start) |-> oAccV[s][start + k - 1]],
+     base |-> est[s].base, rng |-> rebuilt]
+
+(* SendOAccept(s, start, rebuilt): the sequencer sends the O-instances of   *)
+(* its log from `start` (the paper's piggy-backing: always up to its end).  *)
+(* A peer that has not acknowledged the range gets the range first, whole. *)
+SendOAccept(s, start, rebuilt) ==
+    /\ IsSeq(s)
+    /\ IF rebuilt THEN start = est[s].start /\ est[s].v > 0
+       ELSE est[s].base =< start /\ start < Acc(s)
+    /\ LET m == OAcceptMsg(s, start, rebuilt)
+       IN /\ m \notin msgs
+          /\ msgs' = msgs \cup {m}
+    /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
+-----------------------------------------------------------------------------
 (***************************************************************************)
-(* HandleOAccept(r, m): accept a range of O-instances at ballot m.view and *)
-(* send a prefix O-ACK to the sender when the range holds its own slots or *)
-(* is a view change's re-proposal.  Accepting at ballot v is a promise for *)
-(* view v (pView := v), so a later O-accept of an older view can never     *)
-(* overwrite it.  Accepting a re-proposal records it as the newest         *)
-(* established range (estView/estSeq/estEnd, durable, reported in votes).  *)
+(* Acceptor of O-instances, and how a view is established.                 *)
 (***************************************************************************)
+
+\* The accepted prefix (Acc) of a replica in view v with range end b, on a
+\* ballot vector bv.
+AccOn(bv, b, v) == Max({k \in b .. MaxSlot : \A j \in b .. (k - 1) : bv[j] = v})
+
+\* Would values vals from slot start change a slot r executed?  (The core
+\* counts an invariant alarm and rejects the message.)
+RevokesExecuted(r, start, vals) ==
+    \E k \in DOMAIN vals : Executed(r, start + k - 1) /\ execd[r][start + k].o # vals[k]
+\* A slot r holds at ballot v with another value: a broken peer (rejected).
+Contradicts(r, start, vals, v) ==
+    \E k \in DOMAIN vals : start + k - 1 < MaxSlot /\ oAccB[r][start + k - 1] = v
+                           /\ oAccV[r][start + k - 1] # vals[k]
+
+(* HandleOAccept(r, m): accept O-instances at ballot m.view.  A replica    *)
+(* not yet established in m's view accepts only an O-accept that begins    *)
+(* with the view's whole rebuilt range, in one durable record             *)
+(* (ViewEstablished), which establishes the view: its sequencer, its base, *)
+(* and every later O-accept of it.  Within a view acceptance is contiguous *)
+(* from the range: an O-accept beyond a gap waits.  Accepting at ballot v  *)
+(* promises v.  The prefix O-ACK goes to the sender (and, N >= 7, owners). *)
 HandleOAccept(r, m) ==
-    /\ m.type = "OAccept" /\ up[r] /\ m.dst \in {r, All} /\ m.view >= pView[r]
-    /\ LET v == m.view
-           last == m.start + Len(m.vals) - 1
-           inR(j) == m.start =< j /\ j =< last
-           nb == [j \in Slots |-> IF inR(j) THEN v ELSE oAccB[r][j]]
-           mine == m.rng \/ \E k \in DOMAIN m.vals : m.vals[k] = m.src
-           ack == [type |-> "OAck", src |-> r, dst |-> m.src, view |-> v, upto |-> PrefixUpto(nb, v)]
-       IN /\ last < MaxSlot
-          \* a re-delivery that changes nothing is not a step
-          /\ \/ \E j \in m.start .. last : oAccB[r][j] # v \/ oAccV[r][j] # m.vals[j - m.start + 1]
-             \/ pView[r] # v
-             \/ m.rng /\ v > estView[r]
-             \/ mine /\ ack \notin msgs
-          /\ pView' = [pView EXCEPT ![r] = v]
-          /\ oAccB' = [oAccB EXCEPT ![r] = nb]
-          /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN m.vals[j - m.start + 1]
-                                                            ELSE @[j]]]
-          /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> m.vals[j - m.start + 1]] :
-                                    j \in m.start .. last}
-          /\ IF m.rng /\ v > estView[r]
-             THEN /\ estView' = [estView EXCEPT ![r] = v]
-                  /\ estSeq' = [estSeq EXCEPT ![r] = m.src]
-                  /\ estEnd' = [estEnd EXCEPT ![r] = last + 1]
-             ELSE UNCHANGED <<estView, estSeq, estEnd>>
-          /\ msgs' = IF mine THEN msgs \cup {ack} ELSE msgs
-    /\ UNCHANGED <<cProm, cAccB, cAccV, up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase,
-                   candLog, prop, crec, cCom, oCom, execd, lost, nextCmd, readySlot,
-                   readyAt, readyBefore, cVotes, execSlots, crashes, fenceBroken, revoked>>
+    /\ m.type = "OAccept" /\ up[r] /\ m.view >= pView[r]
+    /\ LET v    == m.view
+           estd == joined[r] /\ est[r].v = v
+           endm == m.start + Len(m.vals)
+       IN /\ estd \/ m.rng
+          /\ estd => m.src = est[r].s /\ m.base = est[r].base
+          /\ endm =< MaxSlot
+          /\ IF RevokesExecuted(r, m.start, m.vals)
+             THEN /\ alarm' = TRUE
+                  /\ UNCHANGED <<durableVars, volatileVars, msgs, oVotes>>
+             ELSE
+             /\ ~Contradicts(r, m.start, m.vals, v)
+             /\ LET rng  == IF estd THEN <<>> ELSE SubSeq(m.vals, 1, m.base - m.start)
+                    b1   == IF estd THEN oAccB[r]
+                            ELSE [j \in Slots |-> IF m.start =< j /\ j < m.base THEN v ELSE oAccB[r][j]]
+                    v1   == IF estd THEN oAccV[r]
+                            ELSE [j \in Slots |-> IF m.start =< j /\ j < m.base
+                                                  THEN m.vals[j - m.start + 1] ELSE oAccV[r][j]]
+                    base == IF estd THEN est[r].base ELSE m.base
+                    acc0 == AccOn(b1, base, v)
+                    take(j) == m.start =< acc0 /\ acc0 =< j /\ j < endm
+                    b2   == [j \in Slots |-> IF take(j) THEN v ELSE b1[j]]
+                    v2   == [j \in Slots |-> IF take(j) THEN m.vals[j - m.start + 1] ELSE v1[j]]
+                    ack  == [type |-> "OAck", src |-> r, view |-> v, upto |-> AccOn(b2, base, v)]
+                    newv == {[a |-> r, j |-> j, b |-> v, o |-> v2[j]] :
+                               j \in {x \in Slots : b2[x] = v /\ (b1[x] # v \/ ~estd)}}
+                IN /\ b2 # oAccB[r] \/ v2 # oAccV[r] \/ ~estd \/ ack \notin msgs
+                   /\ oAccB' = [oAccB EXCEPT ![r] = b2]
+                   /\ oAccV' = [oAccV EXCEPT ![r] = v2]
+                   /\ oVotes' = oVotes \cup newv
+                   /\ msgs' = msgs \cup {ack}
+                   /\ IF estd
+                      THEN UNCHANGED <<pView, est, joined, rc, oCom, oComB, safeUpto, cand, votedFor,
+                                       want, handing>>
+                      ELSE /\ pView' = [pView EXCEPT ![r] = v]
+                           /\ est' = [est EXCEPT ![r] = [v |-> v, s |-> m.src, start |-> m.start,
+                                                          base |-> m.base]]
+                           /\ joined' = [joined EXCEPT ![r] = TRUE]
+                           /\ rc' = [rc EXCEPT ![r] = FALSE]
+                           /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |->
+                                         oCom[r][j] /\ (Executed(r, j)
+                                           \/ (oAccB[r][j] >= v /\ ~(m.start =< j /\ j < m.base)))]]
+                           /\ oComB' = oComB
+                           /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
+                           /\ cand' = [cand EXCEPT ![r] = NoCand]
+                           /\ votedFor' = [votedFor EXCEPT ![r] = -1]
+                           /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
+                           /\ handing' = [handing EXCEPT ![r] = FALSE]
+                   /\ UNCHANGED alarm
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, up, cCom, execd, prop, inflight, lost, crec,
+                   leaseUntil, clock, nextCmd, readyAt, readyBefore, cVotes, execHist, ranges,
+                   rops, crashes>>
 
-(***************************************************************************)
-(* HandleOAck(r, m): a candidate whose re-proposed range was accepted by a *)
-(* majority in its view has CHOSEN the range: it broadcasts the NewView    *)
-(* notification.  (At a sequencer an O-ACK only adds to what it knows      *)
-(* about acceptance; that knowledge is read from msgs by MaybeReady.)      *)
-(* Safe: every later view's majority of voters intersects this majority, *)
-(* which reports the range at ballot v or higher (decision 4).           *)
-(***************************************************************************)
-NewViewMsg(r, v, L) == [type |-> "NewView", src |-> r, view |-> v, vals |-> L]
-\* History: did a NewView of view v carrying log L drop or change a slot
-\* executed on the strength of a commit of an older view?  (A slot executed
-\* in a later view v' > v, whose change completed first, is not revoked by
-\* a late NewView(v): that NewView is dropped by everyone in v'.)
-Revokes(L, v) == \E e \in execSlots : e.v < v /\ (e.slot >= Len(L) \/ L[e.slot + 1] # e.o)
-
-HandleOAck(r, m) ==
-    /\ m.type = "OAck" /\ up[r] /\ m.dst = r
-    /\ cand[r] = m.view /\ pView[r] = m.view /\ candPhase[r] = "reaccept"
-    /\ Cardinality({q \in R : \E a \in msgs : a.type = "OAck" /\ a.dst = r /\ a.src = q
-                               /\ a.view = m.view /\ a.upto >= Len(candLog[r])}) >= Maj
-    /\ msgs' = msgs \cup {NewViewMsg(r, m.view, candLog[r])}
-    /\ revoked' = (revoked \/ Revokes(candLog[r], m.view))
-    /\ cand' = [cand EXCEPT ![r] = -1]
-    /\ candPhase' = [candPhase EXCEPT ![r] = "none"]
-    /\ candLog' = [candLog EXCEPT ![r] = <<>>]
-    /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, prop, crec, cCom, oCom,
-                   execd, lost, nextCmd, readySlot, readyAt, readyBefore, cVotes, oVotes, execSlots,
-                   crashes, fenceBroken>>
-
-(***************************************************************************)
-(* HandleOCommit(r, m): learn that O_slot holds m.o (ballot m.view).  For  *)
-(* N = 5 a non-sequencer's O-commit is revocable until executed: a later   *)
-(* NewView overwrites it.                                                  *)
-(***************************************************************************)
-HandleOCommit(r, m) ==
-    /\ m.type = "OCommit" /\ r \in Learners /\ up[r] /\ m.view >= pView[r]
-    /\ ~Executed(r, m.slot)
-    /\ oCom[r][m.slot].b < m.view \/ oCom[r][m.slot].o = Empty
-    /\ oCom' = [oCom EXCEPT ![r][m.slot] = [b |-> m.view, o |-> m.o]]
-    /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog,
-                   prop, crec, cCom, execd, lost, msgs, historyVars>>
-
-(***************************************************************************)
-(* MaybeReady(r) (core: _maybe_ready): the owner commits its own           *)
-(* O-instances in its safe prefix and broadcasts O-commits, and answers    *)
-(* clients for committed C-instances whose slot is in the safe prefix:     *)
-(* every O_k, k =< j, accepted by a majority (the sequencer counts         *)
-(* O-ACKs), or, for a non-sequencer, by itself and the sequencer (paper    *)
-(* Fig. 5 lines 21, 26 and 30), or chosen by the view change.              *)
-(***************************************************************************)
-MaybeReady(r) ==
-    /\ Active(r)
-    /\ LET v == nvView[r]
-           S == SafeSet(r)
-           newO == {k \in S : LogVal(r, k) = r /\ oCom[r][k] # [b |-> v, o |-> r]}
-           rdy == {i \in CIdx : cCom[r][r][i] \in Cmds /\ readySlot[cCom[r][r][i]] < 0
-                                /\ SlotOf(r, i) \in S}
-       IN /\ newO # {} \/ rdy # {}
-          /\ oCom' = [oCom EXCEPT ![r] = [k \in Slots |-> IF k \in newO THEN [b |-> v, o |-> r]
-                                                          ELSE @[k]]]
-          /\ msgs' = msgs \cup {[type |-> "OCommit", view |-> v, slot |-> k, o |-> r] : k \in newO}
-          /\ readySlot' = [c \in Cmds |->
-                             IF \E i \in rdy : cCom[r][r][i] = c
-                             THEN SlotOf(r, CHOOSE i \in rdy : cCom[r][r][i] = c)
-                             ELSE readySlot[c]]
-          /\ readyAt' = [c \in Cmds |->
-                             IF \E i \in rdy : cCom[r][r][i] = c
-                             THEN [n |-> r, i |-> CHOOSE i \in rdy : cCom[r][r][i] = c, v |-> v]
-                             ELSE readyAt[c]]
-    /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog,
-                   prop, crec, cCom, execd, lost, nextCmd, readyBefore, cVotes, oVotes,
-                   execSlots, crashes, fenceBroken, revoked>>
-
-(***************************************************************************)
-(* Execute(r): the next slot j is committed; no-cl skips it; otherwise it  *)
-(* runs C_n^k, k = number of n's C-instances covered by slots < j, once    *)
-(* C_n^k is committed (a no-op runs nothing).  The mapping is recomputed   *)
-(* from the executed prefix, never cached across views (pitfall 2).        *)
-(***************************************************************************)
-Execute(r) ==
-    /\ r \in Learners /\ up[r]
-    /\ LET j == Len(execd[r])
-           o == oCom[r][j].o
-           k == Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = o})
-       IN /\ j < MaxSlot
-          /\ o # Empty
-          /\ IF o = NoCl THEN TRUE ELSE k < MaxCIdx /\ cCom[r][o][k] # Nil
-          /\ execd' = [execd EXCEPT ![r] = Append(@,
-                         IF o = NoCl THEN [slot |-> j, o |-> NoCl, ci |-> -1, cmd |-> NoOp]
-                         ELSE [slot |-> j, o |-> o, ci |-> k, cmd |-> cCom[r][o][k]])]
-          /\ execSlots' = execSlots \cup {[slot |-> j, o |-> o, v |-> oCom[r][j].b]}
-    /\ UNCHANGED <<durableVars, nvView, nvSeq, nvEnd, up, want, sent, cand, candPhase, candLog,
-                   prop, crec, cCom, oCom, lost, msgs, nextCmd, readySlot, readyAt, readyBefore, cVotes,
-                   oVotes, crashes, fenceBroken, revoked>>
-
-(***************************************************************************)
-(* StartViewChange(r): a timeout (decision 7; any replica, any time).  r   *)
-(* promises view pView+1 durably, votes for itself and sends V-requests.   *)
-(***************************************************************************)
-StartViewChange(r) ==
-    /\ r \in Candidates /\ up[r] /\ pView[r] < MaxView
-    /\ LET v == pView[r] + 1
-       IN /\ pView' = [pView EXCEPT ![r] = v]
-          /\ cand' = [cand EXCEPT ![r] = v]
-          /\ candPhase' = [candPhase EXCEPT ![r] = "votes"]
-          /\ candLog' = [candLog EXCEPT ![r] = <<>>]
-          /\ msgs' = msgs \cup {[type |-> "VRequest", src |-> r, view |-> v], VoteMsg(r, r, v)}
-    /\ UNCHANGED <<cProm, cAccB, cAccV, oAccB, oAccV, estView, estSeq, estEnd, up, nvView,
-                   nvSeq, nvEnd, want, sent, prop, crec, cCom, oCom, execd, lost, historyVars>>
-
-(***************************************************************************)
-(* HandleVRequest(r, m): vote at most once per view: only for a view above *)
-(* the promised one, which is raised durably before the vote leaves.  From *)
-(* now on r drops every message of an older view (fencing).  (Leases: a   *)
-(* replica that granted one does not vote until it expires; that only     *)
-(* delays this action, so it is covered, see docs/recovery.md.)           *)
-(***************************************************************************)
-HandleVRequest(r, m) ==
-    /\ m.type = "VRequest" /\ r \in Voters /\ up[r] /\ m.view > pView[r]
-    /\ pView' = [pView EXCEPT ![r] = m.view]
-    /\ cand' = [cand EXCEPT ![r] = -1]
-    /\ candPhase' = [candPhase EXCEPT ![r] = "none"]
-    /\ candLog' = [candLog EXCEPT ![r] = <<>>]
-    /\ msgs' = msgs \cup {VoteMsg(r, m.src, m.view)}
-    /\ UNCHANGED <<cProm, cAccB, cAccV, oAccB, oAccV, estView, estSeq, estEnd, up, nvView,
-                   nvSeq, nvEnd, want, sent, prop, crec, cCom, oCom, execd, lost, historyVars>>
-
-(***************************************************************************)
-(* HandleVote(r, m): the vote that completes a majority (r's own included). *)
-(* Rebuild the log (highest ballot per slot, N = 5 inference, no-cl), then *)
-(* re-propose the whole range at ballot v to everybody.                    *)
-(***************************************************************************)
-HandleVote(r, m) ==
-    /\ m.type = "Vote" /\ up[r] /\ m.dst = r
-    /\ cand[r] = m.view /\ pView[r] = m.view /\ candPhase[r] = "votes"
-    /\ LET v == m.view
-           VS == {x \in msgs : x.type = "Vote" /\ x.dst = r /\ x.view = v}
-       IN \E Q \in SUBSET VS :
-            /\ m \in Q
-            /\ \E x \in Q : x.src = r
-            /\ Cardinality(Q) >= Maj
-            /\ LET L == BuildLog(Q)
-               IN IF MutNoReaccept
-                  THEN /\ msgs' = msgs \cup {NewViewMsg(r, v, L)}
-                       /\ revoked' = (revoked \/ Revokes(L, v))
-                       /\ cand' = [cand EXCEPT ![r] = -1]
-                       /\ candPhase' = [candPhase EXCEPT ![r] = "none"]
-                       /\ UNCHANGED candLog
-                  ELSE /\ msgs' = msgs \cup {[type |-> "OAccept", src |-> r, dst |-> All,
-                                             view |-> v, start |-> 0, vals |-> L, rng |-> TRUE]}
-                       /\ candLog' = [candLog EXCEPT ![r] = L]
-                       /\ candPhase' = [candPhase EXCEPT ![r] = "reaccept"]
-                       /\ UNCHANGED <<cand, revoked>>
-    /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, prop, crec, cCom, oCom,
-                   execd, lost, nextCmd, readySlot, readyAt, readyBefore, cVotes, oVotes, execSlots,
-                   crashes, fenceBroken>>
-
-(***************************************************************************)
-(* HandleNewView(r, m): adopt view v: its sequencer, and its chosen range. *)
-(* Every unexecuted O-instance in the range is overwritten and marked      *)
-(* committed (even one r had marked committed: the N = 5 commit is         *)
-(* revocable until executed); commits r knew beyond the range are dropped. *)
-(* An executed slot is never overwritten; the history flag `revoked` marks *)
-(* a NewView that would have had to.  Then r re-sends, in view v,          *)
-(* C-requests for its C-instances without an O-instance and C-accepts for  *)
-(* its uncommitted proposals.                                              *)
-(***************************************************************************)
+(* HandleNewView(r, m): the range of m's view is chosen (the paper's       *)
+(* notification).  Establishes the view if r had not, and commits the      *)
+(* range's unexecuted slots; an executed slot is never overwritten.         *)
 HandleNewView(r, m) ==
-    /\ m.type = "NewView" /\ up[r] /\ m.view >= pView[r] /\ m.view > nvView[r]
-    /\ LET v == m.view
-           L == m.vals
-           len == Len(L)
-           ow(j) == j < len /\ ~Executed(r, j)
-           mine == {i \in CIdx : cAccB[r][r][i] >= 0}
-           covd == CountIn(L, r)
-       IN /\ len =< MaxSlot
-          /\ pView' = [pView EXCEPT ![r] = v]
-          /\ nvView' = [nvView EXCEPT ![r] = v]
-          /\ nvSeq' = [nvSeq EXCEPT ![r] = m.src]
-          /\ nvEnd' = [nvEnd EXCEPT ![r] = len]
-          /\ oAccB' = [oAccB EXCEPT ![r] = [j \in Slots |-> IF ow(j) THEN v ELSE @[j]]]
-          /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> IF ow(j) THEN L[j + 1] ELSE @[j]]]
-          /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> L[j + 1]] :
-                                    j \in {x \in 0 .. (len - 1) : ow(x)}}
-          /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> IF j < len THEN [b |-> v, o |-> L[j + 1]]
-                                                          ELSE NoOCom]]
-          /\ revoked' = (revoked \/ \E p \in DOMAIN execd[r] :
-                            LET e == execd[r][p] IN e.slot < len /\ L[e.slot + 1] # e.o)
-          /\ IF v > estView[r]
-             THEN /\ estView' = [estView EXCEPT ![r] = v]
-                  /\ estSeq' = [estSeq EXCEPT ![r] = m.src]
-                  /\ estEnd' = [estEnd EXCEPT ![r] = len]
-             ELSE UNCHANGED <<estView, estSeq, estEnd>>
-          /\ want' = [want EXCEPT ![r] = [n \in R |-> CountIn(L, n)]]
-          /\ sent' = [sent EXCEPT ![r] = [d \in R |-> len]]
-          /\ cand' = [cand EXCEPT ![r] = -1]
-          /\ candPhase' = [candPhase EXCEPT ![r] = "none"]
-          /\ candLog' = [candLog EXCEPT ![r] = <<>>]
-          /\ msgs' = msgs
-               \cup (IF mine # {} /\ Max(mine) >= covd
-                     THEN {[type |-> "CRequest", src |-> r, view |-> v, n |-> r, i |-> Max(mine)]}
-                     ELSE {})
-               \cup {[type |-> "CAccept", src |-> r, view |-> v, n |-> p.n, i |-> p.i, b |-> p.b,
-                      v |-> p.v] : p \in prop[r]}
-    /\ UNCHANGED <<cProm, cAccB, cAccV, up, prop, crec, cCom, execd, lost, nextCmd, readySlot,
-                   readyAt, readyBefore, cVotes, execSlots, crashes, fenceBroken>>
+    /\ m.type = "NewView" /\ up[r] /\ m.view >= pView[r]
+    /\ LET v    == m.view
+           estd == joined[r] /\ est[r].v = v
+           endm == m.start + Len(m.vals)
+           inR(j) == m.start =< j /\ j < endm
+       IN /\ estd => m.src = est[r].s /\ m.start = est[r].start /\ endm = est[r].base
+          /\ endm =< MaxSlot
+          /\ ~(estd /\ rc[r])
+          /\ IF RevokesExecuted(r, m.start, m.vals)
+             THEN /\ alarm' = TRUE
+                  /\ UNCHANGED <<durableVars, volatileVars, msgs, oVotes>>
+             ELSE
+             /\ ~Contradicts(r, m.start, m.vals, v)
+             /\ oAccB' = [oAccB EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN v ELSE @[j]]]
+             /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN m.vals[j - m.start + 1]
+                                                                ELSE @[j]]]
+             /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> m.vals[j - m.start + 1]] :
+                                        j \in {x \in Slots : inR(x)}}
+             /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |->
+                           inR(j) \/ (oCom[r][j] /\ (estd \/ Executed(r, j) \/ oAccB[r][j] >= v))]]
+             /\ oComB' = [oComB EXCEPT ![r] = [j \in Slots |->
+                            IF inR(j) /\ ~Executed(r, j) THEN v ELSE @[j]]]
+             /\ rc' = [rc EXCEPT ![r] = TRUE]
+             /\ pView' = [pView EXCEPT ![r] = v]
+             /\ est' = [est EXCEPT ![r] = [v |-> v, s |-> m.src, start |-> m.start, base |-> endm]]
+             /\ joined' = [joined EXCEPT ![r] = TRUE]
+             /\ IF estd THEN UNCHANGED <<safeUpto, cand, votedFor, want, handing>>
+                ELSE /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
+                     /\ cand' = [cand EXCEPT ![r] = NoCand]
+                     /\ votedFor' = [votedFor EXCEPT ![r] = -1]
+                     /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
+                     /\ handing' = [handing EXCEPT ![r] = FALSE]
+             /\ UNCHANGED <<msgs, alarm>>
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, up, cCom, execd, prop, inflight, lost, crec,
+                   leaseUntil, clock, nextCmd, readyAt, readyBefore, cVotes, execHist, ranges,
+                   rops, crashes>>
 
+(* AskRange(r, m): a heartbeat or an O-accept of a view r has not           *)
+(* established (it lacks the range): r asks for the range (O-ACK upto -1).  *)
+(* A heartbeat never establishes a view (bug 2); MutEstOnHeartbeat makes it *)
+(* raise the reported established view the way the old code did.           *)
+AskRange(r, m) ==
+    /\ MutEstOnHeartbeat
+    /\ m.type \in {"Heartbeat", "OAccept"} /\ up[r] /\ m.view >= pView[r]
+    /\ ~(joined[r] /\ est[r].v = m.view)
+    /\ m.type = "OAccept" => ~m.rng
+    /\ LET ask == [type |-> "OAck", src |-> r, view |-> m.view, upto |-> -1]
+       IN IF MutEstOnHeartbeat /\ m.type = "Heartbeat" /\ est[r].v < m.view
+          THEN /\ est' = [est EXCEPT ![r] = [@ EXCEPT !.v = m.view, !.s = m.src]]
+               /\ pView' = [pView EXCEPT ![r] = m.view]
+               /\ joined' = [joined EXCEPT ![r] = FALSE]
+               /\ msgs' = msgs \cup {ask}
+          ELSE /\ ask \notin msgs
+               /\ msgs' = msgs \cup {ask}
+               /\ UNCHANGED <<est, pView, joined>>
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, up, rc, oCom, oComB, cCom, execd,
+                   safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
+                   handing, clock, historyVars>>
+
+(* HandleOCommit(r, m): O_j was chosen at ballot m.b with value m.o.  r     *)
+(* records it durably at that ballot before it may execute it (so an        *)
+(* executed slot is held by a majority even when it committed with two      *)
+(* acceptors, N = 5).  A commit is relayed only within a view, whose        *)
+(* members forgot older unexecuted commits: one below the view is final.    *)
+HandleOCommit(r, m) ==
+    /\ m.type = "OCommit" /\ up[r] /\ r \in Learners /\ m.view = pView[r]
+    /\ LET j == m.slot
+       IN /\ ~(oAccB[r][j] = m.b /\ oAccV[r][j] # m.o)
+          /\ IF Executed(r, j)
+             THEN /\ execd[r][j + 1].o # m.o
+                  /\ alarm' = TRUE
+                  /\ UNCHANGED <<oAccB, oAccV, oCom, oComB, oVotes>>
+             ELSE IF oAccB[r][j] > m.b
+             THEN IF oAccV[r][j] = m.o
+                  THEN /\ ~oCom[r][j]
+                       /\ oCom' = [oCom EXCEPT ![r][j] = TRUE]
+                       /\ oComB' = [oComB EXCEPT ![r][j] = m.b]
+                       /\ UNCHANGED <<oAccB, oAccV, oVotes, alarm>>
+                  ELSE /\ alarm' = TRUE
+                       /\ UNCHANGED <<oAccB, oAccV, oCom, oComB, oVotes>>
+             ELSE IF m.b < est[r].v /\ j >= est[r].base
+             THEN /\ alarm' = TRUE
+                  /\ UNCHANGED <<oAccB, oAccV, oCom, oComB, oVotes>>
+             ELSE /\ ~oCom[r][j] \/ oAccB[r][j] # m.b
+                  /\ oAccB' = [oAccB EXCEPT ![r][j] = m.b]
+                  /\ oAccV' = [oAccV EXCEPT ![r][j] = m.o]
+                  /\ oCom' = [oCom EXCEPT ![r][j] = TRUE]
+                  /\ oComB' = [oComB EXCEPT ![r][j] = m.b]
+                  /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> m.b, o |-> m.o]}
+                  /\ UNCHANGED alarm
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, pView, est, up, joined, rc, cCom, execd,
+                   safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
+                   handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, ranges,
+                   rops, crashes>>
+
+(* RelayOCommit(r, j) and RelayCCommit(r, n, i): answer a LearnRequest     *)
+(* with a commit r knows, in r's view.                                     *)
+RelayOCommit(r, j) ==
+    /\ Relays /\ up[r] /\ oCom[r][j] /\ oComB[r][j] >= 0
+    /\ LET m == [type |-> "OCommit", view |-> pView[r], slot |-> j, b |-> oComB[r][j],
+                 o |-> oAccV[r][j]]
+       IN /\ m \notin msgs
+          /\ msgs' = msgs \cup {m}
+    /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
+
+RelayCCommit(r, n, i) ==
+    /\ Relays /\ up[r] /\ cCom[r][n][i] # Nil
+    /\ LET m == [type |-> "CCommit", view |-> pView[r], n |-> n, i |-> i, v |-> cCom[r][n][i]]
+       IN /\ m \notin msgs
+          /\ msgs' = msgs \cup {m}
+    /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
+
+-----------------------------------------------------------------------------
 (***************************************************************************)
-(* StartCRecovery(r): execution at r is blocked on C_n^k (its slot is      *)
-(* committed, the C-instance is not).  r picks the smallest recovery       *)
-(* ballot (round >= 1) above its own durable promise, promises it itself   *)
-(* durably (so it never reuses a ballot after a restart) and sends         *)
-(* C-prepare to all.                                                       *)
+(* Learner and executor.                                                   *)
 (***************************************************************************)
-StartCRecovery(r) ==
-    /\ r \in Recoverers /\ up[r] /\ crec[r] = NoRec
+
+(* CommitO(r) (core: _advance_safe_prefix): extend r's safe prefix: every  *)
+(* O_k below it accepted by a majority, or, N = 5 and r not the sequencer,  *)
+(* by r and the sequencer once the view's range is chosen (Fig. 5 lines    *)
+(* 21, 26, 30).  r commits its own O-instances there and broadcasts their  *)
+(* O-commits; the sequencer learns every O-instance there.                  *)
+CommitO(r) ==
+    /\ Est(r)
+    /\ LET safe == SafePrefix(r)
+           v == pView[r]
+           own == {j \in Slots : j < safe /\ oAccV[r][j] = r /\ ~oCom[r][j]}
+           all == IF IsSeq(r) THEN {j \in Slots : j < safe} ELSE {}
+           ownIn == {j \in Slots : safeUpto[r] =< j /\ j < safe /\ oAccV[r][j] = r}
+       IN /\ safe > safeUpto[r]
+          \* (the core traces the step only when it commits or counts an own slot)
+          /\ ownIn \cup {j \in all : ~oCom[r][j]} # {}
+          /\ safeUpto' = [safeUpto EXCEPT ![r] = safe]
+          /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> @[j] \/ j \in own \/ j \in all]]
+          /\ oComB' = [oComB EXCEPT ![r] = [j \in Slots |->
+                         IF ~oCom[r][j] /\ (j \in own \/ j \in all) THEN oAccB[r][j] ELSE @[j]]]
+          /\ msgs' = msgs \cup {[type |-> "OCommit", view |-> v, slot |-> j, b |-> oAccB[r][j],
+                                 o |-> r] : j \in own}
+    /\ UNCHANGED <<durableVars, up, joined, rc, cCom, execd, want, cand, votedFor, prop,
+                   inflight, lost, crec, leaseUntil, handing, clock, historyVars>>
+
+(* Ready(r, f): own C-instance f.i holds f.c, is committed, and the slot   *)
+(* the counting rule gives it lies in the safe prefix: answer the client.  *)
+Ready(r, f) ==
+    /\ Est(r) /\ f \in inflight[r]
+    /\ cCom[r][r][f.i] = f.c
+    /\ LET j == SlotOf(r, f.i)
+       IN /\ 0 =< j /\ j < safeUpto[r]
+          /\ inflight' = [inflight EXCEPT ![r] = @ \ {f}]
+          /\ readyAt' = IF readyAt[f.c] = NoReady
+                        THEN [readyAt EXCEPT ![f.c] = [n |-> r, i |-> f.i, j |-> j, v |-> pView[r]]]
+                        ELSE readyAt
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
+                   votedFor, prop, lost, crec, leaseUntil, handing, clock, msgs, nextCmd,
+                   readyBefore, cVotes, oVotes, execHist, ranges, rops, crashes, alarm>>
+
+(* Execute(r): the next slot j is committed; no-cl skips it; otherwise it  *)
+(* runs C_n^k, k = n's C-instances covered by slots < j, once C_n^k is      *)
+(* committed (a no-op runs nothing).  Counting is recomputed from the       *)
+(* executed prefix, never cached across views (pitfall 2).                  *)
+Execute(r) ==
+    /\ up[r] /\ r \in Learners
     /\ LET j == Len(execd[r])
-           n == oCom[r][j].o
-           k == Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = n})
-           rnds == {x \in 1 .. MaxCRound : n \in R /\ k < MaxCIdx /\ CBal(x, r) > cProm[r][n][k]}
-       IN /\ j < MaxSlot /\ n \in R /\ k < MaxCIdx
-          /\ cCom[r][n][k] = Nil
-          /\ rnds # {}
-          /\ LET b == CBal(Min(rnds), r)
-             IN /\ cProm' = [cProm EXCEPT ![r][n][k] = b]
-                /\ crec' = [crec EXCEPT ![r] = [n |-> n, i |-> k, b |-> b]]
-                /\ msgs' = msgs \cup {[type |-> "CPrepare", src |-> r, view |-> pView[r],
-                                       n |-> n, i |-> k, b |-> b]}
-    /\ UNCHANGED <<cAccB, cAccV, oAccB, oAccV, pView, estView, estSeq, estEnd, up, nvView,
-                   nvSeq, nvEnd, want, sent, cand, candPhase, candLog, prop, cCom, oCom, execd,
-                   lost, historyVars>>
+           o == oAccV[r][j]
+           k == Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = o})
+       IN /\ j < MaxSlot /\ oCom[r][j]
+          /\ IF o = NoCl THEN TRUE ELSE k < MaxCIdx /\ cCom[r][o][k] # Nil
+          /\ LET e == IF o = NoCl THEN [slot |-> j, o |-> NoCl, ci |-> -1, cmd |-> NoOp, v |-> pView[r]]
+                      ELSE [slot |-> j, o |-> o, ci |-> k, cmd |-> cCom[r][o][k], v |-> pView[r]]
+             IN /\ execd' = [execd EXCEPT ![r] = Append(@, e)]
+                /\ execHist' = execHist \cup {e}
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, safeUpto, want, cand, votedFor,
+                   prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, nextCmd,
+                   readyAt, readyBefore, cVotes, oVotes, ranges, rops, crashes, alarm>>
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* View change.                                                            *)
+(***************************************************************************)
 
+(* StartViewChange(r): a timeout, a straggler poll or a hand-over (any      *)
+(* replica, any time: the model has no timers).  r becomes a candidate for  *)
+(* a higher view and sends V-requests; it promises the view only when it    *)
+(* wins (docs/recovery.md section 0), and keeps serving its old view.       *)
+StartViewChangeTo(r, v) ==
+    /\ r \in Candidates /\ up[r]
+    /\ v > Max({cand[r].v, pView[r]})
+    /\ LET from == Len(execd[r])
+         IN /\ cand' = [cand EXCEPT ![r] = [v |-> v, from |-> from]]
+            /\ msgs' = msgs \cup {[type |-> "VRequest", src |-> r, view |-> v, from |-> from]}
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, votedFor,
+                   prop, inflight, lost, crec, leaseUntil, handing, clock, historyVars>>
+
+StartViewChange(r) == \E v \in Views : StartViewChangeTo(r, v)
+
+(* AbandonCandidacy(r): a heartbeat of a live sequencer, or a timeout.      *)
+AbandonCandidacy(r) ==
+    /\ Retries /\ up[r] /\ cand[r] # NoCand
+    /\ cand' = [cand EXCEPT ![r] = NoCand]
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, votedFor,
+                   prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, historyVars>>
+
+(* HandleVRequest(r, m): vote at most once per view, only for a view above  *)
+(* the promised one (raised durably before the vote leaves), and never      *)
+(* before the lease r granted expires (section 3.5).  A live sequencer      *)
+(* votes only for the target of its own hand-over.  From now on r drops     *)
+(* every message of an older view (fencing) and forgets the unexecuted      *)
+(* commits of older views (revocable with N = 5).  A lost vote is resent.   *)
+HandleVRequest(r, m) ==
+    /\ m.type = "VRequest" /\ r \in Voters /\ up[r]
+    /\ \/ /\ m.view > pView[r]
+          /\ clock >= leaseUntil[r]
+          /\ IsSeq(r) => handing[r]
+          /\ pView' = [pView EXCEPT ![r] = m.view]
+          /\ joined' = [joined EXCEPT ![r] = FALSE]
+          /\ rc' = [rc EXCEPT ![r] = FALSE]
+          /\ oCom' = [oCom EXCEPT ![r] = ForgetOlder(r, m.view)]
+          /\ oComB' = oComB
+          /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
+          /\ cand' = [cand EXCEPT ![r] = NoCand]
+          /\ votedFor' = [votedFor EXCEPT ![r] = m.src]
+          /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
+          /\ handing' = [handing EXCEPT ![r] = FALSE]
+          /\ msgs' = msgs \cup {VoteMsg(r, m.src, m.view, m.from)}
+       \/ /\ Retries /\ m.view = pView[r] /\ votedFor[r] = m.src /\ ~joined[r]
+          /\ VoteMsg(r, m.src, m.view, m.from) \notin msgs
+          /\ msgs' = msgs \cup {VoteMsg(r, m.src, m.view, m.from)}
+          /\ UNCHANGED <<pView, joined, rc, oCom, oComB, safeUpto, cand, votedFor, want, handing>>
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, est, up, cCom, execd, prop,
+                   inflight, lost, crec, leaseUntil, clock, historyVars>>
+
+(* BecomeSequencer(r) (core: HandleVote completing a majority): with votes  *)
+(* from a majority, its own (computed now) included, and only once its own  *)
+(* lease grant has expired, r rebuilds the log from its executed prefix on  *)
+(* (BuildLog), accepts the range itself in one durable record, and becomes  *)
+(* the sequencer.  It may allocate at once; nothing beyond the range can be *)
+(* safe before a majority accepted the range.                               *)
+BecomeSequencer(r) ==
+    /\ up[r] /\ cand[r] # NoCand
+    /\ LET v    == cand[r].v
+           from == cand[r].from
+           VS   == {x \in msgs : x.type = "Vote" /\ x.dst = r /\ x.view = v /\ x.from = from}
+           own  == [src |-> r, olog |-> OLogFrom(r, from), cmax |-> [n \in R |-> CMax(r, n)],
+                    ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base]
+           cov  == [n \in R |-> Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = n})]
+       IN /\ v > pView[r]
+          /\ clock >= leaseUntil[r] \/ MutIgnoreOwnLease
+          /\ from = Len(execd[r])
+          /\ \E Q \in Picks({x \in VS : x.src # r}, Maj - 1) :
+               LET res == BuildLog({[src |-> x.src, olog |-> x.olog, cmax |-> x.cmax,
+                                        ev |-> x.ev, es |-> x.es, eb |-> x.eb] : x \in Q}
+                                      \cup {own}, from, cov)
+                      \* The range also re-proposes what r executed and some voter did
+                      \* not (held by two replicas only, N = 5, until then).
+                      start == IF MutRangeFromOwnOFrom THEN from
+                               ELSE Min({from} \cup {x.exec : x \in Q})
+                      L   == [k \in 1 .. (from - start) |-> execd[r][start + k].o] \o res.log
+                      end == start + Len(L)
+                      inR(j) == start =< j /\ j < end
+                      full == [k \in 1 .. end |-> IF k - 1 < start THEN execd[r][k].o
+                                                  ELSE L[k - start]]
+                  IN /\ res.fits
+                     /\ pView' = [pView EXCEPT ![r] = v]
+                     /\ est' = [est EXCEPT ![r] = [v |-> v, s |-> r, start |-> start, base |-> end]]
+                     /\ joined' = [joined EXCEPT ![r] = TRUE]
+                     /\ rc' = [rc EXCEPT ![r] = FALSE]
+                     /\ oAccB' = [oAccB EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN v ELSE @[j]]]
+                     /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN L[j - start + 1]
+                                                                       ELSE @[j]]]
+                     /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> Executed(r, j)]]
+                     /\ oComB' = oComB
+                     /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> L[j - start + 1]] :
+                                                j \in {x \in Slots : inR(x)}}
+                     /\ ranges' = ranges \cup {[v |-> v, s |-> r, log |-> full]}
+                     /\ alarm' = (alarm \/ res.bad)
+    /\ cand' = [cand EXCEPT ![r] = NoCand]
+    /\ votedFor' = [votedFor EXCEPT ![r] = r]
+    /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
+    /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
+    /\ handing' = [handing EXCEPT ![r] = FALSE]
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, up, cCom, execd, prop, inflight, lost, crec,
+                   leaseUntil, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist,
+                   rops, crashes>>
+
+(* SendNewView(s) (core: the rebuilt range majority-acknowledged): the      *)
+(* range is chosen; s commits it and notifies everyone.                     *)
+SendNewView(s) ==
+    /\ IsSeq(s) /\ ~rc[s]
+    /\ \/ MutNoReaccept
+       \/ Cardinality({s} \cup {q \in R : \E a \in msgs : a.type = "OAck" /\ a.src = q
+                                    /\ a.view = pView[s] /\ a.upto >= est[s].base}) >= Maj
+    /\ LET st == est[s].start
+           b  == est[s].base
+       IN /\ rc' = [rc EXCEPT ![s] = TRUE]
+          /\ oCom' = [oCom EXCEPT ![s] = [j \in Slots |-> @[j] \/ (st =< j /\ j < b)]]
+          /\ oComB' = [oComB EXCEPT ![s] = [j \in Slots |->
+                         IF ~oCom[s][j] /\ st =< j /\ j < b THEN pView[s] ELSE @[j]]]
+          /\ msgs' = msgs \cup {[type |-> "NewView", src |-> s, view |-> pView[s], start |-> st,
+                                 vals |-> [k \in 1 .. (b - st) |-> oAccV[s][st + k - 1]]]}
+    /\ UNCHANGED <<durableVars, up, joined, cCom, execd, safeUpto, want, cand, votedFor, prop,
+                   inflight, lost, crec, leaseUntil, handing, clock, historyVars>>
+
+-----------------------------------------------------------------------------
 (***************************************************************************)
-(* HandleCPrepare(r, m): Paxos phase 1b for C_n^i: promise (durably) and   *)
-(* report the accepted ballot and value.                                   *)
+(* Heartbeats, the lease, reads and hand-over.                             *)
 (***************************************************************************)
+
+(* SendHeartbeat(s): the sequencer asks for lease grants (stamp = its       *)
+(* clock) and says how long its log is and, once chosen, its range's base.  *)
+SendHeartbeat(s) ==
+    /\ IsSeq(s) /\ Heartbeats
+    /\ LET m == [type |-> "Heartbeat", src |-> s, view |-> pView[s], stamp |-> clock,
+                 len |-> Acc(s), base |-> IF rc[s] THEN est[s].base ELSE -1]
+       IN /\ m \notin msgs
+          /\ msgs' = msgs \cup {m}
+    /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
+
+(* HandleHeartbeat(r, m): from the sequencer of r's established view: a    *)
+(* base says the range is chosen (its slots are committed); r may grant a   *)
+(* lease: no vote, its own included, before clock + Lease.                  *)
+HandleHeartbeat(r, m, grant) ==
+    /\ m.type = "Heartbeat" /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
+    /\ m.base >= 0 => m.base = est[r].base
+    /\ LET learnRange == m.base >= 0 /\ ~rc[r]
+           g == [type |-> "LeaseGrant", src |-> r, view |-> m.view, stamp |-> m.stamp]
+       IN /\ learnRange \/ grant
+          /\ rc' = IF learnRange THEN [rc EXCEPT ![r] = TRUE] ELSE rc
+          /\ oCom' = IF learnRange
+                     THEN [oCom EXCEPT ![r] = [j \in Slots |->
+                             @[j] \/ (est[r].start =< j /\ j < est[r].base)]]
+                     ELSE oCom
+          /\ oComB' = IF learnRange
+                      THEN [oComB EXCEPT ![r] = [j \in Slots |->
+                              IF est[r].start =< j /\ j < est[r].base /\ ~Executed(r, j)
+                              THEN pView[r] ELSE @[j]]]
+                      ELSE oComB
+          /\ leaseUntil' = IF grant THEN [leaseUntil EXCEPT ![r] = clock + Lease] ELSE leaseUntil
+          /\ msgs' = IF grant THEN msgs \cup {g} ELSE msgs
+    /\ UNCHANGED <<durableVars, up, joined, cCom, execd, safeUpto, want, cand, votedFor, prop,
+                   inflight, lost, crec, handing, clock, historyVars>>
+
+\* s holds a lease from a majority (itself included) at this instant.
+HasLease(s) ==
+    /\ IsSeq(s) /\ rc[s] /\ ~handing[s]
+    /\ \E hb \in msgs :
+         /\ hb.type = "Heartbeat" /\ hb.src = s /\ hb.view = pView[s]
+         /\ clock < hb.stamp + LeaseHold
+         /\ Cardinality({s} \cup {q \in R : [type |-> "LeaseGrant", src |-> q, view |-> pView[s],
+                                              stamp |-> hb.stamp] \in msgs}) >= Maj
+
+ExecutedCmds(r) == {execd[r][p].cmd : p \in DOMAIN execd[r]}
+
+(* Read(r): a client of r asks for a linearizable read.  The sequencer      *)
+(* answers itself under its lease (slot = the end of its log - 1, the       *)
+(* paper's i_G); any other replica sends an R-request.                      *)
+Read(r) ==
+    /\ r \in Readers /\ Est(r) /\ Len(rops) < MaxReads
+    /\ LET id == Len(rops) + 1
+           op(st, slot) == [r |-> r, st |-> st, before |-> ReadySet, slot |-> slot,
+                            result |-> {}]
+       IN IF IsSeq(r)
+          THEN /\ HasLease(r)
+               /\ rops' = Append(rops, op("wait", Acc(r) - 1))
+               /\ UNCHANGED msgs
+          ELSE /\ rops' = Append(rops, op("ask", -1))
+               /\ msgs' = msgs \cup {[type |-> "RRequest", src |-> r, view |-> pView[r], id |-> id]}
+    /\ UNCHANGED <<durableVars, volatileVars, clock, nextCmd, readyAt, readyBefore, cVotes,
+                   oVotes, execHist, ranges, crashes, alarm>>
+
+(* HandleRRequest(s, m): the sequencer answers with the end of its log, but *)
+(* only while it holds its lease at this instant.                           *)
+HandleRRequest(s, m) ==
+    /\ m.type = "RRequest" /\ IsSeq(s) /\ m.view = pView[s] /\ HasLease(s)
+    /\ LET a == [type |-> "RReply", src |-> s, view |-> m.view, id |-> m.id, slot |-> Acc(s) - 1]
+       IN /\ a \notin msgs
+          /\ msgs' = msgs \cup {a}
+    /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
+
+(* HandleRReply(r, m): the reader now waits until it executed that slot.    *)
+HandleRReply(r, m) ==
+    /\ m.type = "RReply" /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
+    /\ m.id \in DOMAIN rops /\ rops[m.id].r = r /\ rops[m.id].st = "ask"
+    /\ rops' = [rops EXCEPT ![m.id].st = "wait", ![m.id].slot = m.slot]
+    /\ UNCHANGED <<durableVars, volatileVars, clock, msgs, nextCmd, readyAt, readyBefore,
+                   cVotes, oVotes, execHist, ranges, crashes, alarm>>
+
+(* ServeRead(r, k): r executed through the slot: the read returns r's state. *)
+ServeRead(r, k) ==
+    /\ up[r] /\ k \in DOMAIN rops /\ rops[k].r = r /\ rops[k].st = "wait"
+    /\ Len(execd[r]) > rops[k].slot
+    /\ rops' = [rops EXCEPT ![k].st = "done", ![k].result = ExecutedCmds(r)]
+    /\ UNCHANGED <<durableVars, volatileVars, clock, msgs, nextCmd, readyAt, readyBefore,
+                   cVotes, oVotes, execHist, ranges, crashes, alarm>>
+
+(* Handover(s, t): the sequencer gives its role up on purpose: it stops      *)
+(* serving reads at once and releases the lease it holds.                   *)
+Handover(s, t) ==
+    /\ Handovers /\ IsSeq(s) /\ rc[s] /\ ~handing[s] /\ t \in Candidates /\ t # s
+    /\ handing' = [handing EXCEPT ![s] = TRUE]
+    /\ leaseUntil' = [leaseUntil EXCEPT ![s] = clock]
+    /\ msgs' = msgs \cup {[type |-> "Handover", src |-> s, view |-> pView[s], target |-> t]}
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
+                   votedFor, prop, inflight, lost, crec, clock, historyVars>>
+
+(* HandleHandover(r, m): the holder released its lease: r may vote now.     *)
+HandleHandover(r, m) ==
+    /\ m.type = "Handover" /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
+    /\ leaseUntil[r] > clock
+    /\ leaseUntil' = [leaseUntil EXCEPT ![r] = clock]
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
+                   votedFor, prop, inflight, lost, crec, handing, clock, msgs, historyVars>>
+
+Tick ==
+    /\ clock < MaxTime
+    /\ clock' = clock + 1
+    /\ UNCHANGED <<durableVars, volatileVars, msgs, historyVars>>
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* C-instance recovery: Paxos phase 1 and 2 on a C-instance a committed     *)
+(* O-instance maps to, by a replica whose execution is blocked on it.       *)
+(***************************************************************************)
+
+PromiseMsg(r, n, i, b) ==
+    [type |-> "CPromise", src |-> r, view |-> pView[r], n |-> n, i |-> i, b |-> b,
+     ab |-> cAccB[r][n][i], av |-> cAccV[r][n][i], com |-> cCom[r][n][i]]
+
+(* StartCRecovery(r): the smallest recovery ballot (round >= 1) above r's  *)
+(* own promise; r promises it itself, durably, and sends C-prepares.        *)
+StartCRecovery(r) ==
+    /\ r \in Recoverers /\ Est(r) /\ crec[r] = NoRec
+    /\ LET j == Len(execd[r])
+           n == oAccV[r][j]
+           k == Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = n})
+       IN /\ j < MaxSlot /\ oCom[r][j] /\ n \in R /\ n # r /\ k < MaxCIdx
+          /\ cCom[r][n][k] = Nil
+          /\ LET b == CBal(BalRound(cProm[r][n][k]) + 1, r)
+             IN /\ BalRound(b) =< MaxCRound
+                /\ cProm' = [cProm EXCEPT ![r][n][k] = b]
+                /\ crec' = [crec EXCEPT ![r] = [n |-> n, i |-> k, b |-> b]]
+                /\ msgs' = msgs \cup {[type |-> "CPrepare", src |-> r, view |-> pView[r], n |-> n,
+                                       i |-> k, b |-> b],
+                                      PromiseMsg(r, n, k, b)}
+    /\ UNCHANGED <<cAccB, cAccV, ownNext, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom,
+                   execd, safeUpto, want, cand, votedFor, prop, inflight, lost, leaseUntil,
+                   handing, clock, historyVars>>
+
+(* HandleCPrepare(r, m): phase 1b: promise (durably) and report the        *)
+(* accepted ballot and value, and whether r knows the instance chosen.     *)
 HandleCPrepare(r, m) ==
-    /\ m.type = "CPrepare" /\ up[r] /\ m.view >= pView[r]
+    /\ m.type = "CPrepare" /\ up[r] /\ m.view = pView[r]
     /\ m.b >= cProm[r][m.n][m.i]
-    /\ LET pm == [type |-> "CPromise", src |-> r, view |-> pView[r], n |-> m.n,
-                  i |-> m.i, b |-> m.b, ab |-> cAccB[r][m.n][m.i], av |-> cAccV[r][m.n][m.i]]
-       IN /\ pm \notin msgs
+    /\ LET pm == PromiseMsg(r, m.n, m.i, m.b)
+       IN /\ pm \notin msgs \/ cProm[r][m.n][m.i] # m.b
           /\ cProm' = [cProm EXCEPT ![r][m.n][m.i] = m.b]
           /\ msgs' = msgs \cup {pm}
-    /\ UNCHANGED <<cAccB, cAccV, oAccB, oAccV, pView, estView, estSeq, estEnd, volatileVars,
+    /\ UNCHANGED <<cAccB, cAccV, ownNext, oAccB, oAccV, pView, est, volatileVars, clock,
                    historyVars>>
 
-(***************************************************************************)
-(* HandleCPromise(r, m): with promises from a majority, propose the value  *)
-(* of the highest accepted ballot among them, or a no-op, at ballot b.     *)
-(***************************************************************************)
+(* HandleCPromise(r, m): with promises from a majority, propose the chosen *)
+(* value if one is known, else the value of the highest accepted ballot,   *)
+(* else a no-op, at ballot b, and accept it ourselves: unless we promised  *)
+(* a higher ballot meanwhile (a competing recoverer; bug 5), then give up. *)
 HandleCPromise(r, m) ==
-    /\ m.type = "CPromise" /\ up[r] /\ m.view >= pView[r]
+    /\ m.type = "CPromise" /\ up[r] /\ m.view = pView[r]
     /\ crec[r] # NoRec /\ m.n = crec[r].n /\ m.i = crec[r].i /\ m.b = crec[r].b
-    /\ LET P == {x \in msgs : x.type = "CPromise" /\ x.n = m.n /\ x.i = m.i /\ x.b = m.b
-                              /\ x.view >= pView[r]}
-       IN \E Q \in SUBSET P :
-            /\ m \in Q
-            /\ Cardinality({x.src : x \in Q}) >= Maj
-            /\ LET hb == Max({x.ab : x \in Q})
-                   val == IF hb < 0 THEN NoOp ELSE (CHOOSE x \in Q : x.ab = hb).av
-               IN /\ crec' = [crec EXCEPT ![r] = NoRec]
-                  /\ prop' = [prop EXCEPT ![r] = @ \cup {[n |-> m.n, i |-> m.i, b |-> m.b, v |-> val]}]
-                  /\ msgs' = msgs \cup {[type |-> "CAccept", src |-> r, view |-> pView[r], n |-> m.n,
-                                         i |-> m.i, b |-> m.b, v |-> val]}
-    /\ UNCHANGED <<durableVars, up, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog,
-                   cCom, oCom, execd, lost, historyVars>>
+    /\ LET P == {x \in msgs : x.type = "CPromise" /\ x.n = m.n /\ x.i = m.i /\ x.b = m.b}
+           n == m.n
+           i == m.i
+           b == m.b
+       IN \E Q0 \in Picks({x \in P : x.src # m.src}, Maj - 1) :
+            LET Q == Q0 \cup {m} IN
+            /\ m.src \notin {x.src : x \in Q0}
+            /\ LET coms == {x.com : x \in {y \in Q : y.com # Nil}}
+                   hb   == Max({x.ab : x \in Q})
+                   val  == IF coms # {} THEN CHOOSE c \in coms : TRUE
+                           ELSE IF hb < 0 THEN NoOp ELSE (CHOOSE x \in Q : x.ab = hb).av
+               IN IF (cProm[r][n][i] > b /\ ~MutRecoveryIgnoresPromise) \/ cCom[r][n][i] # Nil
+                  THEN /\ crec' = [crec EXCEPT ![r] = NoRec]
+                       /\ UNCHANGED <<cProm, cAccB, cAccV, prop, msgs, cVotes>>
+                  ELSE /\ cProm' = [cProm EXCEPT ![r][n][i] = b]
+                       /\ cAccB' = [cAccB EXCEPT ![r][n][i] = b]
+                       /\ cAccV' = [cAccV EXCEPT ![r][n][i] = val]
+                       /\ cVotes' = cVotes \cup {[a |-> r, n |-> n, i |-> i, b |-> b, v |-> val]}
+                       /\ crec' = [crec EXCEPT ![r] = NoRec]
+                       /\ prop' = [prop EXCEPT ![r] = @ \cup {[n |-> n, i |-> i, b |-> b, v |-> val]}]
+                       /\ msgs' = msgs \cup
+                            {[type |-> "CAccept", src |-> r, view |-> pView[r], n |-> n, i |-> i,
+                              b |-> b, v |-> val],
+                             [type |-> "CAck", src |-> r, view |-> pView[r], n |-> n, i |-> i,
+                              b |-> b]}
+    /\ UNCHANGED <<ownNext, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
+                   safeUpto, want, cand, votedFor, inflight, lost, leaseUntil, handing, clock,
+                   nextCmd, readyAt, readyBefore, oVotes, execHist, ranges, rops, crashes, alarm>>
 
+AbandonCRecovery(r) ==
+    /\ up[r] /\ crec[r] # NoRec
+    /\ crec' = [crec EXCEPT ![r] = NoRec]
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
+                   votedFor, prop, inflight, lost, leaseUntil, handing, clock, msgs, historyVars>>
+
+-----------------------------------------------------------------------------
 (***************************************************************************)
-(* Crash(r) and Restart(r).  Restart keeps exactly durableVars (decision 6) *)
-(* and re-learns the rest: the view from a NewView (view 0's is in msgs    *)
-(* from the start), commits from C-/O-commits, and re-executes from slot 0. *)
+(* Crash(r) and Restart(r).  Restart keeps exactly durableVars and rebuilds *)
+(* the rest as the core's _restore does: the promised view, joined if the   *)
+(* replica established it and was not its sequencer (a restarted sequencer *)
+(* forgot allocations it may not have persisted... it rejoins by a view     *)
+(* change), its own accepted C-instances driven again, and a lease it may   *)
+(* have granted just before the crash honoured for a whole Lease.           *)
 (***************************************************************************)
 Crash(r) ==
     /\ r \in Crashable /\ up[r] /\ crashes < MaxCrashes
     /\ up' = [up EXCEPT ![r] = FALSE]
     /\ crashes' = crashes + 1
-    /\ UNCHANGED <<durableVars, nvView, nvSeq, nvEnd, want, sent, cand, candPhase, candLog, prop,
-                   crec, cCom, oCom, execd, lost, msgs, nextCmd, readySlot, readyAt, readyBefore, cVotes,
-                   oVotes, execSlots, fenceBroken, revoked>>
+    /\ rops' = [k \in DOMAIN rops |->
+                  IF rops[k].r = r /\ rops[k].st \in {"ask", "wait"} THEN [rops[k] EXCEPT !.st = "fail"]
+                  ELSE rops[k]]
+    /\ UNCHANGED <<durableVars, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand, votedFor,
+                   prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, nextCmd, readyAt,
+                   readyBefore, cVotes, oVotes, execHist, ranges, alarm>>
 
 Restart(r) ==
     /\ ~up[r]
+    /\ LET mine == {i \in CIdx : cAccB[r][r][i] = r}
+       IN /\ prop' = [prop EXCEPT ![r] = {[n |-> r, i |-> i, b |-> r, v |-> cAccV[r][r][i]] : i \in mine}]
+          /\ inflight' = [inflight EXCEPT ![r] = {[i |-> i, c |-> cAccV[r][r][i]] : i \in mine}]
     /\ up' = [up EXCEPT ![r] = TRUE]
-    /\ nvView' = [nvView EXCEPT ![r] = -1]
-    /\ nvSeq' = [nvSeq EXCEPT ![r] = -1]
-    /\ nvEnd' = [nvEnd EXCEPT ![r] = 0]
-    /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
-    /\ sent' = [sent EXCEPT ![r] = [d \in R |-> 0]]
-    /\ cand' = [cand EXCEPT ![r] = -1]
-    /\ candPhase' = [candPhase EXCEPT ![r] = "none"]
-    /\ candLog' = [candLog EXCEPT ![r] = <<>>]
-    /\ prop' = [prop EXCEPT ![r] = {}]
-    /\ crec' = [crec EXCEPT ![r] = NoRec]
+    /\ joined' = [joined EXCEPT ![r] = est[r].v = pView[r] /\ est[r].s # r]
+    /\ rc' = [rc EXCEPT ![r] = FALSE]
+    /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> FALSE]]
+    /\ oComB' = [oComB EXCEPT ![r] = [j \in Slots |-> -1]]
     /\ cCom' = [cCom EXCEPT ![r] = [n \in R |-> [i \in CIdx |-> Nil]]]
-    /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> NoOCom]]
     /\ execd' = [execd EXCEPT ![r] = <<>>]
+    /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
+    /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
+    /\ cand' = [cand EXCEPT ![r] = NoCand]
+    /\ votedFor' = [votedFor EXCEPT ![r] = -1]
     /\ lost' = [lost EXCEPT ![r] = {}]
-    /\ UNCHANGED <<durableVars, msgs, historyVars>>
-
-(***************************************************************************)
-(* Network actions.  With msgs a set of all sent messages, duplication is  *)
-(* already there (a handler may take the same message again): the action   *)
-(* is a named stutter step.  DropMessage forgets a message for good.       *)
-(***************************************************************************)
-DuplicateMessage(m) == m \in msgs /\ UNCHANGED vars
-DropMessage(m) ==
-    /\ ModelLoss /\ m \in msgs
-    /\ msgs' = msgs \ {m}
-    /\ UNCHANGED <<durableVars, volatileVars, historyVars>>
+    /\ crec' = [crec EXCEPT ![r] = NoRec]
+    /\ leaseUntil' = [leaseUntil EXCEPT ![r] = clock + Lease]
+    /\ handing' = [handing EXCEPT ![r] = FALSE]
+    /\ UNCHANGED <<durableVars, clock, msgs, historyVars>>
 
 -----------------------------------------------------------------------------
+\* Scope: an Isolated replica is cut off from every view above 0.
+Deliverable(r, m) == r \notin Isolated \/ m.view = 0
+
 Next ==
+    \/ Tick
     \/ \E r \in R :
-         \/ Propose(r) \/ MaybeReady(r) \/ Execute(r) \/ StartViewChange(r)
-         \/ StartCRecovery(r) \/ Crash(r) \/ Restart(r)
+         \/ Propose(r) \/ CommitO(r) \/ Execute(r) \/ StartViewChange(r)
+         \/ AbandonCandidacy(r) \/ BecomeSequencer(r) \/ SendNewView(r) \/ SendHeartbeat(r)
+         \/ Read(r) \/ StartCRecovery(r) \/ AbandonCRecovery(r) \/ Crash(r) \/ Restart(r)
+         \/ \E f \in inflight[r] : Ready(r, f)
+         \/ \E p \in prop[r] : SendCAccept(r, p)
+         \/ \E i \in CIdx : SendCRequest(r, i)
          \/ \E n \in R : AllocateO(r, n)
-         \/ \E m \in msgs :
-              \/ HandleCAccept(r, m) \/ HandleCAck(r, m) \/ HandleCCommit(r, m)
-              \/ HandleCRequest(r, m) \/ HandleOAccept(r, m) \/ HandleOAck(r, m)
-              \/ HandleOCommit(r, m) \/ HandleVRequest(r, m) \/ HandleVote(r, m)
-              \/ HandleNewView(r, m) \/ HandleCPrepare(r, m) \/ HandleCPromise(r, m)
-    \/ \E m \in msgs : DropMessage(m)
+         \/ \E j \in Slots : SendOAccept(r, j, FALSE) \/ SendOAccept(r, j, TRUE)
+                            \/ RelayOCommit(r, j)
+         \/ \E n \in R, i \in CIdx : RelayCCommit(r, n, i)
+         \/ \E t \in R : Handover(r, t)
+         \/ \E k \in DOMAIN rops : ServeRead(r, k)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCAccept(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCAck(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCCommit(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCRequest(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleOAccept(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleNewView(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ AskRange(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleOCommit(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleVRequest(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleHeartbeat(r, m, TRUE)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleHeartbeat(r, m, FALSE)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleRRequest(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleRReply(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleHandover(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCPrepare(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCPromise(r, m)
 
 Spec == Init /\ [][Next]_vars
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* Invariants (split so TLC names the one that fails).                     *)
+(* Invariants (one definition each, so TLC names the one that fails).      *)
 (***************************************************************************)
 CVals == Cmds \cup {NoOp}
-OVals == R \cup {NoCl}
 
 TypeOK ==
-    /\ pView \in [R -> Views] /\ estView \in [R -> Views] /\ estEnd \in [R -> 0 .. MaxSlot]
-    /\ estSeq \in [R -> R]
-    /\ cProm \in [R -> [R -> [CIdx -> -1 .. MaxB]]]
-    /\ cAccB \in [R -> [R -> [CIdx -> -1 .. MaxB]]]
-    /\ cAccV \in [R -> [R -> [CIdx -> CVals \cup {Nil}]]]
+    /\ pView \in [R -> Views]
+    /\ \A a \in R : est[a].v \in Views /\ est[a].v =< pView[a] /\ est[a].s \in R
+                    /\ 0 =< est[a].start /\ est[a].start =< est[a].base /\ est[a].base =< MaxSlot
     /\ oAccB \in [R -> [Slots -> -1 .. MaxView]]
-    /\ oAccV \in [R -> [Slots -> OVals \cup {Empty}]]
-    /\ up \in [R -> BOOLEAN]
-    /\ nvView \in [R -> -1 .. MaxView] /\ nvSeq \in [R -> -1 .. (N - 1)]
-    /\ nvEnd \in [R -> 0 .. MaxSlot]
-    /\ cand \in [R -> -1 .. MaxView] /\ candPhase \in [R -> {"none", "votes", "reaccept"}]
-    /\ cCom \in [R -> [R -> [CIdx -> CVals \cup {Nil}]]]
-    /\ \A r \in R : \A j \in Slots : oCom[r][j].o \in OVals \cup {Empty}
-    /\ \A r \in R : \A p \in DOMAIN execd[r] : execd[r][p].slot = p - 1
-    /\ nextCmd \in 1 .. (MaxCmds + 1)
-    /\ readySlot \in [Cmds -> -1 .. (MaxSlot - 1)]
+    /\ clock \in 0 .. MaxTime
 
 \* C_n^i is chosen with value v: a majority accepted v at one ballot.
 ChosenC(n, i, v) ==
-    \E b \in -1 .. MaxB : Cardinality({a \in R : [a |-> a, n |-> n, i |-> i, b |-> b, v |-> v] \in cVotes}) >= Maj
+    \E b \in -1 .. MaxB :
+        Cardinality({a \in R : [a |-> a, n |-> n, i |-> i, b |-> b, v |-> v] \in cVotes}) >= Maj
 ChosenO(j, o) ==
     \E b \in Views : Cardinality({a \in R : [a |-> a, j |-> j, b |-> b, o |-> o] \in oVotes}) >= Maj
 
 CChosenUnique ==
     \A n \in R, i \in CIdx : \A v1, v2 \in CVals : ChosenC(n, i, v1) /\ ChosenC(n, i, v2) => v1 = v2
 
-OChosenUnique ==     \* Paxos for O-instances: N = 3 only (N = 5 commits are not Paxos)
-    \A j \in Slots : \A o1, o2 \in OVals : ChosenO(j, o1) /\ ChosenO(j, o2) => o1 = o2
+OChosenUnique ==     \* Paxos for O-instances: N = 3 only (the N = 5 commit rule is not Paxos)
+    N = 3 => \A j \in Slots : \A o1, o2 \in R \cup {NoCl} : ChosenO(j, o1) /\ ChosenO(j, o2) => o1 = o2
 
-\* Consistency: executed logs are prefixes of one another.
+\* Consistency: no two replicas (or incarnations) ever executed different
+\* things in one slot; so executed logs are prefixes of one another.
 ExecPrefixAgreement ==
-    \A r1, r2 \in R : \A p \in 1 .. Len(execd[r1]) :
-        p =< Len(execd[r2]) => execd[r1][p] = execd[r2][p]
+    \A e1, e2 \in execHist : e1.slot = e2.slot => e1.o = e2.o /\ e1.ci = e2.ci /\ e1.cmd = e2.cmd
 
 \* Each executed slot runs the command the counting rule maps it to, or a no-op.
 ExecMappingSound ==
@@ -833,50 +1196,49 @@ ExecMappingSound ==
              /\ ChosenC(e.o, e.ci, e.cmd)
 
 Nontriviality ==
-    \A r \in R : \A p \in DOMAIN execd[r] : execd[r][p].cmd \in {c \in Cmds : c < nextCmd} \cup {NoOp}
+    \A e \in execHist : e.cmd \in {c \in Cmds : c < nextCmd} \cup {NoOp}
 
-\* A command ready (answered) before another was proposed executes first.
+\* Linearizability, as the clients see it.  Writes: a command READY before
+\* another was proposed executes first, everywhere.  Reads: a read reflects
+\* every command READY before it was issued.
 FirstPos(r, c) == Min({p \in DOMAIN execd[r] : execd[r][p].cmd = c})
-LinearizableOrder ==
+WritesInOrder ==
     \A r \in R : \A c1, c2 \in Cmds :
-        (c1 \in readyBefore[c2] /\ \E p \in DOMAIN execd[r] : execd[r][p].cmd = c2)
-            => /\ \E p \in DOMAIN execd[r] : execd[r][p].cmd = c1
+        (c1 \in readyBefore[c2] /\ c2 \in ExecutedCmds(r))
+            => /\ c1 \in ExecutedCmds(r)
                /\ FirstPos(r, c1) < FirstPos(r, c2)
+ReadsFresh == \A k \in DOMAIN rops : rops[k].st = "done" => rops[k].before \subseteq rops[k].result
+LinearizableOrder == WritesInOrder /\ ReadsFresh
 
-\* A ready command keeps its slot: whoever executes that slot runs it, every
-\* later view's rebuilt log maps that slot to the command's C-instance, and so
-\* does the log of every sequencer of that view or a later one.
-MapsTo(lg, lo, j, n, i) ==     \* lg: a function from lo .. to O-values
-    lg[j + lo] = n /\ Cardinality({k \in lo .. (j + lo - 1) : lg[k] = n}) = i
+\* What READY promises (restated: the N = 5 inference may move a READY command to
+\* an EARLIER slot, past slots no command was READY or executed in, which keeps
+\* LinearizableOrder): whoever executes past its slot executed it at or before
+\* that slot, and every later view's log orders its C-instance at or before it.
+KthSlot(lg, n, i) ==      \* lg: a sequence (slot j is lg[j+1]); -1 if none
+    LET js == {j \in 0 .. (Len(lg) - 1) : lg[j + 1] = n
+                 /\ Cardinality({h \in 0 .. (j - 1) : lg[h + 1] = n}) = i}
+    IN IF js = {} THEN -1 ELSE Min(js)
 ReadyIsDurable ==
-    \A c \in Cmds : readySlot[c] >= 0 =>
-        LET j == readySlot[c]
-            a == readyAt[c]
-        IN /\ \A r \in R : Executed(r, j) => execd[r][j + 1].cmd = c
-           /\ \A m \in msgs : (m.type = "NewView" /\ m.view > a.v) =>
-                 j < Len(m.vals) /\ MapsTo(m.vals, 1, j, a.n, a.i)
-           /\ \A s \in R : (Active(s) /\ nvSeq[s] = s /\ nvView[s] >= a.v /\ j < SeqEnd(s)) =>
-                 MapsTo(oAccV[s], 0, j, a.n, a.i)
+    \A c \in ReadySet :
+        LET a == readyAt[c] IN
+        /\ \A r \in R : Len(execd[r]) > a.j =>
+              \E p \in 1 .. (a.j + 1) : execd[r][p].cmd = c
+        /\ \A x \in ranges : x.v > a.v => LET k == KthSlot(x.log, a.n, a.i) IN 0 =< k /\ k =< a.j
 
-\* Never more O-instances for n than n has C-instances (in any sequencer's
-\* current log, and in any rebuilt log).
-MaxCreated(n) == Max({-1} \cup {m.i : m \in {x \in msgs : x.type = "CAccept" /\ x.n = n}})
+\* Never more O-instances for n than n has C-instances.
 NoOverAllocation ==
-    /\ \A s \in R : \A n \in R : (up[s] /\ nvSeq[s] = s /\ nvView[s] >= 0) =>
-          Cardinality({j \in Slots : j < SeqEnd(s) /\ oAccV[s][j] = n}) =< MaxCreated(n) + 1
-    /\ \A m \in msgs : m.type = "NewView" => \A n \in R : CountIn(m.vals, n) =< MaxCreated(n) + 1
+    /\ \A s \in R : IsSeq(s) => \A n \in R : Count(oAccV[s], 0, Acc(s), n) =< ownNext[n]
+    /\ \A x \in ranges : \A n \in R : Cardinality({k \in DOMAIN x.log : x.log[k] = n}) =< ownNext[n]
 
-\* One winner per view, and no acceptor ever took a message of an older view.
-ViewFencing ==
-    /\ \A m1, m2 \in msgs : (m1.type = "NewView" /\ m2.type = "NewView" /\ m1.view = m2.view)
-                                => m1 = m2
-    /\ ~fenceBroken
+\* One winner per view.
+ViewFencing == \A x, y \in ranges : x.v = y.v => x.s = y.s
 
-\* No NewView ever overwrote or dropped an executed slot, and no slot was
-\* executed with a value that contradicts a NewView's range.
+\* A log built by a later view keeps every slot executed in an earlier one
+\* (whenever that execution happened).
 ExecutedNeverRevoked ==
-    /\ ~revoked
-    /\ \A m \in msgs : m.type = "NewView" =>
-          \A e \in execSlots : e.slot < Len(m.vals) => m.vals[e.slot + 1] = e.o
+    \A x \in ranges : \A e \in execHist :
+        e.v < x.v => e.slot < Len(x.log) /\ x.log[e.slot + 1] = e.o
 
+\* The core never raises an alarm (invariant_alarms stays 0).
+NoAlarm == ~alarm
 =============================================================================

@@ -1,0 +1,211 @@
+----------------------------- MODULE Scenarios -----------------------------
+(***************************************************************************)
+(* The review bugs' interleavings (issue 6), as event sequences for        *)
+(* TraceSDPaxos.  With a bug's mutation on, TLC must report a semantic     *)
+(* invariant (agreement, real-time order) violated before the end; with    *)
+(* it off, the scenario cannot be completed or completes safely.           *)
+(* E(a, r) is an event with no filter; EM(a, r, m) filters the message.    *)
+(***************************************************************************)
+EXTENDS TraceSDPaxos
+
+E(a, r) == [a |-> a, r |-> r]
+EM(a, r, m) == [a |-> a, r |-> r, m |-> m]
+
+(* Bug 5, N = 3: sequencer R0, owner R1.  R1's C-instance 0 (value v)       *)
+(* reaches only R1, but its O-instance is committed (through a C-request). *)
+(* R0 and R2 both recover it, R0 at ballot 3, R2 at ballot 5.  R2's         *)
+(* prepare reaches R0 first; R2 finds nothing and gets the no-op chosen     *)
+(* with R0's acceptance.  Then R0's own prepare reaches R1, which reports   *)
+(* v; R0's phase 2 (which must give up: it promised 5) proposes v at 3,     *)
+(* R1 accepts, and v is chosen too.                                         *)
+Bug5 == <<
+    E("Propose", 1), E("SendCRequest", 1), E("HandleCRequest", 0), E("AllocateO", 0),
+    E("SendOAccept", 0), E("HandleOAccept", 1), E("CommitO", 1),
+    EM("HandleOCommit", 0, [slot |-> 0]), EM("HandleOCommit", 2, [slot |-> 0]),
+    E("StartCRecovery", 2), E("StartCRecovery", 0),
+    EM("HandleCPrepare", 0, [src |-> 2]),
+    EM("HandleCPromise", 2, [src |-> 0]),
+    EM("HandleCAccept", 0, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 0, b |-> 5]),
+    EM("HandleCPrepare", 1, [src |-> 0]),
+    EM("HandleCPromise", 0, [src |-> 1]),
+    EM("HandleCAccept", 1, [src |-> 0, b |-> 3]),
+    EM("HandleCAck", 0, [src |-> 1, b |-> 3]),
+    E("Execute", 2), E("Execute", 0) >>
+(* Bugs 3 and 10, N = 3: the sequencer R0 holds a lease from {R0, R1}.     *)
+(* R1 runs for view 1 (early suspicion, or a straggler poll) and wins with  *)
+(* R2's vote; its own vote must wait for the lease it granted R0, and with  *)
+(* MutIgnoreOwnLease does not.  A write becomes READY in view 1; R0, still *)
+(* inside its lease, serves a read without it.                             *)
+Bug3 == <<
+    E("SendHeartbeat", 0), [a |-> "HandleHeartbeat", r |-> 1, p |-> [grant |-> TRUE]],
+    E("StartViewChange", 1), EM("HandleVRequest", 2, [src |-> 1]), E("BecomeSequencer", 1),
+    E("Propose", 1), E("AllocateO", 1), [a |-> "SendOAccept", r |-> 1, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 2, [src |-> 1]), EM("HandleCAccept", 2, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 2]), E("CommitO", 1), E("Ready", 1),
+    E("Read", 0), E("ServeRead", 0) >>
+
+(* Bug 1, N = 5: the sequencer R0 allocates O0 = R0 (its own command) and  *)
+(* O1 = R3, and every O-accept is lost.  R0 crashes; R1 wins view 1 with    *)
+(* votes of R2 and R4; the inference gives a range for R3 only, which       *)
+(* reaches only R3.  With the old ready rule R3 answers READY and executes  *)
+(* it at slot 0; R1 crashes; R0 restarts and view 2 is rebuilt from R0's    *)
+(* log, with R0's command at slot 0, which R2 executes.                     *)
+Bug1 == <<
+    [a |-> "Propose", r |-> 0, p |-> [c |-> 1]], [a |-> "Propose", r |-> 3, p |-> [c |-> 2]],
+    EM("HandleCAccept", 0, [src |-> 3]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 0]], [a |-> "AllocateO", r |-> 0, p |-> [n |-> 3]],
+    EM("HandleCAccept", 2, [src |-> 3]), EM("HandleCAck", 3, [src |-> 2]),
+    EM("HandleCAccept", 2, [src |-> 0]), EM("HandleCAccept", 4, [src |-> 0]),
+    EM("HandleCAck", 0, [src |-> 4, n |-> 0]), EM("HandleCCommit", 4, [n |-> 0]),
+    E("Crash", 0),
+    [a |-> "StartViewChange", r |-> 1, p |-> [v |-> 1]],
+    EM("HandleVRequest", 2, [src |-> 1]), EM("HandleVRequest", 4, [src |-> 1]),
+    E("BecomeSequencer", 1),
+    [a |-> "SendOAccept", r |-> 1, p |-> [rng |-> TRUE]], EM("HandleOAccept", 3, [src |-> 1]),
+    E("CommitO", 3), E("Ready", 3), E("Execute", 3),
+    E("Crash", 1), E("Restart", 0),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 2]],
+    EM("HandleVRequest", 0, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    E("BecomeSequencer", 2),
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 4, [src |-> 2]), EM("HandleOAccept", 0, [src |-> 2]),
+    E("SendNewView", 2),
+    [a |-> "RelayCCommit", r |-> 4, p |-> [n |-> 0, i |-> 0]], EM("HandleCCommit", 2, [n |-> 0]),
+    E("Execute", 2) >>
+
+(* Bug 2, N = 5: R1's command is READY at slot 0 in view 0 (accepted by R1 *)
+(* and the sequencer R0 only).  R0 crashes; R1 wins view 1 but only its     *)
+(* heartbeat reaches R4 before R1 crashes.  If that heartbeat raised R4's   *)
+(* established view, view 2's voters take R1 for the old sequencer and      *)
+(* infer for R0: the rebuilt log is empty, and a command proposed after     *)
+(* the READY one takes slot 0 and executes first.                           *)
+Bug2 == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAccept", 2, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 2]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Ready", 1),
+    E("Crash", 0),
+    [a |-> "StartViewChange", r |-> 1, p |-> [v |-> 1]],
+    EM("HandleVRequest", 2, [src |-> 1]), EM("HandleVRequest", 3, [src |-> 1]),
+    E("BecomeSequencer", 1), E("SendHeartbeat", 1),
+    EM("AskRange", 4, [type |-> "Heartbeat", src |-> 1]),
+    E("Crash", 1),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 2]],
+    EM("HandleVRequest", 3, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 4, n |-> 2]), E("CommitO", 2), E("Execute", 2) >>
+
+(* Pitfall 5, N = 5: R3's C-instance is accepted only by itself when R1     *)
+(* wins view 1 with votes of R2 and R4, so C[3] = -1 and no slot is         *)
+(* inferred for R3.  Without view fences on C-instance messages, R2 and R4  *)
+(* accept R3's old-view C-accept and R3 counts their view-1 C-ACKs: its    *)
+(* command commits and is READY at slot 0 in view 0, and view 1 gives slot *)
+(* 0 to a command proposed afterwards.                                      *)
+OldView == <<
+    [a |-> "Propose", r |-> 3, p |-> [c |-> 1]], E("SendCRequest", 3), E("HandleCRequest", 0),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 3]], E("SendOAccept", 0),
+    EM("HandleOAccept", 3, [src |-> 0]),
+    E("Crash", 0),
+    [a |-> "StartViewChange", r |-> 1, p |-> [v |-> 1]],
+    EM("HandleVRequest", 2, [src |-> 1]), EM("HandleVRequest", 4, [src |-> 1]),
+    E("BecomeSequencer", 1),
+    EM("HandleCAccept", 2, [src |-> 3]), EM("HandleCAccept", 4, [src |-> 3]),
+    EM("HandleCAck", 3, [src |-> 4]), E("CommitO", 3), E("Ready", 3),
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    [a |-> "SendOAccept", r |-> 1, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 2, [src |-> 1]), EM("HandleOAccept", 4, [src |-> 1]),
+    EM("HandleCAccept", 2, [src |-> 1]), EM("HandleCAccept", 4, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 4, n |-> 1]), E("CommitO", 1), E("Execute", 1) >>
+
+(* The N = 5 inference is necessary: R3's command is READY at slot 0 with   *)
+(* acceptors R3 and the sequencer R0; both crash; R1 wins with R2 and R4.   *)
+NoInference == <<
+    [a |-> "Propose", r |-> 3, p |-> [c |-> 1]],
+    EM("HandleCAccept", 2, [src |-> 3]), EM("HandleCAccept", 4, [src |-> 3]),
+    EM("HandleCAck", 3, [src |-> 4]), E("SendCRequest", 3), E("HandleCRequest", 0),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 3]], E("SendOAccept", 0),
+    EM("HandleOAccept", 3, [src |-> 0]), E("CommitO", 3), E("Ready", 3),
+    E("Crash", 0), E("Crash", 3),
+    [a |-> "StartViewChange", r |-> 1, p |-> [v |-> 1]],
+    EM("HandleVRequest", 2, [src |-> 1]), EM("HandleVRequest", 4, [src |-> 1]),
+    E("BecomeSequencer", 1),
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    [a |-> "SendOAccept", r |-> 1, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 2, [src |-> 1]), EM("HandleOAccept", 4, [src |-> 1]),
+    EM("HandleCAccept", 2, [src |-> 1]), EM("HandleCAccept", 4, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 4, n |-> 1]), E("CommitO", 1), E("Execute", 1) >>
+
+(* Majority re-acceptance is necessary (N = 5): R0's own command sits at O0 *)
+(* accepted by R0 only.  R2 wins view 1 with R0 and R4 and, without the     *)
+(* re-acceptance, sends NewView at once; R0 adopts it and its command is    *)
+(* READY.  R0 and R2 crash; R1 wins view 2 with R3 and R4, who never        *)
+(* accepted the range: slot 0 is rebuilt empty.                             *)
+NoReaccept == <<
+    [a |-> "Propose", r |-> 0, p |-> [c |-> 1]], [a |-> "AllocateO", r |-> 0, p |-> [n |-> 0]],
+    E("Crash", 0), E("Restart", 0),
+    EM("HandleCAccept", 3, [src |-> 0]), EM("HandleCAccept", 4, [src |-> 0]),
+    EM("HandleCAck", 0, [src |-> 4]),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 0, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    E("BecomeSequencer", 2), E("SendNewView", 2),
+    EM("HandleNewView", 0, [src |-> 2]), E("CommitO", 0), E("Ready", 0),
+    E("Crash", 0), E("Crash", 2),
+    [a |-> "StartViewChange", r |-> 1, p |-> [v |-> 2]],
+    EM("HandleVRequest", 3, [src |-> 1]), EM("HandleVRequest", 4, [src |-> 1]),
+    E("BecomeSequencer", 1),
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    [a |-> "SendOAccept", r |-> 1, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 1]), EM("HandleOAccept", 4, [src |-> 1]),
+    EM("HandleCAccept", 3, [src |-> 1]), EM("HandleCAccept", 4, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 4, n |-> 1]), E("CommitO", 1), E("Execute", 1) >>
+
+(* The allocation guard is necessary (pitfall 1), N = 3: R1's C-accept      *)
+(* reaches the sequencer twice and, without the guard, R1 gets two slots.   *)
+(* R2's command is READY at slot 2; R1's next command, proposed after that, *)
+(* takes R1's spare slot 1 and executes first.                              *)
+NoAllocGuard == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 0, [src |-> 1]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], EM("HandleCAccept", 0, [src |-> 1]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]],
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], EM("HandleCAccept", 0, [src |-> 2]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 2]], [a |-> "SendOAccept", r |-> 0, p |-> [start |-> 0]],
+    EM("HandleOAccept", 1, [src |-> 0]), EM("HandleOAccept", 2, [src |-> 0]),
+    EM("HandleCAck", 1, [src |-> 0]), EM("HandleCAck", 2, [src |-> 0]),
+    E("CommitO", 2), E("Ready", 2),
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 3]], EM("HandleCAccept", 0, [src |-> 1, i |-> 1]),
+    EM("HandleCAck", 1, [src |-> 0, i |-> 1]), E("CommitO", 1),
+    E("Execute", 1), E("Execute", 1) >>
+
+(* Bug 14, N = 5 (found while documenting the redesign): X of R1 is READY   *)
+(* and executed by R1 alone at slot 0, held by R1 and the sequencer R0.    *)
+(* R0 crashes; R1 wins view 1 (R2, R3) with o_from = 1: if its range starts *)
+(* there, slot 0 stays with R0 and R1 only.  R1 crashes; R2 wins view 2     *)
+(* (R3, R4): slot 0 is a hole, and Y, proposed after X was READY, takes it. *)
+Bug14 == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAccept", 2, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 2]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Ready", 1), E("Execute", 1),
+    E("Crash", 0),
+    [a |-> "StartViewChange", r |-> 1, p |-> [v |-> 1]],
+    EM("HandleVRequest", 2, [src |-> 1]), EM("HandleVRequest", 3, [src |-> 1]),
+    E("BecomeSequencer", 1), [a |-> "SendOAccept", r |-> 1, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 2, [src |-> 1]), EM("HandleOAccept", 3, [src |-> 1]),
+    E("Crash", 1),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 2]],
+    EM("HandleVRequest", 3, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 4, n |-> 2]), E("CommitO", 2), E("Execute", 2) >>
+
+=============================================================================

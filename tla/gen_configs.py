@@ -1,0 +1,448 @@
+"""Write the TLC configurations of tla/ from the tables below (run from anywhere).
+
+Every .cfg file here is generated: edit this script, run it, commit both. Each
+file's first comment lines say what it checks and carry one ``\\* check:``
+directive that ``check.sh`` reads:
+
+    module=M          the root module TLC checks (MCSDPaxos, Scenarios, ...)
+    expect=ok         TLC must finish with no error
+    expect=violated:I TLC must report invariant I violated (a mutation is caught)
+    expect=blocked:D  a scenario must stop at depth D: no error, and the trace's
+                      event D (1-based) can never happen (the fix works there)
+    simulate=S        random simulation for S seconds (seed 1, depth 60) instead
+                      of breadth-first search; ok if no violation was found
+    long              left out of the default run (documented in README.md)
+
+Scenario configurations come in pairs: ``Scenario<Name>.cfg`` with the bug's
+mutation on, and ``Scenario<Name>ok.cfg`` with every mutation off.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+#: Every mutation constant of SDPaxos.tla (all FALSE unless a config turns one on).
+MUTATIONS = [
+    "MutNoAllocGuard",
+    "MutAcceptOldView",
+    "MutNoInference",
+    "MutNoReaccept",
+    "MutRangeReadyBug",
+    "MutEstOnHeartbeat",
+    "MutIgnoreOwnLease",
+    "MutRecoveryIgnoresPromise",
+    "MutRangeFromOwnOFrom",
+]
+
+#: The smallest scope: every knob off; each config turns on what it needs.
+BASE: dict[str, object] = dict(
+    N=3,
+    MaxCmds=1,
+    MaxView=0,
+    MaxCRound=1,
+    MaxCrashes=0,
+    MaxSlot=1,
+    MaxCIdx=1,
+    MaxTime=0,
+    Lease=0,
+    LeaseHold=0,
+    MaxReads=0,
+    Proposers="{}",
+    Candidates="{}",
+    Crashable="{}",
+    Recoverers="{}",
+    Learners="{}",
+    Voters="{}",
+    CAcceptors="{}",
+    Readers="{}",
+    CRequests="FALSE",
+    Retries="FALSE",
+    Handovers="FALSE",
+    Relays="FALSE",
+    Isolated="{}",
+    Heartbeats="FALSE",
+)
+
+#: Every invariant of SDPaxos.tla.
+ALL_INVARIANTS = [
+    "TypeOK",
+    "CChosenUnique",
+    "OChosenUnique",
+    "ExecPrefixAgreement",
+    "ExecMappingSound",
+    "Nontriviality",
+    "LinearizableOrder",
+    "ReadyIsDurable",
+    "NoOverAllocation",
+    "ViewFencing",
+    "ExecutedNeverRevoked",
+    "NoAlarm",
+]
+
+#: Scenarios are caught through agreement or real-time order only.
+SEMANTIC = ["ExecPrefixAgreement", "LinearizableOrder"]
+
+
+class Scenario:
+    """A review bug's interleaving (Scenarios.tla) and what TLC must report."""
+
+    def __init__(
+        self,
+        mutation: str,
+        violated: str,
+        blocked_depth: int,
+        comment: str,
+        **consts: object,
+    ) -> None:
+        self.mutation = mutation
+        self.violated = violated
+        self.blocked_depth = blocked_depth
+        self.comment = comment
+        self.consts = consts
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "Bug1": Scenario(
+        "MutRangeReadyBug",
+        "ExecPrefixAgreement",
+        19,
+        "Bug 1: the N = 5 ready rule's old cap lets a rebuilt range's slot be READY"
+        " with two acceptors.",
+        N=5,
+        MaxCmds=2,
+        MaxView=2,
+        MaxCrashes=2,
+        MaxSlot=2,
+        Proposers="{0,3}",
+        Candidates="{1,2}",
+        Crashable="{0,1}",
+        Learners="{2,3,4}",
+        Voters="{0,2,4}",
+        CAcceptors="{0,2,4}",
+        Relays="TRUE",
+    ),
+    "Bug2": Scenario(
+        "MutEstOnHeartbeat",
+        "LinearizableOrder",
+        16,
+        "Bug 2: a heartbeat alone raises a replica's established view.",
+        N=5,
+        MaxCmds=2,
+        MaxView=2,
+        MaxCrashes=2,
+        Proposers="{1,2}",
+        Candidates="{1,2}",
+        Crashable="{0,1}",
+        Learners="{2}",
+        Voters="{2,3,4}",
+        CAcceptors="{0,2,3,4}",
+        Heartbeats="TRUE",
+    ),
+    "Bug3": Scenario(
+        "MutIgnoreOwnLease",
+        "LinearizableOrder",
+        5,
+        "Bugs 3 and 10: a candidate counts its own vote inside the lease it granted.",
+        Proposers="{1}",
+        Candidates="{1}",
+        Voters="{2}",
+        CAcceptors="{2}",
+        Readers="{0}",
+        MaxView=1,
+        MaxReads=1,
+        Lease=1,
+        LeaseHold=1,
+        Heartbeats="TRUE",
+    ),
+    "Bug5": Scenario(
+        "MutRecoveryIgnoresPromise",
+        "ExecPrefixAgreement",
+        18,
+        "Bug 5: a C-recoverer's phase 2 ignores the higher ballot it promised meanwhile.",
+        Proposers="{1}",
+        Recoverers="{0,2}",
+        Learners="{0,2}",
+        CAcceptors="{0,1}",
+        CRequests="TRUE",
+    ),
+    "Bug14": Scenario(
+        "MutRangeFromOwnOFrom",
+        "ExecPrefixAgreement",
+        33,
+        "Bug 14: the winner's range starts at its own o_from, not at its voters'"
+        " lowest executed prefix.",
+        N=5,
+        MaxCmds=2,
+        MaxView=2,
+        MaxCrashes=2,
+        MaxSlot=2,
+        Proposers="{1,2}",
+        Candidates="{1,2}",
+        Crashable="{0,1}",
+        Learners="{1,2}",
+        Voters="{2,3,4}",
+        CAcceptors="{0,2,3,4}",
+    ),
+    "OldView": Scenario(
+        "MutAcceptOldView",
+        "LinearizableOrder",
+        12,
+        "Pitfall 5: acceptors take C-accepts of a view older than the one they promised.",
+        N=5,
+        MaxCmds=2,
+        MaxView=1,
+        MaxCrashes=1,
+        Proposers="{1,3}",
+        Candidates="{1}",
+        Crashable="{0}",
+        Learners="{1}",
+        Voters="{2,4}",
+        CAcceptors="{2,4}",
+        CRequests="TRUE",
+    ),
+    "NoInference": Scenario(
+        "MutNoInference",
+        "LinearizableOrder",
+        27,
+        "The N = 5 inference of the untraceable replica's O-instances (paper Fig. 7)"
+        " is skipped.",
+        N=5,
+        MaxCmds=2,
+        MaxView=1,
+        MaxCrashes=2,
+        MaxSlot=2,
+        Proposers="{1,3}",
+        Candidates="{1}",
+        Crashable="{0,3}",
+        Learners="{1}",
+        Voters="{2,4}",
+        CAcceptors="{2,4}",
+        CRequests="TRUE",
+    ),
+    "NoReaccept": Scenario(
+        "MutNoReaccept",
+        "LinearizableOrder",
+        12,
+        "NewView is sent before a majority accepted the rebuilt range.",
+        N=5,
+        MaxCmds=2,
+        MaxView=2,
+        MaxCrashes=3,
+        Proposers="{0,1}",
+        Candidates="{1,2}",
+        Crashable="{0,2}",
+        Learners="{1}",
+        Voters="{0,3,4}",
+        CAcceptors="{3,4}",
+    ),
+    "NoAllocGuard": Scenario(
+        "MutNoAllocGuard",
+        "LinearizableOrder",
+        4,
+        "The allocation guard (Fig. 5 line 13): one O-instance per C-accept received.",
+        MaxCmds=3,
+        MaxSlot=3,
+        MaxCIdx=2,
+        Proposers="{1,2}",
+        Learners="{1}",
+        CAcceptors="{0}",
+    ),
+}
+
+#: Breadth-first configurations: name -> (comment, directive extras, constants).
+SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
+    "MC3": (
+        "N = 3, normal case: one command, every replica accepts and executes.",
+        "",
+        dict(
+            MaxCmds=1,
+            MaxSlot=1,
+            MaxMsgs=30,
+            Proposers="{1}",
+            Learners="{0,1,2}",
+            CAcceptors="{0,1,2}",
+        ),
+    ),
+    "MC3vc": (
+        "N = 3, one command, a view change (candidate R2, voter R1); R2 executes.",
+        "",
+        dict(
+            MaxCmds=1,
+            MaxView=1,
+            MaxSlot=1,
+            MaxMsgs=20,
+            Proposers="{1}",
+            Candidates="{2}",
+            Learners="{2}",
+            Voters="{1}",
+            CAcceptors="{2}",
+        ),
+    ),
+    "MC5": (
+        "N = 5, one command, a view change with the inference"
+        " (candidate R2, voters R3, R4).",
+        "",
+        dict(
+            N=5,
+            MaxCmds=1,
+            MaxView=1,
+            MaxSlot=1,
+            MaxMsgs=18,
+            Proposers="{1}",
+            Candidates="{2}",
+            Learners="{2}",
+            Voters="{3,4}",
+            CAcceptors="{3}",
+            CRequests="TRUE",
+        ),
+    ),
+    "MC3lease": (
+        "N = 3, leases and a read across a view change"
+        " (R0's lease, R1 runs with R2's vote).",
+        "",
+        dict(
+            MaxCmds=1,
+            MaxView=1,
+            MaxSlot=1,
+            MaxReads=1,
+            Lease=1,
+            LeaseHold=1,
+            MaxMsgs=22,
+            Proposers="{1}",
+            Candidates="{1}",
+            Voters="{2}",
+            CAcceptors="{2}",
+            Readers="{0}",
+            Heartbeats="TRUE",
+            Isolated="{0}",
+        ),
+    ),
+    "MC3two": (
+        "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
+        " long",
+        dict(
+            MaxCmds=2,
+            MaxSlot=2,
+            MaxMsgs=20,
+            Proposers="{1,2}",
+            Learners="{0}",
+            CAcceptors="{0}",
+        ),
+    ),
+}
+
+ALL_ROLES_3 = "{0,1,2}"
+ALL_ROLES_5 = "{0,1,2,3,4}"
+
+
+def _everything(n: int) -> dict[str, object]:
+    roles = ALL_ROLES_3 if n == 3 else ALL_ROLES_5
+    return dict(
+        N=n,
+        MaxCmds=3,
+        MaxView=3,
+        MaxCRound=2,
+        MaxCrashes=2,
+        MaxSlot=4,
+        MaxCIdx=2,
+        MaxTime=6,
+        Lease=2,
+        LeaseHold=2,
+        MaxReads=2,
+        MaxMsgs=1000,
+        Proposers=roles,
+        Candidates=roles,
+        Crashable=roles,
+        Recoverers=roles,
+        Learners=roles,
+        Voters=roles,
+        CAcceptors=roles,
+        Readers=roles,
+        CRequests="TRUE",
+        Retries="TRUE",
+        Handovers="TRUE",
+        Relays="TRUE",
+        Heartbeats="TRUE",
+    )
+
+
+#: Random simulations: name -> (comment, seconds, constants).
+SIMULATIONS: dict[str, tuple[str, int, dict[str, object]]] = {
+    "SIM3": (
+        "N = 3, everything on: 3 commands, 3 views, 2 crashes, reads, recovery,"
+        " hand-overs.",
+        60,
+        _everything(3),
+    ),
+    "SIM5": (
+        "N = 5, everything on: 3 commands, 3 views, 2 crashes, reads, recovery,"
+        " hand-overs.",
+        60,
+        _everything(5),
+    ),
+}
+
+
+def _constants(consts: dict[str, object], on: str = "") -> list[str]:
+    lines = ["CONSTANTS"]
+    lines += [f"    {k} = {v}" for k, v in consts.items()]
+    lines += [f"    {m} = {'TRUE' if m == on else 'FALSE'}" for m in MUTATIONS]
+    return lines
+
+
+def _write(name: str, lines: list[str]) -> None:
+    (HERE / f"{name}.cfg").write_text("\n".join(lines) + "\n")
+
+
+def generate() -> list[str]:
+    """Write every configuration; return the file names written."""
+    written: list[str] = []
+    for name, sc in SCENARIOS.items():
+        consts = {**BASE, **sc.consts}
+        for mutated in (True, False):
+            if mutated:
+                what = f"With {sc.mutation} on, TLC must report {sc.violated} violated."
+                check = f"module=Scenarios expect=violated:{sc.violated}"
+            else:
+                what = (
+                    f"With every mutation off the trace must stop at event"
+                    f" {sc.blocked_depth} (TLC depth {sc.blocked_depth})."
+                )
+                check = f"module=Scenarios expect=blocked:{sc.blocked_depth}"
+            lines = [f"\\* {sc.comment}", f"\\* {what}", f"\\* check: {check}"]
+            lines += _constants(consts, sc.mutation if mutated else "")
+            lines += [f"    Trace <- {name}", "INIT TraceInit", "NEXT TraceNext", "INVARIANTS"]
+            lines += [f"    {i}" for i in [*SEMANTIC, "TraceNotFinished"]]
+            cfg = f"Scenario{name}" + ("" if mutated else "ok")
+            _write(cfg, lines)
+            written.append(cfg)
+    for name, (comment, extra, consts) in SEARCHES.items():
+        lines = [f"\\* {comment}", f"\\* check: module=MCSDPaxos expect=ok{extra}"]
+        lines += _constants({**BASE, **consts})
+        lines += ["INIT Init", "NEXT Next", "CONSTRAINT MsgBound", "INVARIANTS"]
+        lines += [f"    {i}" for i in ALL_INVARIANTS]
+        _write(name, lines)
+        written.append(name)
+    for name, (comment, seconds, consts) in SIMULATIONS.items():
+        lines = [
+            f"\\* {comment}",
+            f"\\* check: module=MCSDPaxos expect=ok simulate={seconds}",
+        ]
+        lines += _constants({**BASE, **consts})
+        lines += ["INIT Init", "NEXT Next", "CONSTRAINT MsgBound", "INVARIANTS"]
+        lines += [f"    {i}" for i in ALL_INVARIANTS]
+        _write(name, lines)
+        written.append(name)
+    return written
+
+
+if __name__ == "__main__":
+    names = generate()
+    stale = sorted(
+        p.stem for p in HERE.glob("*.cfg") if p.stem not in names and not p.stem.startswith("Trace")
+    )
+    print(f"wrote {len(names)} configurations" + (f"; not generated here: {stale}" if stale else ""))
+    sys.exit(0)
