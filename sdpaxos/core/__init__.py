@@ -2,14 +2,17 @@
 
 Rules for everything under this package:
 
-1. No I/O, no clock, no global randomness, no ``await``. Time is the number of
-   ``tick()`` calls; randomness comes only from the ``random.Random`` a
-   :class:`Replica` is given.
+1. No I/O, no clock, no global randomness, no ``await``. Time is what the driver
+   passes as ``now_ms`` (its monotonic clock, in milliseconds) to
+   :meth:`Replica.tick`, :meth:`Replica.step` and :meth:`Replica.read`;
+   randomness comes only from the ``random.Random`` a :class:`Replica` is given.
 2. Bad input from a peer raises :class:`PeerMessageError` inside the handler
    *before* any state changes; :meth:`Replica.step` turns it into a dropped
    message and a counter, never a crash.
-3. Names follow the paper (C-instance, O-instance, C-accept, O-accept, ...), and
-   the handler, TLA+ action and trace event of one protocol step share a name.
+3. Names follow the paper (C-instance, O-instance, C-accept, O-accept, ...). The
+   TLA+ action, handler and trace event of each protocol step are listed in one
+   table, ``tla/README.md`` ("Spec action = handler = trace event"), which
+   ``tests/test_tla_names.py`` checks against the spec and this code.
 """
 
 from sdpaxos.core.config import ClusterConfig

@@ -1,9 +1,10 @@
 """Cluster configuration: who the replicas are, and a named limit on every window.
 
 Durations are in milliseconds (``*_ms``), measured on the time the driver passes
-to :meth:`Replica.tick` (and optionally to ``step`` and ``read``): the core
-never reads a clock itself. Validation happens once, at construction, so a bad
-configuration is a clear :class:`ConfigError` and never a protocol surprise.
+as ``now_ms`` to :meth:`Replica.tick`, :meth:`Replica.step` and
+:meth:`Replica.read` (each of them requires it): the core never reads a clock
+itself. Validation happens once, at construction, so a bad configuration is a
+clear :class:`ConfigError` and never a protocol surprise.
 
 The clock assumption, stated once: every replica's clock runs at a rate within
 ``clock_drift_ppm`` parts per million of real time (no synchronisation between
@@ -64,8 +65,8 @@ class ClusterConfig:
             prefix anyway).
         c_index_window_max: a C-accept more than this far beyond what a replica has
             executed of that owner is rejected as impossible.
-        tick_ms: how often a driver should call ``tick()`` (a hint for drivers;
-            timers fire on the time passed in, whenever ``tick`` comes).
+        tick_ms: how often a driver should call ``tick(now_ms)`` (a hint for
+            drivers; timers fire on the time passed in, whenever ``tick`` comes).
         retransmit_ms: how long a command leader waits for acknowledgements
             before resending C-accepts and C-requests.
         learn_ms: how long execution may stay blocked before the replica asks
