@@ -699,10 +699,10 @@ RelayCCommit(r, n, i) ==
 (* by r and the sequencer once the view's range is chosen (Fig. 5 lines    *)
 (* 21, 26, 30).  r commits its own O-instances there and broadcasts their  *)
 (* O-commits; the sequencer learns every O-instance there.                  *)
-CommitO(r) ==
+CommitOTo(r, safe) ==
     /\ Est(r)
-    /\ LET safe == SafePrefix(r)
-           v == pView[r]
+    /\ safe =< SafePrefix(r)
+    /\ LET v == pView[r]
            own == {j \in Slots : j < safe /\ oAccV[r][j] = r /\ ~oCom[r][j]}
            all == IF IsSeq(r) THEN {j \in Slots : j < safe} ELSE {}
            ownIn == {j \in Slots : safeUpto[r] =< j /\ j < safe /\ oAccV[r][j] = r}
@@ -717,6 +717,10 @@ CommitO(r) ==
                                  o |-> r] : j \in own}
     /\ UNCHANGED <<durableVars, up, joined, rc, cCom, execd, want, cand, votedFor, prop,
                    inflight, lost, crec, leaseUntil, handing, clock, historyVars>>
+
+\* The safe prefix a replica computes from the O-ACKs it has received, which
+\* may be fewer than the spec's message set holds: any prefix up to SafePrefix.
+CommitO(r) == \E k \in 1 .. MaxSlot : CommitOTo(r, k)
 
 (* Ready(r, f): own C-instance f.i holds f.c, is committed, and the slot   *)
 (* the counting rule gives it lies in the safe prefix: answer the client.  *)

@@ -37,7 +37,7 @@ Act(e) ==
       [] e.a = "TickTo"            -> e.p.t > clock /\ clock' = e.p.t
                                       /\ UNCHANGED <<durableVars, volatileVars, msgs, historyVars>>
       [] e.a = "Propose"           -> \E c \in PV(e, "c", ProposeChoices(r)) : ProposeCmd(r, c)
-      [] e.a = "CommitO"           -> CommitO(r)
+      [] e.a = "CommitO"           -> \E k \in PV(e, "upto", 1 .. MaxSlot) : CommitOTo(r, k)
       [] e.a = "Execute"           -> Execute(r)
       [] e.a = "StartViewChange"   -> \E v \in PV(e, "v", Views) : StartViewChangeTo(r, v)
       [] e.a = "AbandonCandidacy"  -> AbandonCandidacy(r)
@@ -76,11 +76,58 @@ Act(e) ==
       [] e.a = "HandleCPrepare"    -> \E m \in msgs : Fits(e, m) /\ HandleCPrepare(r, m)
       [] e.a = "HandleCPromise"    -> \E m \in msgs : Fits(e, m) /\ HandleCPromise(r, m)
 
+\* The spec's own sends, which the code's handlers fold into other steps or
+\* repeat (retransmission, piggy-backing, answers to learn requests).
+SendStep(r) ==
+    \/ \E p \in prop[r] : SendCAccept(r, p)
+    \/ \E i \in CIdx : SendCRequest(r, i)
+    \/ \E j \in Slots : SendOAccept(r, j, FALSE) \/ SendOAccept(r, j, TRUE)
+    \/ \E j \in Slots : RelayOCommit(r, j)
+    \/ \E n \in R, i \in CIdx : RelayCCommit(r, n, i)
+    \/ SendHeartbeat(r)
+
+\* "Sent" (trace validation): the message the code sent exists afterwards:
+\* sent before, or sent now by one of the spec's send actions.
+Sent(e) ==
+    \/ (\E m \in msgs : Fits(e, m)) /\ UNCHANGED vars
+    \/ (~\E m \in msgs : Fits(e, m)) /\ SendStep(e.r) /\ \E m \in msgs' : Fits(e, m)
+
+\* A lenient step (x): the code handled a duplicate or a retransmission, which
+\* the spec's handler would not take as a step: a no-op on a matching message.
+\* Only where the spec's handler has nothing left to do with that message:
+\* the value is accepted already, the O-accept is held already or waits
+\* beyond a gap, the sequencer knows the C-instance, the promise is made.
+Dup(e, m) ==
+    LET r == e.r IN
+    CASE e.a = "HandleCAccept" -> cAccB[r][m.n][m.i] = m.b \/ m.b < cProm[r][m.n][m.i]
+                                  \/ m.view # pView[r]
+      [] e.a = "HandleOAccept" -> \/ m.view < pView[r]
+                                  \/ /\ joined[r] /\ est[r].v = m.view
+                                     /\ LET acc == AccOn(oAccB[r], est[r].base, m.view)
+                                        IN acc >= m.start + Len(m.vals) \/ acc < m.start
+      [] e.a = "HandleCRequest" -> ~IsSeq(r) \/ want[r][m.src] >= m.i + 1 \/ m.view # pView[r]
+      [] e.a = "HandleCPrepare" -> cProm[r][m.n][m.i] >= m.b \/ m.view # pView[r]
+      [] OTHER -> FALSE
+Unchanged(e) == Has(e, "x") /\ (\E m \in msgs : Fits(e, m) /\ Dup(e, m)) /\ UNCHANGED vars
+
+\* The state the code reported after the step (s), for the step's replica.
+Post(e) ==
+    Has(e, "s") =>
+      LET r == e.r IN
+      /\ "view" \in DOMAIN e.s => pView'[r] = e.s.view
+      /\ "ev" \in DOMAIN e.s => est'[r].v = e.s.ev
+      /\ "es" \in DOMAIN e.s => est'[r].s = e.s.es
+      /\ "exec" \in DOMAIN e.s => Len(execd'[r]) = e.s.exec
+
+Step(e) ==
+    /\ IF e.a = "Sent" THEN Sent(e) ELSE Act(e) \/ Unchanged(e)
+    /\ Post(e)
+
 TraceInit == Init /\ l = 1 /\ TLCSet(1, 1)
 
 TraceNext ==
     /\ l =< Len(Trace)
-    /\ Act(Trace[l])
+    /\ Step(Trace[l])
     /\ l' = l + 1
     /\ IF l + 1 > TLCGet(1) THEN TLCSet(1, l + 1) ELSE TRUE
 

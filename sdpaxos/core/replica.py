@@ -670,7 +670,12 @@ class Replica:
             self._inflight[index] = commands
             self.stats.c_instances_started += 1
             if self._tracer is not None:
-                self._trace("Propose", index=index, commands=len(commands))
+                self._trace(
+                    "Propose",
+                    index=index,
+                    commands=len(commands),
+                    ids=tuple((c.client_id, c.seq) for c in commands),
+                )
             msg = CAccept(me, self.view, me, index, inst.ballot, commands)
             for p in self._c_quorum:
                 self._messages.append((p, msg))
@@ -1433,9 +1438,30 @@ class Replica:
             if type(ballot) is not int or not 0 <= ballot <= m.view:
                 raise PeerMessageError(f"bad O-commit ballot {ballot!r}")
             self._check_o_value((owner, count))
+        if self._tracer is None:
+            self._learn_commits(entries)
+            return
+        # One event per slot whose knowledge changed (the model's HandleOCommit
+        # learns one O-instance per step).
+        before = {s: self._o_learned(s) for s, _, _, _ in entries}
         self._learn_commits(entries)
-        if self._tracer is not None:
-            self._trace("HandleOCommit", src=m.src, entries=len(entries))
+        for slot, ballot, owner, count in entries:
+            if self._o_learned(slot) != before[slot]:
+                self._trace(
+                    "HandleOCommit", src=m.src, slot=slot, ballot=ballot, owner=owner, count=count
+                )
+
+    def _o_learned(self, slot: Slot) -> tuple[object, ...]:
+        """What this replica knows of one O-instance (for tracing)."""
+        if slot >= len(self._o_ballot):
+            return ()
+        return (
+            self._o_ballot[slot],
+            self._o_owner[slot],
+            self._o_count[slot],
+            self._o_committed[slot],
+            self._o_cballot[slot],
+        )
 
     def _learn_commits(self, entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]) -> None:
         """Record O-instances chosen at their ballots, durably, before executing them.
@@ -1672,7 +1698,8 @@ class Replica:
             raise PeerMessageError("bad heartbeat base")
         if m.base >= 0 and m.base != self._est_base:
             raise PeerMessageError(f"heartbeat says base {m.base}, the view's is {self._est_base}")
-        if m.base >= 0 and not self._range_committed:
+        learned = m.base >= 0 and not self._range_committed
+        if learned:
             # The range is chosen (we missed the NewView): its slots are committed.
             self._range_committed = True
             committed = self._o_committed
@@ -1686,6 +1713,8 @@ class Replica:
             self._o_acked_dirty = True
         now = self._now_ms
         if self._distrust:
+            if learned and self._tracer is not None:
+                self._trace("HandleHeartbeat", src=m.src, view=m.view, grant=False, range=True)
             return  # alive, but we want it replaced: no lease, no reprieve
         self._last_hb_ms = now
         self._election_jitter_ms = self._jitter_ms()
@@ -1702,6 +1731,8 @@ class Replica:
         # lease_ms of our own time.
         self._lease_until_ms = now + self.config.lease_ms
         self._messages.append((m.src, LeaseGrant(self.id, self.view, m.stamp)))
+        if self._tracer is not None:
+            self._trace("HandleHeartbeat", src=m.src, view=m.view, grant=True, range=learned)
 
     def _handle_lease_grant(self, m: LeaseGrant) -> None:
         if type(m.stamp) is not int:
@@ -2204,10 +2235,10 @@ class Replica:
             inst = log.get(m.start) or log.setdefault(m.start, _CInstance())
             inst.promised = max(inst.promised, m.promised)
             del self._recoveries[m.owner]
+            if self._tracer is not None:
+                self._trace("AbandonCRecovery", owner=m.owner, start=m.start, promised=m.promised)
             return
         rec.promises[m.src] = m
-        if self._tracer is not None:
-            self._trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
         if len(rec.promises) < self._majority:
             return
         log = self._c[m.owner]
@@ -2222,6 +2253,9 @@ class Replica:
                     self._trace("AbandonCRecovery", owner=m.owner, start=rec.start)
                 return
         rec.proposed = True
+        if self._tracer is not None:
+            # The model's HandleCPromise is this step: a majority promised, phase 2.
+            self._trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
         for k in range(size):
             index = rec.start + k
             chosen: tuple[Command, ...] | None = None

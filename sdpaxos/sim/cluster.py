@@ -336,6 +336,10 @@ class SimCluster:
         self.read_listeners: list[ReadListener] = []
         self.trace_listeners: list[TraceListener] = []
         self.step_listeners: list[StepListener] = []
+        #: ``(src, dst, message)`` for every message a replica's batch sends (after
+        #: message rules and crash cuts), and the id of every crashed replica.
+        self.send_listeners: list[Callable[[ReplicaId, ReplicaId, Any], None]] = []
+        self.crash_listeners: list[Callable[[ReplicaId], None]] = []
         self.message_rules: list[MessageRule] = []
         self.traced = traced
         #: Messages lost to a message rule, and messages a rule held back.
@@ -481,6 +485,8 @@ class SimCluster:
         self._incarnation[replica] += 1
         self.crashes += 1
         self.checker.crashed(replica)
+        for crash_listener in self.crash_listeners:
+            crash_listener(replica)
 
     def restart(self, replica: ReplicaId) -> None:
         """Rebuild a crashed replica from exactly what its storage kept."""
@@ -762,6 +768,8 @@ class SimCluster:
         for dst, message in messages:
             if not 0 <= dst < self.n:
                 raise RuntimeError(f"replica {r} sent {message!r} to unknown replica {dst}")
+            for send_listener in self.send_listeners:
+                send_listener(r, dst, message)
             groups.setdefault(dst, []).append(message)
         for dst, batch in groups.items():
             payload = self.codec.encode_batch(batch)
