@@ -43,9 +43,10 @@ Rules this module keeps
 6. *Bad input changes nothing.* Handlers validate first and raise
    :class:`PeerMessageError`; :meth:`step` drops the message and counts it. A
    message that would change an *executed* slot also counts an invariant alarm.
-7. *Time comes from the driver.* :meth:`tick` takes the current monotonic time
-   in milliseconds; :meth:`step` and :meth:`read` may too, and leases are judged
-   on it at the moment a read is answered (section 3.5).
+7. *Time comes from the driver.* :meth:`tick`, :meth:`step` and :meth:`read` each
+   take the driver's monotonic time in milliseconds (``now_ms``); timers fire on
+   it, and a lease is judged on the time a read or read request comes with
+   (section 3.5).
 """
 
 import math
@@ -122,7 +123,7 @@ class StateMachine(Protocol):
     def apply(self, payload: bytes) -> bytes: ...
 
 
-#: ``tracer(event, replica_id, fields)``; event names equal the TLA+ actions.
+#: ``tracer(event, replica_id, fields)``; ``tla/README.md`` maps each event to its TLA+ action.
 Tracer = Callable[[str, ReplicaId, dict[str, Any]], None]
 
 _NO_BALLOT = -1
@@ -230,7 +231,8 @@ class Replica:
             execution.
         rng: the only source of randomness the core may use.
         observe: report every executed command in :attr:`Ready.executed`.
-        tracer: optional hook called with trace events named like TLA+ actions.
+        tracer: optional hook called with trace events (``tla/README.md`` maps them
+            to TLA+ actions).
         records: the durable records of a previous incarnation (a restart).
     """
 
@@ -998,6 +1000,10 @@ class Replica:
             pending[start] = values
         else:
             self._accept_o_from(start, values)
+            if self._tracer is not None:
+                self._trace(
+                    "HandleOAccept", view=view, start=start, count=len(values), range=m.rebuilt
+                )
             pending = self._o_pending
             while pending:
                 first = min(pending)
@@ -1008,8 +1014,24 @@ class Replica:
                     self._accept_o_from(first, buffered)
                 except PeerMessageError:
                     break  # that buffered O-accept conflicts: drop it, keep ours
+                if self._tracer is not None:
+                    # The buffered O-accept, handled now (the spec's step on it).
+                    self._trace(
+                        "HandleOAccept",
+                        view=view,
+                        start=first,
+                        count=len(buffered),
+                        range=False,
+                        values=buffered,
+                    )
+            return self._ack_o_accept(m, view, end, values)
         if self._tracer is not None:
             self._trace("HandleOAccept", view=view, start=start, count=len(values), range=m.rebuilt)
+        self._ack_o_accept(m, view, end, values)
+
+    def _ack_o_accept(
+        self, m: OAccept, view: View, end: Slot, values: tuple[OValue, ...]
+    ) -> None:
         seq = m.src
         acked = self._o_acked
         if end > acked[seq]:
@@ -1376,6 +1398,7 @@ class Replica:
                     self._o_cballot[s] = ballots[s]
                     out.append((s, ballots[s], me, counts[s]))
         self._own_scan = safe
+        learned = False
         if self.is_sequencer:
             # The sequencer hears every O-ACK: it learns every O-instance, so a
             # replica whose own O-ACKs were lost (N >= 7) can learn from it.
@@ -1384,12 +1407,13 @@ class Replica:
                     committed[s] = True
                     self._o_cballot[s] = ballots[s]
                     self._exec_dirty = True
+                    learned = True
+        if self._tracer is not None and (learned or own != before):
+            self._trace("CommitO", upto=safe, own=own)
         if own == before:
             return
         self._own_safe_count = own
         self._exec_dirty = True
-        if self._tracer is not None:
-            self._trace("CommitO", upto=safe, own=own)
         inflight = self._inflight
         log = self._c[me]
         for index in range(before, own):
@@ -2540,9 +2564,13 @@ class Replica:
                 acc += 1
             self._acc_upto = acc
         else:
-            # Voted in a view we never established, or we were its sequencer: a
-            # restarted sequencer forgot allocations after its last durable
-            # record, so the safest course is a fresh view.
+            # Voted in a view we never established, or we were its sequencer:
+            # every allocation we sent is durable (OAccepted is persisted before
+            # the O-accepts leave), but the rest of a sequencer's state is
+            # volatile (the allocation guard's wants, what each peer was sent and
+            # acknowledged, whether the range is chosen, the history table reads
+            # rely on, its lease). A view change rebuilds what matters from
+            # durable votes (docs/recovery.md section 5).
             self.sequencer = None
             self._acc_upto = NOT_ESTABLISHED
         self._o_heard_upto = len(self._o_owner)

@@ -41,6 +41,7 @@ from sdpaxos.sim.faults import (
 )
 from sdpaxos.sim.profiles import PAPER3, PAPER5, DelayProfile, uniform
 from sdpaxos.sim.workload import ClosedLoopClients
+from sdpaxos.sim.trace import TRACE_CONFIG, TRACE_FAULTS, TraceRecorder
 
 #: Commands per region in one run (split between its clients).
 COMMANDS_DEFAULT = 40
@@ -116,6 +117,8 @@ class FaultRun:
     messages_duplicated: int
     messages_filtered: int
     timeline: list[tuple[int, str]] = field(default_factory=list)
+    #: The run's spec steps, when it was recorded for trace validation.
+    recorder: TraceRecorder | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,14 +159,25 @@ def run_faulty(
     faults: frozenset[FaultKind],
     *,
     commands: int = COMMANDS_DEFAULT,
+    trace: bool = False,
 ) -> FaultRun:
-    """One run with a random fault schedule; never raises for a protocol failure."""
+    """One run with a random fault schedule; never raises for a protocol failure.
+
+    ``trace=True`` records the run for trace validation (``FaultRun.recorder``):
+    the spec's granularity (:data:`~sdpaxos.sim.trace.TRACE_CONFIG`), the
+    sequencer of view 0 at replica 0, no clock drift, no reads, and faults
+    outside :data:`~sdpaxos.sim.trace.TRACE_FAULTS` rejected.
+    """
+    if trace and not faults <= TRACE_FAULTS:
+        raise ValueError(f"trace validation covers only {sorted(TRACE_FAULTS)}")
     chooser = SeededChooser(random.Random(seed))
     profile = profile_for(replicas)
     network = network_for(faults, chooser)
     drift_ppm = drift_for(faults, chooser)
     limits = limits_for(faults, chooser)
     sequencer = chooser.below(replicas)
+    if trace:
+        sequencer, drift_ppm, limits = 0, 0, {**limits, **TRACE_CONFIG}
     slow = bool(faults & {FaultKind.SLOW, FaultKind.STRAGGLER})
     cluster = SimCluster(
         profile,
@@ -173,8 +187,9 @@ def run_faulty(
         config_overrides=limits,
         processing_us=PROCESSING_US_WITH_SLOW if slow else 0,
         clock_drift_ppm=drift_ppm,
-        traced=bool(faults & TRACED_FAULTS),
+        traced=trace or bool(faults & TRACED_FAULTS),
     )
+    recorder = TraceRecorder(cluster) if trace else None
     clients = ClosedLoopClients(
         cluster,
         commands,
@@ -182,7 +197,7 @@ def run_faulty(
         retry_ms=CLIENT_RETRY_MS,
         retry_elsewhere=FaultKind.ELSEWHERE in faults,
         keys=KEYS,
-        reads=True,
+        reads=not trace,
     )
     injector = FaultInjector(cluster, faults, read_keys=(None, *KEYS))
     gaps_ms = [
@@ -263,6 +278,7 @@ def run_faulty(
         messages_duplicated=totals.duplicated,
         messages_filtered=cluster.rule_dropped + cluster.rule_held,
         timeline=list(injector.timeline),
+        recorder=recorder,
     )
 
 

@@ -54,6 +54,7 @@ from sdpaxos.core.replica import Replica
 from sdpaxos.core.types import BALLOT_STRIDE, NO_CL
 
 from .cluster import SimCluster
+from .faults import FaultKind
 
 #: The configuration a traced run must use (the spec's granularity).
 TRACE_CONFIG: dict[str, Any] = {
@@ -61,6 +62,17 @@ TRACE_CONFIG: dict[str, Any] = {
     "o_batch_max": 1,
     "recovery_batch_max": 1,
 }
+
+#: The faults a recorded run may use. Left out: reads and read storms (the
+#: runs record no reads yet), drift (the spec has one clock), retries at
+#: another replica (the spec re-proposes a command only where it lost its
+#: C-instance), hand-overs, straggler detection and aimed crashes (not mapped
+#: yet), tight limits (batching).
+TRACE_FAULTS = frozenset(
+    FaultKind(name)
+    for name in ("crash", "restart", "pause", "slow", "partition", "oneway", "drop", "dup",
+                 "reorder", "droptype", "anyorder")
+)
 
 #: Code events with no spec step: they change nothing the spec tracks (a
 #: rejected or stale message, a deferred vote, a learn request, counting the
@@ -191,7 +203,7 @@ class TraceRecorder:
             "MaxView": self.max_view,
             "MaxCRound": max(1, self.max_round),
             "MaxCrashes": self.crashes,
-            "MaxSlot": self.max_slot + 1,
+            "MaxSlot": self.max_slot + 2,
             "MaxCIdx": max(self.max_c_index) + 1,
             "MaxTime": self.clock_us,
             "Lease": round(self.cluster.config.lease_ms * 1000),
@@ -302,7 +314,10 @@ class TraceRecorder:
                 "rng": f["range"],
             }
             m = self._stepping.get(r)
-            if isinstance(m, OAccept):
+            if "values" in f and isinstance(m, OAccept):  # a buffered one, handled now
+                msg["src"] = m.src
+                msg["vals"] = tuple(self._o(o, c) for o, c in f["values"])
+            elif isinstance(m, OAccept):
                 msg["src"] = m.src
                 msg["vals"] = tuple(self._o(o, c) for o, c in m.values)
             return [Step("HandleOAccept", r, msg=msg, lenient=True)]
@@ -365,7 +380,7 @@ class TraceRecorder:
                     "type": "OAccept",
                     "src": src,
                     "view": self._view(m.view),
-                    "start": m.start,
+                    "start": self._slot(m.start),
                     "rng": m.rebuilt,
                     "vals": tuple(self._o(o, c) for o, c in m.values),
                 }
@@ -394,6 +409,7 @@ class TraceRecorder:
         elif isinstance(m, NewView):
             msgs.append({"type": "NewView", "src": src, "view": self._view(m.view), "start": m.start})
         for msg in msgs:
+            msg["view"] = self._view(m.view)
             step = Step("Sent", src, msg=msg, origin=f"send to {dst}: {m!r}"[:300])
             step.time_us = self.cluster.now_us
             # Only the latest of identical sends matters: skip exact repeats.
