@@ -458,6 +458,16 @@ HandleCRequest(s, m) ==
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, cand, votedFor,
                    prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, historyVars>>
 
+(* Resync(s): a new sequencer orders its own C-instances still in flight   *)
+(* (section 2.8; the core: _resync), as Propose does for a sequencer.       *)
+Resync(s) ==
+    /\ IsSeq(s) /\ inflight[s] # {}
+    /\ LET w == Max({f.i + 1 : f \in inflight[s]})
+       IN /\ w > want[s][s]
+          /\ want' = [want EXCEPT ![s][s] = w]
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, cand, votedFor,
+                   prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, historyVars>>
+
 (* AllocateO(s, n): the next O-instance goes to n while n's coverage in s's *)
 (* log is below want[n] (Fig. 5 line 13, made idempotent).  s accepts it    *)
 (* itself, durably (ballot = view); sending is SendOAccept.                 *)
@@ -651,7 +661,8 @@ HandleOCommit(r, m) ==
                   /\ UNCHANGED <<oAccB, oAccV, oCom, oComB, oVotes>>
              ELSE IF oAccB[r][j] > m.b
              THEN IF oAccV[r][j] = m.o
-                  THEN /\ ~oCom[r][j]
+                  THEN \* (an older commit ballot than the one r knows says "final")
+                       /\ ~oCom[r][j] \/ m.b < oComB[r][j]
                        /\ oCom' = [oCom EXCEPT ![r][j] = TRUE]
                        /\ oComB' = [oComB EXCEPT ![r][j] = m.b]
                        /\ UNCHANGED <<oAccB, oAccV, oVotes, alarm>>
@@ -791,7 +802,8 @@ AbandonCandidacy(r) ==
 HandleVRequest(r, m) ==
     /\ m.type = "VRequest" /\ r \in Voters /\ up[r]
     /\ \/ /\ m.view > pView[r]
-          /\ clock >= leaseUntil[r]
+          \* (a vote for the lease's own holder keeps the promise the lease made)
+          /\ clock >= leaseUntil[r] \/ m.src = SeqOf(r)
           /\ IsSeq(r) => handing[r]
           /\ pView' = [pView EXCEPT ![r] = m.view]
           /\ joined' = [joined EXCEPT ![r] = FALSE]
@@ -1132,6 +1144,7 @@ Next ==
          \/ Propose(r) \/ CommitO(r) \/ Execute(r) \/ StartViewChange(r)
          \/ AbandonCandidacy(r) \/ BecomeSequencer(r) \/ SendNewView(r) \/ SendHeartbeat(r)
          \/ Read(r) \/ StartCRecovery(r) \/ AbandonCRecovery(r) \/ Crash(r) \/ Restart(r)
+         \/ Resync(r)
          \/ \E f \in inflight[r] : Ready(r, f)
          \/ \E p \in prop[r] : SendCAccept(r, p)
          \/ \E i \in CIdx : SendCRequest(r, i)

@@ -39,6 +39,7 @@ Act(e) ==
       [] e.a = "Propose"           -> \E c \in PV(e, "c", ProposeChoices(r)) : ProposeCmd(r, c)
       [] e.a = "CommitO"           -> \E k \in PV(e, "upto", 1 .. MaxSlot) : CommitOTo(r, k)
       [] e.a = "Execute"           -> Execute(r)
+      [] e.a = "Resync"            -> Resync(r)
       [] e.a = "StartViewChange"   -> \E v \in PV(e, "v", Views) : StartViewChangeTo(r, v)
       [] e.a = "AbandonCandidacy"  -> AbandonCandidacy(r)
       [] e.a = "BecomeSequencer"   -> BecomeSequencer(r)
@@ -106,6 +107,7 @@ Dup(e, m) ==
                                      /\ LET acc == AccOn(oAccB[r], est[r].base, m.view)
                                         IN acc >= m.start + Len(m.vals) \/ acc < m.start
       [] e.a = "HandleCRequest" -> ~IsSeq(r) \/ want[r][m.src] >= m.i + 1 \/ m.view # pView[r]
+      [] e.a = "HandleNewView" -> m.view < pView[r] \/ (joined[r] /\ est[r].v = m.view /\ rc[r])
       [] e.a = "HandleCPrepare" -> cProm[r][m.n][m.i] >= m.b \/ m.view # pView[r]
       [] OTHER -> FALSE
 Unchanged(e) == Has(e, "x") /\ (\E m \in msgs : Fits(e, m) /\ Dup(e, m)) /\ UNCHANGED vars

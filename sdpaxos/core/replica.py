@@ -1533,9 +1533,11 @@ class Replica:
             # is final.
             if ballots[slot] > ballot:
                 # We hold the slot at a newer ballot (a later range re-proposed it).
+                # The older commit ballot is kept: it says the value is final.
                 if (owners[slot], counts[slot]) == value:
-                    committed[slot] = True
-                    self._o_cballot[slot] = ballot
+                    if not committed[slot] or ballot < self._o_cballot[slot]:
+                        committed[slot] = True
+                        self._o_cballot[slot] = ballot
                 else:
                     self.stats.invariant_alarms += 1  # a range revoked a final slot
                 continue
@@ -2121,6 +2123,8 @@ class Replica:
             self._resend_c_accept(index, log[index], self._c_quorum)
         last = next(reversed(self._inflight))
         if self.is_sequencer:
+            if self._tracer is not None:
+                self._trace("Resync", index=last)
             self._want(self.id, last)
         else:
             self._send_c_request(last)

@@ -323,7 +323,7 @@ class TraceRecorder:
             return [Step("HandleOAccept", r, msg=msg, lenient=True)]
         if event == "HandleNewView":
             msg = {"type": "NewView", "view": self._view(f["view"]), "start": f["start"]}
-            return [Step("HandleNewView", r, msg=msg)]
+            return [Step("HandleNewView", r, msg=msg, lenient=True)]
         if event == "CommitO":
             return [Step("CommitO", r, {"upto": f["upto"]})]
         if event == "HandleOCommit":
@@ -350,6 +350,9 @@ class TraceRecorder:
             return [Step("SendNewView", r)]
         if event == "HandleHeartbeat":
             msg = {"type": "Heartbeat", "src": f["src"], "view": f["view"]}
+            m = self._stepping.get(r)
+            if isinstance(m, Heartbeat):
+                msg["base"] = m.base
             return [Step("HandleHeartbeat", r, {"grant": f["grant"]}, msg=msg)]
         if event == "StartCRecovery":
             self._ballot(f["ballot"])
@@ -367,6 +370,8 @@ class TraceRecorder:
             return [Step("HandleCPromise", r, msg=msg)]
         if event == "AbandonCRecovery":
             return [Step("AbandonCRecovery", r)]
+        if event == "Resync":
+            return [Step("Resync", r)]
         if event == "Restart":
             return [Step("Restart", r)]
         raise TraceUnsupported(f"no spec step for the core's {event} event")
@@ -405,7 +410,9 @@ class TraceRecorder:
                     {"type": "OCommit", "slot": self._slot(slot), "b": ballot, "o": self._o(owner, count)}
                 )
         elif isinstance(m, Heartbeat):
-            msgs.append({"type": "Heartbeat", "src": src, "view": self._view(m.view)})
+            msgs.append(
+                {"type": "Heartbeat", "src": src, "view": self._view(m.view), "base": m.base}
+            )
         elif isinstance(m, NewView):
             msgs.append({"type": "NewView", "src": src, "view": self._view(m.view), "start": m.start})
         for msg in msgs:
@@ -527,6 +534,9 @@ def validate(recorder: TraceRecorder, *, keep: str | None = None, timeout_s: flo
         shutil.copy(TLA_DIR / name, work / name)
     (work / "RunTrace.tla").write_text(module_text("RunTrace", steps))
     (work / "RunTrace.cfg").write_text(config_text(recorder.constants()))
+    (work / "steps.txt").write_text(
+        "".join(f"{i + 1}\t{s.time_us}\t{s.to_tla()}\t{s.origin}\n" for i, s in enumerate(steps))
+    )
     started = time.monotonic()
     proc = subprocess.run(
         [
