@@ -1867,6 +1867,8 @@ class Replica:
             raise PeerMessageError(f"bad o_from {m.o_from!r}")
         if m.view <= self.view:
             if m.view == self.view and self._voted_for == m.src and self._est_view != self.view:
+                if self._tracer is not None:
+                    self._trace("HandleVRequest", view=m.view, candidate=m.src, again=True)
                 self._send_vote(m)  # our vote was lost: send it again
             elif self.is_sequencer and m.view < self.view:
                 self._on_stale(m)

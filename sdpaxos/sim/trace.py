@@ -44,6 +44,7 @@ from sdpaxos.core.messages import (
     NewView,
     OAccept,
     OCommit,
+    VRequest,
 )
 from sdpaxos.core.replica import Replica
 from sdpaxos.core.types import BALLOT_STRIDE, NO_CL
@@ -351,6 +352,9 @@ class TraceRecorder:
             return [Step("AbandonCandidacy", r)]
         if event == "HandleVRequest":
             msg = {"type": "VRequest", "src": f["candidate"], "view": self._view(f["view"])}
+            m = self._stepping.get(r)
+            if isinstance(m, VRequest):
+                msg["from"] = m.o_from
             return [Step("HandleVRequest", r, msg=msg)]
         if event == "BecomeSequencer":
             return [Step("BecomeSequencer", r)]
