@@ -993,10 +993,13 @@ ServeRead(r, k) ==
 (* Handover(s, t): the sequencer gives its role up on purpose: it stops      *)
 (* serving reads at once and releases the lease it holds.                   *)
 Handover(s, t) ==
-    /\ Handovers /\ IsSeq(s) /\ rc[s] /\ ~handing[s] /\ t \in Candidates /\ t # s
+    \* (again, to another target, if the first one did not take over)
+    /\ Handovers /\ IsSeq(s) /\ rc[s] /\ t \in Candidates /\ t # s
     /\ handing' = [handing EXCEPT ![s] = TRUE]
     /\ leaseUntil' = [leaseUntil EXCEPT ![s] = clock]
-    /\ msgs' = msgs \cup {[type |-> "Handover", src |-> s, view |-> pView[s], target |-> t]}
+    /\ LET m == [type |-> "Handover", src |-> s, view |-> pView[s], target |-> t]
+       IN /\ m \notin msgs
+          /\ msgs' = msgs \cup {m}
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
                    votedFor, prop, inflight, lost, crec, clock, historyVars>>
 

@@ -108,6 +108,8 @@ Dup(e, m) ==
                                         IN acc >= m.start + Len(m.vals) \/ acc < m.start
       [] e.a = "HandleCRequest" -> ~IsSeq(r) \/ want[r][m.src] >= m.i + 1 \/ m.view # pView[r]
       [] e.a = "HandleNewView" -> m.view < pView[r] \/ (joined[r] /\ est[r].v = m.view /\ rc[r])
+      [] e.a = "HandleVRequest" -> m.view = pView[r] /\ votedFor[r] = m.src
+                                   /\ VoteMsg(r, m.src, m.view, m.from) \in msgs
       [] e.a = "HandleHandover" -> leaseUntil[r] =< clock \/ m.view # pView[r]
       [] e.a = "HandleCPrepare" -> cProm[r][m.n][m.i] >= m.b \/ m.view # pView[r]
       [] OTHER -> FALSE

@@ -355,7 +355,8 @@ class TraceRecorder:
             m = self._stepping.get(r)
             if isinstance(m, VRequest):
                 msg["from"] = m.o_from
-            return [Step("HandleVRequest", r, msg=msg)]
+            # A vote sent again may be the very message sent before.
+            return [Step("HandleVRequest", r, msg=msg, lenient=bool(f.get("again")))]
         if event == "BecomeSequencer":
             return [Step("BecomeSequencer", r)]
         if event == "SendNewView":
