@@ -100,18 +100,21 @@ Sent(e) ==
 \* beyond a gap, the sequencer knows the C-instance, the promise is made.
 Dup(e, m) ==
     LET r == e.r IN
-    CASE e.a = "HandleCAccept" -> cAccB[r][m.n][m.i] = m.b \/ m.b < cProm[r][m.n][m.i]
-                                  \/ m.view # pView[r]
+    CASE e.a = "HandleCAccept" -> \/ /\ cAccB[r][m.n][m.i] = m.b
+                                     /\ [type |-> "CAck", src |-> r, view |-> pView[r], n |-> m.n,
+                                         i |-> m.i, b |-> m.b] \in msgs
+                                  \/ m.b < cProm[r][m.n][m.i]
       [] e.a = "HandleOAccept" -> \/ m.view < pView[r]
                                   \/ /\ joined[r] /\ est[r].v = m.view
                                      /\ LET acc == AccOn(oAccB[r], est[r].base, m.view)
                                         IN acc >= m.start + Len(m.vals) \/ acc < m.start
-      [] e.a = "HandleCRequest" -> ~IsSeq(r) \/ want[r][m.src] >= m.i + 1 \/ m.view # pView[r]
+      [] e.a = "HandleCRequest" -> ~IsSeq(r) \/ want[r][m.src] >= m.i + 1
       [] e.a = "HandleNewView" -> m.view < pView[r] \/ (joined[r] /\ est[r].v = m.view /\ rc[r])
       [] e.a = "HandleVRequest" -> m.view = pView[r] /\ votedFor[r] = m.src
                                    /\ VoteMsg(r, m.src, m.view, m.from) \in msgs
       [] e.a = "HandleHandover" -> leaseUntil[r] =< clock \/ m.view # pView[r]
-      [] e.a = "HandleCPrepare" -> cProm[r][m.n][m.i] >= m.b \/ m.view # pView[r]
+      [] e.a = "HandleCPrepare" -> \/ cProm[r][m.n][m.i] > m.b
+                                   \/ PromiseMsg(r, m.n, m.i, m.b) \in msgs
       [] OTHER -> FALSE
 Unchanged(e) == Has(e, "x") /\ (\E m \in msgs : Fits(e, m) /\ Dup(e, m)) /\ UNCHANGED vars
 

@@ -106,6 +106,20 @@ SILENT_EVENTS = frozenset(
     }
 )
 
+#: The message class each handler event comes from (to read its view).
+HANDLED_MESSAGE = {
+    "HandleCAccept": "CAccept",
+    "HandleCCommit": "CCommit",
+    "HandleCRequest": "CRequest",
+    "HandleCPrepare": "CPrepare",
+    "HandleCPromise": "CPromise",
+    "HandleOCommit": "OCommit",
+    "HandleNewView": "NewView",
+    "HandleVRequest": "VRequest",
+    "HandleHeartbeat": "Heartbeat",
+    "HandleHandover": "SequencerHandover",
+}
+
 #: A spec module checks at most this many steps (TLC's state graph depth).
 TRACE_STEPS_MAX = 20_000
 
@@ -194,6 +208,7 @@ class TraceRecorder:
             # The replica finished its step: its state is final, so the batch's
             # last spec step carries it as the state the spec must reach.
             self._close(r)
+            self._stepping.pop(r, None)
             drain(r)
 
         cluster._drain = drain_then_close  # type: ignore[method-assign]
@@ -281,6 +296,10 @@ class TraceRecorder:
         self._tick()
         origin = f"{event} {f}"
         step = self._map(r, event, f)
+        stepping = self._stepping.get(r)
+        if step and step[0].msg and type(stepping).__name__ == HANDLED_MESSAGE.get(event):
+            # The handled message's view pins it further (the code fences by view).
+            step[0].msg.setdefault("view", self._view(stepping.view))
         for s in step:
             s.origin = origin
             self._add(s)
