@@ -608,7 +608,8 @@ HandleNewView(r, m) ==
              /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |->
                            inR(j) \/ (oCom[r][j] /\ (estd \/ Executed(r, j) \/ oAccB[r][j] >= v))]]
              /\ oComB' = [oComB EXCEPT ![r] = [j \in Slots |->
-                            IF inR(j) /\ ~Executed(r, j) THEN v ELSE @[j]]]
+                            IF inR(j) /\ ~Executed(r, j) /\ ~(oCom[r][j] /\ (estd \/ oAccB[r][j] >= v))
+                            THEN v ELSE @[j]]]
              /\ rc' = [rc EXCEPT ![r] = TRUE]
              /\ pView' = [pView EXCEPT ![r] = v]
              /\ est' = [est EXCEPT ![r] = [v |-> v, s |-> m.src, start |-> m.start, base |-> endm]]

@@ -577,6 +577,8 @@ class Replica:
         for rec in list(self._recoveries.values()):
             if now - rec.started_ms >= cfg.recover_ms:
                 del self._recoveries[rec.owner]  # stuck (lost messages, duel): retry later
+                if self._tracer is not None and not rec.proposed:
+                    self._trace("AbandonCRecovery", owner=rec.owner, start=rec.start)
 
     def ready(self) -> Ready:
         """Run deferred work and hand over the effects batch (see :mod:`~sdpaxos.core.ready`)."""
@@ -1169,8 +1171,9 @@ class Replica:
             self._establish(view, m.src, start, values)
         committed, cballots = self._o_committed, self._o_cballot
         for s in range(max(start, self._executed_end()), end):
-            committed[s] = True
-            cballots[s] = view
+            if not committed[s]:  # (a commit known already keeps its ballot: final if older)
+                committed[s] = True
+                cballots[s] = view
         self._range_committed = True
         self._new_view_msg = m
         if end > self._o_acked[m.src]:
@@ -2263,7 +2266,7 @@ class Replica:
             inst = log.get(m.start) or log.setdefault(m.start, _CInstance())
             inst.promised = max(inst.promised, m.promised)
             del self._recoveries[m.owner]
-            if self._tracer is not None:
+            if self._tracer is not None and not rec.proposed:
                 self._trace("AbandonCRecovery", owner=m.owner, start=m.start, promised=m.promised)
             return
         rec.promises[m.src] = m
