@@ -1547,6 +1547,8 @@ class Replica:
                 # a final one there would mean it revoked an executed slot.
                 self.stats.invariant_alarms += 1
                 continue
+            if ballots[slot] == ballot and committed[slot]:
+                continue  # known (its commit ballot stays: an older one says "final")
             committed[slot] = True
             self._o_cballot[slot] = ballot
             if ballots[slot] == ballot:
