@@ -864,10 +864,7 @@ BecomeSequencer(r) ==
                      /\ oAccB' = [oAccB EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN v ELSE @[j]]]
                      /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN L[j - start + 1]
                                                                        ELSE @[j]]]
-                     \* (the core keeps what it knew committed in the range: _forget_older_commits
-                     \* runs after the range is installed at ballot v)
-                     /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |->
-                                   Executed(r, j) \/ (oCom[r][j] /\ inR(j))]]
+                     /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> Executed(r, j)]]
                      /\ oComB' = oComB
                      /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> L[j - start + 1]] :
                                                 j \in {x \in Slots : inR(x)}}
