@@ -2170,6 +2170,9 @@ class Replica:
         and on the following ones the committed assignment log already needs."""
         if owner == self.id or owner in self._recoveries:
             return
+        slot = self._exec_slot
+        if slot >= len(self._o_committed) or not self._o_committed[slot]:
+            return  # no longer blocked on a committed slot (a new view revoked it)
         # How many C-instances of owner do committed slots ask for from here on?
         needed = 0
         owners, counts, committed = self._o_owner, self._o_count, self._o_committed
