@@ -1016,18 +1016,14 @@ class FaultInjector:
             )
         elif shape == "phase2":
             plan = self._plan()
-            majority = self.n // 2 + 1
 
             def started(r: int, fields: dict[str, Any]) -> bool:
                 owner, start = fields.get("owner"), fields.get("start")
-                promised: set[int] = set()
 
                 def promise(_: int, f: dict[str, Any]) -> bool:
+                    # HandleCPromise is traced at the promise that completes a
+                    # majority: the phase-2 step, whose C-accepts the crash cuts.
                     if (f.get("owner"), f.get("start")) != (owner, start):
-                        return False
-                    promised.add(int(f.get("src", -1)))
-                    # Our own promise counts: the last one needed starts phase 2.
-                    if len(promised) + 1 < majority:
                         return False
                     self._crash_point("crecovery-phase2", r, plan)
                     return True
