@@ -207,8 +207,7 @@ SCENARIOS: dict[str, Scenario] = {
         "MutNoInference",
         "LinearizableOrder",
         27,
-        "The N = 5 inference of the untraceable replica's O-instances (paper Fig. 7)"
-        " is skipped.",
+        "The N = 5 inference of the untraceable replica's O-instances (paper Fig. 7) is skipped.",
         N=5,
         MaxCmds=2,
         MaxView=1,
@@ -282,8 +281,7 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
         ),
     ),
     "MC5": (
-        "N = 5, one command, a view change with the inference"
-        " (candidate R2, voters R3, R4).",
+        "N = 5, one command, a view change with the inference (candidate R2, voters R3, R4).",
         "",
         dict(
             N=5,
@@ -300,8 +298,7 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
         ),
     ),
     "MC3lease": (
-        "N = 3, leases and a read across a view change"
-        " (R0's lease, R1 runs with R2's vote).",
+        "N = 3, leases and a read across a view change (R0's lease, R1 runs with R2's vote).",
         "",
         dict(
             MaxCmds=1,
@@ -372,14 +369,12 @@ def _everything(n: int) -> dict[str, object]:
 #: Random simulations: name -> (comment, seconds, constants).
 SIMULATIONS: dict[str, tuple[str, int, dict[str, object]]] = {
     "SIM3": (
-        "N = 3, everything on: 3 commands, 3 views, 2 crashes, reads, recovery,"
-        " hand-overs.",
+        "N = 3, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
         60,
         _everything(3),
     ),
     "SIM5": (
-        "N = 5, everything on: 3 commands, 3 views, 2 crashes, reads, recovery,"
-        " hand-overs.",
+        "N = 5, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
         60,
         _everything(5),
     ),
@@ -444,5 +439,6 @@ if __name__ == "__main__":
     stale = sorted(
         p.stem for p in HERE.glob("*.cfg") if p.stem not in names and not p.stem.startswith("Trace")
     )
-    print(f"wrote {len(names)} configurations" + (f"; not generated here: {stale}" if stale else ""))
+    extra = f"; not generated here: {stale}" if stale else ""
+    print(f"wrote {len(names)} configurations{extra}")
     sys.exit(0)

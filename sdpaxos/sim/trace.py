@@ -297,7 +297,12 @@ class TraceRecorder:
         origin = f"{event} {f}"
         step = self._map(r, event, f)
         stepping = self._stepping.get(r)
-        if step and step[0].msg and type(stepping).__name__ == HANDLED_MESSAGE.get(event):
+        if (
+            step
+            and step[0].msg
+            and stepping is not None
+            and type(stepping).__name__ == HANDLED_MESSAGE.get(event)
+        ):
             # The handled message's view pins it further (the code fences by view).
             step[0].msg.setdefault("view", self._view(stepping.view))
         for s in step:

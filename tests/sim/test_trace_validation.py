@@ -3,9 +3,10 @@ TLA+ spec by TLC (``sdpaxos.modelcheck``, ``tla/TraceSDPaxos.tla``).
 
 Each seed is a fault run (crashes, restarts, pauses, slow replicas, partitions,
 one-way links, loss, duplication, reordering, dropped message types, any-order
-delivery, hand-overs, churn, crashes at protocol points) recorded at the spec's granularity; TLC must take every step with
-every invariant of the spec holding. The teeth: a trace changed in one step,
-and a core changed in one line, must each be refused at the step that differs.
+delivery, hand-overs, churn, crashes at protocol points) recorded at the spec's
+granularity; TLC must take every step with every invariant of the spec holding.
+The teeth: a trace changed in one step, and a core changed in one line, must
+each be refused at the step that differs.
 """
 
 import shutil
@@ -19,7 +20,9 @@ from sdpaxos.sim.trace import TRACE_FAULTS
 
 pytestmark = [
     pytest.mark.tla,
-    pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed: TLC needs a JVM"),
+    pytest.mark.skipif(
+        shutil.which("java") is None, reason="java is not installed: TLC needs a JVM"
+    ),
 ]
 
 #: (seed, replicas): fault runs with view changes, hand-overs, crashes (some at
@@ -64,7 +67,7 @@ def test_a_changed_step_is_refused_and_named() -> None:
 def test_a_voter_that_ignores_its_lease_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """One line of the core changed: votes no longer wait for the lease granted."""
     monkeypatch.setattr(core_replica.Replica, "_may_vote_for_another", lambda self: True)
-    run, verdict = validate_seed(LEASE_SEED, 3, commands=COMMANDS, timeout_s=TIMEOUT_S)
+    _, verdict = validate_seed(LEASE_SEED, 3, commands=COMMANDS, timeout_s=TIMEOUT_S)
     assert not verdict.ok
     assert verdict.message.startswith("the spec cannot take step"), verdict.message
     assert "HandleVRequest" in verdict.message.splitlines()[0]
