@@ -298,7 +298,8 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
         ),
     ),
     "MC3lease": (
-        "N = 3, leases and a read across a view change (R0's lease, R1 runs with R2's vote).",
+        "N = 3, leases, a read and a view change (R0's lease, R1 runs with R2's vote);"
+        " at this MsgBound a read completes or the view changes, not both in one run.",
         "",
         dict(
             MaxCmds=1,
