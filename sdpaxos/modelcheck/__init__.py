@@ -39,32 +39,21 @@ SCOPE = {
     "Isolated": "{}",
     "Heartbeats": "TRUE",
 }
-MUTATIONS = (
-    "MutNoAllocGuard",
-    "MutAcceptOldView",
-    "MutNoInference",
-    "MutNoReaccept",
-    "MutRangeReadyBug",
-    "MutEstOnHeartbeat",
-    "MutIgnoreOwnLease",
-    "MutRecoveryIgnoresPromise",
-    "MutRangeFromOwnOFrom",
-)
-INVARIANTS = (
-    "TypeOK",
-    "CChosenUnique",
-    "OChosenUnique",
-    "ExecPrefixAgreement",
-    "ExecMappingSound",
-    "Nontriviality",
-    "LinearizableOrder",
-    "ReadyIsDurable",
-    "NoOverAllocation",
-    "ViewFencing",
-    "ExecutedNeverRevoked",
-    "NoAlarm",
-    "TraceNotFinished",
-)
+
+
+def _spec_lists() -> tuple[list[str], list[str]]:
+    """The spec's mutation constants and invariants, from ``tla/gen_configs.py``
+    (the one list every configuration is written from)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "sdpaxos_tla_gen_configs", TLA_DIR / "gen_configs.py"
+    )
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {TLA_DIR / 'gen_configs.py'}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.MUTATIONS), list(module.ALL_INVARIANTS)
 
 
 def module_text(name: str, steps: Sequence[Step]) -> str:
@@ -90,10 +79,11 @@ def config_text(constants: Mapping[str, int]) -> str:
     ):
         lines.append(f"    {scope} = {everyone}")
     lines += [f"    {k} = {v}" for k, v in SCOPE.items()]
-    lines += [f"    {m} = FALSE" for m in MUTATIONS]
+    mutations, invariants = _spec_lists()
+    lines += [f"    {m} = FALSE" for m in mutations]
     lines.append("    Trace <- RunTrace")
     lines += ["INIT TraceInit", "NEXT TraceNext", "INVARIANTS"]
-    lines += [f"    {inv}" for inv in INVARIANTS]
+    lines += [f"    {inv}" for inv in [*invariants, "TraceNotFinished"]]
     return "\n".join(lines) + "\n"
 
 
