@@ -340,6 +340,8 @@ class SimCluster:
         #: message rules and crash cuts), and the id of every crashed replica.
         self.send_listeners: list[Callable[[ReplicaId, ReplicaId, Any], None]] = []
         self.crash_listeners: list[Callable[[ReplicaId], None]] = []
+        #: ``(replica, records)`` for every batch of records a replica persists.
+        self.persist_listeners: list[Callable[[ReplicaId, list[Record]], None]] = []
         self.message_rules: list[MessageRule] = []
         self.traced = traced
         #: Messages lost to a message rule, and messages a rule held back.
@@ -760,6 +762,8 @@ class SimCluster:
         if rd.persist:
             self.storages[r].append(list(rd.persist))
             self.checker.persisted(r, rd.persist)
+            for persist_listener in self.persist_listeners:
+                persist_listener(r, rd.persist)
         plan = self._crash_plans.pop(r, None)
         messages = rd.messages if plan is None else _cut(rd.messages, plan)
         if self.message_rules:

@@ -160,13 +160,15 @@ def run_faulty(
     *,
     commands: int = COMMANDS_DEFAULT,
     trace: bool = False,
+    cluster_hook: Callable[[SimCluster], None] | None = None,
 ) -> FaultRun:
     """One run with a random fault schedule; never raises for a protocol failure.
 
     ``trace=True`` records the run for trace validation (``FaultRun.recorder``):
     the spec's granularity (:data:`~sdpaxos.sim.trace.TRACE_CONFIG`), the
     sequencer of view 0 at replica 0, no clock drift, no reads, and faults
-    outside :data:`~sdpaxos.sim.trace.TRACE_FAULTS` rejected.
+    outside :data:`~sdpaxos.sim.trace.TRACE_FAULTS` rejected. ``cluster_hook``
+    sees the cluster before anything runs (to attach listeners).
     """
     if trace and not faults <= TRACE_FAULTS:
         raise ValueError(f"trace validation covers only {sorted(TRACE_FAULTS)}")
@@ -189,6 +191,8 @@ def run_faulty(
         clock_drift_ppm=drift_ppm,
         traced=trace or bool(faults & TRACED_FAULTS),
     )
+    if cluster_hook is not None:
+        cluster_hook(cluster)
     recorder = TraceRecorder(cluster) if trace else None
     clients = ClosedLoopClients(
         cluster,
