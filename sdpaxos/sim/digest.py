@@ -86,9 +86,9 @@ def _plain(value: object) -> object:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
-        return sorted((_plain(k), _plain(v)) for k, v in value.items())
+        return sorted(((_plain(k), _plain(v)) for k, v in value.items()), key=repr)
     if isinstance(value, set | frozenset):
-        return sorted(_plain(v) for v in value)
+        return sorted((_plain(v) for v in value), key=repr)
     if is_dataclass(value) and not isinstance(value, type):
         return (type(value).__name__, *(_plain(getattr(value, f.name)) for f in fields(value)))
     if isinstance(value, Enum):
