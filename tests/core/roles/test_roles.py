@@ -97,9 +97,10 @@ def test_acceptor_buffers_an_o_accept_beyond_a_gap(rec: Recorder) -> None:
 def test_sequencer_allocation_guard_never_over_allocates(rec: Recorder) -> None:
     ctx = make_ctx(3, me=0, sequencer=0)
     seq = Sequencer(ctx, rec)
-    for _ in range(3):  # duplicated and reordered requests for C-instances 0..1 of R1
+    for _ in range(3):  # duplicated and reordered C-requests and C-accepts for R1's 0..1
         seq.handle_c_request(CRequest(1, 0, 1, 1, 0, ()))
-        seq.handle_c_request(CRequest(1, 0, 1, 0, 0, ()))
+        seq.order(1, 0, None)  # what a C-accept from R1 says
+        seq.order(1, 1, None)
         seq.allocate()
     assert sum(c for o, c in zip(ctx.olog.owner, ctx.olog.count, strict=True) if o == 1) == 2
     assert seq.covered[1] == 2
