@@ -32,7 +32,9 @@ class Sequencer:
         self.s = ctx
         self.r = reactions
         n = ctx.n
-        #: Per owner: C-instances covered by allocated O-instances.
+        #: Per owner: C-instances covered by allocated O-instances. Derivable from
+        #: the O-log (``OLog.coverage``) but kept: the allocation guard reads it on
+        #: every C-accept and C-request, and a scan of the log there would be O(log).
         self.covered: list[int] = [0] * n
         #: Owners with a pending allocation, in arrival order -> wanted coverage.
         self.want_upto: dict[ReplicaId, int] = {}
