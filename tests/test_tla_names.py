@@ -281,10 +281,14 @@ def doc_problems(rows: list[Row], doc: str, in_next: set[str]) -> list[str]:
             problems.append(
                 f"{action}: in docs/recovery.md section {DOC_SECTION}, not in the README"
             )
-        elif row.handler is not None and not {
-            ".".join(row.handler.split(".")[-2:]),  # Class.method
-            row.handler.split(".")[-1],
-        } & code:
+        elif (
+            row.handler is not None
+            and not {
+                ".".join(row.handler.split(".")[-2:]),  # Class.method
+                row.handler.split(".")[-1],
+            }
+            & code
+        ):
             problems.append(
                 f"{action}: the README's handler {row.handler} is not among"
                 f" docs/recovery.md section {DOC_SECTION}'s {sorted(code)}"
@@ -354,8 +358,16 @@ def test_the_trace_scan_tolerates_line_breaks() -> None:
 
 
 BREAKAGES = [
-    ("a renamed handler", "`acceptor.Acceptor.handle_c_accept` |", "`acceptor.Acceptor.handle_c_acept` |"),
-    ("a handler of another module", "`executor.Executor.execute` |", "`view_change.no_such_function` |"),
+    (
+        "a renamed handler",
+        "`acceptor.Acceptor.handle_c_accept` |",
+        "`acceptor.Acceptor.handle_c_acept` |",
+    ),
+    (
+        "a handler of another module",
+        "`executor.Executor.execute` |",
+        "`view_change.no_such_function` |",
+    ),
     (
         "a dropped row",
         "| `HandleCPromise` | `recovery.Recovery.handle_c_promise` | `HandleCPromise` |\n",

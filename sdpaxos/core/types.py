@@ -7,9 +7,9 @@ An O-instance is named by its global slot ``j`` (0-based). Its value is an
 ``owner``" (O-instance batching, paper section 4; ``count == 1`` is the paper's
 basic protocol), and ``(NO_CL, 0)`` is the paper's ``no-cl``: skip the slot.
 
-Pitfall 3 of PROTOCOL.md, fixed once here: every counter is 0-based. Slot ``j``
-holding ``(n, c)`` runs C-instances ``k .. k+c-1`` of ``n`` where ``k`` is the
-number of C-instances of ``n`` covered by slots ``0 .. j-1``.
+Pitfall 3 (``docs/protocol.md`` section 14), fixed once here: every counter is
+0-based. Slot ``j`` holding ``(n, c)`` runs C-instances ``k .. k+c-1`` of ``n``
+where ``k`` is the number of C-instances of ``n`` covered by slots ``0 .. j-1``.
 """
 
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """Delay profiles: region names and their round-trip-time matrix.
 
-Built in are the SDPaxos paper's Table 1 deployments (PROTOCOL.md section 8.4):
-``paper3`` (CA, OR, OH) and ``paper5`` (CA, OR, OH, IRE, SEL). Papers publish
+Built in are the deployments of the SDPaxos paper's Table 1: ``paper3``
+(CA, OR, OH) and ``paper5`` (CA, OR, OH, IRE, SEL). Papers publish
 round trips, so a profile stores RTTs and the one-way delay of a link is half
 of it, unless an explicit (possibly asymmetric) ``one_way_ms`` matrix is
 given. The diagonal is the round trip inside a region, i.e. client <-> local
