@@ -32,7 +32,8 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot, run_failover
 from sdpaxos.sim.faults import FaultKind, parse_faults
@@ -40,10 +41,77 @@ from sdpaxos.sim.network import NetworkConfig
 from sdpaxos.sim.profiles import PAPER3, DelayProfile, ProfileError, builtin, load_json
 from sdpaxos.sim.run import RunResult, run_closed_loop
 from sdpaxos.sim.sweep import COMMANDS_DEFAULT, sweep
+from sdpaxos.sim.workload import CLIENTS_PER_REGION_MAX
+
+#: Largest virtual time any ``--*-ms`` option takes (about 11.6 days). The
+#: simulator turns ms into whole microseconds with ``round(ms * 1000)``: exact
+#: up to this bound and far beyond, but ``inf`` or ``1e308`` end in an OverflowError.
+MS_MAX = 1e9
+#: Smallest tick or retry interval: the simulator's clock counts whole
+#: microseconds, and an interval that rounds to 0 us repeats forever at one instant.
+MS_STEP_MIN = 0.001
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr, exit status 2.
+
+    argparse's default repeats the whole usage (a dozen lines here) above the
+    message; the message is what the user needs, and ``--help`` has the rest.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _whole(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number in ``low .. high`` (each bound optional).
+
+    Checked while parsing so that argparse names the option in the error.
+    """
+    if low is None:
+        allowed = "a whole number"
+    elif high is None:
+        allowed = f"a whole number >= {low}"
+    else:
+        allowed = f"a whole number from {low} to {high}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _number(
+    low: float, high: float, *, above: bool = False, what: str = "a number of ms"
+) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number in ``[low, high]`` (``(low, high]`` if ``above``).
+
+    ``float()`` takes ``nan`` and ``inf``; neither is a duration or a
+    probability, and both end in a traceback deep in the simulator.
+    """
+    top = f"{high:.0e}".replace("e+0", "e") if high >= 1e6 else f"{high:g}"
+    allowed = f"{what} > {low:g} and <= {top}" if above else f"{what} from {low:g} to {top}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
+        if not math.isfinite(value) or value < low or (above and value == low) or value > high:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m sdpaxos.sim",
         description="Deterministic simulation of an SDPaxos cluster with closed-loop clients.",
     )
@@ -65,22 +133,47 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sequencer", default=None, help="region of the sequencer (default: first)")
     p.add_argument(
         "--commands",
-        type=int,
+        type=_whole(0),
         default=None,
         help=f"commands issued per region (default 100; {COMMANDS_DEFAULT} with --sweep)",
     )
-    p.add_argument("--clients-per-region", type=int, default=1)
+    p.add_argument(
+        "--clients-per-region",
+        type=_whole(1, CLIENTS_PER_REGION_MAX),
+        default=1,
+        help=f"closed-loop clients at each region, 1 to {CLIENTS_PER_REGION_MAX} (default 1)",
+    )
     p.add_argument(
         "--client-retry-ms",
-        type=float,
+        type=_number(MS_STEP_MIN, MS_MAX),
         default=None,
-        help="re-propose a command not READY after this long (default: never)",
+        help="re-propose a command not READY after this long, >= 0.001 (default: never)",
     )
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--tick-ms", type=float, default=10.0, help="virtual time per core tick")
-    p.add_argument("--jitter-ms", type=float, default=0.0, help="max extra one-way delay")
-    p.add_argument("--drop", type=float, default=0.0, help="packet drop probability")
-    p.add_argument("--dup", type=float, default=0.0, help="packet duplicate probability")
+    p.add_argument("--seed", type=_whole(), default=1, help="any whole number (default 1)")
+    p.add_argument(
+        "--tick-ms",
+        type=_number(MS_STEP_MIN, MS_MAX),
+        default=10.0,
+        help="virtual time per core tick, >= 0.001 (default 10)",
+    )
+    p.add_argument(
+        "--jitter-ms",
+        type=_number(0.0, MS_MAX),
+        default=0.0,
+        help="max extra one-way delay, >= 0 (default 0)",
+    )
+    p.add_argument(
+        "--drop",
+        type=_number(0.0, 1.0, what="a probability"),
+        default=0.0,
+        help="packet drop probability, 0 to 1",
+    )
+    p.add_argument(
+        "--dup",
+        type=_number(0.0, 1.0, what="a probability"),
+        default=0.0,
+        help="packet duplicate probability, 0 to 1",
+    )
     p.add_argument("--datagram", action="store_true", help="links may reorder (no FIFO)")
     p.add_argument("--measure-rtt", action="store_true", help="feed probed RTTs to observe_rtt")
     p.add_argument(
@@ -88,15 +181,23 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not give replicas the RTT matrix (use with --measure-rtt)",
     )
-    p.add_argument("--drain-ms", type=float, default=60_000.0, help="virtual time to heal")
+    p.add_argument(
+        "--drain-ms",
+        type=_number(0.0, MS_MAX, above=True),
+        default=60_000.0,
+        help="virtual time, after the clients finish and faults heal, for every command to"
+        " execute everywhere before the liveness check, > 0 (default 60000)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--sweep", type=int, metavar="N", help="N seeded runs with random faults")
+    mode.add_argument(
+        "--sweep", type=_whole(1), metavar="N", help="N >= 1 seeded runs with random faults"
+    )
     mode.add_argument("--failover", action="store_true", help="the Fig. 14 sequencer failover")
     mode.add_argument(
         "--failover-sweep",
-        type=int,
+        type=_whole(1),
         metavar="K",
         help="the failover at K crash phases spread over one heartbeat period",
     )
@@ -106,7 +207,10 @@ def _parser() -> argparse.ArgumentParser:
         help="with --sweep: all, or a comma list of: " + ", ".join(k.value for k in FaultKind),
     )
     p.add_argument(
-        "--kill-ms", type=float, default=KILL_MS, help="with --failover: when the sequencer dies"
+        "--kill-ms",
+        type=_number(0.0, MS_MAX, above=True),
+        default=KILL_MS,
+        help=f"with --failover: when the sequencer dies, > 0 (default {KILL_MS:g})",
     )
     p.add_argument("--plot", metavar="OUT.png", help="with --failover: plot throughput over time")
     return p
@@ -161,8 +265,10 @@ def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         faults = parse_faults(args.faults)
         counts = _replica_counts(args.replicas)
         commands = COMMANDS_DEFAULT if args.commands is None else args.commands
-        if args.sweep < 1 or commands < 1:
-            raise ValueError("--sweep and --commands must be >= 1")
+        if commands < 1:
+            raise ValueError(
+                f"argument --commands: with --sweep, expected a whole number >= 1, got {commands}"
+            )
     except ValueError as exc:
         parser.error(str(exc))
     report = sweep(
@@ -184,10 +290,6 @@ def _main_failover(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     try:
         profile = _profile(args) if args.matrix or args.profile != "paper5" else PAPER3
         sequencer = 0 if args.sequencer is None else profile.index(args.sequencer)
-        if not args.kill_ms > 0 or not args.tick_ms > 0:
-            raise ValueError("--kill-ms and --tick-ms must be > 0")
-        if args.failover_sweep is not None and args.failover_sweep < 1:
-            raise ValueError("--failover-sweep must be >= 1")
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
     if args.failover_sweep is not None:
@@ -241,8 +343,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if profile.size % 2 == 0:
             raise ProfileError(f"SDPaxos needs an odd number of replicas, got {profile.size}")
-        if args.commands < 0 or args.clients_per_region < 1 or not math.isfinite(args.tick_ms):
-            raise ValueError("--commands must be >= 0 and --clients-per-region >= 1")
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
 
