@@ -38,7 +38,15 @@ from typing import NoReturn
 from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot, run_failover
 from sdpaxos.sim.faults import FaultKind, parse_faults
 from sdpaxos.sim.network import NetworkConfig
-from sdpaxos.sim.profiles import PAPER3, DelayProfile, ProfileError, builtin, load_json
+from sdpaxos.sim.profiles import (
+    PAPER3,
+    PAPER5,
+    REGIONS_MAX,
+    DelayProfile,
+    ProfileError,
+    builtin,
+    load_json,
+)
 from sdpaxos.sim.run import RunResult, run_closed_loop
 from sdpaxos.sim.sweep import COMMANDS_DEFAULT, sweep
 from sdpaxos.sim.workload import CLIENTS_PER_REGION_MAX
@@ -50,6 +58,12 @@ MS_MAX = 1e9
 #: Smallest tick or retry interval: the simulator's clock counts whole
 #: microseconds, and an interval that rounds to 0 us repeats forever at one instant.
 MS_STEP_MIN = 0.001
+#: Fewest replicas of a sweep run or a failover: the sweep's faults pick a peer
+#: of the replica they hit (partition, one-way, the aimed faults), and the
+#: failover kills the sequencer and needs a majority of survivors.
+REPLICAS_MIN_WITH_PEERS = 3
+#: Most replicas of a sweep run: the largest odd profile size.
+SWEEP_REPLICAS_MAX = REGIONS_MAX - 1 if REGIONS_MAX % 2 == 0 else REGIONS_MAX
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,8 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--profile",
-        default="paper5",
-        help="built-in delay profile: paper3, paper5 or uniformN (default paper5)",
+        default=None,
+        help="built-in delay profile: paper3, paper5 or uniformN (N regions 100 ms apart);"
+        " default paper5, paper3 with --failover",
     )
     src.add_argument(
         "--matrix",
@@ -128,9 +143,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--replicas",
-        help="comma-separated subset of the profile's regions; with --sweep: replica counts",
+        help="which of the profile's regions get a replica: a comma list of region names"
+        " (CA,OR,IRE), or a bare number N for its first N regions (3 on paper5 is CA,OR,OH);"
+        " with --sweep: a comma list of odd replica counts, 3 to"
+        f" {SWEEP_REPLICAS_MAX} (default 3,5), each run on paper3, paper5 or a uniform profile",
     )
-    p.add_argument("--sequencer", default=None, help="region of the sequencer (default: first)")
+    p.add_argument(
+        "--sequencer",
+        default=None,
+        help="region of the sequencer: a name or an index (default: the first region)",
+    )
     p.add_argument(
         "--commands",
         type=_whole(0),
@@ -216,11 +238,94 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _profile(args: argparse.Namespace) -> DelayProfile:
-    profile = load_json(args.matrix) if args.matrix else builtin(args.profile)
-    if args.replicas:
-        profile = profile.subset([r.strip() for r in args.replicas.split(",") if r.strip()])
+def _refuse(parser: argparse.ArgumentParser, option: str, message: str) -> NoReturn:
+    """A bad value found after parsing: worded like argparse's own, naming the option."""
+    parser.error(f"argument {option}: {message}")
+
+
+def _cluster_option(args: argparse.Namespace) -> str:
+    """The option that chose the cluster's size, to name when the size is wrong."""
+    if args.replicas is not None:
+        return "--replicas"
+    return "--matrix" if args.matrix is not None else "--profile"
+
+
+def _profile(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, default: DelayProfile
+) -> DelayProfile:
+    """The cluster of a plain run or a failover: ``--profile`` or ``--matrix``, cut by
+    ``--replicas``, checked to have an odd number of replicas."""
+    try:
+        if args.matrix is not None:
+            profile = load_json(args.matrix)
+        else:
+            profile = default if args.profile is None else builtin(args.profile)
+    except ProfileError as exc:
+        _refuse(parser, "--matrix" if args.matrix is not None else "--profile", str(exc))
+    if args.replicas is not None:
+        profile = _cut(profile, args.replicas, parser)
+    if profile.size % 2 == 0:
+        _refuse(
+            parser,
+            _cluster_option(args),
+            f"SDPaxos needs an odd number of replicas, got {profile.size}",
+        )
     return profile
+
+
+def _cut(profile: DelayProfile, text: str, parser: argparse.ArgumentParser) -> DelayProfile:
+    """``--replicas`` outside a sweep: a bare number N is the profile's first N regions,
+    anything else a comma list of region names.
+
+    Index lists (``0,2,4``) are refused, though :meth:`DelayProfile.index` reads
+    them: ``--replicas 3,5`` is a sweep's list of replica counts, and read as
+    indices it silently meant IRE and SEL.
+    """
+    regions = ", ".join(profile.regions)
+    if text.strip().isdigit():
+        n = int(text)
+        if not 1 <= n <= profile.size:
+            name = "paper5" if n <= PAPER5.size else f"uniform{n}"
+            bigger = "" if n < 1 else f"; for {n}, pick a bigger profile (--profile {name})"
+            _refuse(
+                parser,
+                "--replicas",
+                f"a bare number is a replica count, from 1 to {profile.size} for profile"
+                f" {profile.name} ({regions}), got {text!r}{bigger}",
+            )
+        return profile if n == profile.size else profile.subset(profile.regions[:n])
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        _refuse(
+            parser,
+            "--replicas",
+            f"expected a replica count or region names of profile {profile.name}"
+            f" ({regions}), got {text!r}",
+        )
+    for name in names:
+        if name not in profile.regions:
+            _refuse(
+                parser,
+                "--replicas",
+                f"{name!r} is not a region of profile {profile.name} ({regions}); a bare"
+                " number alone is a replica count, and counts like 3,5 need --sweep",
+            )
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        _refuse(parser, "--replicas", f"lists {', '.join(twice)} more than once, got {text!r}")
+    return profile.subset(names)
+
+
+def _sequencer(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, profile: DelayProfile
+) -> int:
+    """The replica id ``--sequencer`` names (default the first)."""
+    if args.sequencer is None:
+        return 0
+    try:
+        return profile.index(args.sequencer)
+    except ProfileError as exc:
+        _refuse(parser, "--sequencer", str(exc))
 
 
 def _table(result: RunResult) -> str:
@@ -246,24 +351,31 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _replica_counts(text: str | None) -> list[int]:
-    if not text:
+def _replica_counts(text: str | None, parser: argparse.ArgumentParser) -> list[int]:
+    """``--replicas`` with ``--sweep``: the replica counts the runs take in turn."""
+    if text is None:
         return [3, 5]
     try:
         counts = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(
-            f"--replicas with --sweep takes replica counts like 3,5, got {text!r}"
-        ) from None
-    if not counts or any(n < 1 or n % 2 == 0 for n in counts):
-        raise ValueError(f"--replicas: SDPaxos needs odd replica counts, got {text!r}")
+        counts = []
+    if not counts:
+        _refuse(
+            parser, "--replicas", f"with --sweep, expected replica counts like 3,5, got {text!r}"
+        )
+    low, high = REPLICAS_MIN_WITH_PEERS, SWEEP_REPLICAS_MAX
+    if any(n < low or n > high or n % 2 == 0 for n in counts):
+        _refuse(
+            parser,
+            "--replicas",
+            f"with --sweep, SDPaxos needs odd replica counts from {low} to {high}, got {text!r}",
+        )
     return counts
 
 
 def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         faults = parse_faults(args.faults)
-        counts = _replica_counts(args.replicas)
         commands = COMMANDS_DEFAULT if args.commands is None else args.commands
         if commands < 1:
             raise ValueError(
@@ -271,6 +383,7 @@ def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             )
     except ValueError as exc:
         parser.error(str(exc))
+    counts = _replica_counts(args.replicas, parser)
     report = sweep(
         args.sweep,
         seed=args.seed,
@@ -287,11 +400,15 @@ def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 
 def _main_failover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        profile = _profile(args) if args.matrix or args.profile != "paper5" else PAPER3
-        sequencer = 0 if args.sequencer is None else profile.index(args.sequencer)
-    except (ProfileError, ValueError) as exc:
-        parser.error(str(exc))
+    profile = _profile(args, parser, PAPER3)
+    if profile.size < REPLICAS_MIN_WITH_PEERS:
+        _refuse(
+            parser,
+            _cluster_option(args),
+            f"the failover needs at least {REPLICAS_MIN_WITH_PEERS} replicas, got {profile.size}"
+            " (a majority must survive the sequencer)",
+        )
+    sequencer = _sequencer(args, parser, profile)
     if args.failover_sweep is not None:
         result = failover_sweep(
             args.failover_sweep,
@@ -332,19 +449,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main_failover(args, parser)
     if args.commands is None:
         args.commands = 100
-    try:
-        profile = _profile(args)
-        sequencer = 0 if args.sequencer is None else profile.index(args.sequencer)
-        network = NetworkConfig(
-            jitter_ms_max=args.jitter_ms,
-            fifo=not args.datagram,
-            drop_probability=args.drop,
-            duplicate_probability=args.dup,
-        )
-        if profile.size % 2 == 0:
-            raise ProfileError(f"SDPaxos needs an odd number of replicas, got {profile.size}")
-    except (ProfileError, ValueError) as exc:
-        parser.error(str(exc))
+    profile = _profile(args, parser, PAPER5)
+    sequencer = _sequencer(args, parser, profile)
+    # The values were checked while parsing, so NetworkConfig cannot refuse them.
+    network = NetworkConfig(
+        jitter_ms_max=args.jitter_ms,
+        fifo=not args.datagram,
+        drop_probability=args.drop,
+        duplicate_probability=args.dup,
+    )
 
     result = run_closed_loop(
         profile,

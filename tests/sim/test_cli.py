@@ -3,10 +3,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sdpaxos.sim import __main__ as cli
 from sdpaxos.sim.__main__ import main
+from sdpaxos.sim.failover import FailoverResult
 from sdpaxos.sim.faults import FaultKind
 from sdpaxos.sim.sweep import FaultRun
 
@@ -188,6 +191,121 @@ def test_values_at_the_bounds_still_run(
 ) -> None:
     assert main(["--profile", "paper3", "--quiet", "--json", *argv]) == 0
     assert json.loads(capsys.readouterr().out)["checkers"]["ok"] is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "replicas", "profile"),
+    [
+        (["--replicas", "3"], ["CA", "OR", "OH"], "paper5[CA,OR,OH]"),  # was IRE alone
+        (["--replicas", "5"], ["CA", "OR", "OH", "IRE", "SEL"], "paper5"),
+        (["--replicas", "1"], ["CA"], "paper5[CA]"),  # one replica, asked for as such
+        (["--profile", "uniform7", "--replicas", "3"], ["R0", "R1", "R2"], "uniform7[R0,R1,R2]"),
+        (["--replicas", "SEL,CA,IRE"], ["SEL", "CA", "IRE"], "paper5[SEL,CA,IRE]"),
+    ],
+)
+def test_replicas_is_a_count_or_region_names(
+    argv: list[str], replicas: list[str], profile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bare number N is the profile's first N regions (paper5's first 3 are paper3)."""
+    assert main([*argv, "--commands", "2", "--quiet", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["replicas"] == replicas and out["profile"] == profile
+    assert out["checkers"]["ok"] is True
+
+
+#: ``--replicas`` values refused outside a sweep, and what the error says.
+BAD_REPLICAS = [
+    (["--replicas", "7"], "a bare number is a replica count, from 1 to 5 for profile paper5"),
+    (["--replicas", "0"], "a bare number is a replica count, from 1 to 5"),
+    (["--replicas", "4"], "SDPaxos needs an odd number of replicas, got 4"),
+    (["--replicas", "3,5"], "'3' is not a region of profile paper5"),  # counts need --sweep
+    (["--replicas", "0,2,4"], "'0' is not a region of profile paper5"),  # was IRE, SEL
+    (["--replicas", ""], "expected a replica count or region names"),  # was ignored
+    (["--replicas", "CA,OR,CA"], "lists CA more than once"),
+    (["--failover", "--replicas", "5"], "from 1 to 3 for profile paper3"),
+    (["--failover", "--replicas", "1"], "the failover needs at least 3 replicas, got 1"),
+    (["--failover", "--replicas", "CA,OR"], "odd number of replicas, got 2"),  # was ignored
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_REPLICAS)
+def test_bad_replicas_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _refused(argv, capsys)
+    assert "argument --replicas: " in line and message in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "message"),
+    [
+        (["--profile", "uniform2"], "--profile", "odd number of replicas, got 2"),
+        (["--profile", "uniform0"], "--profile", "a profile needs 1..256 regions, got 0"),
+        (["--failover", "--profile", "uniform1"], "--profile", "at least 3 replicas, got 1"),
+        (["--matrix", ""], "--matrix", "cannot read matrix file"),  # was ignored
+        (["--sequencer", "XX"], "--sequencer", "unknown region 'XX'"),
+        (["--replicas", "3", "--sequencer", "IRE"], "--sequencer", "unknown region 'IRE'"),
+        (["--sweep", "1", "--replicas", "1"], "--replicas", "from 3 to 255"),  # the faults
+        # need a peer: every N=1 run was an AssertionError from the fault injector
+        (["--sweep", "1", "--replicas", "257"], "--replicas", "from 3 to 255"),  # a traceback
+        (["--sweep", "1", "--replicas", ""], "--replicas", "replica counts like 3,5"),
+    ],
+)
+def test_bad_cluster_options_are_refused_naming_the_option(
+    argv: list[str], option: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _refused(argv, capsys)
+    assert f"argument {option}: " in line and message in line
+
+
+@pytest.fixture
+def failover_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """``run_failover`` as the CLI calls it, without running it (a run takes seconds)."""
+    calls: list[dict[str, Any]] = []
+
+    def fake(**kwargs: Any) -> FailoverResult:
+        calls.append(kwargs)
+        profile = kwargs["profile"]
+        return FailoverResult(
+            profile=profile,
+            killed=profile.regions[kwargs["sequencer"]],
+            kill_ms=kwargs["kill_ms"],
+            end_ms=kwargs["kill_ms"] + 1.0,
+            seed=kwargs["seed"],
+            tick_ms=kwargs["tick_ms"],
+            new_sequencer=None,
+            new_view=None,
+            checkers="ok",
+            regions=[],
+        )
+
+    monkeypatch.setattr(cli, "run_failover", fake)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("argv", "regions", "sequencer"),
+    [
+        ([], ("CA", "OR", "OH"), 0),  # the paper's setting
+        (["--profile", "paper5"], ("CA", "OR", "OH", "IRE", "SEL"), 0),  # was paper3
+        (
+            ["--profile", "paper5", "--replicas", "SEL,OR,CA", "--sequencer", "OR"],
+            ("SEL", "OR", "CA"),
+            1,
+        ),
+        (["--replicas", "CA,OH,OR"], ("CA", "OH", "OR"), 0),  # was ignored
+    ],
+)
+def test_failover_runs_on_the_cluster_asked_for(
+    argv: list[str],
+    regions: tuple[str, ...],
+    sequencer: int,
+    failover_calls: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--failover", "--quiet", *argv]) == 0
+    [call] = failover_calls
+    assert call["profile"].regions == regions and call["sequencer"] == sequencer
 
 
 def test_progress_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
