@@ -124,95 +124,80 @@ def _number(
     return parse
 
 
+#: The modes, as the errors name them.
+RUN = "a plain run"
+SWEEP = "--sweep"
+FAILOVER = "--failover"
+FAILOVER_SWEEP = "--failover-sweep"
+MODES = (RUN, SWEEP, FAILOVER, FAILOVER_SWEEP)
+_CLUSTER = (RUN, FAILOVER, FAILOVER_SWEEP)
+
+#: Options that belong to some modes only: dest -> (flag, modes). Given to any
+#: other mode they are refused: silently ignoring them let a user believe that,
+#: say, ``--sweep 10 --drop 0.2`` dropped packets.
+MODE_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "profile": ("--profile", _CLUSTER),
+    "matrix": ("--matrix", _CLUSTER),
+    "sequencer": ("--sequencer", _CLUSTER),
+    "tick_ms": ("--tick-ms", _CLUSTER),
+    "commands": ("--commands", (RUN, SWEEP)),
+    "clients_per_region": ("--clients-per-region", (RUN,)),
+    "client_retry_ms": ("--client-retry-ms", (RUN,)),
+    "jitter_ms": ("--jitter-ms", (RUN,)),
+    "drop": ("--drop", (RUN,)),
+    "dup": ("--dup", (RUN,)),
+    "datagram": ("--datagram", (RUN,)),
+    "measure_rtt": ("--measure-rtt", (RUN,)),
+    "no_rtt_config": ("--no-rtt-config", (RUN,)),
+    "drain_ms": ("--drain-ms", (RUN,)),
+    "faults": ("--faults", (SWEEP,)),
+    "kill_ms": ("--kill-ms", (FAILOVER, FAILOVER_SWEEP)),
+    "plot": ("--plot", (FAILOVER,)),
+}
+
+#: Defaults of the options above, filled in once the mode check has seen which
+#: options were given (argparse's own defaults would hide that).
+TICK_MS_DEFAULT = 10.0
+DRAIN_MS_DEFAULT = 60_000.0
+COMMANDS_RUN_DEFAULT = 100
+
+_EPILOG = """\
+modes:
+  a plain run         (no mode option) closed-loop clients at every replica; prints
+                      each region's commit latency and the checkers' verdict
+  --sweep N           N seeded runs with random faults (--replicas: replica counts)
+  --failover          the paper's Fig. 14: the sequencer dies under load; prints how
+                      long each surviving region stalls
+  --failover-sweep K  the failover with the kill at K points of one heartbeat period
+The options under each heading above belong to the modes it names; given to
+another mode, an option is refused (exit 2), not ignored.
+
+--replicas outside --sweep: region names (--replicas CA,OR,IRE), or a bare
+number N for the profile's first N regions (--replicas 3 on paper5 is CA,OR,OH,
+the paper3 matrix). With --sweep: replica counts (--replicas 3,5), each run on
+paper3 for 3, paper5 for 5, a uniform profile otherwise.
+
+exit status: 0 if the checkers passed, 1 on a safety or liveness violation (in
+any run of a sweep), 2 on bad arguments, 3 if --plot cannot plot.
+"""
+
+
+def _file_name(text: str) -> str:
+    """An argparse ``type`` for a file name: an empty one was taken as "not given"."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file name, got ''")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m sdpaxos.sim",
         description="Deterministic simulation of an SDPaxos cluster with closed-loop clients.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument(
-        "--profile",
-        default=None,
-        help="built-in delay profile: paper3, paper5 or uniformN (N regions 100 ms apart);"
-        " default paper5, paper3 with --failover",
-    )
-    src.add_argument(
-        "--matrix",
-        metavar="FILE.json",
-        help='user RTT matrix: {"regions": [...], "rtt_ms": [[...], ...]}',
-    )
-    p.add_argument(
-        "--replicas",
-        help="which of the profile's regions get a replica: a comma list of region names"
-        " (CA,OR,IRE), or a bare number N for its first N regions (3 on paper5 is CA,OR,OH);"
-        " with --sweep: a comma list of odd replica counts, 3 to"
-        f" {SWEEP_REPLICAS_MAX} (default 3,5), each run on paper3, paper5 or a uniform profile",
-    )
-    p.add_argument(
-        "--sequencer",
-        default=None,
-        help="region of the sequencer: a name or an index (default: the first region)",
-    )
-    p.add_argument(
-        "--commands",
-        type=_whole(0),
-        default=None,
-        help=f"commands issued per region (default 100; {COMMANDS_DEFAULT} with --sweep)",
-    )
-    p.add_argument(
-        "--clients-per-region",
-        type=_whole(1, CLIENTS_PER_REGION_MAX),
-        default=1,
-        help=f"closed-loop clients at each region, 1 to {CLIENTS_PER_REGION_MAX} (default 1)",
-    )
-    p.add_argument(
-        "--client-retry-ms",
-        type=_number(MS_STEP_MIN, MS_MAX),
-        default=None,
-        help="re-propose a command not READY after this long, >= 0.001 (default: never)",
-    )
-    p.add_argument("--seed", type=_whole(), default=1, help="any whole number (default 1)")
-    p.add_argument(
-        "--tick-ms",
-        type=_number(MS_STEP_MIN, MS_MAX),
-        default=10.0,
-        help="virtual time per core tick, >= 0.001 (default 10)",
-    )
-    p.add_argument(
-        "--jitter-ms",
-        type=_number(0.0, MS_MAX),
-        default=0.0,
-        help="max extra one-way delay, >= 0 (default 0)",
-    )
-    p.add_argument(
-        "--drop",
-        type=_number(0.0, 1.0, what="a probability"),
-        default=0.0,
-        help="packet drop probability, 0 to 1",
-    )
-    p.add_argument(
-        "--dup",
-        type=_number(0.0, 1.0, what="a probability"),
-        default=0.0,
-        help="packet duplicate probability, 0 to 1",
-    )
-    p.add_argument("--datagram", action="store_true", help="links may reorder (no FIFO)")
-    p.add_argument("--measure-rtt", action="store_true", help="feed probed RTTs to observe_rtt")
-    p.add_argument(
-        "--no-rtt-config",
-        action="store_true",
-        help="do not give replicas the RTT matrix (use with --measure-rtt)",
-    )
-    p.add_argument(
-        "--drain-ms",
-        type=_number(0.0, MS_MAX, above=True),
-        default=60_000.0,
-        help="virtual time, after the clients finish and faults heal, for every command to"
-        " execute everywhere before the liveness check, > 0 (default 60000)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    mode = p.add_mutually_exclusive_group()
+    modes = p.add_argument_group("mode (at most one; none is a plain run)")
+    mode = modes.add_mutually_exclusive_group()
     mode.add_argument(
         "--sweep", type=_whole(1), metavar="N", help="N >= 1 seeded runs with random faults"
     )
@@ -221,21 +206,127 @@ def _parser() -> argparse.ArgumentParser:
         "--failover-sweep",
         type=_whole(1),
         metavar="K",
-        help="the failover at K crash phases spread over one heartbeat period",
+        help="the failover at K >= 1 crash phases spread over one heartbeat period",
     )
-    p.add_argument(
+
+    every = p.add_argument_group("every mode")
+    every.add_argument("--seed", type=_whole(), default=1, help="any whole number (default 1)")
+    every.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    every.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    cluster = p.add_argument_group(
+        "the cluster: a plain run, --failover, --failover-sweep (--replicas: --sweep too)"
+    )
+    src = cluster.add_mutually_exclusive_group()
+    src.add_argument(
+        "--profile",
+        help="built-in delay profile: paper3, paper5 or uniformN (N regions 100 ms apart);"
+        " default paper5, paper3 with --failover",
+    )
+    src.add_argument(
+        "--matrix",
+        type=_file_name,
+        metavar="FILE.json",
+        help='user RTT matrix: {"regions": [...], "rtt_ms": [[...], ...]}',
+    )
+    cluster.add_argument(
+        "--replicas",
+        help="which regions get a replica: region names (CA,OR,IRE) or a bare number N for"
+        " the profile's first N; with --sweep: a comma list of odd replica counts, 3 to"
+        f" {SWEEP_REPLICAS_MAX} (default 3,5); see below",
+    )
+    cluster.add_argument(
+        "--sequencer",
+        help="region of the sequencer: a name or an index (default: the first region)",
+    )
+    cluster.add_argument(
+        "--tick-ms",
+        type=_number(MS_STEP_MIN, MS_MAX),
+        help=f"virtual time per core tick, >= 0.001 (default {TICK_MS_DEFAULT:g})",
+    )
+
+    run = p.add_argument_group("a plain run (--commands: --sweep too)")
+    run.add_argument(
+        "--commands",
+        type=_whole(0),
+        help=f"commands issued per region (default {COMMANDS_RUN_DEFAULT};"
+        f" {COMMANDS_DEFAULT}, and >= 1, with --sweep)",
+    )
+    run.add_argument(
+        "--clients-per-region",
+        type=_whole(1, CLIENTS_PER_REGION_MAX),
+        help=f"closed-loop clients at each region, 1 to {CLIENTS_PER_REGION_MAX} (default 1)",
+    )
+    run.add_argument(
+        "--client-retry-ms",
+        type=_number(MS_STEP_MIN, MS_MAX),
+        help="re-propose a command not READY after this long, >= 0.001 (default: never)",
+    )
+    run.add_argument(
+        "--jitter-ms",
+        type=_number(0.0, MS_MAX),
+        help="max extra one-way delay, >= 0 (default 0)",
+    )
+    run.add_argument(
+        "--drop",
+        type=_number(0.0, 1.0, what="a probability"),
+        help="packet drop probability, 0 to 1 (default 0)",
+    )
+    run.add_argument(
+        "--dup",
+        type=_number(0.0, 1.0, what="a probability"),
+        help="packet duplicate probability, 0 to 1 (default 0)",
+    )
+    run.add_argument("--datagram", action="store_true", help="links may reorder (no FIFO)")
+    run.add_argument("--measure-rtt", action="store_true", help="feed probed RTTs to observe_rtt")
+    run.add_argument(
+        "--no-rtt-config",
+        action="store_true",
+        help="do not give replicas the RTT matrix (use with --measure-rtt)",
+    )
+    run.add_argument(
+        "--drain-ms",
+        type=_number(0.0, MS_MAX, above=True),
+        help="virtual time, after the clients finish and faults heal, for every command to"
+        f" execute everywhere before the liveness check, > 0 (default {DRAIN_MS_DEFAULT:g})",
+    )
+
+    sweeps = p.add_argument_group("--sweep")
+    sweeps.add_argument(
         "--faults",
-        default="all",
-        help="with --sweep: all, or a comma list of: " + ", ".join(k.value for k in FaultKind),
+        help="all (the default), or a comma list of: " + ", ".join(k.value for k in FaultKind),
     )
-    p.add_argument(
+
+    failovers = p.add_argument_group("--failover and --failover-sweep")
+    failovers.add_argument(
         "--kill-ms",
         type=_number(0.0, MS_MAX, above=True),
-        default=KILL_MS,
-        help=f"with --failover: when the sequencer dies, > 0 (default {KILL_MS:g})",
+        help=f"when the sequencer dies (the first kill of a sweep), > 0 (default {KILL_MS:g})",
     )
-    p.add_argument("--plot", metavar="OUT.png", help="with --failover: plot throughput over time")
+    failovers.add_argument(
+        "--plot",
+        type=_file_name,
+        metavar="OUT.png",
+        help="--failover only: plot throughput over time (needs matplotlib)",
+    )
     return p
+
+
+def _mode(args: argparse.Namespace) -> str:
+    if args.sweep is not None:
+        return SWEEP
+    if args.failover:
+        return FAILOVER
+    return RUN if args.failover_sweep is None else FAILOVER_SWEEP
+
+
+def _check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser, mode: str) -> None:
+    """Refuse an option given to a mode it does not belong to (see :data:`MODE_OPTIONS`)."""
+    for dest, (flag, modes) in MODE_OPTIONS.items():
+        value = getattr(args, dest)
+        if value is not None and value is not False and mode not in modes:
+            belongs = modes[0] if len(modes) == 1 else f"{', '.join(modes[:-1])} and {modes[-1]}"
+            _refuse(parser, flag, f"only applies to {belongs}, not to {mode}")
 
 
 def _refuse(parser: argparse.ArgumentParser, option: str, message: str) -> NoReturn:
@@ -375,7 +466,7 @@ def _replica_counts(text: str | None, parser: argparse.ArgumentParser) -> list[i
 
 def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
-        faults = parse_faults(args.faults)
+        faults = parse_faults("all" if args.faults is None else args.faults)
         commands = COMMANDS_DEFAULT if args.commands is None else args.commands
         if commands < 1:
             raise ValueError(
@@ -443,20 +534,26 @@ def _main_failover(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.sweep is not None:
+    mode = _mode(args)
+    _check_mode(args, parser, mode)
+    if args.tick_ms is None:
+        args.tick_ms = TICK_MS_DEFAULT
+    if mode == SWEEP:
         return _main_sweep(args, parser)
-    if args.failover or args.failover_sweep is not None:
+    if mode in (FAILOVER, FAILOVER_SWEEP):
+        if args.kill_ms is None:
+            args.kill_ms = KILL_MS
         return _main_failover(args, parser)
     if args.commands is None:
-        args.commands = 100
+        args.commands = COMMANDS_RUN_DEFAULT
     profile = _profile(args, parser, PAPER5)
     sequencer = _sequencer(args, parser, profile)
     # The values were checked while parsing, so NetworkConfig cannot refuse them.
     network = NetworkConfig(
-        jitter_ms_max=args.jitter_ms,
+        jitter_ms_max=args.jitter_ms or 0.0,
         fifo=not args.datagram,
-        drop_probability=args.drop,
-        duplicate_probability=args.dup,
+        drop_probability=args.drop or 0.0,
+        duplicate_probability=args.dup or 0.0,
     )
 
     result = run_closed_loop(
@@ -464,13 +561,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         sequencer=sequencer,
         commands_per_region=args.commands,
-        clients_per_region=args.clients_per_region,
+        clients_per_region=args.clients_per_region or 1,
         client_retry_ms=args.client_retry_ms,
         network=network,
         tick_ms=args.tick_ms,
         configured_proximity=not args.no_rtt_config,
         measured_proximity=args.measure_rtt,
-        drain_ms=args.drain_ms,
+        drain_ms=DRAIN_MS_DEFAULT if args.drain_ms is None else args.drain_ms,
         progress=None if args.quiet else _progress,
     )
     if args.json:

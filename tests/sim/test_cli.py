@@ -242,7 +242,8 @@ def test_bad_replicas_are_refused(
         (["--profile", "uniform2"], "--profile", "odd number of replicas, got 2"),
         (["--profile", "uniform0"], "--profile", "a profile needs 1..256 regions, got 0"),
         (["--failover", "--profile", "uniform1"], "--profile", "at least 3 replicas, got 1"),
-        (["--matrix", ""], "--matrix", "cannot read matrix file"),  # was ignored
+        (["--matrix", ""], "--matrix", "expected a file name, got ''"),  # was ignored
+        (["--failover", "--plot", ""], "--plot", "expected a file name, got ''"),  # the same
         (["--sequencer", "XX"], "--sequencer", "unknown region 'XX'"),
         (["--replicas", "3", "--sequencer", "IRE"], "--sequencer", "unknown region 'IRE'"),
         (["--sweep", "1", "--replicas", "1"], "--replicas", "from 3 to 255"),  # the faults
@@ -306,6 +307,94 @@ def test_failover_runs_on_the_cluster_asked_for(
     assert main(["--failover", "--quiet", *argv]) == 0
     [call] = failover_calls
     assert call["profile"].regions == regions and call["sequencer"] == sequencer
+
+
+def test_failover_options_reach_the_run(
+    failover_calls: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--failover", "--kill-ms", "1500", "--tick-ms", "5", "--seed", "9", "--json"]
+    assert main(argv) == 0
+    [call] = failover_calls
+    assert (call["kill_ms"], call["tick_ms"], call["seed"]) == (1500.0, 5.0, 9)
+    assert json.loads(capsys.readouterr().out)["kill_ms"] == 1500.0
+
+
+#: How to select each mode, and a valid value for each option that belongs to
+#: some modes only (flags take none).
+MODE_ARGV = {
+    cli.RUN: [],
+    cli.SWEEP: ["--sweep", "1"],
+    cli.FAILOVER: ["--failover"],
+    cli.FAILOVER_SWEEP: ["--failover-sweep", "1"],
+}
+OPTION_VALUE = {
+    "--profile": ["paper3"],
+    "--matrix": ["lab.json"],
+    "--sequencer": ["CA"],
+    "--tick-ms": ["5"],
+    "--commands": ["3"],
+    "--clients-per-region": ["2"],
+    "--client-retry-ms": ["500"],
+    "--jitter-ms": ["5"],
+    "--drop": ["0.1"],
+    "--dup": ["0.1"],
+    "--datagram": [],
+    "--measure-rtt": [],
+    "--no-rtt-config": [],
+    "--drain-ms": ["1000"],
+    "--faults": ["crash"],
+    "--kill-ms": ["2000"],
+    "--plot": ["out.png"],
+}
+#: Every (option, mode) pair the option does not belong to: one case each.
+MISPLACED = [
+    (flag, mode)
+    for flag, modes in cli.MODE_OPTIONS.values()
+    for mode in cli.MODES
+    if mode not in modes
+]
+
+
+def test_every_mode_option_has_a_case() -> None:
+    assert {flag for flag, _ in cli.MODE_OPTIONS.values()} == set(OPTION_VALUE)
+
+
+@pytest.mark.parametrize(("flag", "mode"), MISPLACED)
+def test_an_option_outside_its_mode_is_refused_not_ignored(
+    flag: str, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """E.g. ``--plot`` without ``--failover``, ``--drop`` with ``--sweep``: all were ignored."""
+    line = _refused([*MODE_ARGV[mode], flag, *OPTION_VALUE[flag]], capsys)
+    assert f"argument {flag}: only applies to " in line and line.endswith(
+        f", not to {mode} (see --help)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--plot", "out.png"], "argument --plot: only applies to --failover, not to a plain run"),
+        (
+            ["--failover-sweep", "2", "--plot", "out.png"],
+            "argument --plot: only applies to --failover, not to --failover-sweep",
+        ),
+        (
+            ["--kill-ms", "100"],
+            "argument --kill-ms: only applies to --failover and --failover-sweep,"
+            " not to a plain run",
+        ),
+        (["--faults", "crash"], "argument --faults: only applies to --sweep, not to a plain run"),
+        (
+            ["--sweep", "1", "--tick-ms", "5"],
+            "argument --tick-ms: only applies to a plain run, --failover and --failover-sweep,"
+            " not to --sweep",
+        ),
+    ],
+)
+def test_the_mode_error_names_the_modes_an_option_belongs_to(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert message in _refused(argv, capsys)
 
 
 def test_progress_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
