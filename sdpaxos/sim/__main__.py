@@ -294,7 +294,8 @@ def _parser() -> argparse.ArgumentParser:
     sweeps = p.add_argument_group("--sweep")
     sweeps.add_argument(
         "--faults",
-        help="all (the default), or a comma list of: " + ", ".join(k.value for k in FaultKind),
+        help="all (the default), none, or a comma list of: "
+        + ", ".join(k.value for k in FaultKind),
     )
 
     failovers = p.add_argument_group("--failover and --failover-sweep")
@@ -464,16 +465,29 @@ def _replica_counts(text: str | None, parser: argparse.ArgumentParser) -> list[i
     return counts
 
 
-def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _faults(text: str | None, parser: argparse.ArgumentParser) -> frozenset[FaultKind]:
+    """``--faults``: ``all`` (the default), ``none``, or a comma list of fault kinds.
+
+    ``none`` is how a sweep's replay line spells an empty set (``parse_faults``
+    takes ``""`` for it, which on a command line reads as a forgotten value).
+    """
+    if text is None or text.strip().lower() == "all":
+        return parse_faults("all")
+    if text.strip().lower() == "none":
+        return frozenset()
+    if not text.strip(" ,"):
+        _refuse(parser, "--faults", f"expected all, none or a comma list of faults, got {text!r}")
     try:
-        faults = parse_faults("all" if args.faults is None else args.faults)
-        commands = COMMANDS_DEFAULT if args.commands is None else args.commands
-        if commands < 1:
-            raise ValueError(
-                f"argument --commands: with --sweep, expected a whole number >= 1, got {commands}"
-            )
+        return parse_faults(text)
     except ValueError as exc:
-        parser.error(str(exc))
+        _refuse(parser, "--faults", str(exc))
+
+
+def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    faults = _faults(args.faults, parser)
+    commands = COMMANDS_DEFAULT if args.commands is None else args.commands
+    if commands < 1:
+        _refuse(parser, "--commands", f"with --sweep, expected a whole number >= 1, got {commands}")
     counts = _replica_counts(args.replicas, parser)
     report = sweep(
         args.sweep,

@@ -460,6 +460,9 @@ def test_sweep_table_reports_violations_and_exits_1(
     ("argv", "message"),
     [
         (["--sweep", "1", "--faults", "crash,meteor"], "unknown fault 'meteor'"),
+        (["--sweep", "1", "--faults", ""], "argument --faults: expected all, none or"),  # ran
+        # with no faults at all
+        (["--sweep", "1", "--faults", " , "], "argument --faults: expected all, none or"),
         (["--sweep", "1", "--replicas", "4"], "odd replica counts"),
         (["--sweep", "1", "--replicas", "CA,OR"], "replica counts like 3,5"),
     ],
@@ -468,3 +471,15 @@ def test_bad_sweep_arguments_exit_2(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert message in _refused(argv, capsys)
+
+
+def test_a_fault_free_sweep_replays_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """The replay line spells no faults ``--faults none``, which the CLI refused."""
+    assert main(["--sweep", "1", "--faults", "none", "--commands", "3", "--json", "--quiet"]) == 0
+    run = json.loads(capsys.readouterr().out)["runs"][0]
+    assert run["ok"] is True and run["faults"] == {}
+    assert run["replay"] == (
+        "python -m sdpaxos.sim --sweep 1 --faults none --replicas 3 --seed 1 --commands 3"
+    )
+    assert main([*run["replay"].split()[3:], "--json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0] == run
