@@ -10,10 +10,13 @@ Examples::
 
 Modes:
 
-* default: one run of closed-loop clients at every replica.
+* a plain run (no mode option): one run of closed-loop clients at every
+  replica. ``--replicas`` is a comma list of the profile's region names, or a
+  bare number N for its first N regions (``--replicas 3`` on paper5 is CA, OR,
+  OH).
 * ``--sweep N``: N seeded runs with random fault schedules (see
   :mod:`sdpaxos.sim.sweep`); ``--replicas`` is then a comma list of replica
-  counts, used in turn; ``--faults`` is ``all`` or a comma list of
+  counts, used in turn; ``--faults`` is ``all``, ``none`` or a comma list of
   crash, restart, pause, slow, partition, oneway, drop, dup, reorder, and the
   faults aimed at recovery: droptype, point, handover, churn, anyorder, drift,
   elsewhere, straggler, limits (see :mod:`sdpaxos.sim.faults`). Every run also
@@ -23,6 +26,11 @@ Modes:
   faults by kind).
 * ``--failover``: the paper's Fig. 14 scenario (see :mod:`sdpaxos.sim.failover`);
   ``--failover-sweep K`` repeats it at K crash phases over one heartbeat period.
+  The table's columns are explained under it (:data:`FAILOVER_LEGEND`).
+
+Options belong to modes (:data:`MODE_OPTIONS`); one given to another mode is
+refused rather than ignored. Every bad value is refused with a one-line error
+naming the option and what it allows.
 
 Exit status: 0 if the checkers passed, 1 on a safety or liveness violation (in
 any run of a sweep), 2 on bad arguments, 3 if ``--plot`` cannot plot.
@@ -161,7 +169,29 @@ TICK_MS_DEFAULT = 10.0
 DRAIN_MS_DEFAULT = 60_000.0
 COMMANDS_RUN_DEFAULT = 100
 
-_EPILOG = """\
+#: What the ``--failover`` table's columns mean: printed under the table and in
+#: ``--help``. "first READY ms" is the one that misleads: it is often a few ms,
+#: from commands the dead sequencer had already ordered, not a fast failover.
+FAILOVER_LEGEND = """\
+columns, per surviving region, in virtual ms from the kill:
+  first READY ms          first READY after the kill, of any command. Commands the dead
+                          sequencer had already ordered still finish a few ms after it, so
+                          a small value does not mean the failover was fast
+  stall ms (exact)        until the first READY under the new sequencer (a newer view):
+                          how long the region's service stopped
+  stall ms (100 ms bins)  the paper's Fig. 14 measure: READY replies counted in 100 ms
+                          bins; empty bins from the kill's bin to the end, times 100 ms
+  READY after             READY replies after the kill
+  never                   no such READY before the run ended
+"""
+#: The same for the ``--failover-sweep`` table.
+FAILOVER_SWEEP_LEGEND = """\
+mean, median and max over the kill times, in virtual ms from the kill:
+  exact ms     until the region's first READY under the new sequencer
+  100 ms bins  the paper's measure: empty 100 ms bins of READY replies, times 100 ms
+"""
+
+_EPILOG = f"""\
 modes:
   a plain run         (no mode option) closed-loop clients at every replica; prints
                       each region's commit latency and the checkers' verdict
@@ -177,6 +207,7 @@ number N for the profile's first N regions (--replicas 3 on paper5 is CA,OR,OH,
 the paper3 matrix). With --sweep: replica counts (--replicas 3,5), each run on
 paper3 for 3, paper5 for 5, a uniform profile otherwise.
 
+the --failover table's {FAILOVER_LEGEND}
 exit status: 0 if the checkers passed, 1 on a safety or liveness violation (in
 any run of a sweep), 2 on bad arguments, 3 if --plot cannot plot.
 """
@@ -201,7 +232,11 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument(
         "--sweep", type=_whole(1), metavar="N", help="N >= 1 seeded runs with random faults"
     )
-    mode.add_argument("--failover", action="store_true", help="the Fig. 14 sequencer failover")
+    mode.add_argument(
+        "--failover",
+        action="store_true",
+        help="the Fig. 14 sequencer failover (its table's columns are explained below)",
+    )
     mode.add_argument(
         "--failover-sweep",
         type=_whole(1),
@@ -524,7 +559,11 @@ def _main_failover(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
             seed=args.seed,
             tick_ms=args.tick_ms,
         )
-        print(json.dumps(result.to_json(), indent=2) if args.json else result.table())
+        if args.json:
+            print(json.dumps(result.to_json(), indent=2))
+        else:
+            print(result.table())
+            print(f"\n{FAILOVER_SWEEP_LEGEND}", end="")
         return 0 if all(r.checkers == "ok" for r in result.results) else 1
     one = run_failover(
         profile=profile,
@@ -533,7 +572,11 @@ def _main_failover(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         seed=args.seed,
         tick_ms=args.tick_ms,
     )
-    print(json.dumps(one.to_json(), indent=2) if args.json else one.table())
+    if args.json:
+        print(json.dumps(one.to_json(), indent=2))
+    else:
+        print(one.table())
+        print(f"\n{FAILOVER_LEGEND}", end="")
     if args.plot:
         try:
             plot(one, args.plot)

@@ -9,7 +9,7 @@ import pytest
 
 from sdpaxos.sim import __main__ as cli
 from sdpaxos.sim.__main__ import main
-from sdpaxos.sim.failover import FailoverResult
+from sdpaxos.sim.failover import FailoverResult, FailoverSweep
 from sdpaxos.sim.faults import FaultKind
 from sdpaxos.sim.sweep import FaultRun
 
@@ -317,6 +317,61 @@ def test_failover_options_reach_the_run(
     [call] = failover_calls
     assert (call["kill_ms"], call["tick_ms"], call["seed"]) == (1500.0, 5.0, 9)
     assert json.loads(capsys.readouterr().out)["kill_ms"] == 1500.0
+
+
+def test_the_failover_table_is_followed_by_its_legend(
+    failover_calls: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--failover", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    table, legend = out.split("\n\n")
+    assert "first READY ms" in table.splitlines()[2]  # the column header
+    assert legend == cli.FAILOVER_LEGEND
+    # What the column is and why it is not the failover time.
+    first = next(line for line in legend.splitlines() if "first READY ms" in line)
+    assert "first READY after the kill, of any command" in first
+    assert "already ordered still finish" in legend and "stall ms (exact)" in legend
+
+
+def test_the_failover_sweep_table_is_followed_by_its_legend(
+    failover_calls: list[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(
+        cli, "failover_sweep", lambda k, **kw: FailoverSweep([cli.run_failover(**kw)])
+    )
+    assert main(["--failover-sweep", "1", "--quiet"]) == 0
+    assert capsys.readouterr().out.endswith("\n\n" + cli.FAILOVER_SWEEP_LEGEND)
+
+
+def test_json_failover_output_has_no_legend(
+    failover_calls: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--failover", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "first READY" not in out
+    assert json.loads(out)["killed"] == "CA"
+
+
+def test_help_explains_the_first_ready_column(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "the --failover table's " + cli.FAILOVER_LEGEND in out
+    assert "(--replicas 3 on paper5 is CA,OR,OH," in out
+
+
+def test_the_readme_explains_the_failover_table() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("Sequencer failover with the paper's settings") :]
+    section = section[: section.index("![failover]")]
+    header = "region    first READY ms  stall ms (exact)  stall ms (100 ms bins)  READY after"
+    assert header in section
+    for column in ("first READY ms", "stall ms (exact)", "stall ms (100 ms bins)", "READY after"):
+        assert f"- **{column}**: " in section
+    assert "It is not\n  the failover time" in section
 
 
 #: How to select each mode, and a valid value for each option that belongs to
