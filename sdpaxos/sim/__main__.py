@@ -409,7 +409,7 @@ def _cut(profile: DelayProfile, text: str, parser: argparse.ArgumentParser) -> D
     indices it silently meant IRE and SEL.
     """
     regions = ", ".join(profile.regions)
-    if text.strip().isdigit():
+    if text.strip().isdecimal():  # what int() reads; isdigit() also takes "²"
         n = int(text)
         if not 1 <= n <= profile.size:
             name = "paper5" if n <= PAPER5.size else f"uniform{n}"

@@ -241,6 +241,8 @@ def test_bad_replicas_are_refused(
     [
         (["--profile", "uniform2"], "--profile", "odd number of replicas, got 2"),
         (["--profile", "uniform0"], "--profile", "a profile needs 1..256 regions, got 0"),
+        # It built the 10^10-entry matrix before counting the regions: a hang.
+        (["--profile", "uniform100000"], "--profile", "1..256 regions, got 100000"),
         (["--failover", "--profile", "uniform1"], "--profile", "at least 3 replicas, got 1"),
         (["--matrix", ""], "--matrix", "expected a file name, got ''"),  # was ignored
         (["--failover", "--plot", ""], "--plot", "expected a file name, got ''"),  # the same
@@ -250,6 +252,10 @@ def test_bad_replicas_are_refused(
         # need a peer: every N=1 run was an AssertionError from the fault injector
         (["--sweep", "1", "--replicas", "257"], "--replicas", "from 3 to 255"),  # a traceback
         (["--sweep", "1", "--replicas", ""], "--replicas", "replica counts like 3,5"),
+        # str.isdigit() takes a superscript that int() refuses: three tracebacks.
+        (["--replicas", "²"], "--replicas", "'²' is not a region of profile paper5"),
+        (["--sequencer", "²"], "--sequencer", "unknown region '²'"),
+        (["--profile", "uniform²"], "--profile", "unknown profile 'uniform²'"),
     ],
 )
 def test_bad_cluster_options_are_refused_naming_the_option(
