@@ -119,7 +119,7 @@ class Acceptor:
         s = self.s
         olog, out = s.olog, s.out
         start, values, base = m.start, m.values, m.base
-        end = start + len(values)
+        end = Slot(start + len(values))
         view = m.view
         if s.views.est_view != view:
             self.r.establish(view, m.src, start, values[: base - start])
@@ -187,7 +187,7 @@ class Acceptor:
         s = self.s
         olog = s.olog
         first = olog.acc_upto
-        end = start + len(values)
+        end = Slot(start + len(values))
         if end <= first or start > first:
             return
         view = s.views.view
@@ -230,7 +230,7 @@ class Acceptor:
         s = self.s
         olog = s.olog
         start, values = m.start, m.values
-        end = start + len(values)
+        end = Slot(start + len(values))
         view = m.view
         if s.views.est_view != view:
             self.r.establish(view, m.src, start, values)

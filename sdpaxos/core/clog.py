@@ -12,7 +12,7 @@ from sdpaxos.core.storage import CAccepted
 from sdpaxos.core.types import Ballot, Command, ReplicaId
 
 #: The ballot of nothing promised or accepted.
-NO_BALLOT: Ballot = -1
+NO_BALLOT = Ballot(-1)
 
 
 class CInstance:

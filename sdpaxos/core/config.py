@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from sdpaxos.core.errors import ConfigError
-from sdpaxos.core.types import REPLICAS_MAX, ReplicaId
+from sdpaxos.core.types import REPLICA_0, REPLICAS_MAX, ReplicaId
 
 _DURATIONS_MS = (
     "retransmit_ms",
@@ -120,7 +120,7 @@ class ClusterConfig:
     """
 
     replicas: int
-    sequencer: ReplicaId = 0
+    sequencer: ReplicaId = REPLICA_0
     thrifty: bool = True
     rtt_ms: tuple[tuple[float, ...], ...] | None = None
     c_batch_max: int = 256

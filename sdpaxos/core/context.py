@@ -53,7 +53,7 @@ class Progress:
     __slots__ = ("count", "dirty", "in_slot", "slot")
 
     def __init__(self, replicas: int) -> None:
-        self.slot: Slot = 0
+        self.slot = Slot(0)
         self.in_slot = 0
         self.count: list[int] = [0] * replicas
         #: Something that may unblock execution happened: run the executor at
@@ -62,7 +62,7 @@ class Progress:
 
     def executed_end(self) -> Slot:
         """Slots below this are executed here, at least in part (final)."""
-        return self.slot + (1 if self.in_slot else 0)
+        return Slot(self.slot + 1) if self.in_slot else self.slot
 
 
 class Context:
@@ -112,4 +112,4 @@ class Context:
 
     def window_end(self) -> Slot:
         """Slots at or beyond this are refused from peers (``c_index_window_max``)."""
-        return self.progress.slot + self.config.c_index_window_max
+        return Slot(self.progress.slot + self.config.c_index_window_max)

@@ -165,12 +165,12 @@ class Election:
 
     # ----------------------------------------------------------- candidacy
 
-    def start_view_change(self, above: View = 0) -> None:
+    def start_view_change(self, above: int = 0) -> None:
         """Become a candidate for the next view (paper section 3.3, "V-request")."""
         s = self.s
         views = s.views
         base = self.candidate.view if self.candidate is not None else views.view
-        view = max(base, views.view, above) + 1
+        view = View(max(base, views.view, above) + 1)
         self.candidate = Candidacy(view, s.progress.slot, s.now_ms)
         self.jitter_ms = s.jitter_ms()
         seq = views.sequencer
@@ -316,9 +316,9 @@ class Election:
         s.stats.invariant_alarms += rebuilt.alarms
         # The range also re-proposes what we executed below o_from and some voter
         # did not: executed by us, it may be held by two replicas only (N = 5).
-        start = min(o_from, *(v.executed for v in votes.values()))
+        start = Slot(min(o_from, *(v.executed for v in votes.values())))
         values: tuple[OValue, ...] = olog.values(start, o_from) + tuple(rebuilt.values)
-        end = start + len(values)
+        end = Slot(start + len(values))
         # Slots we executed meanwhile must come out unchanged (ExecutedNeverRevoked).
         executed_end = s.progress.executed_end()
         for slot in range(o_from, min(executed_end, end)):
@@ -374,7 +374,7 @@ class Election:
         """
         s = self.s
         views, olog = s.views, s.olog
-        end = start + len(values)
+        end = Slot(start + len(values))
         olog.grow_within(end, s.window_end())
         owners, counts, ballots, committed = olog.owner, olog.count, olog.ballot, olog.committed
         executed_end = s.progress.executed_end()

@@ -48,7 +48,7 @@ class Executor:
         owners, counts, committed = olog.owner, olog.count, olog.committed
         logs = s.clog.logs
         exec_count = progress.count
-        slot = progress.slot
+        slot: int = progress.slot
         in_slot = progress.in_slot
         limit = len(owners)
         start_slot = slot
@@ -61,7 +61,7 @@ class Executor:
                     k = exec_count[owner]
                     inst = log.get(k)
                     if inst is None or not inst.committed:
-                        progress.slot, progress.in_slot = slot, in_slot
+                        progress.slot, progress.in_slot = Slot(slot), in_slot
                         if slot != start_slot:
                             self.progress_ms = s.now_ms
                         blocked = (owner, k)
@@ -69,12 +69,12 @@ class Executor:
                             self.blocked = blocked
                             self.blocked_ms = s.now_ms
                         return
-                    self.apply(slot, owner, k, inst.commands or ())
+                    self.apply(Slot(slot), owner, k, inst.commands or ())
                     exec_count[owner] = k + 1
                     in_slot += 1
             slot += 1
             in_slot = 0
-        progress.slot, progress.in_slot = slot, in_slot
+        progress.slot, progress.in_slot = Slot(slot), in_slot
         self.blocked = None
         if slot != start_slot:
             self.progress_ms = s.now_ms

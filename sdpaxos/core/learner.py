@@ -15,7 +15,7 @@ from sdpaxos.core.olog import NOT_ESTABLISHED
 from sdpaxos.core.quorum import majority_prefix, two_acceptor_prefix, uses_two_acceptor_rule
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import OAccepted
-from sdpaxos.core.types import NO_CL, Ballot, OCommitEntry, OValue, ReplicaId, Slot
+from sdpaxos.core.types import NO_CL, OCommitEntry, OValue, ReplicaId, Slot, View
 
 
 class Learner:
@@ -25,9 +25,9 @@ class Learner:
         self.s = ctx
         self.r = reactions
         #: Every slot below this is in the safe prefix of this view.
-        self.safe_upto: Slot = 0
+        self.safe_upto = Slot(0)
         #: Next slot to scan for own O-instances inside the safe prefix.
-        self.own_scan: Slot = 0
+        self.own_scan = Slot(0)
         #: Own O-instances committed since the last O-commit broadcast.
         self.commit_out: list[OCommitEntry] = []
 
@@ -37,8 +37,8 @@ class Learner:
         olog = s.olog
         olog.acked = [NOT_ESTABLISHED] * s.n
         olog.acked[s.me] = olog.acc_upto
-        self.safe_upto = 0
-        self.own_scan = 0
+        self.safe_upto = Slot(0)
+        self.own_scan = Slot(0)
         s.own_ordered = 0
         olog.acked_dirty = True
 
@@ -86,7 +86,7 @@ class Learner:
                 if not committed[slot]:
                     committed[slot] = True
                     olog.cballot[slot] = ballots[slot]
-                    out.append(OCommitEntry(slot, ballots[slot], me, counts[slot]))
+                    out.append(OCommitEntry(Slot(slot), ballots[slot], me, counts[slot]))
         self.own_scan = safe
         learned = False
         if views.is_sequencer:
@@ -147,10 +147,10 @@ class Learner:
             olog.committed,
         )
         executed_end = s.progress.executed_end()
-        top = max((e[0] + 1 for e in entries), default=0)
+        top = Slot(max((e[0] + 1 for e in entries), default=0))
         olog.grow(top)
         views = s.views
-        runs: list[tuple[Ballot, Slot, list[OValue]]] = []
+        runs: list[tuple[View, Slot, list[OValue]]] = []
         for slot, ballot, owner, count in sorted(entries):
             if slot < executed_end:
                 continue
@@ -207,7 +207,7 @@ class Learner:
         wanted: list[tuple[ReplicaId, int]] = []
         cap = s.config.learn_c_max
         skip = s.progress.in_slot
-        k_slot = slot
+        k_slot: int = slot
         while k_slot < len(owners) and committed[k_slot] and len(wanted) < cap:
             owner = owners[k_slot]
             if owner != NO_CL:
@@ -238,7 +238,7 @@ class Learner:
                 olog.cballot,
             )
             entries = tuple(
-                OCommitEntry(slot, cballots[slot], owners[slot], counts[slot])
+                OCommitEntry(Slot(slot), cballots[slot], owners[slot], counts[slot])
                 for slot in range(o_from, stop)
                 if committed[slot] and cballots[slot] >= 0
             )

@@ -19,12 +19,13 @@ Watermarks, all slot numbers (every slot below is covered):
 """
 
 from sdpaxos.core.errors import PeerMessageError
-from sdpaxos.core.types import NO_CL, Ballot, OValue, ReplicaId, Slot, View, VoteEntry
+from sdpaxos.core.types import NO_CL, OValue, ReplicaId, Slot, View, VoteEntry
 
-#: The ballot of a slot that holds nothing durable.
-NO_BALLOT: Ballot = -1
+#: The ballot of a slot that holds nothing durable. An O-instance's ballot is the
+#: view its value was proposed in (the sequencer of view ``v`` proposes at ``v``).
+NO_BALLOT = View(-1)
 #: ``OAck.upto`` (and ``acc_upto``) of a replica not established in the view.
-NOT_ESTABLISHED: Slot = -1
+NOT_ESTABLISHED = Slot(-1)
 
 
 class OLog:
@@ -45,16 +46,16 @@ class OLog:
     )
 
     def __init__(self, replicas: int) -> None:
-        self.acked: list[Slot] = [0] * replicas
+        self.acked: list[Slot] = [Slot(0)] * replicas
         self.acked_dirty = False
         self.owner: list[ReplicaId] = []
         self.count: list[int] = []
-        self.ballot: list[Ballot] = []
+        self.ballot: list[View] = []
         self.committed: list[bool] = []
-        self.cballot: list[Ballot] = []
-        self.acc_upto: Slot = 0
-        self.known_upto: Slot = 0
-        self.heard_upto: Slot = 0
+        self.cballot: list[View] = []
+        self.acc_upto = Slot(0)
+        self.known_upto = Slot(0)
+        self.heard_upto = Slot(0)
         #: O-accepts that arrived ahead of a gap, by start slot (bounded by
         #: ``o_pending_max``).
         self.pending: dict[Slot, tuple[OValue, ...]] = {}
@@ -68,7 +69,7 @@ class OLog:
     def __len__(self) -> int:
         return len(self.owner)
 
-    def grow(self, end: Slot) -> None:
+    def grow(self, end: int) -> None:
         """Make room for every slot below ``end`` (callers check the window)."""
         grow = end - len(self.owner)
         if grow > 0:
@@ -78,19 +79,19 @@ class OLog:
             self.committed.extend([False] * grow)
             self.cballot.extend([NO_BALLOT] * grow)
 
-    def grow_within(self, end: Slot, limit: Slot) -> None:
+    def grow_within(self, end: int, limit: int) -> None:
         """:meth:`grow`, refusing a peer's slot at or beyond ``limit`` (the window)."""
         if end > len(self.owner) and end > limit:
             raise PeerMessageError(f"slot {end - 1} is beyond the window")
         self.grow(end)
 
-    def value(self, slot: Slot) -> OValue:
+    def value(self, slot: int) -> OValue:
         return (self.owner[slot], self.count[slot])
 
-    def values(self, start: Slot, end: Slot) -> tuple[OValue, ...]:
+    def values(self, start: int, end: int) -> tuple[OValue, ...]:
         return tuple(zip(self.owner[start:end], self.count[start:end], strict=True))
 
-    def learned(self, slot: Slot) -> tuple[object, ...]:
+    def learned(self, slot: int) -> tuple[object, ...]:
         """Everything known of one O-instance (to tell whether a step changed it)."""
         if slot >= len(self.ballot):
             return ()
@@ -102,39 +103,39 @@ class OLog:
             self.cballot[slot],
         )
 
-    def commit(self, slot: Slot, ballot: Ballot) -> None:
+    def commit(self, slot: int, ballot: View) -> None:
         self.committed[slot] = True
         self.cballot[slot] = ballot
 
     def committed_prefix(self, start: Slot) -> Slot:
         """Every slot from ``start`` below the result is committed here."""
-        k = start
+        k: int = start
         committed = self.committed
         limit = len(committed)
         while k < limit and committed[k]:
             k += 1
-        return k
+        return Slot(k)
 
     def advance_known(self, executed: Slot, view: View) -> Slot:
         """Extend the prefix of slots whose values we know: executed, accepted in
         ``view``, or known committed. Returns it."""
-        k = max(self.known_upto, executed)
+        k: int = max(self.known_upto, executed)
         ballots, committed = self.ballot, self.committed
         limit = len(ballots)
         while k < limit and (ballots[k] == view or committed[k]):
             k += 1
-        self.known_upto = k
-        return k
+        self.known_upto = Slot(k)
+        return self.known_upto
 
     def accepted_run_end(self, view: View) -> Slot:
         """From ``acc_upto``, the end of the run of slots held at ``view``'s ballot."""
-        k = self.acc_upto
+        k: int = self.acc_upto
         ballots = self.ballot
         while k < len(ballots) and ballots[k] == view:
             k += 1
-        return k
+        return Slot(k)
 
-    def coverage(self, end: Slot, replicas: int) -> list[int]:
+    def coverage(self, end: int, replicas: int) -> list[int]:
         """Per owner, how many of its C-instances slots ``0 .. end-1`` order."""
         covered = [0] * replicas
         for owner, count in zip(self.owner[:end], self.count[:end], strict=True):
@@ -142,11 +143,11 @@ class OLog:
                 covered[owner] += count
         return covered
 
-    def vote_entries(self, o_from: Slot) -> tuple[VoteEntry, ...]:
+    def vote_entries(self, o_from: int) -> tuple[VoteEntry, ...]:
         """Every O-value held durably from ``o_from`` on, with its ballot."""
         owners, counts, ballots = self.owner, self.count, self.ballot
         return tuple(
-            VoteEntry(s, ballots[s], owners[s], counts[s])
+            VoteEntry(Slot(s), ballots[s], owners[s], counts[s])
             for s in range(o_from, len(owners))
             if ballots[s] != NO_BALLOT
         )
@@ -168,16 +169,16 @@ class OLog:
         owners, counts = self.owner, self.count
         for s in range(start, min(start + len(values), executed_end)):
             if (owners[s], counts[s]) != values[s - start]:
-                return s
+                return Slot(s)
         return None
 
     def conflict_at_ballot(
-        self, start: Slot, values: tuple[OValue, ...], ballot: Ballot
+        self, start: Slot, values: tuple[OValue, ...], ballot: View
     ) -> Slot | None:
         """The first slot already holding another value at ``ballot``, if any: at
         one ballot (a view) the sequencer proposes one value per slot."""
         owners, counts, ballots = self.owner, self.count, self.ballot
         for s in range(start, min(start + len(values), len(owners))):
             if ballots[s] == ballot and (owners[s], counts[s]) != values[s - start]:
-                return s
+                return Slot(s)
         return None

@@ -59,7 +59,7 @@ class Proximity:
             rtt = rtts[p]
             return (_INF if rtt is None else rtt, (p - me) % n)
 
-        self.near = sorted((p for p in range(n) if p != me), key=key)
+        self.near = sorted((ReplicaId(p) for p in range(n) if p != me), key=key)
         if self.thrifty:
             # Nearest majority, leaving out replicas believed down while enough remain.
             live = [p for p in self.near if p not in self.suspected]

@@ -11,7 +11,7 @@ Two rules decide it, by cluster size:
 
 from collections.abc import Sequence
 
-from sdpaxos.core.types import ReplicaId
+from sdpaxos.core.types import ReplicaId, Slot
 
 
 def majority(replicas: int) -> int:
@@ -24,15 +24,15 @@ def kth_highest(values: Sequence[int], k: int) -> int:
     return sorted(values, reverse=True)[k - 1]
 
 
-def majority_prefix(acked: Sequence[int], quorum: int) -> int:
+def majority_prefix(acked: Sequence[Slot], quorum: int) -> Slot:
     """The longest prefix that ``quorum`` replicas have each accepted.
 
     ``acked[p]`` is the prefix replica ``p`` is known to have accepted.
     """
-    return kth_highest(acked, quorum)
+    return Slot(kth_highest(acked, quorum))
 
 
-def two_acceptor_prefix(acked: Sequence[int], me: ReplicaId, sequencer: ReplicaId) -> int:
+def two_acceptor_prefix(acked: Sequence[Slot], me: ReplicaId, sequencer: ReplicaId) -> Slot:
     """N = 5 at a non-sequencer: the prefix both this replica and the sequencer accepted."""
     return min(acked[me], acked[sequencer])
 

@@ -51,7 +51,7 @@ class Reads:
         if not s.views.is_sequencer:
             return
         ok = self.r.has_lease()
-        slot = self.r.read_slot(m.key) if ok else -1
+        slot = self.r.read_slot(m.key) if ok else Slot(-1)
         if s.out.tracer is not None:
             s.out.trace("HandleRRequest", src=m.src, read_id=m.read_id, slot=slot, ok=ok)
         s.out.send(m.src, RReply(s.me, s.views.view, m.read_id, slot, ok))

@@ -134,7 +134,7 @@ class Recovery:
             for promise in rec.promises.values():
                 value = promise.values[k]
                 if promise.committed[k] and value is not None:
-                    chosen, best = value, 1 << 62
+                    chosen, best = value, Ballot(1 << 62)
                     break
                 if promise.ballots[k] > best and value is not None:
                     chosen, best = value, promise.ballots[k]

@@ -449,7 +449,7 @@ class Replica:
         s.stats.stale += 1
         s.out.trace("Stale", msg=m)
         if type(m) is Heartbeat and views.sequencer is None:
-            s.out.send(m.src, LearnRequest(self.id, views.view, -1, ()))
+            s.out.send(m.src, LearnRequest(self.id, views.view, Slot(-1), ()))
         if views.is_sequencer:
             s.out.send(m.src, self.sequencer_role.current_heartbeat())
             if views.new_view is not None:
@@ -494,7 +494,7 @@ class Replica:
             # durable votes (docs/recovery.md section 5).
             views.move(ViewEvent.RESTART_PROMISED)
             olog.acc_upto = NOT_ESTABLISHED
-        olog.heard_upto = len(olog)
+        olog.heard_upto = Slot(len(olog))
         # Our last c_inflight_max C-instances may not have been ready: drive them
         # again (older ones were ready before we could start these).
         log = s.clog.logs[me]

@@ -46,9 +46,9 @@ def replay(
     olog: OLog,
 ) -> Replayed:
     """Apply ``records`` in order to ``clog`` and ``olog``."""
-    promised = 0
+    promised = View(0)
     next_index = 0
-    est: tuple[View, ReplicaId, Slot, Slot] = (0, sequencer, 0, 0)
+    est: tuple[View, ReplicaId, Slot, Slot] = (View(0), sequencer, Slot(0), Slot(0))
     for rec in records:
         if isinstance(rec, CAccepted):
             inst = clog.entry(rec.owner, rec.index)
@@ -77,7 +77,7 @@ def replay(
     return Replayed(promised, *est, next_index)
 
 
-def _replay_o(olog: OLog, ballot: Ballot, start: Slot, values: tuple[OValue, ...]) -> None:
+def _replay_o(olog: OLog, ballot: View, start: Slot, values: tuple[OValue, ...]) -> None:
     olog.grow(start + len(values))
     owners, counts, ballots = olog.owner, olog.count, olog.ballot
     for k, (owner, count) in enumerate(values):

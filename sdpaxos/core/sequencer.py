@@ -39,13 +39,13 @@ class Sequencer:
         #: Owners with a pending allocation, in arrival order -> wanted coverage.
         self.want_upto: dict[ReplicaId, int] = {}
         #: Per peer: O-instances sent so far (prefix; -1: the range is to be sent).
-        self.sent_upto: list[Slot] = [0] * n
+        self.sent_upto: list[Slot] = [Slot(0)] * n
         #: Peers to send what they lack at the next allocation.
         self.resend: set[ReplicaId] = set()
         self.lazy_ms = 0.0
         self.resend_check_ms = 0.0
         #: Acknowledged prefixes one retransmission period ago.
-        self.acked_before: list[Slot] = [0] * n
+        self.acked_before: list[Slot] = [Slot(0)] * n
         #: New sequencer only: the rebuilt range ``[start, end)`` until a
         #: majority accepted it in this view.
         self.rebuild: tuple[Slot, Slot] | None = None
@@ -58,7 +58,7 @@ class Sequencer:
         self.lease_valid_until_ms = -math.inf
         # The history table: key -> the last slot given a write of it.
         self.history: dict[bytes, Slot] = {}
-        self.history_floor: Slot = -1
+        self.history_floor = Slot(-1)
         self.pending_keys: dict[tuple[ReplicaId, int], tuple[bytes, ...]] = {}
 
     # ------------------------------------------------------------ allocation
@@ -94,7 +94,8 @@ class Sequencer:
         s = self.s
         olog = s.olog
         cfg = s.config
-        start = end = olog.acc_upto
+        start = olog.acc_upto
+        end: int = start
         covered = self.covered
         new_owners: set[ReplicaId] = set()
         allocated: list[OValue] = []
@@ -102,7 +103,7 @@ class Sequencer:
             batch_max = 1 if (s.n == 5 and owner != s.me) else cfg.o_batch_max
             while covered[owner] < want:
                 count = min(want - covered[owner], batch_max)
-                self.record_history(end, owner, covered[owner], count)
+                self.record_history(Slot(end), owner, covered[owner], count)
                 allocated.append((owner, count))
                 covered[owner] += count
                 end += 1
@@ -130,10 +131,10 @@ class Sequencer:
             s.stats.o_instances_allocated += len(values)
             if s.out.tracer is not None:
                 s.out.trace("AllocateO", start=start, values=values)
-            olog.acc_upto = end
-            olog.heard_upto = max(olog.heard_upto, end)
+            olog.acc_upto = Slot(end)
+            olog.heard_upto = max(olog.heard_upto, olog.acc_upto)
             olog.advance_known(s.progress.slot, view)
-            olog.acked[s.me] = end
+            olog.acked[s.me] = olog.acc_upto
             olog.acked_dirty = True
         recipients = self.resend
         self.resend = set()
@@ -168,20 +169,20 @@ class Sequencer:
         s = self.s
         olog = s.olog
         end = olog.acc_upto
-        sent = self.sent_upto[peer]
+        sent: int = self.sent_upto[peer]
         base = s.views.est_base
         chunk = s.config.o_accept_values_max
         me, view = s.me, s.views.view
         if sent < base or sent == NOT_ESTABLISHED:
             sent = s.views.est_start
             stop = max(base, min(end, sent + chunk))
-            s.out.send(peer, OAccept(me, view, sent, olog.values(sent, stop), base, True))
+            s.out.send(peer, OAccept(me, view, Slot(sent), olog.values(sent, stop), base, True))
             sent = stop
         while sent < end:
             stop = min(end, sent + chunk)
-            s.out.send(peer, OAccept(me, view, sent, olog.values(sent, stop), base, False))
+            s.out.send(peer, OAccept(me, view, Slot(sent), olog.values(sent, stop), base, False))
             sent = stop
-        self.sent_upto[peer] = sent
+        self.sent_upto[peer] = Slot(sent)
 
     def resend_own_o_accepts(self) -> None:
         """The sequencer's own O-instances lack a quorum: resend from each peer's ack."""
@@ -259,7 +260,7 @@ class Sequencer:
         # A new sequencer has no history: reads wait for the whole log (i_G).
         self.history.clear()
         self.pending_keys.clear()
-        self.history_floor = end - 1
+        self.history_floor = Slot(end - 1)
         self.lease_valid_until_ms = -math.inf
         self.lease_grants.clear()
 
@@ -306,7 +307,7 @@ class Sequencer:
     def heartbeat_base(self) -> Slot:
         """The view's base once the rebuilt range is chosen, else -1."""
         views = self.s.views
-        return views.est_base if views.range_committed and views.is_sequencer else -1
+        return views.est_base if views.range_committed and views.is_sequencer else Slot(-1)
 
     def current_heartbeat(self) -> Heartbeat:
         """The latest heartbeat again (for a replica that wrote to an old view)."""
@@ -344,8 +345,8 @@ class Sequencer:
         """The last slot a write of ``key`` may occupy (i_A, or i_G when unsure)."""
         floor = self.history_floor
         if not key:
-            return self.s.olog.acc_upto - 1
-        return max(self.history.get(key, -1), floor)
+            return Slot(self.s.olog.acc_upto - 1)
+        return max(self.history.get(key, floor), floor)
 
     def record_history(self, slot: Slot, owner: ReplicaId, first: int, count: int) -> None:
         """Slot ``slot`` orders C-instances ``first ..`` of ``owner``."""

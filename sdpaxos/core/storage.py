@@ -60,7 +60,7 @@ class ViewEstablished:
 
     @property
     def base(self) -> Slot:
-        return self.start + len(self.values)
+        return Slot(self.start + len(self.values))
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,15 +14,24 @@ where ``k`` is the number of C-instances of ``n`` covered by slots ``0 .. j-1``.
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple, NewType, TypeAlias
 
-ReplicaId: TypeAlias = int
-Slot: TypeAlias = int
-View: TypeAlias = int
-Ballot: TypeAlias = int
+#: Distinct id types, so that mypy catches a slot passed as a view (at run time
+#: they are plain ints: ``Slot(5) == 5``).
+ReplicaId = NewType("ReplicaId", int)
+Slot = NewType("Slot", int)
+View = NewType("View", int)
+Ballot = NewType("Ballot", int)
+#: The index of a C-instance in its owner's C-log (the paper's ``i`` of C_n^i).
+CIndex = NewType("CIndex", int)
+
+#: Zeros of the id types, for defaults.
+REPLICA_0 = ReplicaId(0)
+VIEW_0 = View(0)
+SLOT_0 = Slot(0)
 
 #: Owner value of an O-instance that orders no C-instance (the paper's ``no-cl``).
-NO_CL: ReplicaId = -1
+NO_CL = ReplicaId(-1)
 
 #: An O-instance value: ``(owner, count)``; ``(NO_CL, 0)`` is ``no-cl``.
 OValue: TypeAlias = tuple[ReplicaId, int]
@@ -37,7 +46,7 @@ REPLICAS_MAX = BALLOT_STRIDE
 
 def make_ballot(round_: int, replica: ReplicaId) -> Ballot:
     """The ballot of ``replica`` in ``round_``; totally ordered, unique per replica."""
-    return round_ * BALLOT_STRIDE + replica
+    return Ballot(round_ * BALLOT_STRIDE + replica)
 
 
 def ballot_round(ballot: Ballot) -> int:
@@ -79,20 +88,24 @@ def keys_of(commands: tuple[Command, ...]) -> tuple[bytes, ...]:
 
 
 class VoteEntry(NamedTuple):
-    """One O-value a voter holds durably: slot, the ballot it holds it at, the value."""
+    """One O-value a voter holds durably: slot, the view it holds it at, the value.
+
+    An O-instance's ballot *is* a view: the sequencer of view ``v`` proposes at
+    ballot ``v`` (C-instance ballots are :data:`Ballot`, a different domain).
+    """
 
     slot: Slot
-    ballot: Ballot
+    ballot: View
     owner: ReplicaId
     #: How many C-instances of ``owner`` the value orders (``count`` is tuple's).
     instances: int
 
 
 class OCommitEntry(NamedTuple):
-    """One chosen O-instance: slot, the ballot it was chosen at, the value."""
+    """One chosen O-instance: slot, the view (ballot) it was chosen at, the value."""
 
     slot: Slot
-    ballot: Ballot
+    ballot: View
     owner: ReplicaId
     #: How many C-instances of ``owner`` the value orders (``count`` is tuple's).
     instances: int

@@ -38,7 +38,7 @@ from sdpaxos.core.messages import (
     VRequest,
 )
 from sdpaxos.core.olog import NOT_ESTABLISHED
-from sdpaxos.core.types import NO_CL, OValue, Slot, ballot_round
+from sdpaxos.core.types import NO_CL, OValue, Slot, View, ballot_round
 
 
 def c_instance(s: Context, owner: object, index: object) -> None:
@@ -76,7 +76,7 @@ def against_executed(s: Context, start: Slot, values: tuple[OValue, ...], what: 
         )
 
 
-def same_ballot(s: Context, start: Slot, values: tuple[OValue, ...], ballot: int) -> None:
+def same_ballot(s: Context, start: Slot, values: tuple[OValue, ...], ballot: View) -> None:
     """At one ballot (a view) the sequencer proposes one value per slot."""
     slot = s.olog.conflict_at_ballot(start, values, ballot)
     if slot is not None:

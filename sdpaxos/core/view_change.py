@@ -45,9 +45,17 @@ The new log is built in three steps (``docs/recovery.md`` section 2.3):
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sdpaxos.core.types import NO_CL_VALUE, Ballot, OValue, ReplicaId, Slot, View, VoteEntry
-
-#: A vote entry: ``(slot, ballot, owner, count)``.
+from sdpaxos.core.types import (
+    NO_CL_VALUE,
+    REPLICA_0,
+    SLOT_0,
+    VIEW_0,
+    OValue,
+    ReplicaId,
+    Slot,
+    View,
+    VoteEntry,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +65,12 @@ class VoteState:
     entries: tuple[VoteEntry, ...]
     c_max: tuple[int, ...]
     #: The voter's established view, its sequencer and the end of its range.
-    est_view: View = 0
-    est_seq: ReplicaId = 0
-    est_base: Slot = 0
+    est_view: View = VIEW_0
+    est_seq: ReplicaId = REPLICA_0
+    est_base: Slot = SLOT_0
     #: The voter's executed prefix (not used by the rebuild itself: the winner
     #: starts its range at the lowest one, see ``Election.become_sequencer``).
-    executed: Slot = 0
+    executed: Slot = SLOT_0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +113,7 @@ def rebuild_assignment_log(
     witness = votes[min(r for r, v in votes.items() if v.est_view == newest)]
     old_seq, base = witness.est_seq, witness.est_base
     alarms = 0
-    best: dict[Slot, tuple[Ballot, OValue]] = {}
+    best: dict[int, tuple[View, OValue]] = {}
     for vote in votes.values():
         for slot, ballot, owner, count in vote.entries:
             if slot < o_from:
@@ -118,16 +126,16 @@ def rebuild_assignment_log(
             seen = best.get(slot)
             if seen is None or ballot > seen[0]:
                 best[slot] = (ballot, (owner, count))
-    top = max(best) + 1 if best else o_from
+    top: int = max(best) + 1 if best else o_from
     values: list[OValue | None] = [best[s][1] if s in best else None for s in range(o_from, top)]
 
     inferred: ReplicaId | None = None
     if replicas == 5 and old_seq not in votes:
         missing = [r for r in range(replicas) if r not in votes and r != old_seq]
         if len(missing) == 1:
-            inferred = missing[0]
-            need = max(vote.c_max[inferred] for vote in votes.values()) + 1
-            values, stray = _infer_untraceable(values, inferred, need, covered_before[inferred])
+            inferred = m = ReplicaId(missing[0])
+            need = max(vote.c_max[m] for vote in votes.values()) + 1
+            values, stray = _infer_untraceable(values, m, need, covered_before[m])
             alarms += stray
 
     while values and values[-1] is None:

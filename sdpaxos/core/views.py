@@ -92,12 +92,12 @@ class ViewState:
 
     def __init__(self, me: ReplicaId, sequencer: ReplicaId) -> None:
         self.me = me
-        self.view: View = 0
+        self.view = View(0)
         self.phase = ViewPhase.LEADING if sequencer == me else ViewPhase.FOLLOWING
-        self.est_view: View = 0
+        self.est_view = View(0)
         self.est_seq: ReplicaId = sequencer
-        self.est_start: Slot = 0
-        self.est_base: Slot = 0
+        self.est_start = Slot(0)
+        self.est_base = Slot(0)
         #: Established in ``view``: the view's range is known to be chosen.
         self.range_committed = True
         #: We stopped trusting the sequencer (straggler or hand-over): its

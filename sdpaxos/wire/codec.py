@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
+import types
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -303,6 +305,24 @@ _FIELD_CODECS: dict[object, _FieldCodec] = {
 # --------------------------------------------------------------------------
 
 
+def _plain_annotation(annotation: Any) -> Any:
+    """``annotation`` with every ``NewType`` id (``Slot``, ``View``, ...) replaced by
+    the type it stands for: on the wire an id is its integer."""
+    supertype = getattr(annotation, "__supertype__", None)
+    if supertype is not None:
+        return _plain_annotation(supertype)
+    args = typing.get_args(annotation)
+    if not args:
+        return annotation
+    plain = tuple(a if a is Ellipsis else _plain_annotation(a) for a in args)
+    if plain == args:
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        return functools.reduce(operator.or_, plain)
+    return origin[plain]
+
+
 class _ClassCodec(NamedTuple):
     cls: type
     tag: int
@@ -319,7 +339,7 @@ def _class_codec(tag: int, cls: type) -> _ClassCodec:
     for field in dataclasses.fields(cls):
         if not field.init:
             raise TypeError(f"{cls.__name__}.{field.name}: init=False fields cannot be decoded")
-        annotation = hints[field.name]
+        annotation = _plain_annotation(hints[field.name])
         codec = _FIELD_CODECS.get(annotation)
         if codec is None:
             raise TypeError(

@@ -71,6 +71,9 @@ INT_MAX = 2**64 - 1
 
 def strategy_for(annotation: Any) -> st.SearchStrategy[Any]:
     """A strategy for values of ``annotation``; raises TypeError for unknown shapes."""
+    supertype = getattr(annotation, "__supertype__", None)
+    if supertype is not None:  # an id NewType (Slot, View, ...): its integer
+        return strategy_for(supertype)
     if annotation is bool:
         return st.booleans()
     if annotation is int:
