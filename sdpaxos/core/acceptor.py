@@ -15,7 +15,17 @@ from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.messages import CAccept, CAck, CCommit, CPrepare, CPromise, NewView, OAccept, OAck
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import CPromised, OAccepted
-from sdpaxos.core.types import NO_CL, Ballot, Command, OValue, ReplicaId, Slot, View, keys_of
+from sdpaxos.core.types import (
+    NO_CL,
+    Ballot,
+    CIndex,
+    Command,
+    OValue,
+    ReplicaId,
+    Slot,
+    View,
+    keys_of,
+)
 
 
 class Acceptor:
@@ -68,7 +78,7 @@ class Acceptor:
         if owner == s.me:
             self.r.own_c_chosen(index, inst)
 
-    def promise_c(self, owner: ReplicaId, start: int, end: int, ballot: Ballot) -> CPromise:
+    def promise_c(self, owner: ReplicaId, start: CIndex, end: CIndex, ballot: Ballot) -> CPromise:
         """Phase 1 for a range of ``owner``'s C-instances; persists the promise when given."""
         s = self.s
         log = s.clog.logs[owner]
@@ -77,7 +87,8 @@ class Acceptor:
         ballots: list[Ballot] = []
         values: list[tuple[Command, ...] | None] = []
         committed: list[bool] = []
-        for i in range(start, end):
+        for k in range(start, end):
+            i = CIndex(k)
             inst = log.get(i)
             if inst is None:
                 if ok:

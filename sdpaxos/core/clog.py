@@ -9,7 +9,7 @@ inference's input) can never miss an acceptance.
 """
 
 from sdpaxos.core.storage import CAccepted
-from sdpaxos.core.types import Ballot, Command, ReplicaId
+from sdpaxos.core.types import Ballot, CIndex, Command, ReplicaId
 
 #: The ballot of nothing promised or accepted.
 NO_BALLOT = Ballot(-1)
@@ -38,14 +38,14 @@ class CLog:
     __slots__ = ("c_max", "logs")
 
     def __init__(self, replicas: int) -> None:
-        self.logs: list[dict[int, CInstance]] = [{} for _ in range(replicas)]
+        self.logs: list[dict[CIndex, CInstance]] = [{} for _ in range(replicas)]
         #: Per owner: the highest C-instance index accepted here (-1: none).
         self.c_max: list[int] = [-1] * replicas
 
-    def get(self, owner: ReplicaId, index: int) -> CInstance | None:
+    def get(self, owner: ReplicaId, index: CIndex) -> CInstance | None:
         return self.logs[owner].get(index)
 
-    def entry(self, owner: ReplicaId, index: int) -> CInstance:
+    def entry(self, owner: ReplicaId, index: CIndex) -> CInstance:
         """The entry of ``owner.index``, created empty if this replica has none."""
         log = self.logs[owner]
         inst = log.get(index)
@@ -53,19 +53,21 @@ class CLog:
             inst = log[index] = CInstance()
         return inst
 
-    def is_committed(self, owner: ReplicaId, index: int) -> bool:
+    def is_committed(self, owner: ReplicaId, index: CIndex) -> bool:
         inst = self.logs[owner].get(index)
         return inst is not None and inst.committed
 
-    def top_promised(self, owner: ReplicaId, start: int, end: int) -> Ballot:
+    def top_promised(self, owner: ReplicaId, start: CIndex, end: CIndex) -> Ballot:
         """The highest ballot promised on ``owner.start .. end-1`` (-1: none)."""
         log = self.logs[owner]
-        return max((log[i].promised for i in range(start, end) if i in log), default=NO_BALLOT)
+        return max(
+            (log[CIndex(i)].promised for i in range(start, end) if i in log), default=NO_BALLOT
+        )
 
     def accept(
         self,
         owner: ReplicaId,
-        index: int,
+        index: CIndex,
         inst: CInstance,
         ballot: Ballot,
         commands: tuple[Command, ...],

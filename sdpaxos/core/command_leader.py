@@ -16,7 +16,7 @@ from sdpaxos.core.context import Context
 from sdpaxos.core.messages import CAccept, CAck, CCommit, CRequest
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.ready import Reply, ReplyKind
-from sdpaxos.core.types import Ballot, Command, ReplicaId, keys_of, make_ballot
+from sdpaxos.core.types import Ballot, CIndex, Command, ReplicaId, keys_of, make_ballot
 
 
 class CommandLeader:
@@ -27,7 +27,7 @@ class CommandLeader:
         self.r = reactions
         self.own_ballot: Ballot = make_ballot(0, ctx.me)
         #: The index the next own C-instance gets.
-        self.next_index = 0
+        self.next_index = CIndex(0)
         self.proposals: deque[Command] = deque()
         #: ``(client_id, seq)`` of proposals whose client waits for execution.
         self.exec_waiters: set[tuple[int, int]] = set()
@@ -35,7 +35,7 @@ class CommandLeader:
         #: them (insertion order is index order). Not a copy of the C-log: a
         #: recoverer may have chosen another value (a no-op) for the index, and
         #: comparing with what we proposed is how we notice and propose again.
-        self.inflight: dict[int, tuple[Command, ...]] = {}
+        self.inflight: dict[CIndex, tuple[Command, ...]] = {}
 
     def start_c_instances(self) -> None:
         """Pack queued proposals into new C-instances (batching) and send C-accepts."""
@@ -54,7 +54,7 @@ class CommandLeader:
             else:
                 commands = tuple(proposals.popleft() for _ in range(batch_max))
             index = self.next_index
-            self.next_index = index + 1
+            self.next_index = CIndex(index + 1)
             inst = CInstance()
             inst.commands = commands
             inst.sent_ms = inst.started_ms = s.now_ms
@@ -80,12 +80,12 @@ class CommandLeader:
             if len(inst.acks) >= s.majority:
                 self.commit(index, inst)
 
-    def send_c_request(self, index: int) -> None:
+    def send_c_request(self, index: CIndex) -> None:
         seq = self.s.views.sequencer
         if seq is not None:
             self.s.out.send(seq, self.c_request(index))
 
-    def c_request(self, index: int) -> CRequest:
+    def c_request(self, index: CIndex) -> CRequest:
         s = self.s
         inst = s.clog.get(s.me, index)
         keys = keys_of(inst.commands) if inst is not None and inst.commands else ()
@@ -95,7 +95,7 @@ class CommandLeader:
         """Resend what the command leader has not had acknowledged (section 4:
         thrifty messages "will be aggressively resent to other replicas")."""
         s = self.s
-        need_order = -1
+        need_order: CIndex | None = None
         log = s.clog.logs[s.me]
         retransmit_ms = s.config.retransmit_ms
         ordered = s.own_ordered
@@ -108,13 +108,13 @@ class CommandLeader:
                 s.stats.retransmissions += 1
             if index >= ordered:
                 need_order = index
-        if need_order >= 0:
+        if need_order is not None:
             if s.views.is_sequencer:
                 self.r.resend_own_o_accepts()
             else:
                 self.send_c_request(need_order)
 
-    def resend_c_accept(self, index: int, inst: CInstance, targets: Iterable[ReplicaId]) -> bool:
+    def resend_c_accept(self, index: CIndex, inst: CInstance, targets: Iterable[ReplicaId]) -> bool:
         """Send our uncommitted C-instance ``index`` again, in the current view, to
         those of ``targets`` that have not acknowledged it. False if nothing to send."""
         if inst.committed or inst.acks is None or inst.commands is None:
@@ -141,7 +141,7 @@ class CommandLeader:
             else:
                 self.r.recovered_c_chosen(m.owner, m.index, inst)
 
-    def commit(self, index: int, inst: CInstance) -> None:
+    def commit(self, index: CIndex, inst: CInstance) -> None:
         """C-instance ``index`` is chosen: broadcast the C-commit (Fig. 5 line 10)."""
         s = self.s
         me, view, out = s.me, s.views.view, s.out
@@ -161,7 +161,7 @@ class CommandLeader:
         s.progress.dirty = True
         self.committed(index, inst)
 
-    def committed(self, index: int, inst: CInstance) -> None:
+    def committed(self, index: CIndex, inst: CInstance) -> None:
         """One of our C-instances is chosen, by us or by a recovering replica."""
         proposed = self.inflight.get(index)
         if proposed is None:
@@ -181,13 +181,14 @@ class CommandLeader:
         """The safe prefix now orders our C-instances ``before .. upto-1``."""
         inflight = self.inflight
         log = self.s.clog.logs[self.s.me]
-        for index in range(before, upto):
+        for i in range(before, upto):
+            index = CIndex(i)
             if index in inflight:
                 inst = log[index]
                 if inst.committed:
                     self.committed(index, inst)
 
-    def make_ready(self, index: int, commands: tuple[Command, ...]) -> None:
+    def make_ready(self, index: CIndex, commands: tuple[Command, ...]) -> None:
         """Both instances are settled: answer the clients waiting for "ready"."""
         s = self.s
         del self.inflight[index]

@@ -12,7 +12,7 @@ exactly-once across a client's retries.
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.context import Context
 from sdpaxos.core.ready import Executed, Reply, ReplyKind
-from sdpaxos.core.types import NO_CL, Command, ReplicaId, Slot
+from sdpaxos.core.types import NO_CL, CIndex, Command, ReplicaId, Slot
 
 
 class Executor:
@@ -34,7 +34,7 @@ class Executor:
         #: When execution last moved (the learner asks peers when it stalls).
         self.progress_ms = 0.0
         #: The C-instance execution waits on, and since when.
-        self.blocked: tuple[ReplicaId, int] | None = None
+        self.blocked: tuple[ReplicaId, CIndex] | None = None
         self.blocked_ms = 0.0
         #: Per client: its last executed seq and that command's result.
         self.sessions: dict[int, tuple[int, bytes | None]] = {}
@@ -59,12 +59,12 @@ class Executor:
                 log = logs[owner]
                 while in_slot < count:
                     k = exec_count[owner]
-                    inst = log.get(k)
+                    inst = log.get(CIndex(k))
                     if inst is None or not inst.committed:
                         progress.slot, progress.in_slot = Slot(slot), in_slot
                         if slot != start_slot:
                             self.progress_ms = s.now_ms
-                        blocked = (owner, k)
+                        blocked = (owner, CIndex(k))
                         if blocked != self.blocked:
                             self.blocked = blocked
                             self.blocked_ms = s.now_ms

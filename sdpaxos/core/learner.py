@@ -15,7 +15,7 @@ from sdpaxos.core.olog import NOT_ESTABLISHED
 from sdpaxos.core.quorum import majority_prefix, two_acceptor_prefix, uses_two_acceptor_rule
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import OAccepted
-from sdpaxos.core.types import NO_CL, OCommitEntry, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import NO_CL, CIndex, OCommitEntry, OValue, ReplicaId, Slot, View
 
 
 class Learner:
@@ -204,7 +204,7 @@ class Learner:
         owners, counts, committed = olog.owner, olog.count, olog.committed
         logs = s.clog.logs
         next_k = list(s.progress.count)
-        wanted: list[tuple[ReplicaId, int]] = []
+        wanted: list[tuple[ReplicaId, CIndex]] = []
         cap = s.config.learn_c_max
         skip = s.progress.in_slot
         k_slot: int = slot
@@ -214,9 +214,9 @@ class Learner:
                 for _ in range(counts[k_slot] - skip):
                     k = next_k[owner]
                     next_k[owner] = k + 1
-                    inst = logs[owner].get(k)
+                    inst = logs[owner].get(CIndex(k))
                     if (inst is None or not inst.committed) and len(wanted) < cap:
-                        wanted.append((owner, k))
+                        wanted.append((owner, CIndex(k)))
             skip = 0
             k_slot += 1
         s.out.broadcast(s.prox.near, LearnRequest(s.me, s.views.view, slot, tuple(wanted)))

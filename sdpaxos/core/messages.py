@@ -14,6 +14,7 @@ from typing import TypeAlias
 
 from sdpaxos.core.types import (
     Ballot,
+    CIndex,
     Command,
     OCommitEntry,
     OValue,
@@ -35,7 +36,7 @@ class CAccept:
     src: ReplicaId
     view: View
     owner: ReplicaId
-    index: int
+    index: CIndex
     ballot: Ballot
     commands: tuple[Command, ...]
 
@@ -47,7 +48,7 @@ class CAck:
     src: ReplicaId
     view: View
     owner: ReplicaId
-    index: int
+    index: CIndex
     ballot: Ballot
 
 
@@ -62,7 +63,7 @@ class CCommit:
     src: ReplicaId
     view: View
     owner: ReplicaId
-    index: int
+    index: CIndex
     ballot: Ballot
     commands: tuple[Command, ...] | None
 
@@ -82,7 +83,7 @@ class CRequest:
     src: ReplicaId
     view: View
     owner: ReplicaId
-    index: int
+    index: CIndex
     o_accepted_upto: Slot
     keys: tuple[bytes, ...]
 
@@ -157,7 +158,7 @@ class LearnRequest:
     src: ReplicaId
     view: View
     o_from: Slot
-    c_wanted: tuple[tuple[ReplicaId, int], ...]
+    c_wanted: tuple[tuple[ReplicaId, CIndex], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,8 +261,8 @@ class CPrepare:
     src: ReplicaId
     view: View
     owner: ReplicaId
-    start: int
-    end: int
+    start: CIndex
+    end: CIndex
     ballot: Ballot
 
 
@@ -278,7 +279,7 @@ class CPromise:
     src: ReplicaId
     view: View
     owner: ReplicaId
-    start: int
+    start: CIndex
     ballot: Ballot
     ok: bool
     promised: Ballot

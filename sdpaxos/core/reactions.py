@@ -12,12 +12,12 @@ from typing import Protocol
 
 from sdpaxos.core.clog import CInstance
 from sdpaxos.core.messages import CPromise, Message
-from sdpaxos.core.types import Ballot, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import Ballot, CIndex, OValue, ReplicaId, Slot, View
 
 
 class Reactions(Protocol):
     # -- to the command leader
-    def own_c_chosen(self, index: int, inst: CInstance) -> None:
+    def own_c_chosen(self, index: CIndex, inst: CInstance) -> None:
         """Acceptor: our C-instance ``index`` is committed (maybe by a recoverer)."""
 
     def own_ordered(self, before: int, upto: int) -> None:
@@ -29,7 +29,7 @@ class Reactions(Protocol):
     def resync_toward(self, candidate: ReplicaId) -> None:
         """Election: we voted for ``candidate``; resend what it must order."""
 
-    def next_c_index(self) -> int:
+    def next_c_index(self) -> CIndex:
         """Straggler detection: how many own C-instances we started."""
         ...
 
@@ -46,13 +46,13 @@ class Reactions(Protocol):
     def accepted_run_grew(self) -> None:
         """Learner: values learned committed may extend our accepted prefix."""
 
-    def promise_c(self, owner: ReplicaId, start: int, end: int, ballot: Ballot) -> CPromise:
+    def promise_c(self, owner: ReplicaId, start: CIndex, end: CIndex, ballot: Ballot) -> CPromise:
         """Recovery: our own acceptor's phase-1 answer."""
         ...
 
     # -- to the sequencer
     def order_c_instance(
-        self, owner: ReplicaId, index: int, keys: tuple[bytes, ...] | None
+        self, owner: ReplicaId, index: CIndex, keys: tuple[bytes, ...] | None
     ) -> None:
         """Command leader, acceptor: C-instances ``0 .. index`` of ``owner`` exist."""
 
@@ -110,5 +110,5 @@ class Reactions(Protocol):
         """Straggler detection, hand-over: run for the next view."""
 
     # -- to recovery
-    def recovered_c_chosen(self, owner: ReplicaId, index: int, inst: CInstance) -> None:
+    def recovered_c_chosen(self, owner: ReplicaId, index: CIndex, inst: CInstance) -> None:
         """Command leader (acknowledgements): a majority accepted our recovery value."""

@@ -12,7 +12,7 @@ from sdpaxos.core.context import Context
 from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.messages import CAccept, CCommit, CPrepare, CPromise
 from sdpaxos.core.reactions import Reactions
-from sdpaxos.core.types import Ballot, Command, ReplicaId, ballot_round, make_ballot
+from sdpaxos.core.types import Ballot, CIndex, Command, ReplicaId, ballot_round, make_ballot
 
 
 class RecoveryRun:
@@ -21,7 +21,7 @@ class RecoveryRun:
     __slots__ = ("ballot", "end", "owner", "promises", "proposed", "start", "started_ms")
 
     def __init__(
-        self, owner: ReplicaId, start: int, end: int, ballot: Ballot, now_ms: float
+        self, owner: ReplicaId, start: CIndex, end: CIndex, ballot: Ballot, now_ms: float
     ) -> None:
         self.owner = owner
         self.start = start
@@ -48,7 +48,7 @@ class Recovery:
                 if self.s.out.tracer is not None and not rec.proposed:
                     self.s.out.trace("AbandonCRecovery", owner=rec.owner, start=rec.start)
 
-    def maybe_start(self, owner: ReplicaId, index: int) -> bool:
+    def maybe_start(self, owner: ReplicaId, index: CIndex) -> bool:
         """Execution is blocked on C-instance ``owner.index``: run Paxos phase 1 on it
         and on the following ones the committed assignment log already needs.
         True if a recovery started."""
@@ -69,7 +69,7 @@ class Recovery:
                 needed += counts[k_slot]
         needed -= progress.in_slot if owners[slot] == owner else 0
         needed = max(1, min(needed, s.config.recovery_batch_max))
-        end = index + needed
+        end = CIndex(index + needed)
         top = s.clog.top_promised(owner, index, end)
         # Round 1 at least: the owner's round 0 must always be outranked (and an
         # entry that exists without any promise has promised -1).
@@ -117,8 +117,8 @@ class Recovery:
         # Phase 2 at our ballot needs our own acceptor too: if we promised a higher
         # ballot meanwhile (a competing recoverer), accepting ours would break that
         # promise, and two values could be chosen. Give up; retry above it later.
-        for index in range(rec.start, rec.end):
-            mine = log.get(index)
+        for i in range(rec.start, rec.end):
+            mine = log.get(CIndex(i))
             if mine is not None and mine.promised > rec.ballot:
                 del self.runs[m.owner]
                 out.trace("AbandonCRecovery", owner=m.owner, start=rec.start)
@@ -128,7 +128,7 @@ class Recovery:
             # The model's HandleCPromise is this step: a majority promised, phase 2.
             out.trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
         for k in range(rec.end - rec.start):
-            index = rec.start + k
+            index = CIndex(rec.start + k)
             chosen: tuple[Command, ...] | None = None
             best = NO_BALLOT
             for promise in rec.promises.values():
@@ -148,7 +148,7 @@ class Recovery:
                 s.prox.near, CAccept(s.me, s.views.view, m.owner, index, rec.ballot, value)
             )
 
-    def chosen(self, owner: ReplicaId, index: int, inst: CInstance) -> None:
+    def chosen(self, owner: ReplicaId, index: CIndex, inst: CInstance) -> None:
         """A majority accepted our recovery value for ``owner.index``: commit it."""
         s = self.s
         inst.committed = True
@@ -162,6 +162,6 @@ class Recovery:
         s.progress.dirty = True
         rec = self.runs.get(owner)
         if rec is not None and all(
-            s.clog.is_committed(owner, i) for i in range(rec.start, rec.end)
+            s.clog.is_committed(owner, CIndex(i)) for i in range(rec.start, rec.end)
         ):
             del self.runs[owner]

@@ -79,7 +79,7 @@ from sdpaxos.core.restore import replay
 from sdpaxos.core.sequencer import Sequencer
 from sdpaxos.core.storage import Record
 from sdpaxos.core.straggler import Straggler
-from sdpaxos.core.types import Ballot, Command, OValue, ReplicaId, Slot, View, Wait
+from sdpaxos.core.types import Ballot, CIndex, Command, OValue, ReplicaId, Slot, View, Wait
 from sdpaxos.core.views import ViewEvent, ViewPhase
 
 __all__ = ["NOT_ESTABLISHED", "Replica", "StateMachine", "Stats", "Status", "Tracer"]
@@ -499,7 +499,8 @@ class Replica:
         # again (older ones were ready before we could start these).
         log = s.clog.logs[me]
         first = max(0, leader.next_index - self.config.c_inflight_max)
-        for index in range(first, leader.next_index):
+        for i in range(first, leader.next_index):
+            index = CIndex(i)
             inst = log.get(index)
             if inst is not None and inst.commands is not None and inst.ballot == leader.own_ballot:
                 inst.acks = {me}
@@ -522,7 +523,7 @@ class _Router:
         self._r = replica
 
     # -- to the command leader
-    def own_c_chosen(self, index: int, inst: CInstance) -> None:
+    def own_c_chosen(self, index: CIndex, inst: CInstance) -> None:
         self._r.command_leader.committed(index, inst)
 
     def own_ordered(self, before: int, upto: int) -> None:
@@ -534,7 +535,7 @@ class _Router:
     def resync_toward(self, candidate: ReplicaId) -> None:
         self._r.command_leader.resync_toward(candidate)
 
-    def next_c_index(self) -> int:
+    def next_c_index(self) -> CIndex:
         return self._r.command_leader.next_index
 
     def oldest_unordered_started_ms(self) -> float | None:
@@ -549,12 +550,12 @@ class _Router:
     def accepted_run_grew(self) -> None:
         self._r.acceptor.advance_acc()
 
-    def promise_c(self, owner: ReplicaId, start: int, end: int, ballot: Ballot) -> CPromise:
+    def promise_c(self, owner: ReplicaId, start: CIndex, end: CIndex, ballot: Ballot) -> CPromise:
         return self._r.acceptor.promise_c(owner, start, end, ballot)
 
     # -- to the sequencer
     def order_c_instance(
-        self, owner: ReplicaId, index: int, keys: tuple[bytes, ...] | None
+        self, owner: ReplicaId, index: CIndex, keys: tuple[bytes, ...] | None
     ) -> None:
         self._r.sequencer_role.order(owner, index, keys)
 
@@ -613,5 +614,5 @@ class _Router:
         self._r.election.start_view_change()
 
     # -- to recovery
-    def recovered_c_chosen(self, owner: ReplicaId, index: int, inst: CInstance) -> None:
+    def recovered_c_chosen(self, owner: ReplicaId, index: CIndex, inst: CInstance) -> None:
         self._r.recovery.chosen(owner, index, inst)

@@ -21,7 +21,7 @@ from sdpaxos.core.storage import (
     ViewEstablished,
     ViewPromised,
 )
-from sdpaxos.core.types import Ballot, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import Ballot, CIndex, OValue, ReplicaId, Slot, View
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Replayed:
     est_start: Slot
     est_base: Slot
     #: The index the next own C-instance gets (never one already used).
-    next_index: int
+    next_index: CIndex
 
 
 def replay(
@@ -47,7 +47,7 @@ def replay(
 ) -> Replayed:
     """Apply ``records`` in order to ``clog`` and ``olog``."""
     promised = View(0)
-    next_index = 0
+    next_index = CIndex(0)
     est: tuple[View, ReplicaId, Slot, Slot] = (View(0), sequencer, Slot(0), Slot(0))
     for rec in records:
         if isinstance(rec, CAccepted):
@@ -58,7 +58,7 @@ def replay(
             inst.promised = max(inst.promised, rec.ballot)
             clog.c_max[rec.owner] = max(clog.c_max[rec.owner], rec.index)
             if rec.owner == me and rec.ballot == own_ballot:
-                next_index = max(next_index, rec.index + 1)
+                next_index = max(next_index, CIndex(rec.index + 1))
         elif isinstance(rec, CPromised):
             inst = clog.entry(rec.owner, rec.index)
             inst.promised = max(inst.promised, rec.ballot)

@@ -14,7 +14,7 @@ knowledge, execution state, timers) is volatile and is re-learned from peers.
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
-from sdpaxos.core.types import Ballot, Command, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import Ballot, CIndex, Command, OValue, ReplicaId, Slot, View
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,7 @@ class CAccepted:
     """This replica accepted ``commands`` for C-instance ``(owner, index)`` at ``ballot``."""
 
     owner: ReplicaId
-    index: int
+    index: CIndex
     ballot: Ballot
     commands: tuple[Command, ...]
 
@@ -68,7 +68,7 @@ class CPromised:
     """This replica promised ``ballot`` for C-instance ``(owner, index)`` (recovery phase 1)."""
 
     owner: ReplicaId
-    index: int
+    index: CIndex
     ballot: Ballot
 
 
