@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sdpaxos.core import ClusterConfig, Command, Message, Replica
+from sdpaxos.core import ClusterConfig, Command, MemoryStorage, Message, Replica, Reply
+from sdpaxos.sim.driver import Node, Outlet
 from sdpaxos.sim.explicit import (
     PAPER3_RTT_MS,
     PAPER5_RTT_MS,
@@ -48,7 +49,10 @@ def closed_loop_latency_ms(
 
     n = len(rtt_ms)
     cfg = ClusterConfig(replicas=n, sequencer=sequencer, rtt_ms=rtt_ms)
-    reps = [Replica(cfg, i, Register()) for i in range(n)]
+    nodes: list[Node[Register]] = []
+    for i in range(n):
+        sm = Register()
+        nodes.append(Node(i, Replica(cfg, i, sm), MemoryStorage(), sm))
     heap: list[tuple[float, int, tuple[object, ...]]] = []
     seqno = 0
     now = 0.0
@@ -60,19 +64,29 @@ def closed_loop_latency_ms(
         seqno += 1
         heapq.heappush(heap, (t, seqno, ev))
 
+    class Loop(Outlet):
+        """Messages travel RTT/2 (unless ``drop``); a READY reply starts the next command."""
+
+        def send(self, replica: int, messages: list[tuple[int, Message]]) -> bool:
+            for dst, m in messages:
+                if drop is None or not drop(replica, dst, m):
+                    push(now + rtt_ms[replica][dst] / 2, ("msg", dst, m))
+            return False
+
+        def replies(self, replica: int, replies: list[Reply]) -> None:
+            for rp in replies:
+                lat[replica].append(now - started[(replica, rp.seq)])
+                if rp.seq < commands:
+                    propose(replica, rp.seq + 1)
+
+    loop = Loop()
+
     def flush(i: int) -> None:
-        rd = reps[i].ready()
-        for dst, m in rd.messages:
-            if drop is None or not drop(i, dst, m):
-                push(now + rtt_ms[i][dst] / 2, ("msg", dst, m))
-        for rp in rd.replies:
-            lat[i].append(now - started[(i, rp.seq)])
-            if rp.seq < commands:
-                propose(i, rp.seq + 1)
+        nodes[i].flush(loop)
 
     def propose(i: int, s: int) -> None:
         started[(i, s)] = now
-        reps[i].propose(Command(1000 + i, s, b"x"))
+        nodes[i].replica.propose(Command(1000 + i, s, b"x"))
         flush(i)
 
     for i in range(n):
@@ -83,11 +97,11 @@ def closed_loop_latency_ms(
         if ev[0] == "msg":
             dst = ev[1]
             assert isinstance(dst, int)
-            reps[dst].step(ev[2], now)  # type: ignore[arg-type]
+            nodes[dst].replica.step(ev[2], now)  # type: ignore[arg-type]
             flush(dst)
         elif not all(len(v) >= commands for v in lat.values()):
-            for i in range(n):
-                reps[i].tick(now)
-                flush(i)
+            for node in nodes:
+                node.replica.tick(now)
+                flush(node.id)
             push(now + tick_ms, ("tick",))
     return {i: sum(v) / len(v) for i, v in lat.items() if v}
