@@ -108,6 +108,7 @@ class Cluster(Outlet):
         self.replied: list[Reply] = []
         self.stored_before: list[int] = []
         self.batch: list[Record] = []
+        self.stored_at_send = -1
 
     def persisted(self, replica: int, records: list[Record]) -> None:
         self.batch = records
@@ -116,6 +117,7 @@ class Cluster(Outlet):
         stored = self.nodes[replica].storage.load()
         assert stored[len(stored) - len(self.batch) :] == self.batch
         self.stored_before.append(len(self.batch))
+        self.stored_at_send = len(stored)
 
     def send(self, replica: int, messages: list[tuple[int, Message]]) -> bool:
         self._check_durable(replica)
@@ -128,7 +130,10 @@ class Cluster(Outlet):
 
     def flush(self, r: int) -> None:
         self.batch = []
+        self.stored_at_send = -1
         self.nodes[r].flush(self)
+        # Nothing of the batch reached storage after its messages left.
+        assert self.stored_at_send == len(self.nodes[r].storage.load())
 
 
 def test_nodes_of_the_real_core_persist_before_they_send_and_reply() -> None:
