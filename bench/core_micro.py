@@ -304,20 +304,24 @@ class _Loop(Outlet):
         propose = self.nodes[replica].replica.propose
         pack = _PAYLOAD.pack
         ready_kind = ReplyKind.READY
+        committed = self.committed  # locals in the per-reply loop, stored back below
+        remaining = self.remaining
         for reply in replies:
             cid = reply.client_id
             seq = reply.seq
             if reply.kind != ready_kind or outstanding[cid] != seq:
                 self.problems.append(f"unexpected reply {reply!r} at replica {replica}")
                 continue
-            self.committed += 1
-            if self.remaining:
-                self.remaining -= 1
+            committed += 1
+            if remaining:
+                remaining -= 1
                 seq += 1
                 outstanding[cid] = seq
                 propose(Command(cid, seq, pack(cid, seq)))
             else:
                 outstanding[cid] = 0
+        self.committed = committed
+        self.remaining = remaining
 
 
 class _CodecLoop(_Loop):
