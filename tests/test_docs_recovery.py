@@ -43,6 +43,27 @@ MODULES: dict[str, ModuleType] = {
         "storage",
         "types",
         "view_change",
+        # The shared pieces and the roles of the split core.
+        "app",
+        "clog",
+        "olog",
+        "quorum",
+        "outbox",
+        "validate",
+        "context",
+        "views",
+        "proximity",
+        "reactions",
+        "command_leader",
+        "acceptor",
+        "sequencer",
+        "learner",
+        "executor",
+        "election",
+        "recovery",
+        "reads",
+        "straggler",
+        "restore",
     )
 }
 MESSAGES = {cls.__name__: cls for cls in MODULES["messages"].MESSAGE_TYPES}
@@ -121,6 +142,17 @@ def _spans(text: str) -> list[str]:
 @cache
 def _replica() -> Replica:
     return Replica(ClusterConfig(replicas=5), 0, _NoApp(), rng=random.Random(0))
+
+
+@cache
+def _live_parts() -> dict[type, Any]:
+    """Class -> a live instance of it inside a replica (roles and shared pieces),
+    so that ``Election.candidate`` (an attribute set in ``__init__``) resolves."""
+    rep = _replica()
+    parts: dict[type, Any] = {}
+    for value in [*vars(rep).values(), *(getattr(rep.ctx, n) for n in type(rep.ctx).__slots__)]:
+        parts.setdefault(type(value), value)
+    return parts
 
 
 def _replica_member(name: str) -> bool:
@@ -207,6 +239,9 @@ def _resolve(name: str) -> Any:
             return getattr(cls, rest[0])
         if len(rest) == 1 and cls is Replica and rest[0] in vars(_replica()):
             return getattr(_replica(), rest[0])
+        live = _live_parts().get(cls)
+        if len(rest) == 1 and live is not None and hasattr(live, rest[0]):
+            return getattr(live, rest[0])
         raise LookupError(f"{name} does not exist")
     if head == "sdpaxos":
         try:
@@ -317,6 +352,13 @@ def test_config_fields_named_exist() -> None:
     names = {n for s in spans for n in FORMULA_NAME_RE.findall(s)}
     other = {n for cls in [*MESSAGES.values(), *RECORDS.values()] for n in _members(cls)}
     other |= {"now_ms"}  # the driver's time, a parameter of tick/step/read
+    # Members of the roles and shared pieces (``Election.lease_until_ms``) are not config.
+    other |= {
+        n
+        for part in _live_parts().values()
+        if not isinstance(part, ClusterConfig)
+        for n in dir(part)
+    }
     named = {n for n in names if config_like.match(n) and not _replica_member(n)} - other
     config_fields = {f.name for f in fields(ClusterConfig)}
     assert named, "the document names no ClusterConfig field"

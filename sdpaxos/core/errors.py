@@ -22,7 +22,15 @@ class Overloaded(LocalProtocolError):
 
 
 class PeerMessageError(Exception):
-    """A message from a peer is malformed, stale or refers to impossible state."""
+    """A message from a peer is malformed, stale or refers to impossible state.
+
+    ``alarm``: the message would revoke an executed slot, which a correct peer
+    never asks; :meth:`Replica.step` counts it in ``Stats.invariant_alarms``.
+    """
+
+    def __init__(self, reason: str, *, alarm: bool = False) -> None:
+        super().__init__(reason)
+        self.alarm = alarm
 
 
 class InvariantViolation(AssertionError):

@@ -12,7 +12,16 @@ bytes. A new message needs a class here and one line in the codec's table.
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from sdpaxos.core.types import Ballot, Command, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import (
+    Ballot,
+    Command,
+    OCommitEntry,
+    OValue,
+    ReplicaId,
+    Slot,
+    View,
+    VoteEntry,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +142,7 @@ class OCommit:
 
     src: ReplicaId
     view: View
-    entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]
+    entries: tuple[OCommitEntry, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +229,7 @@ class Vote:
     src: ReplicaId
     view: View
     o_from: Slot
-    entries: tuple[tuple[Slot, Ballot, ReplicaId, int], ...]
+    entries: tuple[VoteEntry, ...]
     c_max: tuple[int, ...]
     est_view: View
     est_seq: ReplicaId

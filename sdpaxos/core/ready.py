@@ -13,20 +13,14 @@ Steps 2 and 3 may run in any order relative to each other, never before 1.
 """
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 from sdpaxos.core.messages import Message
 from sdpaxos.core.storage import Record
-from sdpaxos.core.types import Command, ReplicaId, Slot
+from sdpaxos.core.types import Command, ReplicaId, Slot, Wait
 
-
-class ReplyKind(IntEnum):
-    """Which event a :class:`Reply` reports."""
-
-    #: The paper's "ready": the command's global position is fixed (no result).
-    READY = 0
-    #: Executed at this replica (the command leader), with the result.
-    EXECUTED = 1
+#: Which event a :class:`Reply` reports: what the proposer waited for
+#: (:class:`~sdpaxos.core.types.Wait`; one enum, not two kept in step).
+ReplyKind = Wait
 
 
 @dataclass(frozen=True, slots=True)

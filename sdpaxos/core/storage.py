@@ -6,9 +6,9 @@ reply of that batch is given: an acceptor's C-ACK or O-ACK promises that the
 accepted value survives a crash, and a command leader counts its own
 acceptance toward the quorum that makes a command ready.
 
-After a crash a replica is rebuilt from exactly these records
-(:meth:`Replica.restore`); everything else (commit knowledge, execution state,
-timers) is volatile and is re-learned from peers.
+After a crash a replica is rebuilt from exactly these records, by constructing
+it with ``Replica(..., records=storage.load())``; everything else (commit
+knowledge, execution state, timers) is volatile and is re-learned from peers.
 """
 
 from dataclasses import dataclass

@@ -7,14 +7,14 @@ An O-instance is named by its global slot ``j`` (0-based). Its value is an
 ``owner``" (O-instance batching, paper section 4; ``count == 1`` is the paper's
 basic protocol), and ``(NO_CL, 0)`` is the paper's ``no-cl``: skip the slot.
 
-Pitfall 3 of PROTOCOL.md, fixed once here: every counter is 0-based. Slot ``j``
-holding ``(n, c)`` runs C-instances ``k .. k+c-1`` of ``n`` where ``k`` is the
-number of C-instances of ``n`` covered by slots ``0 .. j-1``.
+Pitfall 3 (``docs/protocol.md`` section 14), fixed once here: every counter is
+0-based. Slot ``j`` holding ``(n, c)`` runs C-instances ``k .. k+c-1`` of ``n``
+where ``k`` is the number of C-instances of ``n`` covered by slots ``0 .. j-1``.
 """
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 ReplicaId: TypeAlias = int
 Slot: TypeAlias = int
@@ -71,3 +71,28 @@ class Wait(IntEnum):
     READY = 0
     #: Executed at the command leader, with the state machine's result.
     EXECUTED = 1
+
+
+def keys_of(commands: tuple[Command, ...]) -> tuple[bytes, ...]:
+    """The objects a batch writes; ``b""`` stands for "some unnamed object"."""
+    return tuple(sorted({c.key or b"" for c in commands}))
+
+
+class VoteEntry(NamedTuple):
+    """One O-value a voter holds durably: slot, the ballot it holds it at, the value."""
+
+    slot: Slot
+    ballot: Ballot
+    owner: ReplicaId
+    #: How many C-instances of ``owner`` the value orders (``count`` is tuple's).
+    instances: int
+
+
+class OCommitEntry(NamedTuple):
+    """One chosen O-instance: slot, the ballot it was chosen at, the value."""
+
+    slot: Slot
+    ballot: Ballot
+    owner: ReplicaId
+    #: How many C-instances of ``owner`` the value orders (``count`` is tuple's).
+    instances: int

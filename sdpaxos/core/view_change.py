@@ -45,10 +45,9 @@ The new log is built in three steps (``docs/recovery.md`` section 2.3):
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sdpaxos.core.types import NO_CL_VALUE, Ballot, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import NO_CL_VALUE, Ballot, OValue, ReplicaId, Slot, View, VoteEntry
 
 #: A vote entry: ``(slot, ballot, owner, count)``.
-VoteEntry = tuple[Slot, Ballot, ReplicaId, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +61,7 @@ class VoteState:
     est_seq: ReplicaId = 0
     est_base: Slot = 0
     #: The voter's executed prefix (not used by the rebuild itself: the winner
-    #: starts its range at the lowest one, see ``Replica._become_sequencer``).
+    #: starts its range at the lowest one, see ``Election.become_sequencer``).
     executed: Slot = 0
 
 

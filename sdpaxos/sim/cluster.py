@@ -61,10 +61,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol
 
+from sdpaxos.core.app import StateMachine
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
-from sdpaxos.core.replica import Replica, StateMachine
+from sdpaxos.core.replica import Replica
 from sdpaxos.core.storage import MemoryStorage, Record
 from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.sim.checkers import Checker

@@ -18,7 +18,8 @@ import hashlib
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum
 from typing import Any
 
 from sdpaxos.core.ready import ReadResult, Reply
@@ -52,7 +53,7 @@ class RunDigest:
 
     def _feed(self, *parts: object) -> None:
         self.effects += 1
-        self._hash.update(repr((self._cluster.now_us, *parts)).encode())
+        self._hash.update(repr(_plain((self._cluster.now_us, *parts))).encode())
         self._hash.update(b"\n")
 
     def _on_send(self, src: ReplicaId, dst: ReplicaId, message: Any) -> None:
@@ -68,13 +69,31 @@ class RunDigest:
         self._feed("read", replica, result)
 
     def _on_trace(self, replica: ReplicaId, event: str, fields: dict[str, Any]) -> None:
-        self._feed("trace", replica, event, sorted(fields.items()))
+        self._feed("trace", replica, event, fields)
 
     def _on_propose(self, replica: ReplicaId, command: Command, now_us: int) -> None:
         self._feed("propose", replica, command)
 
     def _on_crash(self, replica: ReplicaId) -> None:
         self._feed("crash", replica)
+
+
+def _plain(value: object) -> object:
+    """``value`` with its meaning only: named tuples as tuples, dataclasses as
+    (type name, fields), so that a refactor may name a tuple's fields."""
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return sorted(((_plain(k), _plain(v)) for k, v in value.items()), key=repr)
+    if isinstance(value, set | frozenset):
+        return sorted((_plain(v) for v in value), key=repr)
+    if is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, *(_plain(getattr(value, f.name)) for f in fields(value)))
+    if isinstance(value, Enum):
+        return value.value
+    return value
 
 
 @dataclass(frozen=True, slots=True)

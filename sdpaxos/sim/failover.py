@@ -1,6 +1,6 @@
 """Sequencer failover, the paper's Fig. 14: how long each surviving region stalls.
 
-Setup (paper section 5.5, PROTOCOL.md section 8.3): the ``paper3`` profile with
+Setup (paper section 5.5, Fig. 14): the ``paper3`` profile with
 the sequencer in CA, closed-loop clients at the other regions (OR and OH,
 :data:`CLIENTS_PER_REGION` each), heartbeat and lease 500 ms. At ``kill_ms``
 (2.3 s) CA crashes and never comes back; the run goes on until

@@ -1,7 +1,7 @@
 """Delay profiles: region names and their round-trip-time matrix.
 
-Built in are the SDPaxos paper's Table 1 deployments (PROTOCOL.md section 8.4):
-``paper3`` (CA, OR, OH) and ``paper5`` (CA, OR, OH, IRE, SEL). Papers publish
+Built in are the deployments of the SDPaxos paper's Table 1: ``paper3``
+(CA, OR, OH) and ``paper5`` (CA, OR, OH, IRE, SEL). Papers publish
 round trips, so a profile stores RTTs and the one-way delay of a link is half
 of it, unless an explicit (possibly asymmetric) ``one_way_ms`` matrix is
 given. The diagonal is the round trip inside a region, i.e. client <-> local
@@ -125,7 +125,7 @@ class DelayProfile:
         """Replica id of ``region`` (a name, or a decimal index)."""
         if region in self.regions:
             return self.regions.index(region)
-        if region.isdigit() and int(region) < self.size:
+        if region.isdecimal() and int(region) < self.size:
             return int(region)
         raise ProfileError(
             f"unknown region {region!r}; profile {self.name} has {', '.join(self.regions)}"
@@ -193,6 +193,10 @@ BUILTIN: dict[str, DelayProfile] = {"paper3": PAPER3, "paper5": PAPER5}
 
 def uniform(n: int, rtt_ms: float, *, local_rtt_ms: float = 0.5, name: str = "") -> DelayProfile:
     """``n`` regions ``R0..R{n-1}``, every pair ``rtt_ms`` apart."""
+    if not 1 <= n <= REGIONS_MAX:
+        # Checked here, not only by DelayProfile: the n x n matrix comes first,
+        # and for a typo like uniform100000 it fills the memory.
+        raise ProfileError(f"a profile needs 1..{REGIONS_MAX} regions, got {n}")
     regions = tuple(f"R{i}" for i in range(n))
     rtt = tuple(tuple(local_rtt_ms if i == j else rtt_ms for j in range(n)) for i in range(n))
     return DelayProfile(name or f"uniform{n}x{rtt_ms:g}", regions, rtt)
@@ -202,7 +206,7 @@ def builtin(name: str) -> DelayProfile:
     """A built-in profile by name: ``paper3``, ``paper5``, or ``uniformN`` (100 ms RTT)."""
     if name in BUILTIN:
         return BUILTIN[name]
-    if name.startswith("uniform") and name[len("uniform") :].isdigit():
+    if name.startswith("uniform") and name[len("uniform") :].isdecimal():
         return uniform(int(name[len("uniform") :]), 100.0, name=name)
     known = ", ".join(sorted(BUILTIN))
     raise ProfileError(f"unknown profile {name!r}; built-in: {known}, uniformN")

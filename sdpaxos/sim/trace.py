@@ -272,11 +272,12 @@ class TraceRecorder:
         rep = self.cluster.replicas[r]
         if not isinstance(rep, Replica):
             return {}
+        status = rep.status()
         return {
-            "view": rep.view,
-            "ev": rep._est_view,
-            "es": rep._est_seq,
-            "exec": rep._executed_end(),
+            "view": status.view,
+            "ev": status.established_view,
+            "es": status.established_sequencer,
+            "exec": status.executed_end,
         }
 
     def _add(self, step: Step, *, post: bool = True) -> None:

@@ -5,8 +5,8 @@ the next one when the previous is READY (after a think time drawn uniformly
 from ``0 .. 2 * think_ms``, 0 by default: a fault sweep paces its clients so
 that the load lasts as long as the faults do). Latency is measured *at the command
 leader*, from ``propose`` to the READY reply, in virtual time: the client hop
-(the profile's diagonal) is left out, as in PROTOCOL.md section 8.4, but it
-still spaces a client's commands (reply hop + request hop).
+(the profile's diagonal) is left out, as in ``docs/protocol.md`` section 5.6, but
+it still spaces a client's commands (reply hop + request hop).
 
 With ``retry_ms`` set a client re-proposes the same ``(client_id, seq)`` when
 no READY came in that long (e.g. the replica crashed and restarted); the core's

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from sdpaxos.core.messages import MESSAGE_TYPES, Message
-from sdpaxos.core.types import Command
+from sdpaxos.core.types import Command, OCommitEntry, VoteEntry
 
 __all__ = [
     "ARRAY_ITEMS_MAX",
@@ -178,10 +178,18 @@ def _int_tuples_codec(arity: int) -> _FieldCodec:
     """Codec for ``tuple[tuple[int, ...arity], ...]``: msgpack packs the tuples as they are."""
 
     def to_wire(value: object) -> object:
+        # Entries may be named tuples (``VoteEntry``, ``OCommitEntry``): msgpack
+        # packs them as arrays, and they arrive as plain tuples.
         if type(value) is not tuple:
             raise CodecError(f"expected tuple, got {_short(value)}")
         _check_items(value)
-        return from_wire(value)
+        for item in value:
+            if not isinstance(item, tuple) or len(item) != arity:
+                raise CodecError(f"expected array of {arity} ints, got {_short(item)}")
+            for number in item:
+                if type(number) is not int:
+                    raise CodecError(f"expected array of {arity} ints, got {_short(item)}")
+        return value
 
     def from_wire(value: object) -> object:
         if type(value) is not tuple:
@@ -282,6 +290,8 @@ _FIELD_CODECS: dict[object, _FieldCodec] = {
     ),
     tuple[tuple[int, int, int], ...]: _int_tuples_codec(3),
     tuple[tuple[int, int, int, int], ...]: _int_tuples_codec(4),
+    tuple[VoteEntry, ...]: _int_tuples_codec(4),
+    tuple[OCommitEntry, ...]: _int_tuples_codec(4),
     tuple[int, ...]: _tuple_of(_INT),
     tuple[bool, ...]: _tuple_of(_BOOL),
     tuple[tuple[Command, ...] | None, ...]: _tuple_of(_OPTIONAL_COMMANDS),

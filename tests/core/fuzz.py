@@ -262,7 +262,7 @@ class HarnessAdapter:
         return [(type(m).__name__, s, d) for s, d, m in self.net.pending]
 
     def sequencer_of(self, r: int) -> int | None:
-        seq = self.net.replicas[r].status()["sequencer"]
+        seq = self.net.replicas[r].status().sequencer
         return seq if isinstance(seq, int) else None
 
     def alarms(self, r: int) -> int:

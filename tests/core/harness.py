@@ -42,8 +42,9 @@ def closed_loop_latency_ms(
 ) -> dict[int, float]:
     """Mean proposal-to-ready latency per replica, one closed-loop client each.
 
-    One-way delay is RTT/2 (PROTOCOL.md 8.4); FIFO per link; ``drop`` may lose
-    messages. Deterministic: a heap ordered by (time, sequence number).
+    One-way delay is RTT/2 (``docs/protocol.md`` section 5.6); FIFO per link;
+    ``drop`` may lose messages. Deterministic: a heap ordered by (time, sequence
+    number).
     """
     import heapq
 

@@ -90,7 +90,7 @@ def test_a_new_sequencer_answers_with_the_whole_log_until_it_has_history() -> No
     net.run(200)
     new = net.replicas[1]
     assert new.is_sequencer and new.has_lease()
-    assert new._read_slot(b"a") >= 0
+    assert new.sequencer_role.read_slot(b"a") >= 0
     net.replicas[2].read(9, b"a", net.now_ms)
     net.flush(2)
     net.run(5)
@@ -111,7 +111,7 @@ def test_a_slow_sequencer_is_detected_and_replaced() -> None:
 
     polls = []
     for r in (1, 2):
-        net.replicas[r]._tracer = lambda e, r, f: (
+        net.replicas[r].ctx.out.tracer = lambda e, r, f: (
             polls.append(r) if e == "StragglerSuspect" else None
         )
     client = 100
@@ -132,8 +132,8 @@ def test_a_slow_sequencer_is_detected_and_replaced() -> None:
 def test_straggler_view_changes_are_rate_limited() -> None:
     net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
     rep = net.replicas[1]
-    rep._straggler_polling = {1}
-    rep._straggler_last_ms = rep._now_ms  # one just happened
+    rep.straggler.polling = {1}
+    rep.straggler.last_ms = rep.ctx.now_ms  # one just happened
     rep.step(StragglerVote(2, 0, True), 0.0)
     assert rep.stats.view_changes_started == 0
 

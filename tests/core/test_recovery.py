@@ -5,7 +5,7 @@ the rebuild rule (paper Fig. 7) is also tested on its own.
 """
 
 from sdpaxos.core import CAccept, ClusterConfig, Command, Replica, Wait
-from sdpaxos.core.messages import Heartbeat, VRequest
+from sdpaxos.core.messages import Heartbeat, Vote, VRequest
 from sdpaxos.core.storage import ViewPromised
 from sdpaxos.core.types import NO_CL_VALUE
 from sdpaxos.core.view_change import VoteState, rebuild_assignment_log
@@ -185,7 +185,7 @@ def test_old_view_c_accepts_are_fenced_after_a_view_change() -> None:
     stale_before = rep.stats.stale
     rep.step(CAccept(0, 0, 0, 5, 0, (Command(9, 1, b"old"),)), net.now_ms)
     assert rep.stats.stale == stale_before + 1
-    assert 5 not in rep._c[0]
+    assert 5 not in rep.ctx.clog.logs[0]
 
 
 def test_voter_defers_its_vote_while_its_lease_runs() -> None:
@@ -210,21 +210,27 @@ def test_voter_defers_its_vote_while_its_lease_runs() -> None:
 
 
 def test_a_heartbeat_cancels_a_deferred_vote() -> None:
+    """A V-request deferred under our lease is void once the sequencer is heard again:
+    if the sequencer later falls silent, that stale request must not get our vote."""
     cfg = ClusterConfig(replicas=3, sequencer=0)
     rep = Replica(cfg, 2, Register())
     rep.tick(0.0)
     rep.step(Heartbeat(0, 0, 0, 0, -1), 0.0)
-    rep.step(VRequest(1, 1, 0), 0.0)
+    rep.step(VRequest(1, 1, 0), 0.0)  # deferred: we granted the sequencer a lease
+    assert rep.election.deferred_vote is not None
     rep.tick(cfg.lease_ms / 2)
     rep.step(Heartbeat(0, 0, 0, 1, -1), cfg.lease_ms / 2)  # the sequencer is alive after all
-    now, stamp = cfg.lease_ms / 2, 1
+    assert rep.election.deferred_vote is None
+    rep.ready()
+    # Then the sequencer falls silent for good: our lease runs out.
+    now = cfg.lease_ms / 2
+    votes = []
     while now < cfg.lease_ms * 3:
         now += cfg.tick_ms
         rep.tick(now)
-        if now % cfg.heartbeat_ms == 0:
-            stamp += 1
-            rep.step(Heartbeat(0, 0, 0, stamp, -1), now)
-    assert rep.view == 0 and rep.sequencer == 0
+        votes += [m for _, m in rep.ready().messages if isinstance(m, Vote)]
+    assert votes == [], "a stale, cancelled V-request got our vote"
+    assert rep.view == 0
 
 
 def test_a_false_suspicion_does_not_depose_a_live_sequencer() -> None:
@@ -337,12 +343,12 @@ def test_a_vote_with_an_absurd_slot_is_rejected_and_changes_nothing() -> None:
     from sdpaxos.core.messages import Vote
 
     rep = Replica(ClusterConfig(replicas=3, sequencer=0), 1, Register())
-    rep._start_view_change()
+    rep.election.start_view_change()
     rep.ready()
-    view = rep._candidate.view if rep._candidate else -1
+    view = rep.election.candidate.view if rep.election.candidate else -1
     rep.step(Vote(2, view, 0, ((1 << 40, 1, 2, 1),), (-1, -1, -1), 0, 0, 0, 0), 0.0)
     assert rep.stats.rejected == 1
-    assert rep._candidate is not None and not rep._candidate.votes
+    assert rep.election.candidate is not None and not rep.election.candidate.votes
     assert rep.view == 0
 
 
@@ -374,8 +380,8 @@ def test_o_accepts_are_accepted_contiguously_within_a_view() -> None:
 
     rep.step(OAccept(0, 0, 2, ((2, 1),), 0, False), 0.0)
     rd = rep.ready()
-    assert not rd.persist and rep._acc_upto == 0
+    assert not rd.persist and rep.status().o_accepted_upto == 0
     rep.step(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False), 0.0)
     rd = rep.ready()
-    assert rep._acc_upto == 3
+    assert rep.status().o_accepted_upto == 3
     assert [r.start for r in rd.persist] == [0, 2]

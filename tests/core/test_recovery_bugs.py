@@ -318,12 +318,12 @@ def test_bug05_a_recoverer_keeps_the_promise_it_gave_a_higher_ballot() -> None:
     v, y = (10, 1), (20, 1)
     lost_c_accept = where(M.CAccept, src=1)  # R1's C-accepts never arrive
     net.propose(1, v[0], v[1], b"v")
-    run_until(net, lambda: net.replicas[1].status()["o_safe_upto"] >= 1, drop=lost_c_accept)
+    run_until(net, lambda: net.replicas[1].status().o_safe_upto >= 1, drop=lost_c_accept)
     # Execution blocks on C-instance 1.0 at R0 and R2: both start recovering it.
     recovery = where((M.CPrepare, M.CPromise, M.CAccept, M.CAck, M.CCommit), src=[0, 2])
     run_until(
         net,
-        lambda: all(net.replicas[r].status()["recovering"] == [1] for r in (0, 2)),
+        lambda: all(net.replicas[r].status().recovering == (1,) for r in (0, 2)),
         drop=lost_c_accept,
         hold=anyof(recovery, where((M.CPromise, M.CAck), src=1)),
     )
@@ -656,7 +656,7 @@ def test_bug10_the_straggler_path_honours_the_candidates_lease_grant() -> None:
     run_until(net, lambda: s.has_lease(), drop=unordered, ticks=5)
     late_hb = anyof(unordered, where(None, src=0, dst=[3, 4]))
     # (a lease dated from a heartbeat after the first one: granted by R1 and R2 only)
-    run_until(net, lambda: s.lease_valid_until_ms > 600, drop=late_hb, ticks=80)
+    run_until(net, lambda: s.sequencer_role.lease_valid_until_ms > 600, drop=late_hb, ticks=80)
     # The poll: R1 starts a view change and wins with R3 and R4; S hears nothing.
     cut_s = anyof(late_hb, where(None, dst=0))
     run_until(net, lambda: net.replicas[1].is_sequencer, drop=cut_s, ticks=300)
@@ -693,7 +693,7 @@ def test_bug11_a_lost_o_ack_does_not_stall_execution_at_n7() -> None:
     net.propose(3, x[0], x[1], b"x")
     run_until(
         net,
-        lambda: all(net.replicas[r].status()["o_accepted_upto"] >= 1 for r in range(7)),
+        lambda: all(net.replicas[r].status().o_accepted_upto >= 1 for r in range(7)),
         drop=where(M.OAck, dst=3),
     )
     net.run(500)
@@ -727,7 +727,7 @@ def test_bug12_a_recoverers_own_phase2_acceptance_counts_in_c_max() -> None:
     net.propose(1, 10, 1, b"v")
     run_until(
         net,
-        lambda: net.replicas[1].status()["o_safe_upto"] >= 1,
+        lambda: net.replicas[1].status().o_safe_upto >= 1,
         drop=where(M.CAccept, src=1),
     )
     net.crash(1)
@@ -735,9 +735,10 @@ def test_bug12_a_recoverers_own_phase2_acceptance_counts_in_c_max() -> None:
     recoverer = next(r for r in (0, 2) if net.replicas[r].stats.c_instances_recovered)
     rep = net.replicas[recoverer]
     restored = Replica(net.config, recoverer, Register(), records=net.storages[recoverer].load())
-    assert rep._c_max[1] == restored._c_max[1], (
+    assert rep.ctx.clog.c_max[1] == restored.ctx.clog.c_max[1], (
         f"R{recoverer} accepted C-instance 1.0 in recovery phase 2 but reports "
-        f"c_max[1] = {rep._c_max[1]} (a restart from its records says {restored._c_max[1]})"
+        f"c_max[1] = {rep.ctx.clog.c_max[1]} "
+        f"(a restart from its records says {restored.ctx.clog.c_max[1]})"
     )
 
 
@@ -860,7 +861,7 @@ def test_bug14_a_slot_executed_by_its_owner_only_survives_the_owners_view() -> N
     deliver_where(net, where(M.OAccept, src=1, dst=[2, 3]))
     drop_where(net, where(None, src=1))
     drop_where(net, where(M.OAck))
-    assert all(net.replicas[r].status()["established_view"] == 1 for r in (2, 3))
+    assert all(net.replicas[r].status().established_view == 1 for r in (2, 3))
     net.crash(1)
     run_until(net, lambda: sequencer_among(net, [2, 3, 4]) is not None)
     net.propose(2, y[0], y[1], b"Y")

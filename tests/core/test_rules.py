@@ -23,29 +23,17 @@ from sdpaxos.core import (
     Overloaded,
     Replica,
     ReplyKind,
+    SequencerHandover,
     Wait,
 )
+from sdpaxos.core.messages import Heartbeat, LeaseGrant, NewView
 from tests.core.harness import PAPER5_RTT_MS, Net, Register
+from tests.core.state import whole_state
 
 
 def fingerprint(rep: Replica) -> Any:
-    """Everything a handler could change, for "bad input changes nothing" checks."""
-    return (
-        rep.status(),
-        rep.view,
-        list(rep._o_owner),
-        list(rep._o_count),
-        list(rep._o_ballot),
-        list(rep._o_committed),
-        list(rep._o_acked),
-        dict(rep._seq_want),
-        list(rep._seq_covered),
-        list(rep._o_sent_upto),
-        [
-            {i: (c.promised, c.ballot, c.commands, c.committed) for i, c in log.items()}
-            for log in rep._c
-        ],
-    )
+    """Everything about the replica, for "bad input changes nothing" checks."""
+    return whole_state(rep)
 
 
 # ---------------------------------------------------------------- allocation guard
@@ -77,9 +65,11 @@ def test_allocation_guard_never_over_allocates(events: list[tuple[str, int, int]
         seq.ready()
         highest[owner] = max(highest[owner], index)
         for o in (1, 2):
-            covered = sum(c for own, c in zip(seq._o_owner, seq._o_count, strict=True) if own == o)
+            covered = sum(
+                c for own, c in zip(seq.ctx.olog.owner, seq.ctx.olog.count, strict=True) if own == o
+            )
             assert covered == highest[o] + 1
-    assert all(1 <= c <= 3 for c in seq._o_count)
+    assert all(1 <= c <= 3 for c in seq.ctx.olog.count)
 
 
 def test_retransmitted_c_request_resends_lost_o_accepts_without_allocating() -> None:
@@ -90,7 +80,7 @@ def test_retransmitted_c_request_resends_lost_o_accepts_without_allocating() -> 
     seq.step(CRequest(1, 0, 1, 0, 0, ()), 0.0)  # the O-accept was lost; the owner asks again
     again = [m for _, m in seq.ready().messages if isinstance(m, OAccept)]
     assert [(m.start, m.values) for m in again] == [(0, ((1, 1),))]
-    assert seq._o_owner == [1]
+    assert seq.ctx.olog.owner == [1]
 
 
 # ------------------------------------------------------------------------ batching
@@ -114,7 +104,11 @@ def test_o_instances_cover_several_c_instances_of_one_replica_bounded() -> None:
     seq = sequencer(3, o_batch_max=4)
     seq.step(CRequest(1, 0, 1, 9, 0, ()), 0.0)  # C-instances 0..9 of replica 1 exist
     seq.ready()
-    assert list(zip(seq._o_owner, seq._o_count, strict=True)) == [(1, 4), (1, 4), (1, 2)]
+    assert list(zip(seq.ctx.olog.owner, seq.ctx.olog.count, strict=True)) == [
+        (1, 4),
+        (1, 4),
+        (1, 2),
+    ]
 
 
 def test_five_replicas_non_sequencer_o_instances_cover_one_c_instance() -> None:
@@ -122,7 +116,7 @@ def test_five_replicas_non_sequencer_o_instances_cover_one_c_instance() -> None:
     seq = sequencer(5, o_batch_max=8)
     seq.step(CRequest(3, 0, 3, 2, 0, ()), 0.0)
     seq.ready()
-    assert list(zip(seq._o_owner, seq._o_count, strict=True)) == [(3, 1)] * 3
+    assert list(zip(seq.ctx.olog.owner, seq.ctx.olog.count, strict=True)) == [(3, 1)] * 3
 
 
 def test_batched_o_instances_execute_by_counting() -> None:
@@ -138,7 +132,7 @@ def test_batched_o_instances_execute_by_counting() -> None:
         net.replicas[0].step(msg, net.now_ms)
     net.flush(0)
     net.deliver_all()
-    owners = net.replicas[0]._o_owner
+    owners = net.replicas[0].ctx.olog.owner
     assert owners == [1], "five C-instances shared one O-instance"
     for r in range(3):
         assert [e.c_index for e in net.executed[r]] == [0, 1, 2, 3, 4]
@@ -262,14 +256,48 @@ BAD_MESSAGES = [
 
 @pytest.mark.parametrize("bad", BAD_MESSAGES, ids=lambda m: repr(m)[:50])
 def test_bad_peer_input_is_rejected_and_changes_nothing(bad: Any) -> None:
+    """The whole state (every field of every role) is as it was, and the sender
+    stays suspected: a refused message is no sign of life."""
     rep = sequencer(3)
     rep.propose(Command(1, 1, b"x"))
+    rep.ctx.prox.suspect(1)
+    rep.ctx.prox.suspect(2)
+    rep.tick(50.0)
     rep.ready()
     before = fingerprint(rep)
-    rep.step(bad, 0.0)
+    rep.step(bad, 50.0)
     assert rep.stats.rejected == 1
     assert fingerprint(rep) == before
     assert not rep.ready()
+
+
+#: Bad messages from the sequencer itself, to a follower.
+BAD_FROM_THE_SEQUENCER = [
+    OAccept(0, 0, -1, ((1, 1),), 0, False),  # negative start
+    OAccept(0, 0, 0, ((1, 1),), 3, False),  # base other than the view's
+    Heartbeat(0, 0, -1, 1, -1),  # negative log length
+    Heartbeat(0, 0, 0, 1, 4),  # base other than the view's
+    OCommit(0, 0, ((0, 0, 1, 0),)),  # count 0 for a real owner
+    NewView(0, 0, 0, ((1, 1),)),  # does not match view 0's (empty) range
+    LeaseGrant(0, 0, "stamp"),
+    SequencerHandover(1, 0, 2),  # a hand-over not from the sequencer
+]
+
+
+@pytest.mark.parametrize("bad", BAD_FROM_THE_SEQUENCER, ids=lambda m: repr(m)[:50])
+def test_bad_input_from_the_sequencer_does_not_count_as_contact(bad: Any) -> None:
+    """Found in review: ``step`` renewed contact with the sequencer (and cleared
+    suspicions) before the handler refused the message."""
+    rep = Replica(ClusterConfig(replicas=3, sequencer=0), 2, Register())
+    rep.tick(0.0)
+    rep.step(Heartbeat(0, 0, 0, 1, -1), 0.0)
+    rep.tick(300.0)
+    rep.ready()
+    before = fingerprint(rep)
+    rep.step(bad, 300.0)
+    assert rep.stats.rejected == 1
+    assert fingerprint(rep) == before
+    assert rep.election.seq_contact_ms == 0.0
 
 
 def test_conflicting_o_accept_in_one_view_is_rejected_whole() -> None:
@@ -284,12 +312,18 @@ def test_conflicting_o_accept_in_one_view_is_rejected_whole() -> None:
 
 
 def test_stale_view_is_dropped() -> None:
+    """A C-accept of an older view is not accepted; the sequencer answers with
+    where it is (a heartbeat of its view)."""
     rep = sequencer(3)
-    rep.view = 2  # as if two view changes had happened
-    before = fingerprint(rep)
+    rep.ctx.views.view = 2  # as if two view changes had happened
+    rep.tick(0.0)
+    rep.ready()
     rep.step(CAccept(1, 1, 1, 0, 1, ()), 0.0)
     assert rep.stats.stale == 1
-    assert fingerprint(rep) == before
+    assert rep.ctx.clog.get(1, 0) is None
+    rd = rep.ready()
+    assert not rd.persist
+    assert [(dst, type(m).__name__, m.view) for dst, m in rd.messages] == [(1, "Heartbeat", 2)]
 
 
 def test_stale_ballot_c_accept_is_not_accepted() -> None:
@@ -299,7 +333,7 @@ def test_stale_ballot_c_accept_is_not_accepted() -> None:
     rep.step(CAccept(1, 0, 1, 0, 1, (Command(1, 1, b"old"),)), 0.0)  # the owner's round 0
     rd = rep.ready()
     assert not rd.messages and not rd.persist
-    assert rep._c[1][0].commands == (Command(1, 1, b"new"),)
+    assert rep.ctx.clog.logs[1][0].commands == (Command(1, 1, b"new"),)
 
 
 # ------------------------------------------------------------------- exactly once
@@ -333,7 +367,7 @@ def test_inflight_window_bounds_started_c_instances() -> None:
     for s in range(5):
         net.replicas[1].propose(Command(10 + s, 1, b""))
     net.flush(1)
-    assert net.replicas[1].status()["inflight"] == 2
+    assert net.replicas[1].status().inflight == 2
     net.deliver_all()
     assert len(net.ready_ids(1)) == 5
 

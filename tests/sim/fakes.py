@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdpaxos.core import ClusterConfig, Command, Ready, Record, Reply, ReplyKind, Wait
-from sdpaxos.core.replica import StateMachine
+from sdpaxos.core.app import StateMachine
 
 
 class PickleCodec:

@@ -1,4 +1,4 @@
-"""The paper's Fig. 14 failover (PROTOCOL.md section 8.3): paper3, sequencer in
+"""The paper's Fig. 14 failover (paper section 5.5): paper3, sequencer in
 CA killed at 2.3 s under closed-loop load at OR and OH, heartbeat and lease
 500 ms. The paper reports OR serving again after about 300 ms and OH after about
 400 ms; our stall must be no longer.

@@ -1,8 +1,8 @@
-"""The simulator reproduces the paper's latency formulas (PROTOCOL.md sections 4.3, 8.4).
+"""The simulator reproduces the latency formulas of ``docs/protocol.md`` section 5.6.
 
 Latency is measured at the command leader, from ``propose`` to READY, with no
 jitter or faults, so every region's mean must sit within 2% of the analytic
-value derived from Table 1.
+value derived from the paper's Table 1 (paper section 3.2 gives the rules).
 """
 
 import pytest

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from sdpaxos.core import replica as core_replica
+from sdpaxos.core.election import Election
 from sdpaxos.modelcheck import validate, validate_seed
 from sdpaxos.sim.sweep import run_faulty
 from sdpaxos.sim.trace import TRACE_FAULTS
@@ -66,7 +66,7 @@ def test_a_changed_step_is_refused_and_named() -> None:
 
 def test_a_voter_that_ignores_its_lease_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """One line of the core changed: votes no longer wait for the lease granted."""
-    monkeypatch.setattr(core_replica.Replica, "_may_vote_for_another", lambda self: True)
+    monkeypatch.setattr(Election, "may_vote_for_another", lambda self: True)
     _, verdict = validate_seed(LEASE_SEED, 3, commands=COMMANDS, timeout_s=TIMEOUT_S)
     assert not verdict.ok
     assert verdict.message.startswith("the spec cannot take step"), verdict.message

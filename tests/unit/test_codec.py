@@ -87,6 +87,10 @@ def strategy_for(annotation: Any) -> st.SearchStrategy[Any]:
         if len(args) == 2 and args[1] is Ellipsis:
             return st.lists(strategy_for(args[0]), max_size=6).map(tuple)
         return st.tuples(*(strategy_for(arg) for arg in args))
+    if isinstance(annotation, type) and issubclass(annotation, tuple):
+        # A named tuple (VoteEntry, OCommitEntry): it travels as a plain array.
+        hints = typing.get_type_hints(annotation)
+        return st.tuples(*(strategy_for(hints[name]) for name in annotation._fields))
     if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         hints = typing.get_type_hints(annotation)
         fields = {f.name: strategy_for(hints[f.name]) for f in dataclasses.fields(annotation)}

@@ -1,0 +1,115 @@
+"""What every role of a replica shares: who it is, its clock, logs and outbox.
+
+A role owns its own state and reads the shared pieces here; it changes them only
+through their methods, or as the comment of the field says. Roles never hold one
+another: what one role needs another to do goes through
+:class:`~sdpaxos.core.reactions.Reactions`, which the replica facade implements.
+"""
+
+import random
+from dataclasses import dataclass
+
+from sdpaxos.core.clog import CLog
+from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.olog import OLog
+from sdpaxos.core.outbox import Outbox
+from sdpaxos.core.proximity import Proximity
+from sdpaxos.core.types import ReplicaId, Slot
+from sdpaxos.core.views import ViewState
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters for observability; never consulted by the protocol."""
+
+    steps: int = 0
+    rejected: int = 0
+    stale: int = 0
+    c_instances_started: int = 0
+    o_instances_allocated: int = 0
+    commands_ready: int = 0
+    commands_executed: int = 0
+    retransmissions: int = 0
+    learn_requests: int = 0
+    view_changes_started: int = 0
+    views_won: int = 0
+    c_recoveries_started: int = 0
+    c_instances_recovered: int = 0
+    reads_served: int = 0
+    reads_refused: int = 0
+    #: Messages that would have revoked an executed slot, and reports that
+    #: contradict a protocol invariant in a view change. Must stay 0: a non-zero
+    #: value is a protocol bug, surfaced without crashing the node.
+    invariant_alarms: int = 0
+
+
+class Progress:
+    """How far execution got (the executor writes it; everyone reads it).
+
+    Slots below ``slot`` are executed; in slot ``slot``, the first ``in_slot``
+    C-instances are; ``count[owner]`` C-instances of each owner are.
+    """
+
+    __slots__ = ("count", "dirty", "in_slot", "slot")
+
+    def __init__(self, replicas: int) -> None:
+        self.slot: Slot = 0
+        self.in_slot = 0
+        self.count: list[int] = [0] * replicas
+        #: Something that may unblock execution happened: run the executor at
+        #: the next ``ready()`` (any role sets it; the executor clears it).
+        self.dirty = False
+
+    def executed_end(self) -> Slot:
+        """Slots below this are executed here, at least in part (final)."""
+        return self.slot + (1 if self.in_slot else 0)
+
+
+class Context:
+    """The shared pieces, built once per replica."""
+
+    __slots__ = (
+        "clog",
+        "config",
+        "majority",
+        "me",
+        "n",
+        "now_ms",
+        "olog",
+        "out",
+        "own_ordered",
+        "progress",
+        "prox",
+        "rng",
+        "stats",
+        "views",
+    )
+
+    def __init__(
+        self, config: ClusterConfig, me: ReplicaId, rng: random.Random, out: Outbox
+    ) -> None:
+        self.config = config
+        self.me = me
+        self.n = config.replicas
+        self.majority = config.majority
+        self.rng = rng
+        self.out = out
+        self.stats = Stats()
+        #: Milliseconds since the first time the driver gave (the facade advances it).
+        self.now_ms = 0.0
+        self.clog = CLog(self.n)
+        self.olog = OLog(self.n)
+        self.views = ViewState(me, config.sequencer)
+        self.prox = Proximity(me, self.n, self.majority, config.thrifty, config.rtt_ms)
+        self.progress = Progress(self.n)
+        #: How many of our own C-instances the safe prefix orders (the learner
+        #: writes it; the command leader, elections and straggler detection read it).
+        self.own_ordered = 0
+
+    def jitter_ms(self) -> float:
+        """A fresh election jitter (the only randomness the protocol draws)."""
+        return self.rng.random() * self.config.election_jitter_ms
+
+    def window_end(self) -> Slot:
+        """Slots at or beyond this are refused from peers (``c_index_window_max``)."""
+        return self.progress.slot + self.config.c_index_window_max

@@ -1,0 +1,250 @@
+"""The learner: which O-instances are chosen, and catching up on what was missed.
+
+The *safe prefix* (paper Fig. 5 lines 21, 26, 30; :mod:`sdpaxos.core.quorum`) is
+where O-instances are chosen: accepted by a majority, or for N = 5 at a
+non-sequencer by this replica and the sequencer once the view's rebuilt range is
+chosen. Own O-instances inside it are committed and broadcast (O-commit); the
+command leader then calls its C-instances ready. O-commits from peers are
+recorded durably before anything executes them (``docs/recovery.md`` section 10).
+A replica whose execution stalls asks its peers (LearnRequest).
+"""
+
+from sdpaxos.core.context import Context
+from sdpaxos.core.messages import CCommit, LearnRequest, OCommit
+from sdpaxos.core.olog import NOT_ESTABLISHED
+from sdpaxos.core.quorum import majority_prefix, two_acceptor_prefix, uses_two_acceptor_rule
+from sdpaxos.core.reactions import Reactions
+from sdpaxos.core.storage import OAccepted
+from sdpaxos.core.types import NO_CL, Ballot, OCommitEntry, OValue, ReplicaId, Slot
+
+
+class Learner:
+    """The safe prefix, O-commits out and in, learn requests."""
+
+    def __init__(self, ctx: Context, reactions: Reactions) -> None:
+        self.s = ctx
+        self.r = reactions
+        #: Every slot below this is in the safe prefix of this view.
+        self.safe_upto: Slot = 0
+        #: Next slot to scan for own O-instances inside the safe prefix.
+        self.own_scan: Slot = 0
+        #: Own O-instances committed since the last O-commit broadcast.
+        self.commit_out: list[OCommitEntry] = []
+
+    def reset(self) -> None:
+        """Learner state is per view: recount from what is known now."""
+        s = self.s
+        olog = s.olog
+        olog.acked = [NOT_ESTABLISHED] * s.n
+        olog.acked[s.me] = olog.acc_upto
+        self.safe_upto = 0
+        self.own_scan = 0
+        s.own_ordered = 0
+        olog.acked_dirty = True
+
+    def advance_safe_prefix(self) -> None:
+        """Commit O-instances in the safe prefix and make own C-instances ready."""
+        s = self.s
+        olog = s.olog
+        olog.acked_dirty = False
+        views = s.views
+        seq = views.sequencer
+        if seq is None or olog.acc_upto < 0:
+            return
+        acked = olog.acked
+        me = s.me
+        if uses_two_acceptor_rule(s.n, me, seq):
+            # Fig. 5 line 30: accepted by this replica itself and by the sequencer;
+            # and the view's rebuilt range is chosen (else a view change could
+            # rebuild it differently without either of us).
+            if not views.range_committed:
+                return
+            safe = two_acceptor_prefix(acked, me, seq)
+        else:
+            quorum = majority_prefix(acked, s.majority)
+            self.r.majority_accepted(quorum)
+            # Peers may have accepted slots we have not received yet: we can only
+            # commit what we know. Slots known committed are majority-accepted.
+            safe = max(min(quorum, acked[me]), olog.committed_prefix(s.progress.slot))
+        safe = min(safe, olog.advance_known(s.progress.slot, views.view))
+        if safe <= self.safe_upto:
+            return
+        previous = self.safe_upto
+        self.safe_upto = safe
+        owners, counts, ballots, committed = (
+            olog.owner,
+            olog.count,
+            olog.ballot,
+            olog.committed,
+        )
+        before = s.own_ordered
+        own = before
+        out = self.commit_out
+        for slot in range(self.own_scan, safe):
+            if owners[slot] == me:
+                own += counts[slot]
+                if not committed[slot]:
+                    committed[slot] = True
+                    olog.cballot[slot] = ballots[slot]
+                    out.append(OCommitEntry(slot, ballots[slot], me, counts[slot]))
+        self.own_scan = safe
+        learned = False
+        if views.is_sequencer:
+            # The sequencer hears every O-ACK: it learns every O-instance, so a
+            # replica whose own O-ACKs were lost (N >= 7) can learn from it.
+            for slot in range(previous, safe):
+                if not committed[slot]:
+                    committed[slot] = True
+                    olog.cballot[slot] = ballots[slot]
+                    s.progress.dirty = True
+                    learned = True
+        if s.out.tracer is not None and (learned or own != before):
+            s.out.trace("CommitO", upto=safe, own=own)
+        if own == before:
+            return
+        s.own_ordered = own
+        s.progress.dirty = True
+        self.r.own_ordered(before, own)
+
+    def broadcast_o_commit(self) -> None:
+        s = self.s
+        entries = tuple(self.commit_out)
+        self.commit_out = []
+        s.out.broadcast(s.prox.near, OCommit(s.me, s.views.view, entries))
+
+    def handle_o_commit(self, m: OCommit) -> None:
+        s = self.s
+        entries = m.entries
+        if s.out.tracer is None:
+            self.learn_commits(entries)
+            return
+        # One event per slot whose knowledge changed (the model's HandleOCommit
+        # learns one O-instance per step).
+        before = {e[0]: s.olog.learned(e[0]) for e in entries}
+        self.learn_commits(entries)
+        for slot, ballot, owner, count in entries:
+            if s.olog.learned(slot) != before[slot]:
+                s.out.trace(
+                    "HandleOCommit", src=m.src, slot=slot, ballot=ballot, owner=owner, count=count
+                )
+
+    def learn_commits(self, entries: tuple[OCommitEntry, ...]) -> None:
+        """Record O-instances chosen at their ballots, durably, before executing them.
+
+        With N = 5 a command leader commits its O-instance with two acceptors
+        (itself and the sequencer). Everyone who executes the slot first records
+        it, so an executed slot is held by a majority and no later view change
+        can rebuild it differently (``docs/recovery.md`` section 10). The entries
+        were checked against executed slots and held values
+        (:func:`sdpaxos.core.validate.check_o_commit_entries`).
+        """
+        s = self.s
+        olog = s.olog
+        owners, counts, ballots, committed = (
+            olog.owner,
+            olog.count,
+            olog.ballot,
+            olog.committed,
+        )
+        executed_end = s.progress.executed_end()
+        top = max((e[0] + 1 for e in entries), default=0)
+        olog.grow(top)
+        views = s.views
+        runs: list[tuple[Ballot, Slot, list[OValue]]] = []
+        for slot, ballot, owner, count in sorted(entries):
+            if slot < executed_end:
+                continue
+            value = (owner, count)
+            # A commit is only ever relayed within one view, and whoever entered
+            # that view forgot the unexecuted commits of older views: so a commit
+            # at a ballot below the message's view was executed somewhere, and
+            # is final.
+            if ballots[slot] > ballot:
+                # We hold the slot at a newer ballot (a later range re-proposed it).
+                # The older commit ballot is kept: it says the value is final.
+                if (owners[slot], counts[slot]) == value:
+                    if not committed[slot] or ballot < olog.cballot[slot]:
+                        committed[slot] = True
+                        olog.cballot[slot] = ballot
+                else:
+                    s.stats.invariant_alarms += 1  # a range revoked a final slot
+                continue
+            if ballot < views.est_view and slot >= views.est_base:
+                # Our established view superseded older values beyond its base;
+                # a final one there would mean it revoked an executed slot.
+                s.stats.invariant_alarms += 1
+                continue
+            if ballots[slot] == ballot and committed[slot]:
+                continue  # known (its commit ballot stays: an older one says "final")
+            committed[slot] = True
+            olog.cballot[slot] = ballot
+            if ballots[slot] == ballot:
+                continue  # already held durably
+            owners[slot], counts[slot], ballots[slot] = owner, count, ballot
+            if runs and runs[-1][0] == ballot and runs[-1][1] + len(runs[-1][2]) == slot:
+                runs[-1][2].append(value)
+            else:
+                runs.append((ballot, slot, [value]))
+        for ballot, start, values in runs:
+            s.out.persist(OAccepted(ballot, start, tuple(values)))
+        self.r.accepted_run_grew()
+        if top > olog.heard_upto:
+            olog.heard_upto = top
+        olog.advance_known(s.progress.slot, views.view)
+        s.progress.dirty = True
+        olog.acked_dirty = True
+
+    def send_learn_request(self) -> None:
+        """Ask every peer for what blocks execution: commits of O-instances from the
+        first unexecuted slot, and of every C-instance the committed assignment
+        log maps from there (in bulk, so a restarted replica catches up quickly)."""
+        s = self.s
+        olog = s.olog
+        slot = s.progress.slot
+        owners, counts, committed = olog.owner, olog.count, olog.committed
+        logs = s.clog.logs
+        next_k = list(s.progress.count)
+        wanted: list[tuple[ReplicaId, int]] = []
+        cap = s.config.learn_c_max
+        skip = s.progress.in_slot
+        k_slot = slot
+        while k_slot < len(owners) and committed[k_slot] and len(wanted) < cap:
+            owner = owners[k_slot]
+            if owner != NO_CL:
+                for _ in range(counts[k_slot] - skip):
+                    k = next_k[owner]
+                    next_k[owner] = k + 1
+                    inst = logs[owner].get(k)
+                    if (inst is None or not inst.committed) and len(wanted) < cap:
+                        wanted.append((owner, k))
+            skip = 0
+            k_slot += 1
+        s.out.broadcast(s.prox.near, LearnRequest(s.me, s.views.view, slot, tuple(wanted)))
+        s.stats.learn_requests += 1
+        if s.out.tracer is not None:
+            s.out.trace("LearnRequest", o_from=slot, c_wanted=wanted)
+
+    def handle_learn_request(self, m: LearnRequest) -> None:
+        s = self.s
+        olog = s.olog
+        o_from = m.o_from
+        view = s.views.view
+        if o_from >= 0:
+            stop = min(len(olog), o_from + s.config.learn_o_max)
+            owners, counts, committed, cballots = (
+                olog.owner,
+                olog.count,
+                olog.committed,
+                olog.cballot,
+            )
+            entries = tuple(
+                OCommitEntry(slot, cballots[slot], owners[slot], counts[slot])
+                for slot in range(o_from, stop)
+                if committed[slot] and cballots[slot] >= 0
+            )
+            if entries:
+                s.out.send(m.src, OCommit(s.me, view, entries))
+        for owner, index in m.c_wanted:
+            inst = s.clog.get(owner, index)
+            if inst is not None and inst.committed:
+                s.out.send(m.src, CCommit(s.me, view, owner, index, inst.ballot, inst.commands))

@@ -1,0 +1,114 @@
+"""Reactions: what one role needs another to do, routed by the replica facade.
+
+Roles never import or hold one another. When a step of one role has a
+consequence in another (the acceptor learns that one of our own C-instances is
+chosen, which the command leader must hear; an election resets the learner),
+the role calls its :class:`Reactions` port, and :class:`~sdpaxos.core.replica.
+Replica` routes the call to the role that owns the effect. This protocol is the
+complete list of such cross-role calls; each says who calls it and who answers.
+"""
+
+from typing import Protocol
+
+from sdpaxos.core.clog import CInstance
+from sdpaxos.core.messages import CPromise, Message
+from sdpaxos.core.types import Ballot, OValue, ReplicaId, Slot, View
+
+
+class Reactions(Protocol):
+    # -- to the command leader
+    def own_c_chosen(self, index: int, inst: CInstance) -> None:
+        """Acceptor: our C-instance ``index`` is committed (maybe by a recoverer)."""
+
+    def own_ordered(self, before: int, upto: int) -> None:
+        """Learner: the safe prefix now orders our C-instances ``before .. upto-1``."""
+
+    def resync_later(self) -> None:
+        """Election: a view was entered; resend our C-instances at the next ready()."""
+
+    def resync_toward(self, candidate: ReplicaId) -> None:
+        """Election: we voted for ``candidate``; resend what it must order."""
+
+    def next_c_index(self) -> int:
+        """Straggler detection: how many own C-instances we started."""
+        ...
+
+    def oldest_unordered_started_ms(self) -> float | None:
+        """Election: when our oldest C-instance not yet ordered started (None: none)."""
+        ...
+
+    # -- to the acceptor
+    def establish(
+        self, view: View, sequencer: ReplicaId, start: Slot, values: tuple[OValue, ...]
+    ) -> None:
+        """Acceptor: a range or NewView of a view we have not established (to the election)."""
+
+    def accepted_run_grew(self) -> None:
+        """Learner: values learned committed may extend our accepted prefix."""
+
+    def promise_c(self, owner: ReplicaId, start: int, end: int, ballot: Ballot) -> CPromise:
+        """Recovery: our own acceptor's phase-1 answer."""
+        ...
+
+    # -- to the sequencer
+    def order_c_instance(
+        self, owner: ReplicaId, index: int, keys: tuple[bytes, ...] | None
+    ) -> None:
+        """Command leader, acceptor: C-instances ``0 .. index`` of ``owner`` exist."""
+
+    def resend_own_o_accepts(self) -> None:
+        """Command leader (sequencer's own): its O-instances lack a quorum."""
+
+    def majority_accepted(self, upto: Slot) -> None:
+        """Learner: a majority accepted every slot below ``upto`` (the range may be chosen)."""
+
+    def won(self, start: Slot, end: Slot) -> None:
+        """Election: we sequence the view whose range is ``[start, end)``."""
+
+    def followed(self, sequencer: ReplicaId) -> None:
+        """Election: we established another sequencer's view."""
+
+    def resend_to_all(self) -> None:
+        """Election: a new range must be accepted by everyone."""
+
+    def send_heartbeats(self) -> None:
+        """Election: announce the new view at once."""
+
+    def stale(self, m: Message) -> None:
+        """Election: a message of an older view (the sequencer answers with where we are)."""
+
+    def has_lease(self) -> bool:
+        """Reads: may the sequencer answer reads now?"""
+        ...
+
+    def read_slot(self, key: bytes | None) -> Slot:
+        """Reads: the last slot a write of ``key`` may occupy."""
+        ...
+
+    def rebuilding(self) -> bool:
+        """Hand-over: is the new sequencer's range still unchosen?"""
+        ...
+
+    def release_lease(self) -> None:
+        """Hand-over: the sequencer stops serving reads and frees its followers."""
+
+    # -- to the learner, reads and the election
+    def reset_learner(self) -> None:
+        """Election: learner state is per view."""
+
+    def left_view(self) -> None:
+        """Election: the view we were in is over (pending R-requests fail)."""
+
+    def lease_released(self) -> None:
+        """Hand-over: the lease we granted is released by its holder."""
+
+    def running_for_view(self) -> bool:
+        """Hand-over: are we a candidate already?"""
+        ...
+
+    def start_view_change(self) -> None:
+        """Straggler detection, hand-over: run for the next view."""
+
+    # -- to recovery
+    def recovered_c_chosen(self, owner: ReplicaId, index: int, inst: CInstance) -> None:
+        """Command leader (acknowledgements): a majority accepted our recovery value."""

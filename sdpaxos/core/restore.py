@@ -1,0 +1,87 @@
+"""Restart: rebuild a replica from its durable records (Ongaro's Restart: keep only these).
+
+:func:`replay` fills the C-logs and the assignment log from the records and
+returns what the rest of the replica needs (the promised and established views,
+the next own C-instance index); the facade hands those to the roles. What the
+records do not hold is volatile by design (``docs/recovery.md`` section 5): a
+replica that was the sequencer restarts without a sequencer and a view change
+rebuilds what matters from durable votes.
+"""
+
+from dataclasses import dataclass
+
+from sdpaxos.core.clog import CLog
+from sdpaxos.core.errors import LocalProtocolError
+from sdpaxos.core.olog import OLog
+from sdpaxos.core.storage import (
+    CAccepted,
+    CPromised,
+    OAccepted,
+    Record,
+    ViewEstablished,
+    ViewPromised,
+)
+from sdpaxos.core.types import Ballot, OValue, ReplicaId, Slot, View
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What the records say beyond the logs themselves."""
+
+    promised: View
+    est_view: View
+    est_seq: ReplicaId
+    est_start: Slot
+    est_base: Slot
+    #: The index the next own C-instance gets (never one already used).
+    next_index: int
+
+
+def replay(
+    records: list[Record],
+    me: ReplicaId,
+    own_ballot: Ballot,
+    sequencer: ReplicaId,
+    clog: CLog,
+    olog: OLog,
+) -> Replayed:
+    """Apply ``records`` in order to ``clog`` and ``olog``."""
+    promised = 0
+    next_index = 0
+    est: tuple[View, ReplicaId, Slot, Slot] = (0, sequencer, 0, 0)
+    for rec in records:
+        if isinstance(rec, CAccepted):
+            inst = clog.entry(rec.owner, rec.index)
+            if rec.ballot >= inst.ballot:
+                inst.ballot = rec.ballot
+                inst.commands = rec.commands
+            inst.promised = max(inst.promised, rec.ballot)
+            clog.c_max[rec.owner] = max(clog.c_max[rec.owner], rec.index)
+            if rec.owner == me and rec.ballot == own_ballot:
+                next_index = max(next_index, rec.index + 1)
+        elif isinstance(rec, CPromised):
+            inst = clog.entry(rec.owner, rec.index)
+            inst.promised = max(inst.promised, rec.ballot)
+        elif isinstance(rec, OAccepted):
+            _replay_o(olog, rec.view, rec.start, rec.values)
+            promised = max(promised, rec.view)
+        elif isinstance(rec, ViewEstablished):
+            _replay_o(olog, rec.view, rec.start, rec.values)
+            if rec.view >= est[0]:
+                est = (rec.view, rec.sequencer, rec.start, rec.base)
+            promised = max(promised, rec.view)
+        elif isinstance(rec, ViewPromised):
+            promised = max(promised, rec.view)
+        else:
+            raise LocalProtocolError(f"unknown durable record {rec!r}")
+    return Replayed(promised, *est, next_index)
+
+
+def _replay_o(olog: OLog, ballot: Ballot, start: Slot, values: tuple[OValue, ...]) -> None:
+    olog.grow(start + len(values))
+    owners, counts, ballots = olog.owner, olog.count, olog.ballot
+    for k, (owner, count) in enumerate(values):
+        slot = start + k
+        if ballot >= ballots[slot]:
+            owners[slot], counts[slot] = owner, count
+            ballots[slot] = ballot

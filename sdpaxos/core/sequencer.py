@@ -1,0 +1,365 @@
+"""The sequencer: allocation of O-instances, heartbeats and leases, the history table.
+
+One replica per view. It turns C-accepts and C-requests into O-instances whose
+value is only a replica id and a count (paper Fig. 5 lines 12-15), sends them as
+O-accepts (to the command leader only for N <= 5, thrifty), retransmits from
+what each acceptor acknowledged, sends heartbeats that carry lease requests
+(section 3.5), and keeps, per key, the last slot it gave a write (the history
+table reads wait on). Its state is volatile: a restarted sequencer is deposed
+and a view change rebuilds what matters from durable votes.
+
+Allocation guard (Fig. 5 line 13, pitfall 1 of ``docs/protocol.md``): the
+sequencer allocates for ``n`` only while the C-instances of ``n`` it has
+covered are fewer than ``index + 1`` for the highest C-instance of ``n`` it has
+heard of, so duplicated or reordered C-accepts and C-requests can never
+over-allocate.
+"""
+
+import math
+
+from sdpaxos.core.context import Context
+from sdpaxos.core.messages import CRequest, Heartbeat, LeaseGrant, NewView, OAccept, OAck
+from sdpaxos.core.olog import NOT_ESTABLISHED
+from sdpaxos.core.reactions import Reactions
+from sdpaxos.core.storage import OAccepted
+from sdpaxos.core.types import OValue, ReplicaId, Slot
+
+
+class Sequencer:
+    """Allocation, O-accept transmission, heartbeats and leases, the history table."""
+
+    def __init__(self, ctx: Context, reactions: Reactions) -> None:
+        self.s = ctx
+        self.r = reactions
+        n = ctx.n
+        #: Per owner: C-instances covered by allocated O-instances. Derivable from
+        #: the O-log (``OLog.coverage``) but kept: the allocation guard reads it on
+        #: every C-accept and C-request, and a scan of the log there would be O(log).
+        self.covered: list[int] = [0] * n
+        #: Owners with a pending allocation, in arrival order -> wanted coverage.
+        self.want_upto: dict[ReplicaId, int] = {}
+        #: Per peer: O-instances sent so far (prefix; -1: the range is to be sent).
+        self.sent_upto: list[Slot] = [0] * n
+        #: Peers to send what they lack at the next allocation.
+        self.resend: set[ReplicaId] = set()
+        self.lazy_ms = 0.0
+        self.resend_check_ms = 0.0
+        #: Acknowledged prefixes one retransmission period ago.
+        self.acked_before: list[Slot] = [0] * n
+        #: New sequencer only: the rebuilt range ``[start, end)`` until a
+        #: majority accepted it in this view.
+        self.rebuild: tuple[Slot, Slot] | None = None
+        # Heartbeats and the lease (section 3.5).
+        self.hb_sent_ms = -math.inf
+        self.hb_stamp = 0
+        #: Heartbeat stamp -> (when it was sent, who granted a lease).
+        self.lease_grants: dict[int, tuple[float, set[ReplicaId]]] = {}
+        #: Our lease holds while ``now < lease_valid_until_ms``.
+        self.lease_valid_until_ms = -math.inf
+        # The history table: key -> the last slot given a write of it.
+        self.history: dict[bytes, Slot] = {}
+        self.history_floor: Slot = -1
+        self.pending_keys: dict[tuple[ReplicaId, int], tuple[bytes, ...]] = {}
+
+    # ------------------------------------------------------------ allocation
+
+    def order(self, owner: ReplicaId, index: int, keys: tuple[bytes, ...] | None) -> None:
+        """C-instances ``0 .. index`` of ``owner`` exist: order them (``keys``: what
+        ``owner.index`` writes, for the history table, if known)."""
+        if keys is not None and index >= self.covered[owner]:
+            self.pending_keys[(owner, index)] = keys
+        want = index + 1
+        if want > self.covered[owner] and want > self.want_upto.get(owner, 0):
+            self.want_upto[owner] = want
+
+    def handle_c_request(self, m: CRequest) -> None:
+        s = self.s
+        if s.out.tracer is not None:
+            s.out.trace("HandleCRequest", owner=m.owner, index=m.index)
+        if m.index < self.covered[m.owner]:
+            # Already ordered: a retransmission. Resend what the owner lacks.
+            if m.o_accepted_upto < self.sent_upto[m.owner]:
+                self.rewind_sent(m.owner, m.o_accepted_upto)
+            self.resend.add(m.owner)
+        else:
+            self.order(m.owner, m.index, m.keys if m.keys else None)
+
+    def allocate(self) -> None:
+        """Turn pending wants into O-instances and send O-accepts (Fig. 5 lines 12-15).
+
+        The log ends at ``acc_upto`` (the sequencer accepted all it allocated);
+        slots beyond it may still hold values of older views, never chosen, which
+        new allocations overwrite (they stay in the durable records too).
+        """
+        s = self.s
+        olog = s.olog
+        cfg = s.config
+        start = end = olog.acc_upto
+        covered = self.covered
+        new_owners: set[ReplicaId] = set()
+        allocated: list[OValue] = []
+        for owner, want in self.want_upto.items():
+            batch_max = 1 if (s.n == 5 and owner != s.me) else cfg.o_batch_max
+            while covered[owner] < want:
+                count = min(want - covered[owner], batch_max)
+                self.record_history(end, owner, covered[owner], count)
+                allocated.append((owner, count))
+                covered[owner] += count
+                end += 1
+            new_owners.add(owner)
+        self.want_upto.clear()
+        if allocated:
+            olog.grow(end)
+            owners, counts, ballots, committed = (
+                olog.owner,
+                olog.count,
+                olog.ballot,
+                olog.committed,
+            )
+            view = s.views.view
+            for k, (owner, count) in enumerate(allocated):
+                slot = start + k
+                owners[slot], counts[slot], ballots[slot], committed[slot] = (
+                    owner,
+                    count,
+                    view,
+                    False,
+                )
+            values = tuple(allocated)
+            s.out.persist(OAccepted(view, start, values))
+            s.stats.o_instances_allocated += len(values)
+            if s.out.tracer is not None:
+                s.out.trace("AllocateO", start=start, values=values)
+            olog.acc_upto = end
+            olog.heard_upto = max(olog.heard_upto, end)
+            olog.advance_known(s.progress.slot, view)
+            olog.acked[s.me] = end
+            olog.acked_dirty = True
+        recipients = self.resend
+        self.resend = set()
+        for owner in new_owners:
+            recipients.update(self.o_accept_targets(owner))
+        for p in sorted(recipients):
+            self.send_o_accepts(p)
+
+    def o_accept_targets(self, owner: ReplicaId) -> tuple[ReplicaId, ...]:
+        """Who receives the O-accept for ``owner``'s new O-instance (paper section 4)."""
+        s = self.s
+        if owner == s.me:
+            return s.prox.c_quorum  # the sequencer's own: its nearest majority
+        if not s.config.thrifty:
+            return tuple(s.prox.near)
+        if s.n <= 5:
+            return (owner,)  # "only sent to the command leader"
+        extra = [p for p in s.prox.near if p != owner][: s.majority - 2]
+        return (owner, *extra)
+
+    def rewind_sent(self, peer: ReplicaId, acked: Slot) -> None:
+        """Resend to ``peer`` from what it acknowledged; a peer that has not
+        acknowledged the range gets the range again (-1: not sent)."""
+        self.sent_upto[peer] = acked if acked >= self.s.views.est_base else NOT_ESTABLISHED
+
+    def send_o_accepts(self, peer: ReplicaId) -> None:
+        """Send ``peer`` every O-instance it has not been sent (prefix piggy-backing).
+
+        A peer that has not acknowledged this view's rebuilt range first gets the
+        whole range in one O-accept (accepted atomically), whatever its size.
+        """
+        s = self.s
+        olog = s.olog
+        end = olog.acc_upto
+        sent = self.sent_upto[peer]
+        base = s.views.est_base
+        chunk = s.config.o_accept_values_max
+        me, view = s.me, s.views.view
+        if sent < base or sent == NOT_ESTABLISHED:
+            sent = s.views.est_start
+            stop = max(base, min(end, sent + chunk))
+            s.out.send(peer, OAccept(me, view, sent, olog.values(sent, stop), base, True))
+            sent = stop
+        while sent < end:
+            stop = min(end, sent + chunk)
+            s.out.send(peer, OAccept(me, view, sent, olog.values(sent, stop), base, False))
+            sent = stop
+        self.sent_upto[peer] = sent
+
+    def resend_own_o_accepts(self) -> None:
+        """The sequencer's own O-instances lack a quorum: resend from each peer's ack."""
+        s = self.s
+        acked = s.olog.acked
+        end = s.olog.acc_upto
+        for p in s.prox.near:
+            if acked[p] < end and self.sent_upto[p] > acked[p]:
+                self.rewind_sent(p, acked[p])
+                self.resend.add(p)
+        s.stats.retransmissions += 1
+
+    def handle_o_ack(self, m: OAck) -> None:
+        """An acceptor's accepted prefix (the sequencer, and owners for N >= 7, get these)."""
+        s = self.s
+        olog = s.olog
+        upto = m.upto
+        if s.out.tracer is not None:
+            s.out.trace("HandleOAck", src=m.src, upto=upto)
+        leading = s.views.is_sequencer
+        if upto < s.views.est_base:
+            if leading:
+                # The peer lacks this view's range: the NewView if the range is
+                # chosen (then everything after it), else the range itself.
+                p = m.src
+                if s.views.new_view is not None:
+                    s.out.send(p, s.views.new_view)
+                    self.sent_upto[p] = s.views.est_base
+                else:
+                    self.sent_upto[p] = NOT_ESTABLISHED
+                self.resend.add(p)
+            return
+        if upto > olog.acked[m.src]:
+            olog.acked[m.src] = upto
+            olog.acked_dirty = True
+        if leading and upto > self.sent_upto[m.src]:
+            self.sent_upto[m.src] = upto
+
+    def tick(self, now: float) -> None:
+        """Heartbeats, and lazy and stalled-peer retransmission of the assignment log."""
+        s = self.s
+        cfg = s.config
+        if now - self.hb_sent_ms >= cfg.heartbeat_ms:
+            self.send_heartbeats()
+        if now - self.lazy_ms >= cfg.retransmit_ms / 3:
+            # Lazily push the assignment log to peers that are behind.
+            self.lazy_ms = now
+            end = s.olog.acc_upto
+            for p in s.prox.near:
+                if self.sent_upto[p] < end:
+                    self.resend.add(p)
+        if now - self.resend_check_ms >= cfg.retransmit_ms:
+            # A peer whose acknowledgement did not move for a whole period
+            # while it lags has lost something: resend from its ack.
+            self.resend_check_ms = now
+            end = s.olog.acc_upto
+            previous = self.acked_before
+            acked_now = s.olog.acked
+            for p in s.prox.near:
+                acked = acked_now[p]
+                if acked == previous[p] and acked < end and self.sent_upto[p] > acked:
+                    self.rewind_sent(p, acked)
+                    self.resend.add(p)
+            self.acked_before = list(acked_now)
+
+    # ------------------------------------------------------------ view change
+
+    def start_view(self, start: Slot, end: Slot) -> None:
+        """We won: sequence from the rebuilt range ``[start, end)`` on, from nothing."""
+        s = self.s
+        self.covered = s.olog.coverage(end, s.n)
+        self.want_upto.clear()
+        self.sent_upto = [NOT_ESTABLISHED] * s.n
+        self.rebuild = (start, end)
+        # A new sequencer has no history: reads wait for the whole log (i_G).
+        self.history.clear()
+        self.pending_keys.clear()
+        self.history_floor = end - 1
+        self.lease_valid_until_ms = -math.inf
+        self.lease_grants.clear()
+
+    def stop_view(self) -> None:
+        """Another view is established here: nothing of ours is pending any more."""
+        self.want_upto.clear()
+        self.resend.clear()
+
+    def commit_rebuilt_range(self) -> None:
+        """A majority accepted the rebuilt range: it is chosen; notify everyone."""
+        assert self.rebuild is not None
+        s = self.s
+        olog = s.olog
+        start, end = self.rebuild
+        self.rebuild = None
+        s.views.range_committed = True
+        view = s.views.view
+        for slot in range(start, end):
+            if not olog.committed[slot]:
+                olog.commit(slot, view)
+        values = olog.values(start, end)
+        msg = NewView(s.me, view, start, values)
+        s.views.new_view = msg
+        s.out.broadcast(s.prox.near, msg)
+        s.progress.dirty = True
+        if s.out.tracer is not None:
+            s.out.trace("SendNewView", view=view, start=start, values=len(values))
+
+    # ------------------------------------------------- heartbeats and lease
+
+    def send_heartbeats(self) -> None:
+        s = self.s
+        now = s.now_ms
+        self.hb_sent_ms = now
+        self.hb_stamp += 1
+        stamp = self.hb_stamp
+        msg = Heartbeat(s.me, s.views.view, s.olog.acc_upto, stamp, self.heartbeat_base())
+        s.out.broadcast(s.prox.near, msg)
+        self.lease_grants[stamp] = (now, {s.me})
+        horizon = now - s.config.lease_ms
+        for old in [k for k, (sent, _) in self.lease_grants.items() if sent < horizon]:
+            del self.lease_grants[old]
+
+    def heartbeat_base(self) -> Slot:
+        """The view's base once the rebuilt range is chosen, else -1."""
+        views = self.s.views
+        return views.est_base if views.range_committed and views.is_sequencer else -1
+
+    def current_heartbeat(self) -> Heartbeat:
+        """The latest heartbeat again (for a replica that wrote to an old view)."""
+        s = self.s
+        return Heartbeat(s.me, s.views.view, s.olog.acc_upto, self.hb_stamp, self.heartbeat_base())
+
+    def handle_lease_grant(self, m: LeaseGrant) -> None:
+        s = self.s
+        if not s.views.is_sequencer:
+            return
+        grant = self.lease_grants.get(m.stamp)
+        if grant is None:
+            return  # too old to matter
+        sent_ms, grantors = grant
+        grantors.add(m.src)
+        if len(grantors) >= s.majority:
+            # Dated from when we asked, on our clock, shortened for clock rates.
+            until = sent_ms + s.config.lease_hold_ms
+            if until > self.lease_valid_until_ms:
+                self.lease_valid_until_ms = until
+
+    def has_lease(self) -> bool:
+        """Do we hold a sequencer lease granted by a majority at the latest time given?"""
+        s = self.s
+        return (
+            s.views.is_sequencer
+            and self.rebuild is None
+            and s.views.handing_over is None
+            and s.now_ms < self.lease_valid_until_ms
+        )
+
+    # ---------------------------------------------------------- history table
+
+    def read_slot(self, key: bytes | None) -> Slot:
+        """The last slot a write of ``key`` may occupy (i_A, or i_G when unsure)."""
+        floor = self.history_floor
+        if not key:
+            return self.s.olog.acc_upto - 1
+        return max(self.history.get(key, -1), floor)
+
+    def record_history(self, slot: Slot, owner: ReplicaId, first: int, count: int) -> None:
+        """Slot ``slot`` orders C-instances ``first ..`` of ``owner``."""
+        history = self.history
+        for index in range(first, first + count):
+            keys = self.pending_keys.pop((owner, index), None)
+            if keys is None or b"" in keys:
+                # Unknown objects (the request was lost, or a write named none):
+                # every read must wait for this slot.
+                self.history_floor = slot
+                continue
+            for key in keys:
+                history.pop(key, None)
+                history[key] = slot
+        while len(history) > self.s.config.history_keys_max:
+            oldest = next(iter(history))
+            self.history_floor = max(self.history_floor, history.pop(oldest))

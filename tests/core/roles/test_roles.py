@@ -1,0 +1,227 @@
+"""Each role on its own: a real Context, the Recorder standing in for every other role."""
+
+import pytest
+
+from sdpaxos.core.acceptor import Acceptor
+from sdpaxos.core.clog import CLog
+from sdpaxos.core.command_leader import CommandLeader
+from sdpaxos.core.election import Election
+from sdpaxos.core.errors import LocalProtocolError
+from sdpaxos.core.executor import Executor
+from sdpaxos.core.learner import Learner
+from sdpaxos.core.messages import (
+    CAccept,
+    CAck,
+    CPrepare,
+    CRequest,
+    OAccept,
+    RReply,
+    RRequest,
+    StragglerVote,
+    VRequest,
+)
+from sdpaxos.core.olog import OLog
+from sdpaxos.core.reads import Reads
+from sdpaxos.core.recovery import Recovery
+from sdpaxos.core.restore import replay
+from sdpaxos.core.sequencer import Sequencer
+from sdpaxos.core.storage import CAccepted, OAccepted, ViewPromised
+from sdpaxos.core.straggler import Straggler
+from sdpaxos.core.types import Command
+from tests.core.roles.conftest import Recorder, committed_instance, make_ctx
+
+
+def kinds(ctx) -> list[tuple[int, str]]:
+    return [(dst, type(m).__name__) for dst, m in ctx.out.messages]
+
+
+def test_command_leader_batches_and_sends_c_accepts_to_its_thrifty_quorum(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=1, sequencer=0)
+    leader = CommandLeader(ctx, rec)
+    leader.proposals.extend([Command(1, 1, b"a", b"k"), Command(2, 1, b"b")])
+    leader.start_c_instances()
+    assert ctx.out.persisted == [CAccepted(1, 0, leader.own_ballot, leader.inflight[0])]
+    assert kinds(ctx) == [(p, "CAccept") for p in ctx.prox.c_quorum] + (
+        [] if 0 in ctx.prox.c_quorum else [(0, "CRequest")]
+    )
+    assert leader.next_index == 1 and list(leader.inflight) == [0]
+    assert rec.calls == []  # not the sequencer: nothing to order itself
+
+
+def test_command_leader_at_the_sequencer_orders_its_own_instance(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=0, sequencer=0)
+    leader = CommandLeader(ctx, rec)
+    leader.proposals.append(Command(1, 1, b"a", b"k"))
+    leader.start_c_instances()
+    assert rec.calls == [("order_c_instance", (0, 0, (b"k",)))]
+
+
+def test_command_leader_commits_on_a_majority_and_reports_a_recovered_instance(
+    rec: Recorder,
+) -> None:
+    ctx = make_ctx(3, me=1, sequencer=0)
+    leader = CommandLeader(ctx, rec)
+    leader.proposals.append(Command(1, 1, b"a"))
+    leader.start_c_instances()
+    ctx.out.take()
+    leader.handle_c_ack(CAck(2, 0, 1, 0, leader.own_ballot))
+    assert ctx.clog.get(1, 0).committed and ctx.progress.dirty
+    assert {type(m).__name__ for _, m in ctx.out.messages} == {"CCommit"}
+    inst = ctx.clog.entry(2, 0)  # one we recover for replica 2
+    inst.ballot, inst.acks = 257, {1}
+    leader.handle_c_ack(CAck(0, 0, 2, 0, 257))
+    assert rec.names() == ["recovered_c_chosen"]
+
+
+def test_acceptor_accepts_acknowledges_and_refuses_a_stale_ballot(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=2, sequencer=0)
+    acceptor = Acceptor(ctx, rec)
+    acceptor.handle_c_accept(CAccept(1, 0, 1, 0, 257, (Command(1, 1, b"x"),)))
+    assert ctx.out.persisted == [CAccepted(1, 0, 257, (Command(1, 1, b"x"),))]
+    assert kinds(ctx) == [(1, "CAck")] and ctx.clog.c_max[1] == 0
+    ctx.out.take()
+    acceptor.handle_c_accept(CAccept(1, 0, 1, 0, 1, (Command(1, 1, b"old"),)))
+    assert not ctx.out.persisted and not ctx.out.messages
+
+
+def test_acceptor_buffers_an_o_accept_beyond_a_gap(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=1, sequencer=0)
+    acceptor = Acceptor(ctx, rec)
+    acceptor.handle_o_accept(OAccept(0, 0, 2, ((2, 1),), 0, False))
+    assert ctx.olog.acc_upto == 0 and 2 in ctx.olog.pending and not ctx.out.persisted
+    acceptor.handle_o_accept(OAccept(0, 0, 0, ((2, 1), (1, 1)), 0, False))
+    assert ctx.olog.acc_upto == 3
+    assert [r.start for r in ctx.out.persisted if isinstance(r, OAccepted)] == [0, 2]
+
+
+def test_sequencer_allocation_guard_never_over_allocates(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=0, sequencer=0)
+    seq = Sequencer(ctx, rec)
+    for _ in range(3):  # duplicated and reordered C-requests and C-accepts for R1's 0..1
+        seq.handle_c_request(CRequest(1, 0, 1, 1, 0, ()))
+        seq.order(1, 0, None)  # what a C-accept from R1 says
+        seq.order(1, 1, None)
+        seq.allocate()
+    assert sum(c for o, c in zip(ctx.olog.owner, ctx.olog.count, strict=True) if o == 1) == 2
+    assert seq.covered[1] == 2
+    assert "OAccept" in {type(m).__name__ for _, m in ctx.out.messages}
+
+
+def test_sequencer_history_table_answers_reads_by_key(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=0, sequencer=0)
+    seq = Sequencer(ctx, rec)
+    seq.order(1, 0, (b"a",))
+    seq.order(2, 0, (b"b",))
+    seq.allocate()
+    assert seq.read_slot(b"a") == 0 and seq.read_slot(b"b") == 1 and seq.read_slot(b"z") == -1
+
+
+def test_learner_commits_own_o_instances_in_the_majority_prefix(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=1, sequencer=0)
+    learner = Learner(ctx, rec)
+    ctx.olog.grow(2)
+    ctx.olog.owner[:2], ctx.olog.count[:2], ctx.olog.ballot[:2] = [1, 2], [1, 1], [0, 0]
+    ctx.olog.acc_upto = 2
+    ctx.olog.acked = [2, 2, -1]
+    learner.advance_safe_prefix()
+    assert learner.safe_upto == 2 and ctx.own_ordered == 1
+    assert [tuple(e) for e in learner.commit_out] == [(0, 0, 1, 1)]
+    assert rec.calls == [("majority_accepted", (2,)), ("own_ordered", (0, 1))]
+
+
+def test_executor_runs_slots_in_order_once_per_session(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=0, sequencer=0)
+    applied: list[bytes] = []
+
+    class App:
+        def apply(self, payload: bytes) -> bytes:
+            applied.append(payload)
+            return payload
+
+    executor = Executor(ctx, App(), set(), observe=False)
+    ctx.olog.grow(3)
+    ctx.olog.owner[:3], ctx.olog.count[:3] = [1, 2, 1], [1, 1, 1]
+    ctx.olog.committed[:3] = [True, True, True]
+    ctx.clog.logs[1][0] = committed_instance((Command(7, 1, b"a"),))
+    ctx.clog.logs[2][0] = committed_instance((Command(7, 1, b"a"),))  # a retry elsewhere
+    executor.execute()
+    assert applied == [b"a"] and ctx.progress.slot == 2 and executor.blocked == (1, 1)
+
+
+def test_election_defers_a_vote_under_its_lease_then_votes(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=2, sequencer=0)
+    election = Election(ctx, rec)
+    election.lease_until_ms = 500.0
+    election.handle_v_request(VRequest(1, 1, 0))
+    assert election.deferred_vote is not None and not ctx.out.messages
+    cfg = ctx.config
+    # Past the lease and the margin, before this replica would run itself (its stagger).
+    ctx.now_ms = cfg.lease_ms + cfg.election_margin_ms + 1
+    assert cfg.successor_stagger_ms > 1
+    election.tick(ctx.now_ms)
+    assert ctx.out.persisted == [ViewPromised(1)]
+    assert kinds(ctx) == [(1, "Vote")]
+    assert ctx.views.sequencer is None and ctx.views.view == 1
+    queries = {"oldest_unordered_started_ms"}
+    assert [n for n in rec.names() if n not in queries] == [
+        "left_view",
+        "reset_learner",
+        "resync_toward",
+    ]
+
+
+def test_recovery_prepares_with_a_ballot_above_the_owners(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=0, sequencer=0)
+    recovery = Recovery(ctx, rec)
+    ctx.olog.grow(1)
+    ctx.olog.owner[0], ctx.olog.count[0], ctx.olog.committed[0] = 1, 1, True
+    assert recovery.maybe_start(1, 0)
+    prepare = [m for _, m in ctx.out.messages if isinstance(m, CPrepare)]
+    assert prepare and prepare[0].ballot >= 256  # round >= 1 outranks the owner's round 0
+    assert rec.names() == ["promise_c"] and 1 in recovery.runs
+
+
+def test_reads_ask_the_sequencer_then_wait_for_the_slot(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=1, sequencer=0)
+    reads = Reads(ctx, rec)
+    reads.read(7, b"k")
+    assert kinds(ctx) == [(0, "RRequest")]
+    reads.handle_r_reply(RReply(0, 0, 7, 3, True))
+    assert reads.pending[7][0] == 3
+    reads.serve()
+    assert not ctx.out.reads  # slot 3 not executed yet
+    ctx.progress.slot = 4
+    reads.serve()
+    assert [(r.read_id, r.ok) for r in ctx.out.reads] == [(7, True)]
+
+
+def test_reads_at_the_sequencer_answer_from_its_history(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=0, sequencer=0)
+    reads = Reads(ctx, rec)
+    reads.handle_r_request(RRequest(1, 0, 9, b"k"))
+    assert [(d, m.slot, m.ok) for d, m in ctx.out.messages] == [(1, 4, True)]
+    with pytest.raises(LocalProtocolError):
+        reads.read(3, b"k")
+        reads.read(3, b"k")
+
+
+def test_straggler_majority_starts_a_view_change(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=1, sequencer=0)
+    straggler = Straggler(ctx, rec)
+    straggler.polling = {1}
+    straggler.handle_straggler_vote(StragglerVote(2, 0, True))
+    assert ctx.views.distrust and rec.names() == ["start_view_change"]
+    with pytest.raises(LocalProtocolError):
+        straggler.transfer_sequencer(2)  # not the sequencer
+
+
+def test_restore_replays_records_and_never_reuses_an_index() -> None:
+    clog, olog = CLog(3), OLog(3)
+    records = [
+        CAccepted(1, 4, 1, (Command(1, 1, b"x"),)),
+        OAccepted(2, 0, ((1, 1),)),
+        ViewPromised(3),
+    ]
+    replayed = replay(records, me=1, own_ballot=1, sequencer=0, clog=clog, olog=olog)
+    assert replayed.next_index == 5 and replayed.promised == 3
+    assert clog.c_max[1] == 4 and olog.owner == [1] and olog.ballot == [2]
