@@ -27,9 +27,10 @@ no I/O; the caller decides when to call ``ready()`` and how often.
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from sdpaxos.core.app import StateMachine
 from sdpaxos.core.messages import Message
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
-from sdpaxos.core.replica import Replica, StateMachine
+from sdpaxos.core.replica import Replica
 from sdpaxos.core.storage import Record, Storage
 from sdpaxos.core.types import ReplicaId
 
