@@ -748,6 +748,9 @@ class SimCluster:
 
     def _drain(self, r: ReplicaId) -> None:
         """Carry out a replica's effects: persist, then send, then reply."""
+        # The loop stays here, not in sdpaxos.sim.driver: the replica may crash
+        # between two batches, a crash plan aimed at a quiet event fires on the
+        # empty batch, and the trace recorder wraps this method.
         for _ in range(READY_ROUNDS_MAX):
             replica = self.replicas[r]
             if replica is None:

@@ -22,6 +22,15 @@ One batch, in order:
 Each hook gets the whole list of its batch (or is not called when it is empty,
 except ``send``), so a driver's per-message loop stays its own. Pure: no time,
 no I/O; the caller decides when to call ``ready()`` and how often.
+
+Who uses it: :class:`~sdpaxos.sim.cluster.SimCluster` (checker, listeners, a
+crash cut at ``send``), :class:`~sdpaxos.sim.explicit.Net` (pending messages
+and per-replica lists), ``bench/core_micro.py`` (FIFO inboxes, closed-loop
+sessions) and the closed-loop latency loop of ``tests/core/harness.py``. What
+stays each driver's own: when ``ready()`` is called (the simulator drains until
+a batch is empty, to aim a crash at a quiet event too; the others call it once
+per event or round, which is what their tests and counters see), how messages
+travel, and the replica's lifecycle (crash, restart, pause).
 """
 
 from dataclasses import dataclass
