@@ -10,10 +10,11 @@ READY reply comes back from its command leader, the session proposes its next
 command (until ``--commands`` have been proposed in total). Replicas are
 serviced in rounds, in an order shuffled by ``--seed`` each round; servicing a
 replica means stepping every message in its inbox (a *step batch*), calling
-:meth:`Replica.ready` once, counting the records to persist (kept nowhere: the
-benchmark measures the core, not storage), appending each outgoing message to
-the destination's FIFO inbox, and proposing the follow-up commands of the
-sessions whose commands became ready. Nothing is lost, duplicated or
+:meth:`Replica.ready` once and carrying out the batch with the shared in-memory
+driver (:func:`sdpaxos.sim.driver.carry_out`): counting the records to persist
+(kept nowhere: the benchmark measures the core, not storage), appending each
+outgoing message to the destination's FIFO inbox, and proposing the follow-up
+commands of the sessions whose commands became ready. Nothing is lost, duplicated or
 reordered per link, so :meth:`Replica.tick` is never needed; it is called only
 as a fallback when the cluster goes quiet before finishing (counted as
 ``ticks``; a healthy run shows 0).
@@ -56,7 +57,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from sdpaxos.core import ClusterConfig, Command, Message, Replica, ReplyKind
+from sdpaxos.core import ClusterConfig, Command, Message, Record, Replica, Reply, ReplyKind
+from sdpaxos.sim.driver import Node, Outlet
 
 _CORE_DEFAULTS = ClusterConfig(replicas=3)
 
@@ -234,6 +236,138 @@ def codec_available() -> bool:
     return codec_unavailable_reason() is None
 
 
+class CountingStorage:
+    """Counts the records a batch asks to persist and keeps none of them.
+
+    The benchmark measures the core, not storage; the durability order is still
+    the shared driver's (:func:`sdpaxos.sim.driver.carry_out`).
+    """
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    def append(self, records: list[Record]) -> None:
+        self.records += len(records)
+
+    def load(self) -> list[Record]:
+        return []
+
+
+class _Loop(Outlet):
+    """Where the replicas' batches go: FIFO inboxes, and the closed-loop sessions.
+
+    ``activity`` counts the batches that sent or answered something (the quiet
+    detection of :func:`run_once`).
+    """
+
+    __slots__ = (
+        "activity",
+        "committed",
+        "inboxes",
+        "nodes",
+        "outstanding",
+        "problems",
+        "remaining",
+        "sent",
+    )
+
+    def __init__(
+        self,
+        nodes: list[Node[DigestMachine]],
+        outstanding: list[int],
+        remaining: int,
+        problems: list[str],
+    ) -> None:
+        self.nodes = nodes
+        self.inboxes: list[list[Any]] = [[] for _ in nodes]
+        self.outstanding = outstanding
+        self.remaining = remaining
+        self.problems = problems
+        self.activity = 0
+        self.committed = 0
+        self.sent = 0
+
+    def send(self, replica: int, messages: list[tuple[int, Message]]) -> bool:
+        if messages:
+            self.sent += len(messages)
+            self.activity += 1
+            inboxes = self.inboxes
+            for dst, m in messages:
+                inboxes[dst].append(m)
+        return False
+
+    def replies(self, replica: int, replies: list[Reply]) -> None:
+        self.activity += 1
+        outstanding = self.outstanding
+        propose = self.nodes[replica].replica.propose
+        pack = _PAYLOAD.pack
+        ready_kind = ReplyKind.READY
+        committed = self.committed  # locals in the per-reply loop, stored back below
+        remaining = self.remaining
+        for reply in replies:
+            cid = reply.client_id
+            seq = reply.seq
+            if reply.kind != ready_kind or outstanding[cid] != seq:
+                self.problems.append(f"unexpected reply {reply!r} at replica {replica}")
+                continue
+            committed += 1
+            if remaining:
+                remaining -= 1
+                seq += 1
+                outstanding[cid] = seq
+                propose(Command(cid, seq, pack(cid, seq)))
+            else:
+                outstanding[cid] = 0
+        self.committed = committed
+        self.remaining = remaining
+
+
+class _CodecLoop(_Loop):
+    """:class:`_Loop` with every batch encoded per destination and counted on the wire."""
+
+    __slots__ = ("batch_max", "encode_batch", "frames", "wire_bytes")
+
+    def __init__(
+        self,
+        nodes: list[Node[DigestMachine]],
+        outstanding: list[int],
+        remaining: int,
+        problems: list[str],
+        encode_batch: Callable[[list[Message]], bytes],
+        batch_max: int,
+    ) -> None:
+        super().__init__(nodes, outstanding, remaining, problems)
+        self.encode_batch = encode_batch
+        self.batch_max = batch_max
+        self.frames = 0
+        self.wire_bytes = 0
+
+    def send(self, replica: int, messages: list[tuple[int, Message]]) -> bool:
+        if not messages:
+            return False
+        self.sent += len(messages)
+        self.activity += 1
+        per_dst: dict[int, list[Message]] = {}
+        for dst, m in messages:
+            bucket = per_dst.get(dst)
+            if bucket is None:
+                per_dst[dst] = [m]
+            else:
+                bucket.append(m)
+        encode_batch = self.encode_batch
+        batch_max = self.batch_max
+        inboxes = self.inboxes
+        for dst, bucket in per_dst.items():
+            for lo in range(0, len(bucket), batch_max):
+                frame = encode_batch(bucket[lo : lo + batch_max])
+                self.frames += 1
+                self.wire_bytes += len(frame)
+                inboxes[dst].append(frame)
+        return False
+
+
 def run_once(settings: Settings, progress: Callable[[str], None] | None = None) -> RunResult:
     """Build a fresh cluster, run ``settings.commands`` commands to completion, verify."""
     s = settings
@@ -241,26 +375,22 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
         raise ValueError("commands and sessions must be >= 1")
     n = s.replicas
     cfg = s.cluster_config()
-    machines = [DigestMachine() for _ in range(n)]
-    reps = [
-        Replica(cfg, r, machines[r], rng=random.Random(s.seed * 1_000_003 + r)) for r in range(n)
-    ]
+    storages = [CountingStorage() for _ in range(n)]
+    nodes: list[Node[DigestMachine]] = []
+    for r in range(n):
+        machine = DigestMachine()
+        replica = Replica(cfg, r, machine, rng=random.Random(s.seed * 1_000_003 + r))
+        nodes.append(Node(r, replica, storages[r], machine))
+    machines = [node.machine for node in nodes]
     order_rng = random.Random(s.seed)
     res = RunResult(settings=s)
-
-    if s.codec:
-        encode_batch, decode_batch, batch_max = _load_codec()
-    else:
-        encode_batch = decode_batch = None  # type: ignore[assignment]
-        batch_max = 0
+    problems = res.problems
 
     total = s.commands
     pack = _PAYLOAD.pack
-    ready_kind = ReplyKind.READY
     # Session ``cid`` (1-based, unique cluster-wide) lives at replica
     # ``(cid - 1) // sessions``; ``outstanding[cid]`` is its command in flight.
     outstanding = [0] * (n * s.sessions + 1)
-    inboxes: list[list[Any]] = [[] for _ in range(n)]
     order = list(range(n))
 
     # Initial load: one command per session, dealt round-robin over the replicas
@@ -272,8 +402,17 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
                 break
             cid = r * s.sessions + i + 1
             outstanding[cid] = 1
-            reps[r].propose(Command(cid, 1, pack(cid, 1)))
+            nodes[r].replica.propose(Command(cid, 1, pack(cid, 1)))
             remaining -= 1
+
+    loop: _Loop
+    decode_batch: Callable[[bytes], list[Message]] | None = None
+    if s.codec:
+        encode_batch, decode_batch, batch_max = _load_codec()
+        loop = _CodecLoop(nodes, outstanding, remaining, problems, encode_batch, batch_max)
+    else:
+        loop = _Loop(nodes, outstanding, remaining, problems)
+    inboxes = loop.inboxes
 
     perf = time.perf_counter
     cpu0 = time.process_time()
@@ -283,25 +422,19 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
     commit_done: float | None = None
     steps = 0
     rounds = 0
-    committed = 0
-    persisted = 0
-    sent = 0
-    frames = 0
-    wire_bytes = 0
     ticks = 0
     quiet = 0
-    problems = res.problems
 
     while True:
         rounds += 1
         order_rng.shuffle(order)
-        activity = 0
+        loop.activity = 0
         for r in order:
-            rep = reps[r]
+            node = nodes[r]
             inbox = inboxes[r]
             if inbox:
                 inboxes[r] = []
-                step = rep.step
+                step = node.replica.step
                 now_ms = ticks * cfg.tick_ms  # the logical clock (see the ticks below)
                 if decode_batch is None:
                     for m in inbox:
@@ -313,49 +446,12 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
                         for m in batch:
                             step(m, now_ms)
                         steps += len(batch)
-                activity += 1
-            rd = rep.ready()
-            persisted += len(rd.persist)
-            msgs = rd.messages
-            if msgs:
-                sent += len(msgs)
-                activity += 1
-                if encode_batch is None:
-                    for dst, m in msgs:
-                        inboxes[dst].append(m)
-                else:
-                    per_dst: dict[int, list[Message]] = {}
-                    for dst, m in msgs:
-                        bucket = per_dst.get(dst)
-                        if bucket is None:
-                            per_dst[dst] = [m]
-                        else:
-                            bucket.append(m)
-                    for dst, bucket in per_dst.items():
-                        for lo in range(0, len(bucket), batch_max):
-                            frame = encode_batch(bucket[lo : lo + batch_max])
-                            frames += 1
-                            wire_bytes += len(frame)
-                            inboxes[dst].append(frame)
-            replies = rd.replies
-            if replies:
-                activity += 1
-                propose = rep.propose
-                for reply in replies:
-                    cid = reply.client_id
-                    seq = reply.seq
-                    if reply.kind != ready_kind or outstanding[cid] != seq:
-                        problems.append(f"unexpected reply {reply!r} at replica {r}")
-                        continue
-                    committed += 1
-                    if remaining:
-                        remaining -= 1
-                        seq += 1
-                        outstanding[cid] = seq
-                        propose(Command(cid, seq, pack(cid, seq)))
-                    else:
-                        outstanding[cid] = 0
+                loop.activity += 1
+            # ready() once; records counted, messages to the inboxes, replies to
+            # the sessions (which propose their next commands).
+            node.flush(loop)
 
+        committed = loop.committed
         now = perf()
         if commit_done is None and committed >= total:
             commit_done = now
@@ -368,7 +464,7 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
                     finished = False
         if finished or problems:
             break
-        if activity:
+        if loop.activity:
             quiet = 0
         else:
             quiet += 1
@@ -379,8 +475,8 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
                 )
                 break
             ticks += 1
-            for rep in reps:
-                rep.tick(ticks * cfg.tick_ms)  # a logical clock: one tick per quiet round
+            for node in nodes:
+                node.replica.tick(ticks * cfg.tick_ms)  # a logical clock: one tick per quiet round
         if progress is not None and now - last_progress >= 1.0:
             last_progress = now
             progress(
@@ -399,23 +495,24 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
     res.steps = steps
     res.rounds = rounds
     res.ready_calls = rounds * n
-    res.messages_sent = sent
-    res.frames = frames
-    res.wire_bytes = wire_bytes
-    res.persist_records = persisted
+    res.messages_sent = loop.sent
+    if isinstance(loop, _CodecLoop):
+        res.frames = loop.frames
+        res.wire_bytes = loop.wire_bytes
+    res.persist_records = sum(storage.records for storage in storages)
     res.ticks = ticks
-    res.committed = committed
+    res.committed = loop.committed
     res.executed = [m.count for m in machines]
     res.digests = [m.digest() for m in machines]
-    for rep in reps:
-        st = rep.stats
+    for node in nodes:
+        st = node.replica.stats
         res.c_instances += st.c_instances_started
         res.o_instances += st.o_instances_allocated
         res.rejected += st.rejected
         res.stale += st.stale
         res.retransmissions += st.retransmissions
         res.learn_requests += st.learn_requests
-    problems.extend(verify(total, committed, res.executed, res.digests, res.rejected))
+    problems.extend(verify(total, loop.committed, res.executed, res.digests, res.rejected))
     return res
 
 

@@ -4,6 +4,11 @@ Single-threaded, no wall clock, no asyncio: one seeded
 :class:`~sdpaxos.sim.chooser.Chooser` makes every decision, so a run is
 reproduced exactly from its seed. Imports only :mod:`sdpaxos.core`,
 :mod:`sdpaxos.wire` and the standard library.
+
+Two smaller drivers live here too: :mod:`sdpaxos.sim.driver`, the in-memory
+driver step every in-process cluster shares (a ``Ready`` batch carried out
+records first, then messages, then answers), and :mod:`sdpaxos.sim.explicit`,
+explicit delivery for protocol transcripts written message by message.
 """
 
 from sdpaxos.sim.checkers import Checker, LivenessViolation, SafetyViolation

@@ -4,10 +4,11 @@ Theory of operation. One :class:`~sdpaxos.sim.scheduler.Scheduler` holds every
 pending event: packet deliveries, replica ticks, client proposals, proximity
 probes and scripted actions. :meth:`SimCluster.step` pops one, feeds it to the
 replica it concerns, then drains that replica's ``Ready`` batches the way every
-driver must: persist first (into the replica's ``MemoryStorage``), then send
-(each ``(src, dst)`` group of one batch is encoded with ``encode_batch`` and
-becomes one packet), then reply. The checker sees every batch as it happens,
-so a safety violation stops the run at the event that caused it.
+driver must, with :func:`sdpaxos.sim.driver.carry_out`: persist first (into the
+replica's ``MemoryStorage``), then send (each ``(src, dst)`` group of one batch
+is encoded with ``encode_batch`` and becomes one packet), then reply. The
+checker sees every batch as it happens, so a safety violation stops the run at
+the event that caused it.
 
 Crash drops the ``Replica`` object (and its state machine) and keeps its
 ``MemoryStorage``; restart rebuilds it with ``records=storage.load()``, exactly
@@ -63,12 +64,13 @@ from typing import Any, Protocol
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
-from sdpaxos.core.ready import ReadResult, Ready, Reply
+from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
 from sdpaxos.core.replica import Replica
 from sdpaxos.core.storage import MemoryStorage, Record
 from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.sim.checkers import Checker
 from sdpaxos.sim.chooser import Chooser, derive_rng
+from sdpaxos.sim.driver import Outlet, carry_out
 from sdpaxos.sim.network import Network, NetworkConfig
 from sdpaxos.sim.profiles import DelayProfile
 from sdpaxos.sim.scheduler import EVENTS_PENDING_MAX, Scheduler
@@ -380,6 +382,7 @@ class SimCluster:
         self._incarnation = [0] * n
         #: Counters (``replica.stats``) of crashed incarnations, summed per name.
         self._retired_counters: dict[str, int] = {}
+        self._outlet = _ClusterOutlet(self)
         for r in range(n):
             self._build(r, records=None)
         for r in range(n):
@@ -745,6 +748,9 @@ class SimCluster:
 
     def _drain(self, r: ReplicaId) -> None:
         """Carry out a replica's effects: persist, then send, then reply."""
+        # The loop stays here, not in sdpaxos.sim.driver: the replica may crash
+        # between two batches, a crash plan aimed at a quiet event fires on the
+        # empty batch, and the trace recorder wraps this method.
         for _ in range(READY_ROUNDS_MAX):
             replica = self.replicas[r]
             if replica is None:
@@ -760,13 +766,17 @@ class SimCluster:
         raise RuntimeError(f"replica {r} produced effects {READY_ROUNDS_MAX} times in a row")
 
     def _carry_out(self, r: ReplicaId, rd: Ready) -> None:
-        if rd.persist:
-            self.storages[r].append(list(rd.persist))
-            self.checker.persisted(r, rd.persist)
-            for persist_listener in self.persist_listeners:
-                persist_listener(r, rd.persist)
+        if not carry_out(r, rd, self.storages[r], self._outlet):
+            # Dead before it answered anyone: no reply, no read result.
+            self.drain_crashes += 1
+            self.crash(r)
+
+    def _send(self, r: ReplicaId, messages: list[tuple[ReplicaId, Any]]) -> bool:
+        """The batch's messages leave: crash cut, message rules, one packet per
+        destination. True when a crash plan cut the batch (the replica dies)."""
         plan = self._crash_plans.pop(r, None)
-        messages = rd.messages if plan is None else _cut(rd.messages, plan)
+        if plan is not None:
+            messages = _cut(messages, plan)
         if self.message_rules:
             messages = self._apply_rules(r, messages)
         groups: dict[ReplicaId, list[Any]] = {}
@@ -784,21 +794,7 @@ class SimCluster:
                 continue
             for at_us in self.network.transmit(self.now_us, r, dst, len(payload), len(batch)):
                 self.scheduler.at(at_us, Deliver(r, dst, payload, len(batch)))
-        if rd.executed:
-            self.checker.executed(r, rd.executed)
-        if plan is not None:
-            # Dead before it answered anyone: no reply, no read result.
-            self.drain_crashes += 1
-            self.crash(r)
-            return
-        for reply in rd.replies:
-            self.checker.replied(r, reply)
-            for listener in self.reply_listeners:
-                listener(r, reply, self.now_us)
-        for result in rd.reads:
-            self.checker.read_served(r, result)
-            for read_listener in self.read_listeners:
-                read_listener(r, result, self.now_us)
+        return plan is not None
 
     def _apply_rules(
         self, r: ReplicaId, messages: list[tuple[ReplicaId, Any]]
@@ -852,3 +848,39 @@ def _counters(replica: SimReplica) -> dict[str, int]:
         for f in fields(stats)
         if isinstance(value := getattr(stats, f.name), int) and not isinstance(value, bool)
     }
+
+
+class _ClusterOutlet(Outlet):
+    """Where a :class:`SimCluster` replica's effects go: the checker, the
+    listeners, and (for messages) :meth:`SimCluster._send`."""
+
+    __slots__ = ("_cluster",)
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self._cluster = cluster
+
+    def persisted(self, replica: ReplicaId, records: list[Record]) -> None:
+        c = self._cluster
+        c.checker.persisted(replica, records)
+        for persist_listener in c.persist_listeners:
+            persist_listener(replica, records)
+
+    def send(self, replica: ReplicaId, messages: list[tuple[ReplicaId, Any]]) -> bool:
+        return self._cluster._send(replica, messages)
+
+    def executed(self, replica: ReplicaId, entries: list[Executed]) -> None:
+        self._cluster.checker.executed(replica, entries)
+
+    def replies(self, replica: ReplicaId, replies: list[Reply]) -> None:
+        c = self._cluster
+        for reply in replies:
+            c.checker.replied(replica, reply)
+            for listener in c.reply_listeners:
+                listener(replica, reply, c.now_us)
+
+    def reads(self, replica: ReplicaId, results: list[ReadResult]) -> None:
+        c = self._cluster
+        for result in results:
+            c.checker.read_served(replica, result)
+            for read_listener in c.read_listeners:
+                read_listener(replica, result, c.now_us)

@@ -1,0 +1,118 @@
+"""The in-memory driver every in-process cluster shares: carry out a ``Ready`` batch.
+
+Why: a :class:`~sdpaxos.core.replica.Replica` does no I/O; whoever runs it (the
+simulator, the explicit-delivery harness :mod:`sdpaxos.sim.explicit`, the core
+micro-benchmark, a test's timed loop) must carry out each batch it hands over
+with :meth:`~sdpaxos.core.replica.Replica.ready` in the durability order of
+:mod:`sdpaxos.core.ready`: the records first, then the messages, then the
+answers. :func:`carry_out` is that order, written once; what "send" or "answer"
+means is each driver's business, given as an :class:`Outlet`.
+
+One batch, in order:
+
+1. ``persist``: appended to the node's storage, then :meth:`Outlet.persisted`;
+2. ``messages``: :meth:`Outlet.send`, called once per batch (with an empty list
+   when there are none: it is the moment the batch's messages leave, and the one
+   point where a driver may let the node die mid-batch by returning ``True``);
+3. ``executed``: :meth:`Outlet.executed` (observation only; the state machine
+   already applied them inside ``ready()``);
+4. ``replies``, then ``reads``: :meth:`Outlet.replies`, :meth:`Outlet.reads`;
+   skipped when the node died in step 2: a dead process answers nobody.
+
+Each hook gets the whole list of its batch (or is not called when it is empty,
+except ``send``), so a driver's per-message loop stays its own. Pure: no time,
+no I/O; the caller decides when to call ``ready()`` and how often.
+
+Who uses it: :class:`~sdpaxos.sim.cluster.SimCluster` (checker, listeners, a
+crash cut at ``send``), :class:`~sdpaxos.sim.explicit.Net` (pending messages
+and per-replica lists), ``bench/core_micro.py`` (FIFO inboxes, closed-loop
+sessions) and the closed-loop latency loop of ``tests/core/harness.py``. What
+stays each driver's own: when ``ready()`` is called (the simulator drains until
+a batch is empty, to aim a crash at a quiet event too; the others call it once
+per event or round, which is what their tests and counters see), how messages
+travel, and the replica's lifecycle (crash, restart, pause).
+"""
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from sdpaxos.core.app import StateMachine
+from sdpaxos.core.messages import Message
+from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
+from sdpaxos.core.replica import Replica
+from sdpaxos.core.storage import Record, Storage
+from sdpaxos.core.types import ReplicaId
+
+__all__ = ["Node", "Outlet", "carry_out"]
+
+M = TypeVar("M", bound=StateMachine)
+
+
+class Outlet:
+    """Where a node's effects go. The defaults drop them; override what you need.
+
+    Every hook receives the id of the replica whose batch is being carried out,
+    so one outlet can serve a whole cluster.
+    """
+
+    __slots__ = ()
+
+    def persisted(self, replica: ReplicaId, records: list[Record]) -> None:
+        """``records`` are durable in the node's storage (they were appended first)."""
+
+    def send(self, replica: ReplicaId, messages: list[tuple[ReplicaId, Message]]) -> bool:
+        """Route the batch's ``(destination, message)`` pairs, possibly none.
+
+        Return ``True`` when the node died while sending (say, a crash aimed at
+        this batch let only a prefix leave): :func:`carry_out` then reports the
+        batch's executed entries and gives no reply and no read result.
+        """
+        return False
+
+    def executed(self, replica: ReplicaId, entries: list[Executed]) -> None:
+        """The state machine applied ``entries``, in this order (``observe=True`` only)."""
+
+    def replies(self, replica: ReplicaId, replies: list[Reply]) -> None:
+        """Answers for the clients that proposed at ``replica``."""
+
+    def reads(self, replica: ReplicaId, results: list[ReadResult]) -> None:
+        """Reads that ``replica`` may serve now (or must send through the log)."""
+
+
+def carry_out(replica: ReplicaId, ready: Ready, storage: Storage, outlet: Outlet) -> bool:
+    """Carry out one ``Ready`` batch of ``replica`` in the durability order.
+
+    Returns ``False`` when the outlet's :meth:`~Outlet.send` said the node died
+    mid-batch (no reply or read result was given), else ``True``.
+    """
+    if ready.persist:
+        storage.append(ready.persist)
+        outlet.persisted(replica, ready.persist)
+    died = outlet.send(replica, ready.messages)
+    if ready.executed:
+        outlet.executed(replica, ready.executed)
+    if died:
+        return False
+    if ready.replies:
+        outlet.replies(replica, ready.replies)
+    if ready.reads:
+        outlet.reads(replica, ready.reads)
+    return True
+
+
+@dataclass(eq=False, slots=True)
+class Node(Generic[M]):
+    """One in-memory replica process: the core, its storage and its state machine.
+
+    ``machine`` is the object the replica applies commands to (the caller built
+    the replica with it); the node keeps it so that a driver can look at it.
+    """
+
+    id: ReplicaId
+    replica: Replica
+    storage: Storage
+    machine: M
+
+    def flush(self, outlet: Outlet) -> bool:
+        """Call ``ready()`` once and carry out the batch (see :func:`carry_out`)."""
+        return carry_out(self.id, self.replica.ready(), self.storage, outlet)
