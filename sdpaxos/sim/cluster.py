@@ -57,7 +57,7 @@ lists or sorted keys only, so a run is a pure function of its seed.
 """
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol
 
@@ -123,21 +123,23 @@ class Codec(Protocol):
 
 
 ReplicaFactory = Callable[
-    [ClusterConfig, ReplicaId, StateMachine, random.Random, bool, list[Record] | None],
+    [ClusterConfig, int, StateMachine, random.Random, bool, list[Record] | None],
     SimReplica,
 ]
 
 
 def core_replica(
     config: ClusterConfig,
-    replica_id: ReplicaId,
+    replica_id: int,
     state_machine: StateMachine,
     rng: random.Random,
     observe: bool,
     records: list[Record] | None,
 ) -> SimReplica:
     """The default :data:`ReplicaFactory`: the real protocol core."""
-    return Replica(config, replica_id, state_machine, rng=rng, observe=observe, records=records)
+    return Replica(
+        config, ReplicaId(replica_id), state_machine, rng=rng, observe=observe, records=records
+    )
 
 
 class WireCodec:
@@ -167,20 +169,20 @@ class WireCodec:
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    src: ReplicaId
-    dst: ReplicaId
+    src: int
+    dst: int
     payload: bytes
     count: int
 
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    replica: ReplicaId
+    replica: int
 
 
 @dataclass(frozen=True, slots=True)
 class Propose:
-    replica: ReplicaId
+    replica: int
     command: Command
     wait: Wait
 
@@ -189,7 +191,7 @@ class Propose:
 class Read:
     """A client asks ``replica`` for a linearizable read of ``key``."""
 
-    replica: ReplicaId
+    replica: int
     read_id: int
     key: bytes | None
 
@@ -198,15 +200,15 @@ class Read:
 class Probe:
     """A proximity probe ``src -> dst`` sent at ``sent_us``, or its echo."""
 
-    src: ReplicaId
-    dst: ReplicaId
+    src: int
+    dst: int
     sent_us: int
     echo: bool
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeRound:
-    replica: ReplicaId
+    replica: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +223,7 @@ class Action:
 class Handled:
     """A slow replica's CPU finished handling ``event`` (only if still ``incarnation``)."""
 
-    replica: ReplicaId
+    replica: int
     incarnation: int
     event: "Deliver | Propose | Read"
 
@@ -243,18 +245,18 @@ class CrashPlan:
 Event = Deliver | Tick | Propose | Read | Probe | ProbeRound | Action | Handled
 Inbound = Deliver | Propose | Read
 
-ReplyListener = Callable[[ReplicaId, Reply, int], None]
-ProposeListener = Callable[[ReplicaId, Command, int], None]
+ReplyListener = Callable[[int, Reply, int], None]
+ProposeListener = Callable[[int, Command, int], None]
 #: ``(replica, result, now_us)`` for every read result a replica hands out.
-ReadListener = Callable[[ReplicaId, ReadResult, int], None]
+ReadListener = Callable[[int, ReadResult, int], None]
 #: ``(replica, event, fields)`` for every trace event of a traced cluster.
-TraceListener = Callable[[ReplicaId, str, dict[str, Any]], None]
+TraceListener = Callable[[int, str, dict[str, Any]], None]
 #: ``(replica, message)`` just before ``replica.step(message)``.
-StepListener = Callable[[ReplicaId, Any], None]
+StepListener = Callable[[int, Any], None]
 #: ``(src, dst, message)`` at send time: ``None`` to send normally, :data:`DROP`
 #: to lose it, or a number of microseconds to hold it back (it may overtake
 #: nothing and be overtaken by anything).
-MessageRule = Callable[[ReplicaId, ReplicaId, Any], int | None]
+MessageRule = Callable[[int, int, Any], int | None]
 
 
 class SimCluster:
@@ -286,7 +288,7 @@ class SimCluster:
         profile: DelayProfile,
         chooser: Chooser,
         *,
-        sequencer: ReplicaId = 0,
+        sequencer: int = 0,
         network: NetworkConfig | None = None,
         tick_ms: float = 10.0,
         configured_proximity: bool = True,
@@ -316,7 +318,7 @@ class SimCluster:
         self.chooser = chooser
         self.config = ClusterConfig(
             replicas=n,
-            sequencer=sequencer,
+            sequencer=ReplicaId(sequencer),
             rtt_ms=profile.replica_rtt_ms() if configured_proximity else None,
             # The core's timeouts are milliseconds turned into ticks of this length.
             **{"tick_ms": tick_ms, **(config_overrides or {})},
@@ -341,17 +343,17 @@ class SimCluster:
         self.step_listeners: list[StepListener] = []
         #: ``(src, dst, message)`` for every message a replica's batch sends (after
         #: message rules and crash cuts), and the id of every crashed replica.
-        self.send_listeners: list[Callable[[ReplicaId, ReplicaId, Any], None]] = []
-        self.crash_listeners: list[Callable[[ReplicaId], None]] = []
+        self.send_listeners: list[Callable[[int, int, Any], None]] = []
+        self.crash_listeners: list[Callable[[int], None]] = []
         #: ``(replica, records)`` for every batch of records a replica persists.
-        self.persist_listeners: list[Callable[[ReplicaId, list[Record]], None]] = []
+        self.persist_listeners: list[Callable[[int, list[Record]], None]] = []
         self.message_rules: list[MessageRule] = []
         self.traced = traced
         #: Messages lost to a message rule, and messages a rule held back.
         self.rule_dropped = 0
         self.rule_held = 0
         #: Replicas that must crash while carrying out their next batch.
-        self._crash_plans: dict[ReplicaId, CrashPlan] = {}
+        self._crash_plans: dict[int, CrashPlan] = {}
         #: Crashes carried out by :meth:`crash_in_drain`.
         self.drain_crashes = 0
         #: Reads handed to a replica, and hand-overs started.
@@ -402,18 +404,18 @@ class SimCluster:
     def now_us(self) -> int:
         return self.scheduler.now_us
 
-    def clock_ms(self, replica: ReplicaId) -> float:
+    def clock_ms(self, replica: int) -> float:
         """What ``replica``'s own clock reads now, in milliseconds."""
         return (self.clock_offset_us[replica] + self.clock_rate[replica] * self.now_us) / 1000
 
-    def alive(self, replica: ReplicaId) -> bool:
+    def alive(self, replica: int) -> bool:
         return self.replicas[replica] is not None
 
-    def live_replicas(self) -> list[ReplicaId]:
+    def live_replicas(self) -> list[int]:
         return [r for r in range(self.n) if self.replicas[r] is not None]
 
     def propose_at(
-        self, time_us: int, replica: ReplicaId, command: Command, wait: Wait = Wait.READY
+        self, time_us: int, replica: int, command: Command, wait: Wait = Wait.READY
     ) -> None:
         """Hand ``command`` to ``replica.propose`` at ``time_us``."""
         self.scheduler.at(time_us, Propose(replica, command, wait))
@@ -422,7 +424,7 @@ class SimCluster:
         """Run ``callback`` at ``time_us`` (between events, like any event)."""
         self.scheduler.at(time_us, Action(callback, name))
 
-    def read_at(self, time_us: int, replica: ReplicaId, read_id: int, key: bytes | None) -> None:
+    def read_at(self, time_us: int, replica: int, read_id: int, key: bytes | None) -> None:
         """Call ``replica.read(read_id, key, now)`` at ``time_us`` (through a paused inbox).
 
         ``read_id`` must be unique in the run: the checker matches results by it.
@@ -434,7 +436,7 @@ class SimCluster:
         self._read_ids += 1
         return self._read_ids
 
-    def transfer_sequencer(self, replica: ReplicaId, target: ReplicaId) -> bool:
+    def transfer_sequencer(self, replica: int, target: int) -> bool:
         """Ask ``replica`` to hand the sequencer role to ``target`` now.
 
         False (and nothing happens) when ``replica`` is down or paused, or refuses:
@@ -454,14 +456,14 @@ class SimCluster:
         self._drain(replica)
         return True
 
-    def crash_in_drain(self, replica: ReplicaId, plan: CrashPlan | None = None) -> None:
+    def crash_in_drain(self, replica: int, plan: CrashPlan | None = None) -> None:
         """Crash ``replica`` while it carries out its next ``Ready`` batch (see
         :class:`CrashPlan`). Meant to be called from a trace or step listener,
         i.e. inside the event whose effects are being cut short."""
         if self.replicas[replica] is not None:
             self._crash_plans[replica] = plan or CrashPlan()
 
-    def believed_sequencer(self) -> ReplicaId | None:
+    def believed_sequencer(self) -> int | None:
         """The sequencer as most live replicas see it (ties: the lowest id)."""
         votes: dict[int, int] = {}
         for r in self.live_replicas():
@@ -472,7 +474,7 @@ class SimCluster:
             return None
         return max(sorted(votes), key=lambda s: votes[s])
 
-    def crash(self, replica: ReplicaId) -> None:
+    def crash(self, replica: int) -> None:
         """Drop the replica and its volatile state; its storage survives.
 
         A paused replica can crash too; its inbox is lost with it (and it comes
@@ -494,7 +496,7 @@ class SimCluster:
         for crash_listener in self.crash_listeners:
             crash_listener(replica)
 
-    def restart(self, replica: ReplicaId) -> None:
+    def restart(self, replica: int) -> None:
         """Rebuild a crashed replica from exactly what its storage kept."""
         if self.replicas[replica] is not None:
             return
@@ -503,13 +505,13 @@ class SimCluster:
         self.checker.restarted(replica)
         self._drain(replica)
 
-    def pause(self, replica: ReplicaId) -> None:
+    def pause(self, replica: int) -> None:
         """Stop ``replica`` (it neither ticks nor steps) until :meth:`resume`."""
         if self.replicas[replica] is None or self.paused[replica]:
             return
         self.paused[replica] = True
 
-    def resume(self, replica: ReplicaId) -> None:
+    def resume(self, replica: int) -> None:
         """Let a paused replica run again: one tick at the current time, then its backlog."""
         if not self.paused[replica]:
             return
@@ -522,7 +524,7 @@ class SimCluster:
         for event in backlog:
             self._gate(replica, event)
 
-    def slow(self, replica: ReplicaId, factor: float) -> None:
+    def slow(self, replica: int, factor: float) -> None:
         """Make ``replica``'s CPU ``factor`` times slower (1.0 = normal).
 
         Needs ``processing_us > 0``: a replica that spends no time per message is
@@ -534,7 +536,7 @@ class SimCluster:
             raise ValueError("slow() needs processing_us > 0 (the cost a factor multiplies)")
         self.slow_factor[replica] = factor
 
-    def inbox_size(self, replica: ReplicaId) -> int:
+    def inbox_size(self, replica: int) -> int:
         """Messages and client requests waiting for a paused replica."""
         return len(self._inbox[replica])
 
@@ -600,14 +602,14 @@ class SimCluster:
 
     # -- internals ------------------------------------------------------------
 
-    def _build(self, r: ReplicaId, records: list[Record] | None) -> None:
+    def _build(self, r: int, records: list[Record] | None) -> None:
         sm = self._sm_factory()
         self.state_machines[r] = sm
         rng = derive_rng(self.chooser)
         if self.traced:
             self.replicas[r] = Replica(
                 self.config,
-                r,
+                ReplicaId(r),
                 sm,
                 rng=rng,
                 observe=self.observe,
@@ -617,7 +619,7 @@ class SimCluster:
             return
         self.replicas[r] = self._replica_factory(self.config, r, sm, rng, self.observe, records)
 
-    def _on_trace(self, event: str, replica: ReplicaId, fields: dict[str, Any]) -> None:
+    def _on_trace(self, event: str, replica: int, fields: dict[str, Any]) -> None:
         for listener in self.trace_listeners:
             listener(replica, event, fields)
 
@@ -654,7 +656,7 @@ class SimCluster:
         if alive:
             self._gate(ev.dst, ev)
 
-    def _gate(self, r: ReplicaId, ev: Inbound) -> None:
+    def _gate(self, r: int, ev: Inbound) -> None:
         """An arrival at live replica ``r``: queue it (paused), delay it (slow) or handle it."""
         if self.paused[r]:
             if len(self._inbox[r]) >= PAUSED_INBOX_MAX:
@@ -743,10 +745,10 @@ class SimCluster:
             return
         replica = self.replicas[probe.src]
         assert replica is not None
-        replica.observe_rtt(probe.dst, (self.now_us - probe.sent_us) / 1000)
+        replica.observe_rtt(ReplicaId(probe.dst), (self.now_us - probe.sent_us) / 1000)
         self._drain(probe.src)
 
-    def _drain(self, r: ReplicaId) -> None:
+    def _drain(self, r: int) -> None:
         """Carry out a replica's effects: persist, then send, then reply."""
         # The loop stays here, not in sdpaxos.sim.driver: the replica may crash
         # between two batches, a crash plan aimed at a quiet event fires on the
@@ -765,21 +767,22 @@ class SimCluster:
             self._carry_out(r, rd)
         raise RuntimeError(f"replica {r} produced effects {READY_ROUNDS_MAX} times in a row")
 
-    def _carry_out(self, r: ReplicaId, rd: Ready) -> None:
+    def _carry_out(self, r: int, rd: Ready) -> None:
         if not carry_out(r, rd, self.storages[r], self._outlet):
             # Dead before it answered anyone: no reply, no read result.
             self.drain_crashes += 1
             self.crash(r)
 
-    def _send(self, r: ReplicaId, messages: list[tuple[ReplicaId, Any]]) -> bool:
+    def _send(self, r: int, batch: Sequence[tuple[int, Any]]) -> bool:
         """The batch's messages leave: crash cut, message rules, one packet per
         destination. True when a crash plan cut the batch (the replica dies)."""
+        messages = list(batch)
         plan = self._crash_plans.pop(r, None)
         if plan is not None:
             messages = _cut(messages, plan)
         if self.message_rules:
             messages = self._apply_rules(r, messages)
-        groups: dict[ReplicaId, list[Any]] = {}
+        groups: dict[int, list[Any]] = {}
         for dst, message in messages:
             if not 0 <= dst < self.n:
                 raise RuntimeError(f"replica {r} sent {message!r} to unknown replica {dst}")
@@ -796,11 +799,9 @@ class SimCluster:
                 self.scheduler.at(at_us, Deliver(r, dst, payload, len(batch)))
         return plan is not None
 
-    def _apply_rules(
-        self, r: ReplicaId, messages: list[tuple[ReplicaId, Any]]
-    ) -> list[tuple[ReplicaId, Any]]:
+    def _apply_rules(self, r: int, messages: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
         """Filter a batch through ``message_rules``: drop, hold (sent now) or keep."""
-        kept: list[tuple[ReplicaId, Any]] = []
+        kept: list[tuple[int, Any]] = []
         for dst, message in messages:
             fate: int | None = None
             if dst != r:
@@ -824,7 +825,7 @@ class SimCluster:
         return kept
 
 
-def _cut(messages: list[tuple[ReplicaId, Any]], plan: CrashPlan) -> list[tuple[ReplicaId, Any]]:
+def _cut(messages: list[tuple[int, Any]], plan: CrashPlan) -> list[tuple[int, Any]]:
     """The prefix of a batch's messages that left before the crash."""
     keep = len(messages) if plan.keep is None else min(plan.keep, len(messages))
     if plan.stop_before:
@@ -859,26 +860,26 @@ class _ClusterOutlet(Outlet):
     def __init__(self, cluster: SimCluster) -> None:
         self._cluster = cluster
 
-    def persisted(self, replica: ReplicaId, records: list[Record]) -> None:
+    def persisted(self, replica: int, records: list[Record]) -> None:
         c = self._cluster
         c.checker.persisted(replica, records)
         for persist_listener in c.persist_listeners:
             persist_listener(replica, records)
 
-    def send(self, replica: ReplicaId, messages: list[tuple[ReplicaId, Any]]) -> bool:
+    def send(self, replica: int, messages: Sequence[tuple[int, Any]]) -> bool:
         return self._cluster._send(replica, messages)
 
-    def executed(self, replica: ReplicaId, entries: list[Executed]) -> None:
+    def executed(self, replica: int, entries: list[Executed]) -> None:
         self._cluster.checker.executed(replica, entries)
 
-    def replies(self, replica: ReplicaId, replies: list[Reply]) -> None:
+    def replies(self, replica: int, replies: list[Reply]) -> None:
         c = self._cluster
         for reply in replies:
             c.checker.replied(replica, reply)
             for listener in c.reply_listeners:
                 listener(replica, reply, c.now_us)
 
-    def reads(self, replica: ReplicaId, results: list[ReadResult]) -> None:
+    def reads(self, replica: int, results: list[ReadResult]) -> None:
         c = self._cluster
         for result in results:
             c.checker.read_served(replica, result)

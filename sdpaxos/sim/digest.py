@@ -24,7 +24,7 @@ from typing import Any
 
 from sdpaxos.core.ready import ReadResult, Reply
 from sdpaxos.core.storage import Record
-from sdpaxos.core.types import Command, ReplicaId
+from sdpaxos.core.types import Command
 from sdpaxos.sim.cluster import SimCluster
 from sdpaxos.sim.faults import ALL_FAULTS
 from sdpaxos.sim.profiles import PAPER3, PAPER5
@@ -56,25 +56,25 @@ class RunDigest:
         self._hash.update(repr(_plain((self._cluster.now_us, *parts))).encode())
         self._hash.update(b"\n")
 
-    def _on_send(self, src: ReplicaId, dst: ReplicaId, message: Any) -> None:
+    def _on_send(self, src: int, dst: int, message: Any) -> None:
         self._feed("send", src, dst, message)
 
-    def _on_persist(self, replica: ReplicaId, records: Sequence[Record]) -> None:
+    def _on_persist(self, replica: int, records: Sequence[Record]) -> None:
         self._feed("persist", replica, tuple(records))
 
-    def _on_reply(self, replica: ReplicaId, reply: Reply, now_us: int) -> None:
+    def _on_reply(self, replica: int, reply: Reply, now_us: int) -> None:
         self._feed("reply", replica, reply)
 
-    def _on_read(self, replica: ReplicaId, result: ReadResult, now_us: int) -> None:
+    def _on_read(self, replica: int, result: ReadResult, now_us: int) -> None:
         self._feed("read", replica, result)
 
-    def _on_trace(self, replica: ReplicaId, event: str, fields: dict[str, Any]) -> None:
+    def _on_trace(self, replica: int, event: str, fields: dict[str, Any]) -> None:
         self._feed("trace", replica, event, fields)
 
-    def _on_propose(self, replica: ReplicaId, command: Command, now_us: int) -> None:
+    def _on_propose(self, replica: int, command: Command, now_us: int) -> None:
         self._feed("propose", replica, command)
 
-    def _on_crash(self, replica: ReplicaId) -> None:
+    def _on_crash(self, replica: int) -> None:
         self._feed("crash", replica)
 
 

@@ -33,6 +33,7 @@ per event or round, which is what their tests and counters see), how messages
 travel, and the replica's lifecycle (crash, restart, pause).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -41,7 +42,6 @@ from sdpaxos.core.messages import Message
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
 from sdpaxos.core.replica import Replica
 from sdpaxos.core.storage import Record, Storage
-from sdpaxos.core.types import ReplicaId
 
 __all__ = ["Node", "Outlet", "carry_out"]
 
@@ -57,10 +57,10 @@ class Outlet:
 
     __slots__ = ()
 
-    def persisted(self, replica: ReplicaId, records: list[Record]) -> None:
+    def persisted(self, replica: int, records: list[Record]) -> None:
         """``records`` are durable in the node's storage (they were appended first)."""
 
-    def send(self, replica: ReplicaId, messages: list[tuple[ReplicaId, Message]]) -> bool:
+    def send(self, replica: int, messages: Sequence[tuple[int, Message]]) -> bool:
         """Route the batch's ``(destination, message)`` pairs, possibly none.
 
         Return ``True`` when the node died while sending (say, a crash aimed at
@@ -69,17 +69,17 @@ class Outlet:
         """
         return False
 
-    def executed(self, replica: ReplicaId, entries: list[Executed]) -> None:
+    def executed(self, replica: int, entries: list[Executed]) -> None:
         """The state machine applied ``entries``, in this order (``observe=True`` only)."""
 
-    def replies(self, replica: ReplicaId, replies: list[Reply]) -> None:
+    def replies(self, replica: int, replies: list[Reply]) -> None:
         """Answers for the clients that proposed at ``replica``."""
 
-    def reads(self, replica: ReplicaId, results: list[ReadResult]) -> None:
+    def reads(self, replica: int, results: list[ReadResult]) -> None:
         """Reads that ``replica`` may serve now (or must send through the log)."""
 
 
-def carry_out(replica: ReplicaId, ready: Ready, storage: Storage, outlet: Outlet) -> bool:
+def carry_out(replica: int, ready: Ready, storage: Storage, outlet: Outlet) -> bool:
     """Carry out one ``Ready`` batch of ``replica`` in the durability order.
 
     Returns ``False`` when the outlet's :meth:`~Outlet.send` said the node died
@@ -108,7 +108,7 @@ class Node(Generic[M]):
     the replica with it); the node keeps it so that a driver can look at it.
     """
 
-    id: ReplicaId
+    id: int
     replica: Replica
     storage: Storage
     machine: M

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,7 +139,7 @@ class Net:
             sm = Register()
             net.machines.append(sm)
             net.storages.append(MemoryStorage())
-            net.replicas.append(Replica(cfg, r, sm, rng=random.Random(r), observe=True))
+            net.replicas.append(Replica(cfg, ReplicaId(r), sm, rng=random.Random(r), observe=True))
             net.replies.append([])
             net.executed.append([])
             net.reads.append([])
@@ -157,7 +157,7 @@ class Net:
         self.machines[r] = sm
         self.replicas[r] = Replica(
             self.config,
-            r,
+            ReplicaId(r),
             sm,
             rng=random.Random(100 + r),
             observe=True,
@@ -292,19 +292,19 @@ class _NetOutlet(Outlet):
     def __init__(self, net: Net) -> None:
         self._net = net
 
-    def send(self, replica: ReplicaId, messages: list[tuple[ReplicaId, Message]]) -> bool:
+    def send(self, replica: int, messages: Sequence[tuple[int, Message]]) -> bool:
         net = self._net
         for dst, msg in messages:
             net.pending.append((replica, dst, msg))
             net.sent.append((replica, dst, msg))
         return False
 
-    def executed(self, replica: ReplicaId, entries: list[Executed]) -> None:
+    def executed(self, replica: int, entries: list[Executed]) -> None:
         self._net.executed[replica].extend(entries)
 
-    def replies(self, replica: ReplicaId, replies: list[Reply]) -> None:
+    def replies(self, replica: int, replies: list[Reply]) -> None:
         self._net.replies[replica].extend(replies)
 
-    def reads(self, replica: ReplicaId, results: list[ReadResult]) -> None:
+    def reads(self, replica: int, results: list[ReadResult]) -> None:
         applied = len(self._net.machines[replica].log)
         self._net.reads[replica].extend((x.read_id, x.ok, applied) for x in results)

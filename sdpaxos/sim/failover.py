@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdpaxos.core.ready import Reply, ReplyKind
-from sdpaxos.core.types import ReplicaId
 from sdpaxos.sim.checkers import SafetyViolation
 from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.cluster import SimCluster
@@ -147,7 +146,7 @@ def _fmt(v: float | None) -> str:
 def run_failover(
     *,
     profile: DelayProfile = PAPER3,
-    sequencer: ReplicaId = 0,
+    sequencer: int = 0,
     kill_ms: float = KILL_MS,
     after_ms: float = AFTER_MS,
     clients_per_region: int = CLIENTS_PER_REGION,
@@ -165,9 +164,9 @@ def run_failover(
         config_overrides={"heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS},
     )
     survivors = [r for r in range(profile.size) if r != sequencer]
-    readies: dict[ReplicaId, list[tuple[int, int]]] = {r: [] for r in survivors}
+    readies: dict[int, list[tuple[int, int]]] = {r: [] for r in survivors}
 
-    def on_reply(replica: ReplicaId, reply: Reply, now_us: int) -> None:
+    def on_reply(replica: int, reply: Reply, now_us: int) -> None:
         if reply.kind is ReplyKind.READY and replica in readies:
             view = getattr(cluster.replicas[replica], "view", 0)
             readies[replica].append((now_us, view if isinstance(view, int) else 0))

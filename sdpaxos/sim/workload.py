@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 
 from sdpaxos.core.ready import ReadResult, Reply, ReplyKind
-from sdpaxos.core.types import Command, ReplicaId, Wait
+from sdpaxos.core.types import Command, Wait
 from sdpaxos.sim.cluster import SimCluster
 
 #: Most clients per region (a named limit on the workload's size).
@@ -77,7 +77,7 @@ class LatencyStats:
 @dataclass(slots=True)
 class _Client:
     client_id: int
-    replica: ReplicaId
+    replica: int
     commands_max: int
     seq: int = 0
     proposed_us: int = -1
@@ -100,7 +100,7 @@ class ClosedLoopClients:
     cluster: SimCluster
     commands_per_region: int
     clients_per_region: int = 1
-    regions: list[ReplicaId] | None = None
+    regions: list[int] | None = None
     payload_bytes: int = 16
     wait: Wait = Wait.READY
     retry_ms: float | None = None
@@ -112,7 +112,7 @@ class ClosedLoopClients:
     retries_elsewhere: int = 0
     reads_issued: int = 0
     reads_answered: int = 0
-    latencies_us: dict[ReplicaId, list[int]] = field(default_factory=dict)
+    latencies_us: dict[int, list[int]] = field(default_factory=dict)
     _clients: dict[int, _Client] = field(default_factory=dict)
     _issued: int = 0
     _completed: int = 0
@@ -192,7 +192,7 @@ class ClosedLoopClients:
 
         self.cluster.call_at(at_us, retry, "client-retry")
 
-    def _on_propose(self, replica: ReplicaId, command: Command, now_us: int) -> None:
+    def _on_propose(self, replica: int, command: Command, now_us: int) -> None:
         client = self._clients.get(command.client_id)
         if (
             client is not None
@@ -202,7 +202,7 @@ class ClosedLoopClients:
         ):
             client.proposed_us = now_us
 
-    def _on_reply(self, replica: ReplicaId, reply: Reply, now_us: int) -> None:
+    def _on_reply(self, replica: int, reply: Reply, now_us: int) -> None:
         client = self._clients.get(reply.client_id)
         if client is None or reply.seq != client.seq or client.proposed_us < 0:
             return  # a later reply (EXECUTED after READY) or someone else's command
@@ -248,7 +248,7 @@ class ClosedLoopClients:
         self.reads_issued += 1
         self.cluster.read_at(at_us, replica, read_id, self._key())
 
-    def _on_read_result(self, replica: ReplicaId, result: ReadResult, now_us: int) -> None:
+    def _on_read_result(self, replica: int, result: ReadResult, now_us: int) -> None:
         cid = self._reading.pop(result.read_id, None)
         if cid is None:
             return
@@ -257,5 +257,5 @@ class ClosedLoopClients:
         if client.read_id == result.read_id:
             client.read_id = -1
 
-    def stats(self) -> dict[ReplicaId, LatencyStats]:
+    def stats(self) -> dict[int, LatencyStats]:
         return {r: LatencyStats.of(v) for r, v in self.latencies_us.items()}
