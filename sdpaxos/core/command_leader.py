@@ -197,9 +197,11 @@ class CommandLeader:
         if out.tracer is not None:
             out.trace("Ready", index=index, commands=len(commands))
         waiters = self.exec_waiters
+        reply = out.replies.append  # per command: the hot path, no method call per reply
+        ready = ReplyKind.READY
         for cmd in commands:
             if not waiters or (cmd.client_id, cmd.seq) not in waiters:
-                out.reply(Reply(cmd.client_id, cmd.seq, ReplyKind.READY))
+                reply(Reply(cmd.client_id, cmd.seq, ready))
 
     def resync(self) -> None:
         """After a view change, re-send in the new view what the old one lost (section 3.3)."""

@@ -177,6 +177,9 @@ class Replica:
         self.straggler = Straggler(ctx, router)
         #: A view was entered: resend own C-instances at the next ready().
         self.resync_wanted = False
+        # propose() runs once per command: the queue and its bound, bound here.
+        self._proposals = self.command_leader.proposals
+        self._propose_queue_max = config.propose_queue_max
         self._handlers: dict[type, Callable[[Any], None]] = {
             CAccept: self.acceptor.handle_c_accept,
             CAck: self.command_leader.handle_c_ack,
@@ -247,12 +250,12 @@ class Replica:
         """
         if not isinstance(command, Command):
             raise LocalProtocolError(f"propose() takes a Command, got {type(command).__name__}")
-        leader = self.command_leader
-        if len(leader.proposals) >= self.config.propose_queue_max:
-            raise Overloaded(f"{len(leader.proposals)} proposals are already queued")
-        leader.proposals.append(command)
+        proposals = self._proposals
+        if len(proposals) >= self._propose_queue_max:
+            raise Overloaded(f"{len(proposals)} proposals are already queued")
+        proposals.append(command)
         if wait == Wait.EXECUTED:
-            leader.exec_waiters.add((command.client_id, command.seq))
+            self.command_leader.exec_waiters.add((command.client_id, command.seq))
 
     def step(self, message: Message, now_ms: float) -> None:
         """Handle one message from a peer. Never raises for bad peer input.
