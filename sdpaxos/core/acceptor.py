@@ -120,8 +120,7 @@ class Acceptor:
 
     def handle_c_prepare(self, m: CPrepare) -> None:
         s = self.s
-        if s.out.tracer is not None:
-            s.out.trace("HandleCPrepare", owner=m.owner, start=m.start, end=m.end, ballot=m.ballot)
+        s.out.trace("HandleCPrepare", owner=m.owner, start=m.start, end=m.end, ballot=m.ballot)
         s.out.send(m.src, self.promise_c(m.owner, m.start, m.end, m.ballot))
 
     # ------------------------------------------------------------ O-instances
@@ -259,5 +258,4 @@ class Acceptor:
         olog.advance_known(s.progress.slot, s.views.view)
         olog.acked_dirty = True
         s.progress.dirty = True
-        if s.out.tracer is not None:
-            s.out.trace("HandleNewView", view=view, start=start, values=len(values))
+        s.out.trace("HandleNewView", view=view, start=start, values=len(values))

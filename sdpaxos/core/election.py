@@ -143,7 +143,7 @@ class Election:
         now = s.now_ms
         out = s.out
         if views.distrust:
-            if learned and out.tracer is not None:
+            if learned:
                 out.trace("HandleHeartbeat", src=m.src, view=m.view, grant=False, range=True)
             return  # alive, but we want it replaced: no lease, no reprieve
         self.last_hb_ms = now
@@ -160,8 +160,7 @@ class Election:
         # lease_ms of our own time.
         self.lease_until_ms = now + s.config.lease_ms
         out.send(m.src, LeaseGrant(s.me, views.view, m.stamp))
-        if out.tracer is not None:
-            out.trace("HandleHeartbeat", src=m.src, view=m.view, grant=True, range=learned)
+        out.trace("HandleHeartbeat", src=m.src, view=m.view, grant=True, range=learned)
 
     # ----------------------------------------------------------- candidacy
 
@@ -177,8 +176,7 @@ class Election:
         if seq is not None and seq != s.me and not above:
             s.prox.suspect(seq)
         s.stats.view_changes_started += 1
-        if s.out.tracer is not None:
-            s.out.trace("StartViewChange", view=view, o_from=s.progress.slot)
+        s.out.trace("StartViewChange", view=view, o_from=s.progress.slot)
         self.send_v_requests()
         self.maybe_win()
 
@@ -196,8 +194,7 @@ class Election:
         views, out = s.views, s.out
         if m.view <= views.view:
             if m.view == views.view and self.voted_for == m.src and not views.established:
-                if out.tracer is not None:
-                    out.trace("HandleVRequest", view=m.view, candidate=m.src, again=True)
+                out.trace("HandleVRequest", view=m.view, candidate=m.src, again=True)
                 self.send_vote(m)  # our vote was lost: send it again
             elif views.is_sequencer and m.view < views.view:
                 self.r.stale(m)
@@ -205,8 +202,7 @@ class Election:
         if views.is_sequencer and views.handing_over != m.src:
             # Alive and sequencing: never vote ourselves out. If the others also
             # stopped hearing from us, their leases lapse and they elect without us.
-            if out.tracer is not None:
-                out.trace("IgnoreVRequest", view=m.view, candidate=m.src)
+            out.trace("IgnoreVRequest", view=m.view, candidate=m.src)
             return
         c = self.candidate
         if c is not None and c.view >= m.view and self.rank(s.me) <= self.rank(m.src):
@@ -216,8 +212,7 @@ class Election:
             # or we still hear from it and so do not share the suspicion.
             if self.deferred_vote is None or m.view >= self.deferred_vote.view:
                 self.deferred_vote = m
-            if out.tracer is not None:
-                out.trace("DeferVote", view=m.view, candidate=m.src)
+            out.trace("DeferVote", view=m.view, candidate=m.src)
             return
         self.vote(m)
 
@@ -241,8 +236,7 @@ class Election:
         views.new_view = None
         self.r.left_view()
         s.out.persist(ViewPromised(m.view))
-        if s.out.tracer is not None:
-            s.out.trace("HandleVRequest", view=m.view, candidate=m.src)
+        s.out.trace("HandleVRequest", view=m.view, candidate=m.src)
         self.send_vote(m)
         s.olog.forget_commits_before(m.view, s.progress.executed_end())
         s.olog.pending.clear()
@@ -273,8 +267,7 @@ class Election:
         c.votes[m.src] = VoteState(
             m.entries, m.c_max, m.est_view, m.est_seq, m.est_base, m.executed
         )
-        if self.s.out.tracer is not None:
-            self.s.out.trace("HandleVote", view=m.view, voter=m.src, votes=len(c.votes) + 1)
+        self.s.out.trace("HandleVote", view=m.view, voter=m.src, votes=len(c.votes) + 1)
         self.maybe_win()
 
     def maybe_win(self) -> None:
@@ -348,16 +341,15 @@ class Election:
         self.r.reset_learner()
         self.r.resend_to_all()  # re-acceptance by everyone
         s.stats.views_won += 1
-        if s.out.tracer is not None:
-            s.out.trace(
-                "BecomeSequencer",
-                view=view,
-                o_from=o_from,
-                start=start,
-                values=len(values),
-                old_sequencer=old_seq,
-                inferred=rebuilt.inferred,
-            )
+        s.out.trace(
+            "BecomeSequencer",
+            view=view,
+            o_from=o_from,
+            start=start,
+            values=len(values),
+            old_sequencer=old_seq,
+            inferred=rebuilt.inferred,
+        )
         self.r.send_heartbeats()
         self.r.resync_later()
         if old_seq != s.me:
@@ -402,8 +394,7 @@ class Election:
         self.r.reset_learner()
         self.r.resync_later()
         s.progress.dirty = True
-        if s.out.tracer is not None:
-            s.out.trace("Establish", view=view, sequencer=sequencer, start=start, end=end)
+        s.out.trace("Establish", view=view, sequencer=sequencer, start=start, end=end)
 
     def from_unestablished_view(self, m: Message) -> None:
         """A sequencer message of a view whose rebuilt range we have not accepted.

@@ -221,8 +221,7 @@ class Learner:
             k_slot += 1
         s.out.broadcast(s.prox.near, LearnRequest(s.me, s.views.view, slot, tuple(wanted)))
         s.stats.learn_requests += 1
-        if s.out.tracer is not None:
-            s.out.trace("LearnRequest", o_from=slot, c_wanted=wanted)
+        s.out.trace("LearnRequest", o_from=slot, c_wanted=wanted)
 
     def handle_learn_request(self, m: LearnRequest) -> None:
         s = self.s

@@ -21,6 +21,10 @@ class Outbox:
 
     __slots__ = ("executed", "me", "messages", "persisted", "reads", "replies", "tracer")
 
+    # Roles call :meth:`trace` directly, except on the per-message paths (a
+    # C-accept, an O-accept, an execution), where they first test ``tracer is not
+    # None`` so that an untraced replica does not build the event's fields.
+
     def __init__(self, me: ReplicaId, tracer: Tracer | None) -> None:
         self.me = me
         #: Set when a tracer is attached; roles test it before building an event's fields.

@@ -52,8 +52,7 @@ class Reads:
             return
         ok = self.r.has_lease()
         slot = self.r.read_slot(m.key) if ok else Slot(-1)
-        if s.out.tracer is not None:
-            s.out.trace("HandleRRequest", src=m.src, read_id=m.read_id, slot=slot, ok=ok)
+        s.out.trace("HandleRRequest", src=m.src, read_id=m.read_id, slot=slot, ok=ok)
         s.out.send(m.src, RReply(s.me, s.views.view, m.read_id, slot, ok))
 
     def handle_r_reply(self, m: RReply) -> None:

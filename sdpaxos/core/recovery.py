@@ -45,7 +45,7 @@ class Recovery:
         for rec in list(self.runs.values()):
             if now - rec.started_ms >= recover_ms:
                 del self.runs[rec.owner]  # stuck (lost messages, duel): retry later
-                if self.s.out.tracer is not None and not rec.proposed:
+                if not rec.proposed:
                     self.s.out.trace("AbandonCRecovery", owner=rec.owner, start=rec.start)
 
     def maybe_start(self, owner: ReplicaId, index: CIndex) -> bool:
@@ -77,8 +77,7 @@ class Recovery:
         rec = RecoveryRun(owner, index, end, ballot, s.now_ms)
         self.runs[owner] = rec
         s.stats.c_recoveries_started += 1
-        if s.out.tracer is not None:
-            s.out.trace("StartCRecovery", owner=owner, start=index, end=end, ballot=ballot)
+        s.out.trace("StartCRecovery", owner=owner, start=index, end=end, ballot=ballot)
         own = self.r.promise_c(owner, index, end, ballot)
         assert own.ok
         rec.promises[s.me] = own
@@ -107,7 +106,7 @@ class Recovery:
             inst = s.clog.entry(m.owner, m.start)
             inst.promised = max(inst.promised, m.promised)
             del self.runs[m.owner]
-            if out.tracer is not None and not rec.proposed:
+            if not rec.proposed:
                 out.trace("AbandonCRecovery", owner=m.owner, start=m.start, promised=m.promised)
             return
         rec.promises[m.src] = m
@@ -124,9 +123,8 @@ class Recovery:
                 out.trace("AbandonCRecovery", owner=m.owner, start=rec.start)
                 return
         rec.proposed = True
-        if out.tracer is not None:
-            # The model's HandleCPromise is this step: a majority promised, phase 2.
-            out.trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
+        # The model's HandleCPromise is this step: a majority promised, phase 2.
+        out.trace("HandleCPromise", owner=m.owner, start=m.start, src=m.src)
         for k in range(rec.end - rec.start):
             index = CIndex(rec.start + k)
             chosen: tuple[Command, ...] | None = None
@@ -157,8 +155,7 @@ class Recovery:
             s.prox.near, CCommit(s.me, s.views.view, owner, index, inst.ballot, inst.commands)
         )
         s.stats.c_instances_recovered += 1
-        if s.out.tracer is not None:
-            s.out.trace("CommitC", owner=owner, index=index, recovered=True)
+        s.out.trace("CommitC", owner=owner, index=index, recovered=True)
         s.progress.dirty = True
         rec = self.runs.get(owner)
         if rec is not None and all(

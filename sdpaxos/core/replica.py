@@ -277,8 +277,7 @@ class Replica:
             s.stats.rejected += 1
             if exc.alarm:
                 s.stats.invariant_alarms += 1
-            if s.out.tracer is not None:
-                s.out.trace("Reject", msg=message, reason=str(exc))
+            s.out.trace("Reject", msg=message, reason=str(exc))
 
     def tick(self, now_ms: float) -> None:
         """Advance time to ``now_ms`` (the driver's monotonic clock) and run timers.

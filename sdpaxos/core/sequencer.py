@@ -286,8 +286,7 @@ class Sequencer:
         s.views.new_view = msg
         s.out.broadcast(s.prox.near, msg)
         s.progress.dirty = True
-        if s.out.tracer is not None:
-            s.out.trace("SendNewView", view=view, start=start, values=len(values))
+        s.out.trace("SendNewView", view=view, start=start, values=len(values))
 
     # ------------------------------------------------- heartbeats and lease
 

@@ -56,8 +56,7 @@ class Straggler:
         self.window_need_start = max(0, next_index - ordered)
         if self.strikes >= cfg.straggler_strikes and not self.polling:
             self.polling = {s.me}
-            if s.out.tracer is not None:
-                s.out.trace("StragglerSuspect", view=s.views.view, sequencer=s.views.sequencer)
+            s.out.trace("StragglerSuspect", view=s.views.view, sequencer=s.views.sequencer)
             msg = StragglerPoll(s.me, s.views.view)
             for p in s.prox.near:
                 if p != s.views.sequencer:
@@ -82,8 +81,7 @@ class Straggler:
         if s.now_ms - self.last_ms < s.config.straggler_min_interval_ms:
             return  # rate limit
         self.last_ms = s.now_ms
-        if s.out.tracer is not None:
-            s.out.trace("StragglerViewChange", view=s.views.view, sequencer=s.views.sequencer)
+        s.out.trace("StragglerViewChange", view=s.views.view, sequencer=s.views.sequencer)
         self.distrust_sequencer()
         self.r.start_view_change()
 
@@ -105,14 +103,12 @@ class Straggler:
         s.views.handing_over = target
         self.r.release_lease()
         s.out.broadcast(s.prox.near, SequencerHandover(s.me, s.views.view, target))
-        if s.out.tracer is not None:
-            s.out.trace("SequencerHandover", view=s.views.view, target=target)
+        s.out.trace("SequencerHandover", view=s.views.view, target=target)
 
     def handle_sequencer_handover(self, m: SequencerHandover) -> None:
         s = self.s
         self.r.lease_released()
-        if s.out.tracer is not None:
-            s.out.trace("HandleHandover", src=m.src, view=m.view, target=m.target)
+        s.out.trace("HandleHandover", src=m.src, view=m.view, target=m.target)
         self.distrust_sequencer()
         if m.target == s.me and not self.r.running_for_view():
             self.r.start_view_change()
