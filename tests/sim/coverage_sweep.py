@@ -1,11 +1,10 @@
 """Branch coverage of the core's recovery code reached by the CI fault sweep.
 
 Runs the CI sweep's seeds (``test_fault_sweep.py``: seeds 100000..100149 at
-N = 3 and at N = 5, every fault) under coverage.py in branch mode, restricted to
-``sdpaxos/core/replica.py`` and ``sdpaxos/core/view_change.py``, and reports
-statements and branches per section of ``replica.py`` (its ``# ----- name``
-comment headers) and for ``view_change.py``; ``--missing`` lists every branch
-never taken in the sections that matter for recovery.
+N = 3 and at N = 5, every fault) under coverage.py in branch mode, restricted to the core
+(``sdpaxos/core/*.py``), and reports statements and branches per module (one
+module per role since the core was split); ``--missing`` lists every branch
+never taken in the modules that matter for recovery.
 
 Usage (from the repository root; needs ``pip install coverage``)::
 
@@ -13,9 +12,9 @@ Usage (from the repository root; needs ``pip install coverage``)::
     python -m tests.sim.coverage_sweep --missing         # and the branches never taken
     python -m tests.sim.coverage_sweep --seeds 20 --faults crash,restart --jobs 1
 
-Trace hooks (``if self._tracer is not None:`` and the ``self._trace(...)`` call
-under it) are left out of the counts: the sweep traces only runs with
-protocol-point faults, and observability is not recovery.
+Trace hooks (``if out.tracer is not None:`` and the ``trace(...)`` call under
+it) are left out of the counts: the sweep traces only runs with protocol-point
+faults, and observability is not recovery.
 
 Not a test (pytest does not collect it): a measurement, documented in
 ``tests/sim/README.md``. Each worker process writes its own data file in a
@@ -35,21 +34,22 @@ from pathlib import Path
 import coverage
 
 ROOT = Path(__file__).resolve().parents[2]
-REPLICA = ROOT / "sdpaxos" / "core" / "replica.py"
-VIEW_CHANGE = ROOT / "sdpaxos" / "core" / "view_change.py"
-#: Sections whose unreached branches ``--missing`` lists (recovery and reads).
+CORE = ROOT / "sdpaxos" / "core"
+#: Modules whose unreached branches ``--missing`` lists (recovery and reads).
 RECOVERY_SECTIONS = (
-    "O-instances: acceptor",
-    "learner",
-    "heartbeats and lease",
-    "view change",
+    "acceptor.py",
+    "learner.py",
+    "sequencer.py",
+    "election.py",
     "view_change.py",
-    "C-instance recovery",
-    "reads",
-    "straggler detection, hand-over",
-    "restart",
+    "recovery.py",
+    "reads.py",
+    "straggler.py",
+    "restore.py",
+    "replica.py",
 )
-_HEADER = re.compile(r"^    # -{3,} (.+)$")
+_TRACE_GUARD = re.compile(r"^if (?:self\.s\.|s\.)?out\.tracer is not None:$")
+_TRACE_CALL = re.compile(r"^(?:self\.s\.|s\.)?out\.trace\(")
 
 
 @dataclass(slots=True)
@@ -68,7 +68,7 @@ def _work(args: tuple[int, int, str, str]) -> int:
         data_file=data_file,
         data_suffix=True,
         branch=True,
-        include=[str(REPLICA), str(VIEW_CHANGE)],
+        include=[str(CORE / "*.py")],
     )
     cov.start()
     try:
@@ -83,48 +83,27 @@ def _work(args: tuple[int, int, str, str]) -> int:
 
 
 def _sections(report: dict[str, object]) -> list[Section]:
+    """One section per core module, trace hooks left out."""
     files = report["files"]
     assert isinstance(files, dict)
-    lines = REPLICA.read_text().splitlines()
-    sections = [Section("(module top)", 1)]
-    for number, text in enumerate(lines, start=1):
-        match = _HEADER.match(text)
-        if match:
-            sections.append(Section(match.group(1).strip(), number))
-    vc = Section("view_change.py", 1)
-
-    def section_of(line: int) -> Section:
-        current = sections[0]
-        for s in sections:
-            if s.first_line <= line:
-                current = s
-        return current
-
-    for path, data in files.items():
-        is_vc = Path(path).resolve() == VIEW_CHANGE
-        target = None if is_vc else section_of
-        text = (VIEW_CHANGE if is_vc else REPLICA).read_text().splitlines()
+    sections = []
+    for path, data in sorted(files.items()):
+        module = Path(path).resolve()
+        text = module.read_text().splitlines()
         tracing = {
             n
             for n, line in enumerate(text, start=1)
-            if line.strip() == "if self._tracer is not None:"
-            or line.strip().startswith("self._trace(")
+            if _TRACE_GUARD.match(line.strip()) or _TRACE_CALL.match(line.strip())
         }
-        executed = set(data["executed_lines"]) - tracing
-        missing = set(data["missing_lines"]) - tracing
-        taken = {tuple(b) for b in data.get("executed_branches", []) if b[0] not in tracing}
-        untaken = {tuple(b) for b in data.get("missing_branches", []) if b[0] not in tracing}
-        for line in executed | missing:
-            s = vc if target is None else target(line)
-            s.statements.add(line)
-            if line in executed:
-                s.executed.add(line)
-        for branch in taken | untaken:
-            s = vc if target is None else target(branch[0])
-            s.branches.add((branch[0], branch[1]))
-            if branch in taken:
-                s.taken.add((branch[0], branch[1]))
-    return [*sections, vc]
+        s = Section(module.name, 1)
+        s.executed = set(data["executed_lines"]) - tracing
+        s.statements = s.executed | (set(data["missing_lines"]) - tracing)
+        s.taken = {(b[0], b[1]) for b in data.get("executed_branches", []) if b[0] not in tracing}
+        s.branches = s.taken | {
+            (b[0], b[1]) for b in data.get("missing_branches", []) if b[0] not in tracing
+        }
+        sections.append(s)
+    return sections
 
 
 def _pct(part: int, whole: int) -> str:
@@ -155,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cov = coverage.Coverage(data_file=data_file, branch=True)
         cov.combine([tmp])
         out = Path(tmp) / "coverage.json"
-        cov.json_report(outfile=str(out), include=[str(REPLICA), str(VIEW_CHANGE)])
+        cov.json_report(outfile=str(out), include=[str(CORE / "*.py")])
         report = json.loads(out.read_text())
     sections = _sections(report)
     print(
@@ -192,14 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     if args.missing:
-        sources = {
-            "view_change.py": VIEW_CHANGE.read_text().splitlines(),
-            "replica.py": REPLICA.read_text().splitlines(),
-        }
         for s in sections:
             if s.name not in RECOVERY_SECTIONS:
                 continue
-            lines = sources["view_change.py" if s.name == "view_change.py" else "replica.py"]
+            lines = (CORE / s.name).read_text().splitlines()
             missing = sorted(s.branches - s.taken)
             print(f"\n== {s.name}: {len(missing)} branches never taken")
             for src, dst in missing:
