@@ -172,7 +172,7 @@ Est(r)      == up[r] /\ joined[r]
 SeqOf(r)    == IF joined[r] THEN est[r].s ELSE -1
 IsSeq(s)    == Est(s) /\ est[s].s = s
 
-\* The core's _acc_upto: from the range's base on, every slot held at the
+\* The core's OLog.acc_upto: from the range's base on, every slot held at the
 \* view's ballot (the sequencer's log ends there).  -1 when not joined.
 Acc(r) ==
     IF ~joined[r] THEN -1
@@ -202,7 +202,7 @@ AckOf(r, q) ==
 \* The longest prefix a majority (r's view of it) accepted.
 QuorumAcc(r) == Max({k \in -1 .. MaxSlot : Cardinality({q \in R : AckOf(r, q) >= k}) >= Maj})
 
-\* The safe prefix (core: Replica._advance_safe_prefix).
+\* The safe prefix (core: Learner.advance_safe_prefix).
 SafePrefix(r) ==
     LET seq == SeqOf(r)
         own == Min({Acc(r), SeqAcc(r)})
@@ -1103,7 +1103,7 @@ AbandonCRecovery(r) ==
 -----------------------------------------------------------------------------
 (***************************************************************************)
 (* Crash(r) and Restart(r).  Restart keeps exactly durableVars and rebuilds *)
-(* the rest as the core's _restore does: the promised view, joined if the   *)
+(* the rest as Replica._restore does: the promised view, joined if the      *)
 (* replica established it and was not its sequencer (a restarted sequencer *)
 (* forgot allocations it may not have persisted... it rejoins by a view     *)
 (* change), its own accepted C-instances driven again, and a lease it may   *)
