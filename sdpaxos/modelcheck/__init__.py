@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     parser = argparse.ArgumentParser(
-        prog="python -m sdpaxos.sim.trace",
+        prog="python -m sdpaxos.modelcheck",
         description="Validate the traces of seeded fault runs against tla/SDPaxos.tla with TLC.",
     )
     parser.add_argument("--seed", type=int, default=100000, help="first seed")
