@@ -14,10 +14,12 @@ from sdpaxos.core.messages import (
     CAck,
     CPrepare,
     CRequest,
+    LeaseGrant,
     OAccept,
     RReply,
     RRequest,
     StragglerVote,
+    Vote,
     VRequest,
 )
 from sdpaxos.core.olog import OLog
@@ -25,9 +27,10 @@ from sdpaxos.core.reads import Reads
 from sdpaxos.core.recovery import Recovery
 from sdpaxos.core.restore import replay
 from sdpaxos.core.sequencer import Sequencer
-from sdpaxos.core.storage import CAccepted, OAccepted, ViewPromised
+from sdpaxos.core.storage import CAccepted, OAccepted, ViewEstablished, ViewPromised
 from sdpaxos.core.straggler import Straggler
-from sdpaxos.core.types import Command
+from sdpaxos.core.types import Command, ReplicaId, Slot, View
+from sdpaxos.core.views import ViewPhase
 from tests.core.roles.conftest import Recorder, committed_instance, make_ctx
 
 
@@ -225,3 +228,68 @@ def test_restore_replays_records_and_never_reuses_an_index() -> None:
     replayed = replay(records, me=1, own_ballot=1, sequencer=0, clog=clog, olog=olog)
     assert replayed.next_index == 5 and replayed.promised == 3
     assert clog.c_max[1] == 4 and olog.owner == [1] and olog.ballot == [2]
+
+
+def test_election_establishes_a_range_whole(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=2, sequencer=0)
+    election = Election(ctx, rec)
+    election.establish(View(1), ReplicaId(1), Slot(0), ((0, 1), (2, 1)))
+    assert ctx.out.persisted == [ViewEstablished(1, 1, 0, ((0, 1), (2, 1)))]
+    assert ctx.views.view == 1 and ctx.views.sequencer == 1 and ctx.olog.acc_upto == 2
+    assert ctx.views.phase is ViewPhase.FOLLOWING and not ctx.views.range_committed
+    assert 0 in ctx.prox.suspected  # the old sequencer
+    assert rec.names() == ["left_view", "followed", "reset_learner", "resync_later"]
+
+
+def test_election_wins_with_a_majority_once_its_own_lease_expired(rec: Recorder) -> None:
+    ctx = make_ctx(3, me=1, sequencer=0)
+    election = Election(ctx, rec)
+    election.lease_until_ms = 100.0
+    election.start_view_change()
+    election.handle_vote(
+        Vote(
+            ReplicaId(2),
+            View(1),
+            Slot(0),
+            (),
+            (-1, -1, -1),
+            View(0),
+            ReplicaId(0),
+            Slot(0),
+            Slot(0),
+        )
+    )
+    assert ctx.views.is_sequencer is False  # our own lease grant still holds
+    ctx.now_ms = 100.0
+    election.maybe_win()
+    assert ctx.views.is_sequencer and ctx.views.view == 1
+    assert [type(r).__name__ for r in ctx.out.persisted] == ["ViewPromised", "ViewEstablished"]
+    assert "won" in rec.names() and "send_heartbeats" in rec.names()
+
+
+def test_sequencer_lease_needs_a_majority_of_grants(rec: Recorder) -> None:
+    ctx = make_ctx(5, me=0, sequencer=0)
+    seq = Sequencer(ctx, rec)
+    seq.send_heartbeats()
+    stamp = seq.hb_stamp
+    seq.handle_lease_grant(LeaseGrant(ReplicaId(1), View(0), stamp))
+    assert not seq.has_lease()  # two of five
+    seq.handle_lease_grant(LeaseGrant(ReplicaId(2), View(0), stamp))
+    assert seq.has_lease()
+    ctx.now_ms = ctx.config.lease_hold_ms
+    assert not seq.has_lease()  # expired on our own clock
+
+
+def test_learner_n5_two_acceptor_rule_waits_for_the_range(rec: Recorder) -> None:
+    ctx = make_ctx(5, me=2, sequencer=0)
+    learner = Learner(ctx, rec)
+    ctx.olog.grow(1)
+    ctx.olog.owner[0], ctx.olog.count[0], ctx.olog.ballot[0] = ReplicaId(2), 1, View(0)
+    ctx.olog.acc_upto = Slot(1)
+    ctx.olog.acked = [Slot(1), Slot(-1), Slot(1), Slot(-1), Slot(-1)]  # us and the sequencer
+    ctx.views.range_committed = False
+    learner.advance_safe_prefix()
+    assert learner.safe_upto == 0  # the view's range is not known chosen
+    ctx.views.range_committed = True
+    learner.advance_safe_prefix()
+    assert learner.safe_upto == 1 and ctx.own_ordered == 1
