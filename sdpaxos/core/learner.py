@@ -9,6 +9,8 @@ recorded durably before anything executes them (``docs/recovery.md`` section 10)
 A replica whose execution stalls asks its peers (LearnRequest).
 """
 
+import math
+
 from sdpaxos.core.context import Context
 from sdpaxos.core.messages import CCommit, LearnRequest, OCommit
 from sdpaxos.core.olog import NOT_ESTABLISHED
@@ -30,6 +32,10 @@ class Learner:
         self.own_scan = Slot(0)
         #: Own O-instances committed since the last O-commit broadcast.
         self.commit_out: list[OCommitEntry] = []
+        #: When the last LearnRequest was sent, and how far execution was then
+        #: (catching up goes at the pace of answers, see ``Replica.ready``).
+        self.asked_ms = -math.inf
+        self.asked_at: tuple[Slot, int] = (Slot(0), 0)
 
     def reset(self) -> None:
         """Learner state is per view: recount from what is known now."""
@@ -220,6 +226,8 @@ class Learner:
             skip = 0
             k_slot += 1
         s.out.broadcast(s.prox.near, LearnRequest(s.me, s.views.view, slot, tuple(wanted)))
+        self.asked_ms = s.now_ms
+        self.asked_at = (slot, s.progress.in_slot)
         s.stats.learn_requests += 1
         s.out.trace("LearnRequest", o_from=slot, c_wanted=wanted)
 

@@ -385,3 +385,28 @@ def test_o_accepts_are_accepted_contiguously_within_a_view() -> None:
     rd = rep.ready()
     assert rep.status().o_accepted_upto == 3
     assert [r.start for r in rd.persist] == [0, 2]
+
+
+def test_a_replica_far_behind_catches_up_at_the_pace_of_answers() -> None:
+    """Found by the long fault sweep (N = 7, seed 501075, learn_c_max = 4): a replica
+    that missed many C-commits learned at most learn_c_max C-instances per learn_ms,
+    because it waited learn_ms after every step of progress. Now a request whose
+    answers moved execution is followed at once by the next one."""
+    cfg = {"learn_c_max": 4, "learn_ms": 300.0}
+    net = Net.build(3, sequencer=0, **cfg)
+    net.partition({2}, {0, 1})
+    for k in range(40):
+        net.propose(0, 100 + k, 1, b"w%d" % k)
+        net.deliver_all()
+    net.run(10)
+    assert len(net.executed_ids(0)) == 40 and len(net.executed_ids(2)) == 0
+    net.heal()
+    # Learning 40 C-instances four at a time: ten requests. At one per learn_ms
+    # that took 3 s; at the pace of answers it takes one learn_ms to start.
+    for _ in range(60):  # 600 ms of ticks, each followed by full delivery
+        net.tick()
+        net.deliver_all()
+        if len(net.executed_ids(2)) == 40:
+            break
+    assert net.executed_ids(2) == net.executed_ids(0)
+    assert net.now_ms - 0 < 10 * cfg["learn_ms"]
