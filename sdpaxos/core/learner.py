@@ -36,6 +36,8 @@ class Learner:
         #: (catching up goes at the pace of answers, see ``Replica.ready``).
         self.asked_ms = -math.inf
         self.asked_at: tuple[Slot, int] = (Slot(0), 0)
+        #: The last request asked for all it could (``learn_c_max``): more is missing.
+        self.asked_full = False
 
     def reset(self) -> None:
         """Learner state is per view: recount from what is known now."""
@@ -228,6 +230,7 @@ class Learner:
         s.out.broadcast(s.prox.near, LearnRequest(s.me, s.views.view, slot, tuple(wanted)))
         self.asked_ms = s.now_ms
         self.asked_at = (slot, s.progress.in_slot)
+        self.asked_full = len(wanted) >= cap
         s.stats.learn_requests += 1
         s.out.trace("LearnRequest", o_from=slot, c_wanted=wanted)
 

@@ -445,18 +445,20 @@ class Replica:
         return route
 
     def _keep_learning(self) -> None:
-        """Catching up goes at the pace of answers: a LearnRequest whose answers
-        moved execution, within ``learn_ms`` of being sent, is followed at once by
-        the next one while more is missing. Without this, a replica far behind
-        learned at most ``learn_c_max`` C-instances per ``learn_ms`` after each
-        step of progress, and could take minutes (found by the long sweep, N = 7,
-        seed 501075, with ``learn_c_max`` = 4). In the normal case no request was
-        sent recently, so nothing changes."""
+        """Catching up goes at the pace of answers: a LearnRequest that asked for
+        a full batch (``learn_c_max`` C-instances, so more is missing) and whose
+        answers moved execution within ``learn_ms`` is followed at once by the
+        next one. Without this, a replica far behind learned at most
+        ``learn_c_max`` C-instances per ``learn_ms`` after each step of progress,
+        and could take minutes (found by the long sweep, N = 7, seed 501075, with
+        ``learn_c_max`` = 4). A replica that only stalled briefly asks for fewer,
+        so ordinary commits arriving after its request start no chain."""
         executor, learner = self.executor, self.learner
         progress = self.ctx.progress
         now = self.ctx.now_ms
         if (
-            now - learner.asked_ms < self.config.learn_ms
+            learner.asked_full
+            and now - learner.asked_ms < self.config.learn_ms
             and (progress.slot, progress.in_slot) > learner.asked_at
             and executor.stalled()
         ):
