@@ -91,6 +91,7 @@ NAME_RE = re.compile(rf"^{IDENT}(?:\.{IDENT})*$")
 CALL_RE = re.compile(rf"^(?P<head>{IDENT}(?:\.{IDENT})*)\((?P<args>[^()]*)\)$")
 PATH_RE = re.compile(r"^[\w.-]+(?:/[\w.-]+)+/?$")
 IDENT_RE = re.compile(rf"\b{IDENT}\b")
+from tests.test_docs_recovery import _spans  # noqa: E402  (one span reader for both docs)
 from tests.test_tla_names import TRACE_CALL  # noqa: E402  (one pattern for both checks)
 
 PITFALL_REF = re.compile(r"\bpitfalls?\s+#?(\d+)", re.IGNORECASE)
@@ -124,12 +125,6 @@ def _sections(text: str) -> dict[str, str]:
             if top != current:
                 out[top] += line
     return out
-
-
-def _spans(text: str) -> list[str]:
-    """Inline code spans, outside fenced blocks."""
-    text = re.sub(r"```.*?```", "", text, flags=re.S)
-    return [s.strip() for s in re.findall(r"`([^`\n]+)`", text)]
 
 
 def _tables(text: str) -> list[list[list[str]]]:

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from sdpaxos.core.errors import ConfigError
+from sdpaxos.core.quorum import majority
 from sdpaxos.core.types import REPLICA_0, REPLICAS_MAX, ReplicaId
 
 _DURATIONS_MS = (
@@ -217,7 +218,7 @@ class ClusterConfig:
                 raise ConfigError(f"rtt_ms must be an {n}x{n} matrix")
             if any(v < 0 for row in self.rtt_ms for v in row):
                 raise ConfigError("rtt_ms entries must be >= 0")
-        object.__setattr__(self, "_majority", n // 2 + 1)
+        object.__setattr__(self, "_majority", majority(n))
 
     @property
     def majority(self) -> int:

@@ -60,12 +60,6 @@ class OLog:
         #: ``o_pending_max``).
         self.pending: dict[Slot, tuple[OValue, ...]] = {}
 
-    def note_acked(self, replica: ReplicaId, upto: Slot) -> None:
-        """``replica`` accepted every slot below ``upto`` (only ever grows)."""
-        if upto > self.acked[replica]:
-            self.acked[replica] = upto
-            self.acked_dirty = True
-
     def __len__(self) -> int:
         return len(self.owner)
 

@@ -436,7 +436,7 @@ class Replica:
         elif view > views.view:
             route = self.election.from_future_view
         if route is handler:
-            validate.check(s, m)
+            validate.CHECKS[kind](s, m)  # every handled type has a check (tested)
             if kind is CPromise:
                 self.recovery.check_promise(m)  # type: ignore[arg-type]
         s.prox.heard_from(src)

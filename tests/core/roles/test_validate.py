@@ -349,3 +349,12 @@ def test_a_revocation_is_an_alarm() -> None:
     with pytest.raises(PeerMessageError) as refused:
         validate.check(follower(), OAccept(0, 0, 2, ((1, 1),), 0, False))
     assert not refused.value.alarm
+
+
+def test_every_message_the_replica_handles_has_a_check() -> None:
+    """``Replica._route`` looks a handled message's check up without a fallback."""
+    from sdpaxos.core import ClusterConfig, Replica
+    from tests.core.harness import Register
+
+    rep = Replica(ClusterConfig(replicas=3), 0, Register())
+    assert set(validate.CHECKS) == set(rep._handlers)
