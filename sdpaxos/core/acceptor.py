@@ -211,11 +211,12 @@ class Acceptor:
         olog.grow_within(end, s.window_end())
         owners, counts, ballots = olog.owner, olog.count, olog.ballot
         new = values[first - start :]
+        i0 = first - olog.base
         for k, (owner, count) in enumerate(new):
-            slot = first + k
-            owners[slot] = owner
-            counts[slot] = count
-            ballots[slot] = view
+            i = i0 + k
+            owners[i] = owner
+            counts[i] = count
+            ballots[i] = view
         s.out.persist(OAccepted(view, first, new))
         olog.acc_upto = end
         self.advance_acc()
@@ -245,10 +246,11 @@ class Acceptor:
         if s.views.est_view != view:
             self.r.establish(view, m.src, start, values)
         committed, cballots = olog.committed, olog.cballot
-        for slot in range(max(start, s.progress.executed_end()), end):
-            if not committed[slot]:  # (a commit known already keeps its ballot: final if older)
-                committed[slot] = True
-                cballots[slot] = view
+        b = olog.base
+        for i in range(max(start, s.progress.executed_end()) - b, end - b):
+            if not committed[i]:  # (a commit known already keeps its ballot: final if older)
+                committed[i] = True
+                cballots[i] = view
         s.views.range_committed = True
         s.views.new_view = m
         if end > olog.acked[m.src]:

@@ -19,7 +19,7 @@ from sdpaxos.core.messages import Heartbeat, LeaseGrant, Message, OAck, Vote, VR
 from sdpaxos.core.olog import NOT_ESTABLISHED
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import ViewEstablished, ViewPromised
-from sdpaxos.core.types import NO_CL, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import OValue, ReplicaId, Slot, View
 from sdpaxos.core.view_change import VoteState, rebuild_assignment_log
 from sdpaxos.core.views import ViewEvent
 
@@ -299,34 +299,34 @@ class Election:
             s.progress.executed_end(),
         )
         owners, counts = olog.owner, olog.count
-        covered_before = [0] * s.n
-        for slot in range(min(o_from, len(owners))):
-            if owners[slot] != NO_CL:
-                covered_before[owners[slot]] += counts[slot]
+        covered_before = olog.coverage(min(o_from, len(olog)), s.n)
         rebuilt = rebuild_assignment_log(
             replicas=s.n, o_from=o_from, votes=votes, covered_before=covered_before
         )
         s.stats.invariant_alarms += rebuilt.alarms
         # The range also re-proposes what we executed below o_from and some voter
         # did not: executed by us, it may be held by two replicas only (N = 5).
-        start = Slot(min(o_from, *(v.executed for v in votes.values())))
+        # Slots below our snapshot were executed by a majority (section 16.2 of
+        # docs/recovery.md), hence final: the range never reaches below it.
+        start = Slot(max(olog.base, min(o_from, *(v.executed for v in votes.values()))))
         values: tuple[OValue, ...] = olog.values(start, o_from) + tuple(rebuilt.values)
         end = Slot(start + len(values))
         # Slots we executed meanwhile must come out unchanged (ExecutedNeverRevoked).
         executed_end = s.progress.executed_end()
+        b = olog.base
         for slot in range(o_from, min(executed_end, end)):
-            if (owners[slot], counts[slot]) != values[slot - start]:
+            if (owners[slot - b], counts[slot - b]) != values[slot - start]:
                 raise InvariantViolation(
                     f"view {view} would revoke executed slot {slot}: "
-                    f"{owners[slot], counts[slot]} -> {values[slot - start]}"
+                    f"{owners[slot - b], counts[slot - b]} -> {values[slot - start]}"
                 )
         if end < executed_end:
             raise InvariantViolation(f"view {view} would drop executed slots {end}..")
         olog.grow(end)
         for slot in range(start, end):
-            owners[slot], counts[slot] = values[slot - start]
-            olog.ballot[slot] = view
-            olog.committed[slot] = slot < executed_end
+            owners[slot - b], counts[slot - b] = values[slot - start]
+            olog.ballot[slot - b] = view
+            olog.committed[slot - b] = slot < executed_end
         s.out.persist(ViewPromised(view))
         s.out.persist(ViewEstablished(view, s.me, start, values))
         old_seq = rebuilt.old_sequencer
@@ -370,13 +370,16 @@ class Election:
         olog.grow_within(end, s.window_end())
         owners, counts, ballots, committed = olog.owner, olog.count, olog.ballot, olog.committed
         executed_end = s.progress.executed_end()
+        b = olog.base
         for k, (owner, count) in enumerate(values):
             slot = start + k
-            ballots[slot] = view  # as the durable record says (executed slots are equal)
+            if slot < b:
+                continue  # compacted here: executed, final (the range agrees)
+            ballots[slot - b] = view  # as the durable record says (executed slots are equal)
             if slot < executed_end:
                 continue
-            owners[slot], counts[slot] = owner, count
-            committed[slot] = False
+            owners[slot - b], counts[slot - b] = owner, count
+            committed[slot - b] = False
         s.out.persist(ViewEstablished(view, sequencer, start, values))
         old = views.sequencer
         views.establish(view, sequencer, start, end)

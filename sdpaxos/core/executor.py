@@ -50,12 +50,13 @@ class Executor:
         exec_count = progress.count
         slot: int = progress.slot
         in_slot = progress.in_slot
-        limit = len(owners)
+        b = olog.base
+        limit = len(owners) + b
         start_slot = slot
-        while slot < limit and committed[slot]:
-            owner = owners[slot]
+        while slot < limit and committed[slot - b]:
+            owner = owners[slot - b]
             if owner != NO_CL:
-                count = counts[slot]
+                count = counts[slot - b]
                 log = logs[owner]
                 while in_slot < count:
                     k = exec_count[owner]

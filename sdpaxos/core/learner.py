@@ -88,22 +88,23 @@ class Learner:
         before = s.own_ordered
         own = before
         out = self.commit_out
-        for slot in range(self.own_scan, safe):
-            if owners[slot] == me:
-                own += counts[slot]
-                if not committed[slot]:
-                    committed[slot] = True
-                    olog.cballot[slot] = ballots[slot]
-                    out.append(OCommitEntry(Slot(slot), ballots[slot], me, counts[slot]))
+        b = olog.base
+        for i in range(max(self.own_scan, b) - b, safe - b):
+            if owners[i] == me:
+                own += counts[i]
+                if not committed[i]:
+                    committed[i] = True
+                    olog.cballot[i] = ballots[i]
+                    out.append(OCommitEntry(Slot(i + b), ballots[i], me, counts[i]))
         self.own_scan = safe
         learned = False
         if views.is_sequencer:
             # The sequencer hears every O-ACK: it learns every O-instance, so a
             # replica whose own O-ACKs were lost (N >= 7) can learn from it.
-            for slot in range(previous, safe):
-                if not committed[slot]:
-                    committed[slot] = True
-                    olog.cballot[slot] = ballots[slot]
+            for i in range(max(previous, b) - b, safe - b):
+                if not committed[i]:
+                    committed[i] = True
+                    olog.cballot[i] = ballots[i]
                     s.progress.dirty = True
                     learned = True
         if s.out.tracer is not None and (learned or own != before):
@@ -159,9 +160,11 @@ class Learner:
         olog.grow(top)
         views = s.views
         runs: list[tuple[View, Slot, list[OValue]]] = []
-        for slot, ballot, owner, count in sorted(entries):
-            if slot < executed_end:
+        b = olog.base
+        for entry_slot, ballot, owner, count in sorted(entries):
+            if entry_slot < executed_end:
                 continue
+            slot = entry_slot - b
             value = (owner, count)
             # A commit is only ever relayed within one view, and whoever entered
             # that view forgot the unexecuted commits of older views: so a commit
@@ -177,7 +180,7 @@ class Learner:
                 else:
                     s.stats.invariant_alarms += 1  # a range revoked a final slot
                 continue
-            if ballot < views.est_view and slot >= views.est_base:
+            if ballot < views.est_view and entry_slot >= views.est_base:
                 # Our established view superseded older values beyond its base;
                 # a final one there would mean it revoked an executed slot.
                 s.stats.invariant_alarms += 1
@@ -189,10 +192,10 @@ class Learner:
             if ballots[slot] == ballot:
                 continue  # already held durably
             owners[slot], counts[slot], ballots[slot] = owner, count, ballot
-            if runs and runs[-1][0] == ballot and runs[-1][1] + len(runs[-1][2]) == slot:
+            if runs and runs[-1][0] == ballot and runs[-1][1] + len(runs[-1][2]) == entry_slot:
                 runs[-1][2].append(value)
             else:
-                runs.append((ballot, slot, [value]))
+                runs.append((ballot, entry_slot, [value]))
         for ballot, start, values in runs:
             s.out.persist(OAccepted(ballot, start, tuple(values)))
         self.r.accepted_run_grew()
@@ -215,7 +218,8 @@ class Learner:
         wanted: list[tuple[ReplicaId, CIndex]] = []
         cap = s.config.learn_c_max
         skip = s.progress.in_slot
-        k_slot: int = slot
+        b = olog.base
+        k_slot: int = slot - b
         while k_slot < len(owners) and committed[k_slot] and len(wanted) < cap:
             owner = owners[k_slot]
             if owner != NO_CL:
@@ -247,10 +251,11 @@ class Learner:
                 olog.committed,
                 olog.cballot,
             )
+            b = olog.base
             entries = tuple(
-                OCommitEntry(Slot(slot), cballots[slot], owners[slot], counts[slot])
-                for slot in range(o_from, stop)
-                if committed[slot] and cballots[slot] >= 0
+                OCommitEntry(Slot(i + b), cballots[i], owners[i], counts[i])
+                for i in range(max(o_from, b) - b, stop - b)
+                if committed[i] and cballots[i] >= 0
             )
             if entries:
                 s.out.send(m.src, OCommit(s.me, view, entries))

@@ -4,7 +4,10 @@ Slot ``s`` holds an O-value ``(owner, count)`` (``owner``, ``count``), the ballo
 of the durable value (``ballot``, -1: none), whether it is known chosen
 (``committed``, volatile) and the ballot it was chosen at (``cballot``: what a
 relay reports; the slot's accepted ballot may be a later range's, never chosen).
-The five columns grow together, only through :meth:`OLog.grow`.
+The five columns grow together, only through :meth:`OLog.grow`, and shrink
+together, only through :meth:`OLog.compact`: they hold slots ``base ..`` (a
+snapshot covers everything below ``base``), so column index ``i`` is slot
+``base + i``. Every reader translates with ``slot - olog.base``.
 
 Watermarks, all slot numbers (every slot below is covered):
 
@@ -36,6 +39,8 @@ class OLog:
         "acked",
         "acked_dirty",
         "ballot",
+        "base",
+        "base_count",
         "cballot",
         "committed",
         "count",
@@ -48,6 +53,10 @@ class OLog:
     def __init__(self, replicas: int) -> None:
         self.acked: list[Slot] = [Slot(0)] * replicas
         self.acked_dirty = False
+        #: The first slot held: slots below were executed and compacted away.
+        self.base = Slot(0)
+        #: Per owner, how many of its C-instances the slots below ``base`` order.
+        self.base_count: list[int] = [0] * replicas
         self.owner: list[ReplicaId] = []
         self.count: list[int] = []
         self.ballot: list[View] = []
@@ -61,11 +70,12 @@ class OLog:
         self.pending: dict[Slot, tuple[OValue, ...]] = {}
 
     def __len__(self) -> int:
-        return len(self.owner)
+        """The end of the log: one past the highest slot held (not the number held)."""
+        return self.base + len(self.owner)
 
     def grow(self, end: int) -> None:
         """Make room for every slot below ``end`` (callers check the window)."""
-        grow = end - len(self.owner)
+        grow = end - self.base - len(self.owner)
         if grow > 0:
             self.owner.extend([NO_CL] * grow)
             self.count.extend([0] * grow)
@@ -75,75 +85,93 @@ class OLog:
 
     def grow_within(self, end: int, limit: int) -> None:
         """:meth:`grow`, refusing a peer's slot at or beyond ``limit`` (the window)."""
-        if end > len(self.owner) and end > limit:
+        if end > len(self) and end > limit:
             raise PeerMessageError(f"slot {end - 1} is beyond the window")
         self.grow(end)
 
     def value(self, slot: int) -> OValue:
-        return (self.owner[slot], self.count[slot])
+        i = slot - self.base
+        return (self.owner[i], self.count[i])
 
     def values(self, start: int, end: int) -> tuple[OValue, ...]:
-        return tuple(zip(self.owner[start:end], self.count[start:end], strict=True))
+        """The values of slots ``start .. end-1`` (``start`` at or above ``base``)."""
+        b = self.base
+        return tuple(
+            zip(self.owner[start - b : end - b], self.count[start - b : end - b], strict=True)
+        )
 
     def learned(self, slot: int) -> tuple[object, ...]:
         """Everything known of one O-instance (to tell whether a step changed it)."""
-        if slot >= len(self.ballot):
+        i = slot - self.base
+        if i < 0 or i >= len(self.ballot):
             return ()
         return (
-            self.ballot[slot],
-            self.owner[slot],
-            self.count[slot],
-            self.committed[slot],
-            self.cballot[slot],
+            self.ballot[i],
+            self.owner[i],
+            self.count[i],
+            self.committed[i],
+            self.cballot[i],
         )
 
     def commit(self, slot: int, ballot: View) -> None:
-        self.committed[slot] = True
-        self.cballot[slot] = ballot
+        i = slot - self.base
+        self.committed[i] = True
+        self.cballot[i] = ballot
+
+    def is_committed(self, slot: int) -> bool:
+        """Is ``slot`` known chosen here? (Compacted slots were executed: yes.)"""
+        i = slot - self.base
+        return i < 0 or (i < len(self.committed) and self.committed[i])
 
     def committed_prefix(self, start: Slot) -> Slot:
         """Every slot from ``start`` below the result is committed here."""
-        k: int = start
+        b = self.base
+        k: int = max(start, b) - b
         committed = self.committed
         limit = len(committed)
         while k < limit and committed[k]:
             k += 1
-        return Slot(k)
+        return Slot(k + b)
 
     def advance_known(self, executed: Slot, view: View) -> Slot:
         """Extend the prefix of slots whose values we know: executed, accepted in
         ``view``, or known committed. Returns it."""
-        k: int = max(self.known_upto, executed)
+        b = self.base
+        k: int = max(self.known_upto, executed, b) - b
         ballots, committed = self.ballot, self.committed
         limit = len(ballots)
         while k < limit and (ballots[k] == view or committed[k]):
             k += 1
-        self.known_upto = Slot(k)
+        self.known_upto = Slot(k + b)
         return self.known_upto
 
     def accepted_run_end(self, view: View) -> Slot:
         """From ``acc_upto``, the end of the run of slots held at ``view``'s ballot."""
-        k: int = self.acc_upto
+        b = self.base
+        k: int = max(self.acc_upto, b) - b
         ballots = self.ballot
         while k < len(ballots) and ballots[k] == view:
             k += 1
-        return Slot(k)
+        return Slot(max(k + b, self.acc_upto))
 
     def coverage(self, end: int, replicas: int) -> list[int]:
-        """Per owner, how many of its C-instances slots ``0 .. end-1`` order."""
-        covered = [0] * replicas
-        for owner, count in zip(self.owner[:end], self.count[:end], strict=True):
+        """Per owner, how many of its C-instances slots ``0 .. end-1`` order
+        (``end`` at or above ``base``: the compacted prefix counts as ``base_count``)."""
+        covered = list(self.base_count)
+        b = self.base
+        for owner, count in zip(self.owner[: end - b], self.count[: end - b], strict=True):
             if owner != NO_CL:
                 covered[owner] += count
         return covered
 
     def vote_entries(self, o_from: int) -> tuple[VoteEntry, ...]:
-        """Every O-value held durably from ``o_from`` on, with its ballot."""
+        """Every O-value held durably from ``o_from`` on (never below ``base``), with its ballot."""
         owners, counts, ballots = self.owner, self.count, self.ballot
+        b = self.base
         return tuple(
-            VoteEntry(Slot(s), ballots[s], owners[s], counts[s])
-            for s in range(o_from, len(owners))
-            if ballots[s] != NO_BALLOT
+            VoteEntry(Slot(i + b), ballots[i], owners[i], counts[i])
+            for i in range(max(o_from, b) - b, len(owners))
+            if ballots[i] != NO_BALLOT
         )
 
     def forget_commits_before(self, view: View, executed_end: Slot) -> None:
@@ -151,18 +179,21 @@ class OLog:
         with N = 5 a non-sequencer's O-commit is revocable until executed (paper
         section 3.3), and ``view``'s range says what stands."""
         committed, ballots = self.committed, self.ballot
-        for s in range(executed_end, len(committed)):
-            if committed[s] and ballots[s] < view:
-                committed[s] = False
+        b = self.base
+        for i in range(max(executed_end, b) - b, len(committed)):
+            if committed[i] and ballots[i] < view:
+                committed[i] = False
         self.known_upto = min(self.known_upto, executed_end)
 
     def revoked_executed(
         self, start: Slot, values: tuple[OValue, ...], executed_end: Slot
     ) -> Slot | None:
-        """The first executed slot ``values`` (from ``start``) would change, if any."""
+        """The first executed slot ``values`` (from ``start``) would change, if any.
+        Compacted slots cannot be compared; callers clip ranges at ``base`` first."""
         owners, counts = self.owner, self.count
-        for s in range(start, min(start + len(values), executed_end)):
-            if (owners[s], counts[s]) != values[s - start]:
+        b = self.base
+        for s in range(max(start, b), min(start + len(values), executed_end)):
+            if (owners[s - b], counts[s - b]) != values[s - start]:
                 return Slot(s)
         return None
 
@@ -172,7 +203,23 @@ class OLog:
         """The first slot already holding another value at ``ballot``, if any: at
         one ballot (a view) the sequencer proposes one value per slot."""
         owners, counts, ballots = self.owner, self.count, self.ballot
-        for s in range(start, min(start + len(values), len(owners))):
-            if ballots[s] == ballot and (owners[s], counts[s]) != values[s - start]:
+        b = self.base
+        for s in range(max(start, b), min(start + len(values), len(self))):
+            i = s - b
+            if ballots[i] == ballot and (owners[i], counts[i]) != values[s - start]:
                 return Slot(s)
         return None
+
+    def compact(self, slot: Slot, counts: list[int]) -> None:
+        """Forget slots below ``slot``, which were executed (a snapshot covers them):
+        ``counts`` is, per owner, how many of its C-instances they order."""
+        drop = slot - self.base
+        if drop <= 0:
+            return
+        self.grow(slot)
+        for column in (self.owner, self.count, self.ballot, self.committed, self.cballot):
+            del column[:drop]
+        self.base = slot
+        self.base_count = list(counts)
+        for start in [p for p in self.pending if p < slot]:
+            del self.pending[start]

@@ -57,17 +57,18 @@ class Recovery:
             return False
         olog, progress = s.olog, s.progress
         slot = progress.slot
-        if slot >= len(olog) or not olog.committed[slot]:
+        if slot >= len(olog) or not olog.is_committed(slot):
             return False  # no longer blocked on a committed slot (a new view revoked it)
         # How many C-instances of owner do committed slots ask for from here on?
         needed = 0
         owners, counts, committed = olog.owner, olog.count, olog.committed
-        for k_slot in range(slot, len(owners)):
-            if not committed[k_slot]:
+        b = olog.base
+        for i in range(slot - b, len(owners)):
+            if not committed[i]:
                 break
-            if owners[k_slot] == owner:
-                needed += counts[k_slot]
-        needed -= progress.in_slot if owners[slot] == owner else 0
+            if owners[i] == owner:
+                needed += counts[i]
+        needed -= progress.in_slot if owners[slot - b] == owner else 0
         needed = max(1, min(needed, s.config.recovery_batch_max))
         end = CIndex(index + needed)
         top = s.clog.top_promised(owner, index, end)

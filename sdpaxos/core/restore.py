@@ -80,8 +80,11 @@ def replay(
 def _replay_o(olog: OLog, ballot: View, start: Slot, values: tuple[OValue, ...]) -> None:
     olog.grow(start + len(values))
     owners, counts, ballots = olog.owner, olog.count, olog.ballot
+    b = olog.base
     for k, (owner, count) in enumerate(values):
-        slot = start + k
+        slot = start + k - b
+        if slot < 0:
+            continue  # below the snapshot the replica restarts from
         if ballot >= ballots[slot]:
             owners[slot], counts[slot] = owner, count
             ballots[slot] = ballot

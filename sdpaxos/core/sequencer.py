@@ -118,8 +118,9 @@ class Sequencer:
                 olog.committed,
             )
             view = s.views.view
+            i0 = start - olog.base
             for k, (owner, count) in enumerate(allocated):
-                slot = start + k
+                slot = i0 + k
                 owners[slot], counts[slot], ballots[slot], committed[slot] = (
                     owner,
                     count,
@@ -278,8 +279,9 @@ class Sequencer:
         self.rebuild = None
         s.views.range_committed = True
         view = s.views.view
+        start = max(start, olog.base)  # below: executed by a majority and compacted
         for slot in range(start, end):
-            if not olog.committed[slot]:
+            if not olog.is_committed(slot):
                 olog.commit(slot, view)
         values = olog.values(start, end)
         msg = NewView(s.me, view, start, values)

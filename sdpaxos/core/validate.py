@@ -185,23 +185,24 @@ def _o_commit(s: Context, m: OCommit) -> None:
     olog = s.olog
     owners, counts, ballots = olog.owner, olog.count, olog.ballot
     executed_end = s.progress.executed_end()
+    b = olog.base
+    end = len(olog)
     top = 0
     for slot, ballot, owner, count in entries:
         top = max(top, slot + 1)
+        i = slot - b
+        if i < 0:
+            continue  # compacted here: executed and final (nothing left to compare)
         if slot < executed_end:
-            if (owners[slot], counts[slot]) != (owner, count):
+            if (owners[i], counts[i]) != (owner, count):
                 raise PeerMessageError(
                     f"O-commit would revoke executed slot {slot}: "
-                    f"{owners[slot], counts[slot]} -> {owner, count}",
+                    f"{owners[i], counts[i]} -> {owner, count}",
                     alarm=True,
                 )
-        elif (
-            slot < len(owners)
-            and ballots[slot] == ballot
-            and (owners[slot], counts[slot]) != (owner, count)
-        ):
+        elif slot < end and ballots[i] == ballot and (owners[i], counts[i]) != (owner, count):
             raise PeerMessageError(
-                f"slot {slot} holds {owners[slot], counts[slot]} at ballot {ballot}, "
+                f"slot {slot} holds {owners[i], counts[i]} at ballot {ballot}, "
                 f"O-commit says {owner, count}"
             )
     if top > len(olog) and top > s.window_end():
