@@ -74,21 +74,32 @@ _RESULT = b"ok"
 
 
 class DigestMachine:
-    """Deterministic state machine: a running BLAKE2b over the applied payloads."""
+    """Deterministic state machine: a BLAKE2b chain over the applied payloads.
 
-    __slots__ = ("_hash", "count")
+    Chained (each step hashes the previous digest with the payload), not one
+    running hash object, so that its state is bytes a snapshot can carry.
+    """
+
+    __slots__ = ("_state", "count")
 
     def __init__(self) -> None:
         self.count = 0
-        self._hash = hashlib.blake2b(digest_size=16)
+        self._state = b""
 
     def apply(self, payload: bytes) -> bytes:
         self.count += 1
-        self._hash.update(payload)
+        self._state = hashlib.blake2b(self._state + payload, digest_size=16).digest()
         return _RESULT
 
     def digest(self) -> str:
-        return self._hash.hexdigest()
+        return self._state.hex()
+
+    def snapshot(self) -> bytes:
+        return self.count.to_bytes(8, "big") + self._state
+
+    def restore(self, data: bytes) -> None:
+        self.count = int.from_bytes(data[:8], "big")
+        self._state = data[8:]
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,8 @@ class Acceptor:
     def handle_c_accept(self, m: CAccept) -> None:
         s = self.s
         owner, index = m.owner, m.index
+        if index < s.clog.floor[owner]:
+            return  # executed and compacted here: chosen; its owner learns that by snapshot
         log = s.clog.logs[owner]
         inst = log.get(index)
         if inst is not None and m.ballot < inst.promised:
@@ -59,6 +61,8 @@ class Acceptor:
     def handle_c_commit(self, m: CCommit) -> None:
         s = self.s
         owner, index = m.owner, m.index
+        if index < s.clog.floor[owner]:
+            return  # executed and compacted here
         inst = s.clog.entry(owner, index)
         if inst.committed:
             return
@@ -79,8 +83,28 @@ class Acceptor:
             self.r.own_c_chosen(index, inst)
 
     def promise_c(self, owner: ReplicaId, start: CIndex, end: CIndex, ballot: Ballot) -> CPromise:
-        """Phase 1 for a range of ``owner``'s C-instances; persists the promise when given."""
+        """Phase 1 for a range of ``owner``'s C-instances; persists the promise when given.
+
+        Instances we compacted are answered with where our compaction ends and
+        nothing else: "forgotten" must never read as "nothing accepted", or the
+        recoverer would choose a no-op for an executed command.
+        """
         s = self.s
+        floor = s.clog.floor[owner]
+        if start < floor:
+            return CPromise(
+                s.me,
+                s.views.view,
+                owner,
+                start,
+                ballot,
+                False,
+                NO_BALLOT,
+                (),
+                (),
+                (),
+                CIndex(floor),
+            )
         log = s.clog.logs[owner]
         top = s.clog.top_promised(owner, start, end)
         ok = ballot >= top
@@ -116,6 +140,7 @@ class Acceptor:
             tuple(ballots),
             tuple(values),
             tuple(committed),
+            CIndex(floor),
         )
 
     def handle_c_prepare(self, m: CPrepare) -> None:

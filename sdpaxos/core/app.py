@@ -22,6 +22,19 @@ class StateMachine(Protocol):
 
     def apply(self, payload: bytes) -> bytes: ...
 
+    def snapshot(self) -> bytes:
+        """The whole state, as bytes that :meth:`restore` turns back into it.
+
+        Called only when snapshots are on (``snapshot_slots_min`` or
+        :meth:`Replica.request_snapshot`), right after a command was applied; it
+        must be deterministic too: replicas compare nothing, but a replica that
+        installs another's snapshot must reach the state the other had.
+        """
+        ...
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with the one ``data`` (from :meth:`snapshot`) holds."""
+
 
 #: ``tracer(event, replica_id, fields)``; ``tla/README.md`` maps each event to its TLA+ action.
 Tracer = Callable[[str, ReplicaId, dict[str, Any]], None]

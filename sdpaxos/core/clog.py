@@ -33,14 +33,36 @@ class CInstance:
 
 
 class CLog:
-    """Every replica's C-log, indexed ``logs[owner][index]``, and ``c_max`` per owner."""
+    """Every replica's C-log, indexed ``logs[owner][index]``, and ``c_max`` per owner.
 
-    __slots__ = ("c_max", "logs")
+    Instances below ``floor[owner]`` were executed and forgotten (a snapshot
+    covers them): nothing below it is ever created again, and whoever asks about
+    them is answered with the snapshot.
+    """
+
+    __slots__ = ("c_max", "floor", "logs")
 
     def __init__(self, replicas: int) -> None:
         self.logs: list[dict[CIndex, CInstance]] = [{} for _ in range(replicas)]
         #: Per owner: the highest C-instance index accepted here (-1: none).
         self.c_max: list[int] = [-1] * replicas
+        #: Per owner: instances below this were executed and compacted.
+        self.floor: list[int] = [0] * replicas
+
+    def compact(self, executed: tuple[int, ...] | list[int]) -> None:
+        """Forget each owner's instances below ``executed[owner]`` (all executed)."""
+        for owner, upto in enumerate(executed):
+            log = self.logs[owner]
+            low = self.floor[owner]
+            if upto <= low:
+                continue
+            if upto - low > len(log):
+                for index in [i for i in log if i < upto]:
+                    del log[index]
+            else:
+                for i in range(low, upto):
+                    log.pop(CIndex(i), None)
+            self.floor[owner] = upto
 
     def get(self, owner: ReplicaId, index: CIndex) -> CInstance | None:
         return self.logs[owner].get(index)

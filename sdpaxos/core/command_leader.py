@@ -232,6 +232,28 @@ class CommandLeader:
         if candidate not in s.prox.c_quorum:
             s.out.send(candidate, self.c_request(last))
 
+    def forget_below(self, floor: int) -> None:
+        """Our C-instances below ``floor`` were executed somewhere and are about to
+        be compacted (a snapshot covers them). One we still wait for was either
+        chosen with our commands (they executed: ready) or replaced by a
+        recoverer's value: its session commands are proposed again, and
+        exactly-once execution answers them; commands without a session are not
+        (they may have executed)."""
+        s = self.s
+        log = s.clog.logs[s.me]
+        for index in [i for i in self.inflight if i < floor]:
+            proposed = self.inflight[index]
+            inst = log.get(index)
+            if inst is not None and inst.committed and inst.commands == proposed:
+                self.make_ready(index, proposed)
+                continue
+            del self.inflight[index]
+            again = tuple(cmd for cmd in proposed if cmd.client_id)
+            self.proposals.extendleft(reversed(again))
+            s.out.trace("Repropose", index=index, commands=len(again))
+        if self.next_index < floor:
+            self.next_index = CIndex(floor)
+
     def oldest_unordered_started_ms(self) -> float | None:
         """When our oldest C-instance the sequencer has not ordered yet started."""
         if not self.inflight:

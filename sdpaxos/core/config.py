@@ -34,6 +34,9 @@ _DURATIONS_MS = (
     "straggler_window_ms",
     "straggler_min_interval_ms",
 )
+#: Largest ``snapshot_chunk_bytes``: half the wire codec's 16 MiB frame limit, so
+#: a chunk with its message header always fits one frame.
+SNAPSHOT_CHUNK_BYTES_MAX = 8 << 20
 _MAY_BE_ZERO = frozenset({"lease_drift_ms", "election_jitter_ms", "election_margin_ms"})
 
 
@@ -118,6 +121,14 @@ class ClusterConfig:
         straggler_need_min: windows with fewer C-instances to order are not judged.
         straggler_min_interval_ms: least time between two view changes started
             by straggler detection ("we also limit the frequency").
+        snapshot_slots_min: take a snapshot (and compact what it covers) once this
+            many slots were executed since the last one; ``None``: only when the
+            driver asks (:meth:`Replica.request_snapshot`). ``docs/recovery.md``
+            section 16.
+        snapshot_chunk_bytes: most snapshot bytes in one transfer message (keep it
+            well below the wire codec's frame limit, 16 MiB).
+        snapshot_bytes_max: largest snapshot a replica accepts from a peer; a
+            transfer that claims more is refused.
     """
 
     replicas: int
@@ -155,6 +166,9 @@ class ClusterConfig:
     straggler_strikes: int = 3
     straggler_need_min: int = 8
     straggler_min_interval_ms: float = 10_000.0
+    snapshot_slots_min: int | None = None
+    snapshot_chunk_bytes: int = 1 << 20
+    snapshot_bytes_max: int = 1 << 30
     lease_hold_ms: float = field(init=False, repr=False, compare=False)
     _majority: int = field(init=False, repr=False, compare=False)
 
@@ -184,10 +198,23 @@ class ClusterConfig:
             "straggler_strikes",
             "straggler_need_min",
             "clock_drift_ppm",
+            "snapshot_chunk_bytes",
+            "snapshot_bytes_max",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.snapshot_slots_min is not None and (
+            type(self.snapshot_slots_min) is not int or self.snapshot_slots_min < 1
+        ):
+            raise ConfigError(
+                f"snapshot_slots_min must be a positive integer or None, got {self.snapshot_slots_min!r}"
+            )
+        if self.snapshot_chunk_bytes > SNAPSHOT_CHUNK_BYTES_MAX:
+            raise ConfigError(
+                f"snapshot_chunk_bytes must be at most {SNAPSHOT_CHUNK_BYTES_MAX} (below the frame"
+                f" limit), got {self.snapshot_chunk_bytes}"
+            )
         if not isinstance(self.tick_ms, (int, float)) or not self.tick_ms > 0:
             raise ConfigError(f"tick_ms must be > 0, got {self.tick_ms!r}")
         for name in _DURATIONS_MS:

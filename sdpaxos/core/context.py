@@ -37,6 +37,9 @@ class Stats:
     c_instances_recovered: int = 0
     reads_served: int = 0
     reads_refused: int = 0
+    snapshots_taken: int = 0
+    snapshots_installed: int = 0
+    snapshots_offered: int = 0
     #: Messages that would have revoked an executed slot, and reports that
     #: contradict a protocol invariant in a view change. Must stay 0: a non-zero
     #: value is a protocol bug, surfaced without crashing the node.

@@ -129,6 +129,7 @@ class Election:
     def handle_heartbeat(self, m: Heartbeat) -> None:
         s = self.s
         views, olog = s.views, s.olog
+        self.r.heard_majority_executed(m.majority_executed)
         learned = m.base >= 0 and not views.range_committed
         if learned:
             # The range is chosen (we missed the NewView): its slots are committed.
@@ -159,7 +160,7 @@ class Election:
         # The lease: promise not to vote (for anyone, ourselves included) for
         # lease_ms of our own time.
         self.lease_until_ms = now + s.config.lease_ms
-        out.send(m.src, LeaseGrant(s.me, views.view, m.stamp))
+        out.send(m.src, LeaseGrant(s.me, views.view, m.stamp, s.progress.slot))
         out.trace("HandleHeartbeat", src=m.src, view=m.view, grant=True, range=learned)
 
     # ----------------------------------------------------------- candidacy
@@ -257,6 +258,7 @@ class Election:
             views.est_seq,
             views.est_base,
             executed,
+            s.olog.base,
         )
         s.out.send(m.src, vote)
 
@@ -264,6 +266,12 @@ class Election:
         c = self.candidate
         if c is None or m.view != c.view or m.o_from != c.o_from:
             return  # not our election (any more)
+        if m.snapshot > c.o_from:
+            # The voter forgot slots we have not executed: they would look empty
+            # in the rebuild. Install its snapshot first, then run again from there.
+            self.s.out.trace("VoteBelowSnapshot", view=m.view, voter=m.src, snapshot=m.snapshot)
+            self.r.ask_snapshot(m.src)
+            return
         c.votes[m.src] = VoteState(
             m.entries, m.c_max, m.est_view, m.est_seq, m.est_base, m.executed
         )
@@ -383,7 +391,7 @@ class Election:
         s.out.persist(ViewEstablished(view, sequencer, start, values))
         old = views.sequencer
         views.establish(view, sequencer, start, end)
-        olog.acc_upto = end
+        olog.acc_upto = max(end, olog.base)  # below the snapshot: chosen already
         self.candidate = None
         self.deferred_vote = None
         self.voted_for = None

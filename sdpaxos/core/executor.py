@@ -11,6 +11,7 @@ exactly-once across a client's retries.
 
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.context import Context
+from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.ready import Executed, Reply, ReplyKind
 from sdpaxos.core.types import NO_CL, CIndex, Command, ReplicaId, Slot
 
@@ -110,6 +111,25 @@ class Executor:
         s.stats.commands_executed += len(commands)
         if out.tracer is not None:
             out.trace("Execute", slot=slot, owner=owner, c_index=k, commands=len(commands))
+
+    def dump_sessions(self) -> tuple[tuple[int, int, bytes | None], ...]:
+        """The session table as a snapshot carries it: ``(client_id, seq, result)``."""
+        return tuple((cid, seq, result) for cid, (seq, result) in sorted(self.sessions.items()))
+
+    def load_sessions(self, sessions: tuple[object, ...]) -> None:
+        """Replace the table with a snapshot's (checked: a snapshot may come from a peer)."""
+        table: dict[int, tuple[int, bytes | None]] = {}
+        for entry in sessions:
+            if not (
+                isinstance(entry, tuple)
+                and len(entry) == 3
+                and type(entry[0]) is int
+                and type(entry[1]) is int
+                and (entry[2] is None or isinstance(entry[2], bytes))
+            ):
+                raise PeerMessageError(f"bad session in snapshot: {entry!r:.80}")
+            table[entry[0]] = (entry[1], entry[2])
+        self.sessions = table
 
     def stalled(self) -> bool:
         """Is there something we know of that we have not executed?"""

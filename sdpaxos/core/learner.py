@@ -45,10 +45,21 @@ class Learner:
         olog = s.olog
         olog.acked = [NOT_ESTABLISHED] * s.n
         olog.acked[s.me] = olog.acc_upto
-        self.safe_upto = Slot(0)
-        self.own_scan = Slot(0)
-        s.own_ordered = 0
+        # Slots below the snapshot are chosen and order base_count[me] of ours.
+        self.safe_upto = olog.base
+        self.own_scan = olog.base
+        s.own_ordered = olog.base_count[s.me]
         olog.acked_dirty = True
+
+    def skip_to(self, base: Slot) -> None:
+        """Slots below ``base`` were compacted (chosen, executed by a majority): the
+        safe prefix starts there, and orders ``base_count[me]`` of ours below it."""
+        s = self.s
+        if self.safe_upto < base:
+            self.safe_upto = base
+            self.own_scan = base
+            s.own_ordered = max(s.own_ordered, s.olog.base_count[s.me])
+        s.olog.acked_dirty = True
 
     def advance_safe_prefix(self) -> None:
         """Commit O-instances in the safe prefix and make own C-instances ready."""
@@ -243,6 +254,11 @@ class Learner:
         olog = s.olog
         o_from = m.o_from
         view = s.views.view
+        floor = s.clog.floor
+        if 0 <= o_from < olog.base or any(index < floor[owner] for owner, index in m.c_wanted):
+            # Below our snapshot: the asker catches up by installing it.
+            self.r.offer_snapshot(m.src)
+            return
         if o_from >= 0:
             stop = min(len(olog), o_from + s.config.learn_o_max)
             owners, counts, committed, cballots = (

@@ -173,6 +173,9 @@ class Heartbeat:
     committed (-1 before): it tells a replica that missed the :class:`NewView`
     that the range is chosen. A heartbeat never makes a replica adopt a view;
     one from a view it has not established is answered with ``OAck(upto=-1)``.
+    ``majority_executed``: a majority of replicas executed every slot below it
+    (from their lease grants): replicas may compact below it (section 16.2 of
+    ``docs/recovery.md``).
     """
 
     src: ReplicaId
@@ -180,6 +183,7 @@ class Heartbeat:
     o_len: Slot
     stamp: int
     base: Slot
+    majority_executed: Slot = Slot(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +192,14 @@ class LeaseGrant:
 
     Answers heartbeat ``stamp`` (section 3.5: "never vote for other replicas in
     a view change before the lease expires"; a candidate's own vote counts too).
+    ``executed``: every slot below it was executed by ``src`` (the sequencer
+    computes the majority-executed point from these).
     """
 
     src: ReplicaId
     view: View
     stamp: int
+    executed: Slot = Slot(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +232,8 @@ class Vote:
     (or its own ``o_from``): a slot executed by the candidate but not by all of
     its voters may be held by too few replicas (N = 5, two acceptors), so it is
     re-proposed with the range to become majority-durable.
+    ``snapshot``: the voter compacted every slot below it (it reports nothing
+    there); a candidate that has not executed that far installs a snapshot first.
     """
 
     src: ReplicaId
@@ -236,6 +245,7 @@ class Vote:
     est_seq: ReplicaId
     est_base: Slot
     executed: Slot
+    snapshot: Slot = Slot(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +283,10 @@ class CPromise:
     ``ok`` is false if the acceptor had promised a higher ballot (``promised``).
     ``ballots[k]``/``values[k]``: what it accepted for ``start + k`` (ballot -1
     and value ``None`` if nothing); ``committed[k]``: whether it knows that value
-    is chosen.
+    is chosen. ``compacted``: the acceptor executed and forgot ``owner``'s
+    C-instances below it; when that is above ``start`` the promise answers
+    nothing else, and the recoverer installs a snapshot instead (it must never
+    take "forgotten" for "nothing accepted").
     """
 
     src: ReplicaId
@@ -286,6 +299,7 @@ class CPromise:
     ballots: tuple[Ballot, ...]
     values: tuple[tuple[Command, ...] | None, ...]
     committed: tuple[bool, ...]
+    compacted: CIndex = CIndex(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +356,32 @@ class SequencerHandover:
     target: ReplicaId
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    """Send me bytes ``offset ..`` of your snapshot at ``slot`` (a transfer resumes here)."""
+
+    src: ReplicaId
+    view: View
+    slot: Slot
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotChunk:
+    """Bytes ``offset .. offset+len(data)-1`` of ``src``'s snapshot at ``slot``, ``total`` long.
+
+    The chunk at offset 0 doubles as the offer: it answers a request for
+    instances ``src`` compacted (learning, C-instance recovery, a vote).
+    """
+
+    src: ReplicaId
+    view: View
+    slot: Slot
+    offset: int
+    total: int
+    data: bytes
+
+
 Message: TypeAlias = (
     CAccept
     | CAck
@@ -363,6 +403,8 @@ Message: TypeAlias = (
     | StragglerPoll
     | StragglerVote
     | SequencerHandover
+    | SnapshotRequest
+    | SnapshotChunk
 )
 
 #: Every message class, in wire-tag order. Append only: the index is the tag.
@@ -387,4 +429,6 @@ MESSAGE_TYPES: tuple[type, ...] = (
     StragglerPoll,
     StragglerVote,
     SequencerHandover,
+    SnapshotRequest,
+    SnapshotChunk,
 )

@@ -12,14 +12,23 @@ from typing import Any
 from sdpaxos.core.app import Tracer
 from sdpaxos.core.messages import Message
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
-from sdpaxos.core.storage import Record
+from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.types import ReplicaId
 
 
 class Outbox:
     """Persist, send, broadcast, reply and trace, in the order they happen."""
 
-    __slots__ = ("executed", "me", "messages", "persisted", "reads", "replies", "tracer")
+    __slots__ = (
+        "executed",
+        "me",
+        "messages",
+        "persisted",
+        "reads",
+        "replies",
+        "snapshot",
+        "tracer",
+    )
 
     # Roles call :meth:`trace` directly, except on the per-message paths (a
     # C-accept, an O-accept, an execution), where they first test ``tracer is not
@@ -34,6 +43,8 @@ class Outbox:
         self.replies: list[Reply] = []
         self.executed: list[Executed] = []
         self.reads: list[ReadResult] = []
+        #: A snapshot to save durably (then truncate the records it covers).
+        self.snapshot: Snapshot | None = None
 
     def persist(self, record: Record) -> None:
         self.persisted.append(record)
@@ -55,7 +66,10 @@ class Outbox:
 
     def take(self) -> Ready:
         """Hand everything over as one batch and start empty."""
-        rd = Ready(self.persisted, self.messages, self.replies, self.executed, self.reads)
+        rd = Ready(
+            self.persisted, self.messages, self.replies, self.executed, self.reads, self.snapshot
+        )
+        self.snapshot = None
         self.persisted = []
         self.messages = []
         self.replies = []

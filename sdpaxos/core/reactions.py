@@ -8,10 +8,11 @@ Replica` routes the call to the role that owns the effect. This protocol is the
 complete list of such cross-role calls; each says who calls it and who answers.
 """
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from sdpaxos.core.clog import CInstance
 from sdpaxos.core.messages import CPromise, Message
+from sdpaxos.core.storage import Snapshot
 from sdpaxos.core.types import Ballot, CIndex, OValue, ReplicaId, Slot, View
 
 
@@ -112,3 +113,30 @@ class Reactions(Protocol):
     # -- to recovery
     def recovered_c_chosen(self, owner: ReplicaId, index: CIndex, inst: CInstance) -> None:
         """Command leader (acknowledgements): a majority accepted our recovery value."""
+
+    # -- to snapshots, and from them to everyone
+    def heard_majority_executed(self, slot: Slot) -> None:
+        """Election (a heartbeat), sequencer (its own): a majority executed below ``slot``."""
+
+    def offer_snapshot(self, dst: ReplicaId) -> None:
+        """Learner: ``dst`` asked for instances below our snapshot; send it the snapshot."""
+
+    def ask_snapshot(self, src: ReplicaId) -> None:
+        """Recovery, election: ``src`` compacted what we need; fetch its snapshot."""
+
+    def dump_sessions(self) -> tuple[Any, ...]:
+        """Snapshots: the executor's session table, as a snapshot carries it."""
+        ...
+
+    def load_sessions(self, sessions: tuple[Any, ...]) -> None:
+        """Snapshots: replace the executor's session table with a snapshot's."""
+
+    def compacted(self, snapshot: Snapshot) -> None:
+        """Snapshots: everything below ``snapshot`` is forgotten (recoveries below stop)."""
+
+    def skip_learner(self, slot: Slot) -> None:
+        """Snapshots: the safe prefix starts at ``slot`` now (below it: compacted)."""
+
+    def installed(self, snapshot: Snapshot) -> None:
+        """Snapshots: a peer's snapshot replaced our executed prefix (command leader,
+        learner, election and executor start again from it)."""

@@ -4,6 +4,8 @@ The driver loop, once (every driver does exactly this)::
 
     rd = replica.ready()
     storage.append(rd.persist)          # 1. durable first
+    if rd.snapshot is not None:         #    (a snapshot: saved, then the records
+        storage.save_snapshot(rd.snapshot)  # it covers are forgotten)
     for dst, msg in rd.messages:        # 2. then messages may leave
         send(dst, msg)
     for reply in rd.replies:            # 3. then clients may be answered
@@ -15,7 +17,7 @@ Steps 2 and 3 may run in any order relative to each other, never before 1.
 from dataclasses import dataclass, field
 
 from sdpaxos.core.messages import Message
-from sdpaxos.core.storage import Record
+from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.types import Command, ReplicaId, Slot, Wait
 
 #: Which event a :class:`Reply` reports: what the proposer waited for
@@ -75,6 +77,8 @@ class Ready:
         executed: commands applied in this batch, in global order (only filled
             when the replica was built with ``observe=True``).
         reads: reads that may be served now (or must go through the log).
+        snapshot: a snapshot this replica took or installed: save it durably
+            (``Storage.save_snapshot``) after ``persist`` and before the messages.
     """
 
     persist: list[Record] = field(default_factory=list)
@@ -82,6 +86,14 @@ class Ready:
     replies: list[Reply] = field(default_factory=list)
     executed: list[Executed] = field(default_factory=list)
     reads: list[ReadResult] = field(default_factory=list)
+    snapshot: Snapshot | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.persist or self.messages or self.replies or self.executed or self.reads)
+        return bool(
+            self.persist
+            or self.messages
+            or self.replies
+            or self.executed
+            or self.reads
+            or self.snapshot is not None
+        )

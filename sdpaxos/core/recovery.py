@@ -92,6 +92,7 @@ class Recovery:
             rec is not None
             and m.ballot == rec.ballot
             and m.start == rec.start
+            and m.compacted <= rec.start
             and len(m.ballots) != rec.end - rec.start
         ):
             raise PeerMessageError("C-promise with a bad shape")
@@ -102,6 +103,14 @@ class Recovery:
         if rec is None or m.ballot != rec.ballot or m.start != rec.start or rec.proposed:
             return
         out = s.out
+        if m.compacted > rec.start:
+            # The acceptor executed these instances and forgot them: their values
+            # are chosen. Never phase 2 (a no-op would replace an executed
+            # command): fetch the acceptor's snapshot instead.
+            del self.runs[m.owner]
+            out.trace("AbandonCRecovery", owner=m.owner, start=m.start, compacted=m.compacted)
+            self.r.ask_snapshot(m.src)
+            return
         if not m.ok:
             # A higher ballot is out there: give up; the next attempt goes above it.
             inst = s.clog.entry(m.owner, m.start)

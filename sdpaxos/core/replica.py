@@ -13,6 +13,7 @@ with its own state, and this facade composes them:
 :mod:`~.recovery`             Paxos on C-instances of a silent owner
 :mod:`~.reads`                linearizable reads off the log (section 3.5)
 :mod:`~.straggler`            straggler detection and hand-over (section 4)
+:mod:`~.snapshots`            compaction, snapshot transfer and install
 :mod:`~.restore`              restart from durable records
 ============================  =====================================================
 
@@ -65,6 +66,8 @@ from sdpaxos.core.messages import (
     RReply,
     RRequest,
     SequencerHandover,
+    SnapshotChunk,
+    SnapshotRequest,
     StragglerPoll,
     StragglerVote,
     Vote,
@@ -77,7 +80,8 @@ from sdpaxos.core.ready import Ready
 from sdpaxos.core.recovery import Recovery
 from sdpaxos.core.restore import replay
 from sdpaxos.core.sequencer import Sequencer
-from sdpaxos.core.storage import Record
+from sdpaxos.core.snapshots import Snapshots
+from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.straggler import Straggler
 from sdpaxos.core.types import Ballot, CIndex, Command, OValue, ReplicaId, Slot, View, Wait
 from sdpaxos.core.views import ViewEvent, ViewPhase
@@ -116,6 +120,10 @@ class Status:
     suspected: tuple[ReplicaId, ...]
     recovering: tuple[ReplicaId, ...]
     reads_pending: int
+    #: Slots below this are compacted (covered by the newest snapshot).
+    snapshot_slot: Slot
+    #: The majority-executed point heard (compaction never goes past it).
+    majority_executed: Slot
 
 
 class Replica:
@@ -136,6 +144,9 @@ class Replica:
             to TLA+ actions).
         records: the durable records of a previous incarnation: the replica
             restarts from exactly these (``docs/recovery.md`` section 5).
+        snapshot: the newest durable snapshot of that incarnation, if any
+            (``Storage.load_snapshot``): the restart starts from it and replays
+            the records above it (section 16.4).
     """
 
     def __init__(
@@ -148,6 +159,7 @@ class Replica:
         observe: bool = False,
         tracer: Tracer | None = None,
         records: list[Record] | None = None,
+        snapshot: Snapshot | None = None,
     ) -> None:
         if not isinstance(config, ClusterConfig):
             raise LocalProtocolError("config must be a ClusterConfig")
@@ -175,6 +187,7 @@ class Replica:
         self.recovery = Recovery(ctx, router)
         self.reads = Reads(ctx, router)
         self.straggler = Straggler(ctx, router)
+        self.snapshots = Snapshots(ctx, router, state_machine)
         #: A view was entered: resend own C-instances at the next ready().
         self.resync_wanted = False
         # propose() runs once per command: the queue and its bound, bound here.
@@ -201,9 +214,13 @@ class Replica:
             StragglerPoll: self.straggler.handle_straggler_poll,
             StragglerVote: self.straggler.handle_straggler_vote,
             SequencerHandover: self.straggler.handle_sequencer_handover,
+            SnapshotRequest: self.snapshots.handle_snapshot_request,
+            SnapshotChunk: self.snapshots.handle_snapshot_chunk,
         }
-        if records:
-            self._restore(records)
+        if snapshot is not None:
+            self.snapshots.restart_from(snapshot)
+        if records or snapshot is not None:
+            self._restore(records or [], snapshot)
 
     # ------------------------------------------------------------------ API
 
@@ -256,6 +273,13 @@ class Replica:
         proposals.append(command)
         if wait == Wait.EXECUTED:
             self.command_leader.exec_waiters.add((command.client_id, command.seq))
+
+    def request_snapshot(self) -> None:
+        """Take a snapshot at the next executed slot boundary (the driver decides
+        when, e.g. by the size of its log). It compacts once a majority executed
+        that far, and comes out in :attr:`Ready.snapshot`."""
+        self.snapshots.requested = True
+        self.ctx.progress.dirty = True
 
     def step(self, message: Message, now_ms: float) -> None:
         """Handle one message from a peer. Never raises for bad peer input.
@@ -313,6 +337,7 @@ class Replica:
         ):
             executor.blocked_ms = now
         self.recovery.tick(now)
+        self.snapshots.tick(now)
 
     def ready(self) -> Ready:
         """Run deferred work and hand over the effects batch (see :mod:`~sdpaxos.core.ready`)."""
@@ -333,6 +358,7 @@ class Replica:
             if self.reads.pending:
                 self.reads.serve()
             self._keep_learning()
+            self.snapshots.after_execute()
         if self.learner.commit_out:
             self.learner.broadcast_o_commit()
         return s.out.take()
@@ -399,6 +425,8 @@ class Replica:
             suspected=tuple(sorted(s.prox.suspected)),
             recovering=tuple(sorted(self.recovery.runs)),
             reads_pending=len(self.reads.pending),
+            snapshot_slot=s.olog.base,
+            majority_executed=self.snapshots.majority_executed,
         )
 
     # ------------------------------------------------------------- internals
@@ -492,14 +520,17 @@ class Replica:
         self.learner.reset()
         self.sequencer_role.acked_before = list(self.ctx.olog.acked)
 
-    def _restore(self, records: list[Record]) -> None:
-        """Rebuild from durable records after a crash (Ongaro's Restart: keep only these)."""
+    def _restore(self, records: list[Record], snapshot: Snapshot | None) -> None:
+        """Rebuild from durable records after a crash (Ongaro's Restart: keep only
+        these), above the newest snapshot if there is one."""
         s = self.ctx
         me = self.id
         views, olog = s.views, s.olog
         leader = self.command_leader
         rp = replay(records, me, leader.own_ballot, self.config.sequencer, s.clog, olog)
         leader.next_index = rp.next_index
+        if snapshot is not None:
+            leader.next_index = max(leader.next_index, snapshot.next_index)
         views.view = rp.promised
         views.est_view, views.est_seq = rp.est_view, rp.est_seq
         views.est_start, views.est_base = rp.est_start, rp.est_base
@@ -519,11 +550,12 @@ class Replica:
             views.move(ViewEvent.RESTART_PROMISED)
             olog.acc_upto = NOT_ESTABLISHED
         olog.heard_upto = Slot(len(olog))
+        olog.known_upto = max(olog.known_upto, olog.base)
         # Our last c_inflight_max C-instances may not have been ready: drive them
         # again (older ones were ready before we could start these).
         log = s.clog.logs[me]
         first = max(0, leader.next_index - self.config.c_inflight_max)
-        for i in range(first, leader.next_index):
+        for i in range(max(first, s.clog.floor[me]), leader.next_index):
             index = CIndex(i)
             inst = log.get(index)
             if inst is not None and inst.commands is not None and inst.ballot == leader.own_ballot:
@@ -640,3 +672,40 @@ class _Router:
     # -- to recovery
     def recovered_c_chosen(self, owner: ReplicaId, index: CIndex, inst: CInstance) -> None:
         self._r.recovery.chosen(owner, index, inst)
+
+    # -- to snapshots, and from them to everyone
+    def heard_majority_executed(self, slot: Slot) -> None:
+        self._r.snapshots.heard_majority_executed(slot)
+
+    def offer_snapshot(self, dst: ReplicaId) -> None:
+        self._r.snapshots.offer(dst)
+
+    def ask_snapshot(self, src: ReplicaId) -> None:
+        self._r.snapshots.ask(src)
+
+    def dump_sessions(self) -> tuple[Any, ...]:
+        return self._r.executor.dump_sessions()
+
+    def load_sessions(self, sessions: tuple[Any, ...]) -> None:
+        self._r.executor.load_sessions(sessions)
+
+    def compacted(self, snapshot: Snapshot) -> None:
+        r = self._r
+        r.command_leader.forget_below(snapshot.executed[r.id])
+        runs = r.recovery.runs
+        for owner in [o for o, run in runs.items() if run.start < snapshot.executed[o]]:
+            del runs[owner]
+
+    def installed(self, snapshot: Snapshot) -> None:
+        r = self._r
+        r.command_leader.next_index = max(r.command_leader.next_index, snapshot.next_index)
+        r.executor.blocked = None
+        r.executor.progress_ms = r.ctx.now_ms
+        c = r.election.candidate
+        if c is not None and c.o_from < snapshot.slot:
+            # Run again from the new executed prefix (the election timer restarts it).
+            r.ctx.out.trace("AbandonViewChange", view=c.view)
+            r.election.candidate = None
+
+    def skip_learner(self, slot: Slot) -> None:
+        self._r.learner.skip_to(slot)

@@ -20,6 +20,7 @@ import math
 from sdpaxos.core.context import Context
 from sdpaxos.core.messages import CRequest, Heartbeat, LeaseGrant, NewView, OAccept, OAck
 from sdpaxos.core.olog import NOT_ESTABLISHED
+from sdpaxos.core.quorum import majority_prefix
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import OAccepted
 from sdpaxos.core.types import OValue, ReplicaId, Slot
@@ -60,6 +61,9 @@ class Sequencer:
         self.history: dict[bytes, Slot] = {}
         self.history_floor = Slot(-1)
         self.pending_keys: dict[tuple[ReplicaId, int], tuple[bytes, ...]] = {}
+        #: Per replica: the highest executed prefix its lease grants reported
+        #: (facts that never go stale: an executed slot stays recorded there).
+        self.executed_of: list[Slot] = [Slot(0)] * n
 
     # ------------------------------------------------------------ allocation
 
@@ -175,10 +179,14 @@ class Sequencer:
         chunk = s.config.o_accept_values_max
         me, view = s.me, s.views.view
         if sent < base or sent == NOT_ESTABLISHED:
-            sent = s.views.est_start
+            # (Below our snapshot the range is executed by a majority: the peer
+            # establishes the view from our snapshot slot and learns the rest by
+            # snapshot.)
+            sent = max(s.views.est_start, olog.base)
             stop = max(base, min(end, sent + chunk))
             s.out.send(peer, OAccept(me, view, Slot(sent), olog.values(sent, stop), base, True))
             sent = stop
+        sent = max(sent, olog.base)
         while sent < end:
             stop = min(end, sent + chunk)
             s.out.send(peer, OAccept(me, view, Slot(sent), olog.values(sent, stop), base, False))
@@ -298,8 +306,10 @@ class Sequencer:
         self.hb_sent_ms = now
         self.hb_stamp += 1
         stamp = self.hb_stamp
-        msg = Heartbeat(s.me, s.views.view, s.olog.acc_upto, stamp, self.heartbeat_base())
+        executed = self.majority_executed()
+        msg = Heartbeat(s.me, s.views.view, s.olog.acc_upto, stamp, self.heartbeat_base(), executed)
         s.out.broadcast(s.prox.near, msg)
+        self.r.heard_majority_executed(executed)
         self.lease_grants[stamp] = (now, {s.me})
         horizon = now - s.config.lease_ms
         for old in [k for k, (sent, _) in self.lease_grants.items() if sent < horizon]:
@@ -313,12 +323,28 @@ class Sequencer:
     def current_heartbeat(self) -> Heartbeat:
         """The latest heartbeat again (for a replica that wrote to an old view)."""
         s = self.s
-        return Heartbeat(s.me, s.views.view, s.olog.acc_upto, self.hb_stamp, self.heartbeat_base())
+        return Heartbeat(
+            s.me,
+            s.views.view,
+            s.olog.acc_upto,
+            self.hb_stamp,
+            self.heartbeat_base(),
+            self.majority_executed(),
+        )
+
+    def majority_executed(self) -> Slot:
+        """The highest slot below which a majority executed everything (section 16.2)."""
+        s = self.s
+        executed = self.executed_of
+        executed[s.me] = max(executed[s.me], s.progress.slot)
+        return majority_prefix(executed, s.majority)
 
     def handle_lease_grant(self, m: LeaseGrant) -> None:
         s = self.s
         if not s.views.is_sequencer:
             return
+        if m.executed > self.executed_of[m.src]:
+            self.executed_of[m.src] = m.executed
         grant = self.lease_grants.get(m.stamp)
         if grant is None:
             return  # too old to matter

@@ -7,13 +7,21 @@ accepted value survives a crash, and a command leader counts its own
 acceptance toward the quorum that makes a command ready.
 
 After a crash a replica is rebuilt from exactly these records, by constructing
-it with ``Replica(..., records=storage.load())``; everything else (commit
-knowledge, execution state, timers) is volatile and is re-learned from peers.
+it with ``Replica(..., records=storage.load(), snapshot=storage.load_snapshot())``;
+everything else (commit knowledge, execution state, timers) is volatile and is
+re-learned from peers.
+
+A :class:`Snapshot` in :attr:`Ready.snapshot` replaces an executed prefix: the
+driver saves it durably with :meth:`Storage.save_snapshot`, which then forgets
+the records it covers (``docs/recovery.md`` section 16.5).
 """
 
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
+import msgpack
+
+from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.types import Ballot, CIndex, Command, OValue, ReplicaId, Slot, View
 
 
@@ -82,6 +90,147 @@ class ViewPromised:
 Record: TypeAlias = CAccepted | OAccepted | CPromised | ViewPromised | ViewEstablished
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a replica needs to continue from slot ``slot`` without the slots below.
+
+    Taken at a slot boundary the replica has executed, and only once a majority
+    executed it too (``docs/recovery.md`` section 16): slots below ``slot`` are
+    final. ``executed[m]``: how many C-instances of replica ``m`` those slots
+    ran (the counting rule continues from there). ``c_max[m]``: the highest
+    C-instance index of ``m`` accepted here (votes report it; forgetting the
+    records must not lower it). ``next_index``: the index this replica's next own
+    C-instance gets (never one used before). ``sessions``: the executor's
+    exactly-once table (:meth:`sdpaxos.core.executor.Executor.dump_sessions`).
+    ``app``: :meth:`StateMachine.snapshot` after slot ``slot - 1``.
+    """
+
+    slot: Slot
+    executed: tuple[int, ...]
+    c_max: tuple[int, ...]
+    next_index: CIndex
+    sessions: tuple[Any, ...]
+    app: bytes
+
+
+#: The first element of an encoded snapshot: bump when the layout changes.
+SNAPSHOT_FORMAT = 1
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    """The bytes a snapshot travels (in chunks) and is stored as (msgpack, no pickle)."""
+    data: bytes = msgpack.packb(
+        (
+            SNAPSHOT_FORMAT,
+            snapshot.slot,
+            snapshot.executed,
+            snapshot.c_max,
+            snapshot.next_index,
+            snapshot.sessions,
+            snapshot.app,
+        ),
+        use_bin_type=True,
+    )
+    return data
+
+
+def _ints(value: object, n: int, low: int, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or len(value) != n:
+        raise PeerMessageError(f"snapshot {what} is not {n} integers")
+    for item in value:
+        if type(item) is not int or item < low:
+            raise PeerMessageError(f"snapshot {what} holds {item!r}")
+    return value
+
+
+def decode_snapshot(data: bytes, replicas: int) -> Snapshot:
+    """The snapshot ``data`` encodes, for a cluster of ``replicas``.
+
+    Raises:
+        PeerMessageError: the bytes are not a well-formed snapshot (it came from
+            a peer: nothing is installed).
+    """
+    try:
+        value = msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise PeerMessageError(f"snapshot does not decode: {type(exc).__name__}") from None
+    if not isinstance(value, tuple) or len(value) != 7 or value[0] != SNAPSHOT_FORMAT:
+        raise PeerMessageError("snapshot has an unknown layout")
+    _, slot, executed, c_max, next_index, sessions, app = value
+    if type(slot) is not int or slot < 0:
+        raise PeerMessageError(f"snapshot slot {slot!r}")
+    if type(next_index) is not int or next_index < 0:
+        raise PeerMessageError(f"snapshot next index {next_index!r}")
+    if not isinstance(sessions, tuple) or not isinstance(app, bytes):
+        raise PeerMessageError("snapshot sessions or state are malformed")
+    return Snapshot(
+        Slot(slot),
+        _ints(executed, replicas, 0, "executed"),
+        _ints(c_max, replicas, -1, "c_max"),
+        CIndex(next_index),
+        sessions,
+        app,
+    )
+
+
+def covered_records(records: list[Record], snapshot: Snapshot) -> list[Record]:
+    """``records`` without what ``snapshot`` makes unnecessary (section 16.5).
+
+    Kept: the newest :class:`ViewPromised` and the newest :class:`ViewEstablished`
+    (its values cut to slots at or above the snapshot; view, sequencer and base
+    stay, votes report them); C-instance records of instances not executed yet;
+    O-values at or above the snapshot slot (an older range's values become an
+    :class:`OAccepted` at its ballot, which replays identically). A restart from
+    the snapshot and the kept records rebuilds the same logs above the snapshot.
+    """
+    slot = snapshot.slot
+    executed = snapshot.executed
+    promised: ViewPromised | None = None
+    established: ViewEstablished | None = None
+    kept: list[Record] = []
+    for rec in records:
+        if isinstance(rec, CAccepted | CPromised):
+            if rec.index >= executed[rec.owner]:
+                kept.append(rec)
+        elif isinstance(rec, ViewPromised):
+            if promised is None or rec.view >= promised.view:
+                promised = rec
+        elif isinstance(rec, ViewEstablished):
+            if established is None or rec.view >= established.view:
+                if established is not None:
+                    kept.extend(
+                        _o_values_from(
+                            established.view, established.start, established.values, slot
+                        )
+                    )
+                established = rec
+            else:
+                kept.extend(_o_values_from(rec.view, rec.start, rec.values, slot))
+        else:
+            kept.extend(_o_values_from(rec.view, rec.start, rec.values, slot))
+    head: list[Record] = []
+    if promised is not None:
+        head.append(promised)
+    if established is not None:
+        cut = max(0, min(slot - established.start, len(established.values)))
+        head.append(
+            ViewEstablished(
+                established.view,
+                established.sequencer,
+                Slot(established.start + cut),
+                established.values[cut:],
+            )
+        )
+    return head + kept
+
+
+def _o_values_from(view: View, start: Slot, values: tuple[OValue, ...], slot: Slot) -> list[Record]:
+    cut = max(0, slot - start)
+    if cut >= len(values):
+        return []
+    return [OAccepted(view, Slot(start + cut), values[cut:])]
+
+
 class Storage(Protocol):
     """Where a driver keeps the records a :class:`Ready` batch asks to persist."""
 
@@ -89,26 +238,43 @@ class Storage(Protocol):
         """Make ``records`` durable, in order, before returning."""
 
     def load(self) -> list[Record]:
-        """Every record appended so far, in order."""
+        """Every record appended and not forgotten since, in order."""
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Make ``snapshot`` durable, then forget the records it covers
+        (:func:`covered_records` says which stay). Before returning."""
+
+    def load_snapshot(self) -> Snapshot | None:
+        """The newest snapshot saved, if any."""
 
 
 class MemoryStorage:
     """In-memory :class:`Storage` for the simulator and tests.
 
     A simulated crash keeps this object and drops the replica, so what survives
-    is exactly what was appended.
+    is exactly what was appended (and the newest snapshot).
     """
 
-    __slots__ = ("_records",)
+    __slots__ = ("_records", "_snapshot")
 
     def __init__(self) -> None:
         self._records: list[Record] = []
+        self._snapshot: Snapshot | None = None
 
     def append(self, records: list[Record]) -> None:
         self._records.extend(records)
 
     def load(self) -> list[Record]:
         return list(self._records)
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        if self._snapshot is not None and snapshot.slot <= self._snapshot.slot:
+            return  # an older one never replaces a newer
+        self._snapshot = snapshot
+        self._records = covered_records(self._records, snapshot)
+
+    def load_snapshot(self) -> Snapshot | None:
+        return self._snapshot
 
     def __len__(self) -> int:
         return len(self._records)

@@ -32,6 +32,8 @@ from sdpaxos.core.messages import (
     RReply,
     RRequest,
     SequencerHandover,
+    SnapshotChunk,
+    SnapshotRequest,
     StragglerPoll,
     StragglerVote,
     Vote,
@@ -228,11 +230,15 @@ def _heartbeat(s: Context, m: Heartbeat) -> None:
         raise PeerMessageError("bad heartbeat base")
     if m.base >= 0 and m.base != s.views.est_base:
         raise PeerMessageError(f"heartbeat says base {m.base}, the view's is {s.views.est_base}")
+    if type(m.majority_executed) is not int or m.majority_executed < 0:
+        raise PeerMessageError(f"bad majority-executed point {m.majority_executed!r}")
 
 
 def _lease_grant(s: Context, m: LeaseGrant) -> None:
     if type(m.stamp) is not int:
         raise PeerMessageError("bad lease grant")
+    if type(m.executed) is not int or m.executed < 0:
+        raise PeerMessageError(f"bad executed prefix {m.executed!r}")
 
 
 def _v_request(s: Context, m: VRequest) -> None:
@@ -245,6 +251,8 @@ def _vote(s: Context, m: Vote) -> None:
         raise PeerMessageError(f"vote with a bad o_from {m.o_from!r}")
     if not isinstance(m.c_max, tuple) or len(m.c_max) != s.n:
         raise PeerMessageError("vote with a bad c_max")
+    if type(m.snapshot) is not int or m.snapshot < 0:
+        raise PeerMessageError(f"vote with a bad snapshot slot {m.snapshot!r}")
     if not isinstance(m.entries, tuple):
         raise PeerMessageError("vote with bad entries")
     for entry in m.entries:
@@ -302,6 +310,8 @@ def _c_promise(s: Context, m: CPromise) -> None:
         raise PeerMessageError(f"bad C-promise owner {m.owner!r}")
     if type(m.ok) is not bool or type(m.promised) is not int:
         raise PeerMessageError("bad C-promise verdict")
+    if type(m.compacted) is not int or m.compacted < 0:
+        raise PeerMessageError(f"bad C-promise compaction point {m.compacted!r}")
     size = len(m.ballots) if isinstance(m.ballots, tuple) else -1
     if not (
         isinstance(m.values, tuple)
@@ -340,6 +350,25 @@ def _sequencer_handover(s: Context, m: SequencerHandover) -> None:
         raise PeerMessageError("hand-over not from the sequencer")
 
 
+def _snapshot_request(s: Context, m: SnapshotRequest) -> None:
+    if type(m.slot) is not int or m.slot < 0 or type(m.offset) is not int or m.offset < 0:
+        raise PeerMessageError("bad snapshot request")
+
+
+def _snapshot_chunk(s: Context, m: SnapshotChunk) -> None:
+    cfg = s.config
+    if type(m.slot) is not int or m.slot < 1:
+        raise PeerMessageError(f"bad snapshot slot {m.slot!r}")
+    if type(m.total) is not int or not 0 < m.total <= cfg.snapshot_bytes_max:
+        raise PeerMessageError(f"snapshot of {m.total!r} bytes (most: {cfg.snapshot_bytes_max})")
+    if not isinstance(m.data, bytes) or len(m.data) > cfg.snapshot_chunk_bytes:
+        raise PeerMessageError("snapshot chunk too large")
+    if type(m.offset) is not int or not 0 <= m.offset < m.total:
+        raise PeerMessageError(f"bad snapshot offset {m.offset!r}")
+    if not m.data or m.offset + len(m.data) > m.total:
+        raise PeerMessageError("snapshot chunk does not fit its snapshot")
+
+
 #: Message type -> its check. Every message type the replica handles has one.
 CHECKS: dict[type, Callable[[Context, Any], None]] = {
     CAccept: _c_accept,
@@ -362,6 +391,8 @@ CHECKS: dict[type, Callable[[Context, Any], None]] = {
     StragglerPoll: _straggler_poll,
     StragglerVote: _straggler_vote,
     SequencerHandover: _sequencer_handover,
+    SnapshotRequest: _snapshot_request,
+    SnapshotChunk: _snapshot_chunk,
 }
 
 

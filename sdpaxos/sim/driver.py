@@ -11,6 +11,7 @@ means is each driver's business, given as an :class:`Outlet`.
 One batch, in order:
 
 1. ``persist``: appended to the node's storage, then :meth:`Outlet.persisted`;
+   then ``snapshot``, if any: saved (the storage forgets the records it covers);
 2. ``messages``: :meth:`Outlet.send`, called once per batch (with an empty list
    when there are none: it is the moment the batch's messages leave, and the one
    point where a driver may let the node die mid-batch by returning ``True``);
@@ -88,6 +89,8 @@ def carry_out(replica: int, ready: Ready, storage: Storage, outlet: Outlet) -> b
     if ready.persist:
         storage.append(ready.persist)
         outlet.persisted(replica, ready.persist)
+    if ready.snapshot is not None:
+        storage.save_snapshot(ready.snapshot)
     died = outlet.send(replica, ready.messages)
     if ready.executed:
         outlet.executed(replica, ready.executed)

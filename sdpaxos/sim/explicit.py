@@ -99,6 +99,17 @@ class Register:
         self.log.append(payload)
         return str(len(self.log)).encode()
 
+    def snapshot(self) -> bytes:
+        return b"".join(len(p).to_bytes(4, "big") + p for p in self.log)
+
+    def restore(self, data: bytes) -> None:
+        self.log = []
+        k = 0
+        while k < len(data):
+            size = int.from_bytes(data[k : k + 4], "big")
+            self.log.append(data[k + 4 : k + 4 + size])
+            k += 4 + size
+
 
 @dataclass
 class Net:

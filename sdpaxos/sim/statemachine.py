@@ -2,7 +2,10 @@
 
 Why not the key-value store: the simulator sits below applications and must not
 import ``kvstore``. A running SHA-256 over the applied payloads is enough to
-make any divergence of execution order visible in the results.
+make any divergence of execution order visible in the results. The hash is
+chained (each step hashes the previous digest with the payload) rather than one
+running hash object, because a snapshot must hand the state over as bytes and a
+``hashlib`` object cannot be serialized.
 """
 
 import hashlib
@@ -12,19 +15,27 @@ DIGEST_BYTES = 8
 
 
 class DigestRegister:
-    """Appends each payload to a running hash and returns the digest so far."""
+    """Chains each payload into a hash and returns the digest so far."""
 
-    __slots__ = ("_hash", "applied")
+    __slots__ = ("_state", "applied")
 
     def __init__(self) -> None:
-        self._hash = hashlib.sha256()
+        self._state = b""
         self.applied = 0
 
     def apply(self, payload: bytes) -> bytes:
-        self._hash.update(len(payload).to_bytes(4, "big"))
-        self._hash.update(payload)
+        self._state = hashlib.sha256(
+            self._state + len(payload).to_bytes(4, "big") + payload
+        ).digest()
         self.applied += 1
-        return self._hash.digest()[:DIGEST_BYTES]
+        return self._state[:DIGEST_BYTES]
 
     def digest(self) -> bytes:
-        return self._hash.digest()[:DIGEST_BYTES]
+        return self._state[:DIGEST_BYTES]
+
+    def snapshot(self) -> bytes:
+        return self.applied.to_bytes(8, "big") + self._state
+
+    def restore(self, data: bytes) -> None:
+        self.applied = int.from_bytes(data[:8], "big")
+        self._state = data[8:]

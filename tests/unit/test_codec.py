@@ -36,6 +36,8 @@ from sdpaxos.core.messages import (
     RReply,
     RRequest,
     SequencerHandover,
+    SnapshotChunk,
+    SnapshotRequest,
     StragglerPoll,
     StragglerVote,
     Vote,
@@ -194,8 +196,11 @@ GOLDEN: list[tuple[Message, str]] = [
         LearnRequest(src=2, view=1, o_from=-1, c_wanted=((0, 5), (1, 6))),
         "0195070201ff" + "929200059201" + "06",
     ),
-    (Heartbeat(src=0, view=3, o_len=120, stamp=9001, base=7), "019608000378cd232907"),
-    (LeaseGrant(src=2, view=3, stamp=9001), "0194090203cd2329"),
+    (
+        Heartbeat(src=0, view=3, o_len=120, stamp=9001, base=7, majority_executed=5),
+        "019708000378cd23290705",
+    ),
+    (LeaseGrant(src=2, view=3, stamp=9001, executed=56), "0195090203cd232938"),
     (VRequest(src=1, view=4, o_from=57), "01940a010439"),
     (
         Vote(
@@ -208,8 +213,9 @@ GOLDEN: list[tuple[Message, str]] = [
             est_seq=0,
             est_base=57,
             executed=56,
+            snapshot=50,
         ),
-        "019a0b020439" + "929439030101943a03ff00" + "930aff04" + "0300" + "39" + "38",
+        "019b0b020439" + "929439030101943a03ff00" + "930aff04" + "0300" + "39" + "38" + "32",
     ),
     (NewView(src=1, view=4, start=57, values=((1, 1), (2, 2))), "01950c010439" + "92920101920202"),
     (
@@ -228,14 +234,20 @@ GOLDEN: list[tuple[Message, str]] = [
             ballots=(2, -1),
             values=((Command(5, 1, b"put"),), None),
             committed=(True, False),
+            compacted=10,
         ),
-        "019b0e0304020acd0104c3cd0104" + "9202ff" + "9291930501c403707574c0" + "92c3c2",
+        "019c0e0304020acd0104c3cd0104" + "9202ff" + "9291930501c403707574c0" + "92c3c2" + "0a",
     ),
     (RRequest(src=1, view=4, read_id=77, key=b"k1"), "01950f01044dc4026b31"),
     (RReply(src=0, view=4, read_id=77, slot=120, ok=True), "01961000044d78c3"),
     (StragglerPoll(src=1, view=4), "0193110104"),
     (StragglerVote(src=2, view=4, agree=False), "0194120204c2"),
     (SequencerHandover(src=0, view=4, target=2), "019413000402"),
+    (SnapshotRequest(src=1, view=4, slot=120, offset=0), "01951401047800"),
+    (
+        SnapshotChunk(src=2, view=4, slot=120, offset=3, total=9, data=b"abc"),
+        "0197150204780309c403616263",
+    ),
 ]
 
 

@@ -1,0 +1,246 @@
+"""Snapshots: compaction of an executed prefix, and state transfer (``docs/recovery.md`` 16).
+
+A replica *captures* a snapshot at a slot boundary it has executed (every
+``snapshot_slots_min`` slots, or when the driver asks). It *takes* it, forgetting
+the O-instances below the slot and the C-instances those slots ran, only once a
+majority executed that far (the sequencer's heartbeats carry the point): a slot
+executed by a majority is final however a later view change goes, while one
+executed only here might be held by too few replicas (N = 5). The driver saves
+the snapshot and truncates the records it covers (:attr:`Ready.snapshot`).
+
+Whoever asks about a compacted prefix (a learn request, a C-instance recovery,
+a vote) is answered with the snapshot instead, in chunks of at most
+``snapshot_chunk_bytes``; the asker fetches them in order, resumes from its
+offset after a loss, and installs the snapshot atomically once it holds all of
+it. At most one transfer runs at a time.
+"""
+
+from dataclasses import dataclass
+
+from sdpaxos.core.app import StateMachine
+from sdpaxos.core.context import Context
+from sdpaxos.core.errors import PeerMessageError
+from sdpaxos.core.messages import SnapshotChunk, SnapshotRequest
+from sdpaxos.core.reactions import Reactions
+from sdpaxos.core.storage import Snapshot, decode_snapshot, encode_snapshot
+from sdpaxos.core.types import CIndex, ReplicaId, Slot
+
+
+@dataclass(slots=True)
+class Transfer:
+    """A snapshot being fetched from ``src``: the bytes so far, of ``total``."""
+
+    src: ReplicaId
+    slot: Slot
+    total: int
+    data: bytearray
+    asked_ms: float
+
+
+class Snapshots:
+    """Capture, take, offer, fetch and install snapshots."""
+
+    def __init__(self, ctx: Context, reactions: Reactions, state_machine: StateMachine) -> None:
+        self.s = ctx
+        self.r = reactions
+        self.sm = state_machine
+        #: The newest snapshot taken or installed (what peers below it are sent).
+        self.current: Snapshot | None = None
+        #: ``current`` encoded, as it travels.
+        self.encoded = b""
+        #: Captured at an executed boundary, waiting for a majority to execute it.
+        self.captured: Snapshot | None = None
+        #: The highest majority-executed point heard (the sequencer's heartbeats).
+        self.majority_executed = Slot(0)
+        #: The driver asked for a snapshot (:meth:`Replica.request_snapshot`).
+        self.requested = False
+        #: The one transfer in flight, if any.
+        self.transfer: Transfer | None = None
+
+    @property
+    def slot(self) -> Slot:
+        """Everything below this is compacted here."""
+        return self.s.olog.base
+
+    # ------------------------------------------------------------ taking
+
+    def after_execute(self) -> None:
+        """Capture a snapshot at the executed boundary when one is due, and take
+        the captured one once a majority executed that far."""
+        s = self.s
+        progress = s.progress
+        threshold = s.config.snapshot_slots_min
+        if (
+            self.captured is None
+            and progress.in_slot == 0
+            and progress.slot > s.olog.base
+            and (
+                self.requested
+                or (threshold is not None and progress.slot - s.olog.base >= threshold)
+            )
+        ):
+            self.requested = False
+            self.captured = Snapshot(
+                progress.slot,
+                tuple(progress.count),
+                (),
+                CIndex(0),
+                self.r.dump_sessions(),
+                self.sm.snapshot(),
+            )
+        self.maybe_take()
+
+    def maybe_take(self) -> None:
+        captured = self.captured
+        if captured is not None and captured.slot <= self.majority_executed:
+            self.captured = None
+            if captured.slot > self.s.olog.base:
+                self.take(captured)
+
+    def take(self, captured: Snapshot) -> None:
+        """Compact below ``captured.slot`` (executed here and by a majority): TakeSnapshot."""
+        s = self.s
+        snap = Snapshot(
+            captured.slot,
+            captured.executed,
+            tuple(s.clog.c_max),
+            self.r.next_c_index(),
+            captured.sessions,
+            captured.app,
+        )
+        self.compact(snap)
+        s.stats.snapshots_taken += 1
+        s.out.trace("TakeSnapshot", slot=snap.slot)
+
+    def compact(self, snap: Snapshot) -> None:
+        """Forget what ``snap`` covers, in memory; the driver saves it and truncates."""
+        s = self.s
+        olog = s.olog
+        self.r.compacted(snap)
+        olog.compact(snap.slot, list(snap.executed))
+        s.clog.compact(snap.executed)
+        self.r.skip_learner(snap.slot)
+        if olog.acc_upto >= 0 and olog.acc_upto < snap.slot:
+            # Slots below a snapshot are chosen (a majority executed them), so an
+            # acknowledgement that covers them tells the sequencer nothing false.
+            olog.acc_upto = snap.slot
+            olog.acked[s.me] = max(olog.acked[s.me], snap.slot)
+        olog.known_upto = max(olog.known_upto, snap.slot)
+        olog.heard_upto = max(olog.heard_upto, snap.slot)
+        self.current = snap
+        self.encoded = encode_snapshot(snap)
+        s.out.snapshot = snap
+        self.r.compacted(snap)
+
+    def ask(self, src: ReplicaId) -> None:
+        """Ask ``src`` for its snapshot, whatever its slot (slot 0 is never one)."""
+        s = self.s
+        if self.transfer is None:
+            s.out.send(src, SnapshotRequest(s.me, s.views.view, Slot(0), 0))
+
+    def heard_majority_executed(self, slot: Slot) -> None:
+        if slot > self.majority_executed:
+            self.majority_executed = slot
+            self.maybe_take()
+
+    # ------------------------------------------------------------ offering
+
+    def offer(self, dst: ReplicaId) -> None:
+        """``dst`` asked about something below our snapshot: send its first chunk."""
+        if self.current is not None:
+            self.send_chunk(dst, 0)
+            self.s.stats.snapshots_offered += 1
+
+    def send_chunk(self, dst: ReplicaId, offset: int) -> None:
+        s = self.s
+        assert self.current is not None
+        data = self.encoded
+        chunk = data[offset : offset + s.config.snapshot_chunk_bytes]
+        s.out.send(
+            dst, SnapshotChunk(s.me, s.views.view, self.current.slot, offset, len(data), chunk)
+        )
+
+    def handle_snapshot_request(self, m: SnapshotRequest) -> None:
+        if self.current is None:
+            return
+        if m.slot == self.current.slot and m.offset <= len(self.encoded):
+            self.send_chunk(m.src, m.offset)
+        else:
+            self.send_chunk(m.src, 0)  # we moved on: the newer one, from its start
+
+    # ------------------------------------------------------------ fetching
+
+    def handle_snapshot_chunk(self, m: SnapshotChunk) -> None:
+        s = self.s
+        if m.slot <= s.progress.slot:
+            return  # nothing we have not executed
+        t = self.transfer
+        if t is None or t.slot != m.slot or t.src != m.src:
+            if m.offset != 0 or (t is not None and t.slot > m.slot):
+                return  # not the start of a transfer we would switch to
+            t = self.transfer = Transfer(m.src, m.slot, m.total, bytearray(), s.now_ms)
+            s.out.trace("FetchSnapshot", slot=m.slot, src=m.src, total=m.total)
+        if m.offset != len(t.data) or m.total != t.total:
+            return  # a duplicate or an old chunk
+        t.data += m.data
+        t.asked_ms = s.now_ms
+        if len(t.data) < t.total:
+            s.out.send(t.src, SnapshotRequest(s.me, s.views.view, t.slot, len(t.data)))
+            return
+        self.transfer = None
+        try:
+            snap = decode_snapshot(bytes(t.data), s.n)
+        except PeerMessageError:
+            s.stats.rejected += 1
+            return
+        if snap.slot != t.slot:
+            s.stats.rejected += 1
+            return
+        self.install(snap, t.src)
+
+    def tick(self, now: float) -> None:
+        """A transfer that went quiet resumes from where it stopped."""
+        t = self.transfer
+        if t is not None and now - t.asked_ms >= self.s.config.learn_ms:
+            t.asked_ms = now
+            s = self.s
+            s.stats.retransmissions += 1
+            s.out.send(t.src, SnapshotRequest(s.me, s.views.view, t.slot, len(t.data)))
+
+    def install(self, snap: Snapshot, src: ReplicaId) -> None:
+        """Replace everything below ``snap.slot`` with ``snap``, atomically: InstallSnapshot."""
+        s = self.s
+        progress = s.progress
+        if snap.slot <= progress.slot:
+            return
+        self.sm.restore(snap.app)
+        self.r.load_sessions(snap.sessions)
+        progress.slot = snap.slot
+        progress.in_slot = 0
+        progress.count = list(snap.executed)
+        progress.dirty = True
+        c_max = tuple(max(a, b) for a, b in zip(s.clog.c_max, snap.c_max, strict=True))
+        s.clog.c_max = list(c_max)
+        me = s.me
+        next_index = CIndex(max(self.r.next_c_index(), snap.executed[me], snap.c_max[me] + 1))
+        mine = Snapshot(snap.slot, snap.executed, c_max, next_index, snap.sessions, snap.app)
+        if self.captured is not None and self.captured.slot <= snap.slot:
+            self.captured = None
+        self.compact(mine)
+        s.stats.snapshots_installed += 1
+        s.out.trace("InstallSnapshot", slot=snap.slot, src=src)
+        self.r.installed(mine)
+
+    def restart_from(self, snap: Snapshot) -> None:
+        """A restart: the newest durable snapshot comes first, then the records."""
+        s = self.s
+        self.sm.restore(snap.app)
+        self.r.load_sessions(snap.sessions)
+        progress = s.progress
+        progress.slot = snap.slot
+        progress.count = list(snap.executed)
+        s.olog.compact(snap.slot, list(snap.executed))
+        s.clog.compact(snap.executed)
+        s.clog.c_max = [max(a, b) for a, b in zip(s.clog.c_max, snap.c_max, strict=True)]
+        self.current = snap
+        self.encoded = encode_snapshot(snap)
