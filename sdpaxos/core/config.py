@@ -208,7 +208,8 @@ class ClusterConfig:
             type(self.snapshot_slots_min) is not int or self.snapshot_slots_min < 1
         ):
             raise ConfigError(
-                f"snapshot_slots_min must be a positive integer or None, got {self.snapshot_slots_min!r}"
+                "snapshot_slots_min must be a positive integer or None,"
+                f" got {self.snapshot_slots_min!r}"
             )
         if self.snapshot_chunk_bytes > SNAPSHOT_CHUNK_BYTES_MAX:
             raise ConfigError(

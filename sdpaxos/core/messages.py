@@ -24,6 +24,10 @@ from sdpaxos.core.types import (
     VoteEntry,
 )
 
+#: Defaults of fields added after the first wire version (senders always set them).
+_SLOT_0 = Slot(0)
+_CINDEX_0 = CIndex(0)
+
 
 @dataclass(frozen=True, slots=True)
 class CAccept:
@@ -183,7 +187,7 @@ class Heartbeat:
     o_len: Slot
     stamp: int
     base: Slot
-    majority_executed: Slot = Slot(0)
+    majority_executed: Slot = _SLOT_0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +203,7 @@ class LeaseGrant:
     src: ReplicaId
     view: View
     stamp: int
-    executed: Slot = Slot(0)
+    executed: Slot = _SLOT_0
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +249,7 @@ class Vote:
     est_seq: ReplicaId
     est_base: Slot
     executed: Slot
-    snapshot: Slot = Slot(0)
+    snapshot: Slot = _SLOT_0
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +303,7 @@ class CPromise:
     ballots: tuple[Ballot, ...]
     values: tuple[tuple[Command, ...] | None, ...]
     committed: tuple[bool, ...]
-    compacted: CIndex = CIndex(0)
+    compacted: CIndex = _CINDEX_0
 
 
 @dataclass(frozen=True, slots=True)
