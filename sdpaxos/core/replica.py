@@ -92,6 +92,9 @@ __all__ = ["NOT_ESTABLISHED", "Replica", "StateMachine", "Stats", "Status", "Tra
 _SEQUENCER_MESSAGES: frozenset[type] = frozenset({OAccept, Heartbeat, NewView})
 #: Messages of an election: their view is the one being elected, not the sender's.
 _ELECTION_MESSAGES: frozenset[type] = frozenset({VRequest, Vote})
+#: Snapshot transfer: a snapshot holds executed slots, final in every view, and
+#: whoever needs one (a candidate still in an old view, say) must get it.
+_VIEWLESS_MESSAGES: frozenset[type] = frozenset({SnapshotRequest, SnapshotChunk})
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,8 +453,8 @@ class Replica:
         if type(view) is not int or view < 0:
             raise PeerMessageError(f"bad view {view!r}")
         route: Callable[[Any], None] = handler
-        if kind in _ELECTION_MESSAGES:
-            pass  # they carry the view being elected
+        if kind in _ELECTION_MESSAGES or kind in _VIEWLESS_MESSAGES:
+            pass  # they carry the view being elected, or need none
         elif view < views.view:
             route = self._on_stale
         elif kind in _SEQUENCER_MESSAGES:

@@ -92,6 +92,8 @@ class Snapshots:
 
     def maybe_take(self) -> None:
         captured = self.captured
+        if self.s.out.snapshot is not None:
+            return  # one snapshot per batch (an install came first): take it next time
         if captured is not None and captured.slot <= self.majority_executed:
             self.captured = None
             if captured.slot > self.s.olog.base:

@@ -41,6 +41,7 @@ resets that replica's view so its re-execution is checked from slot 0 again.
 """
 
 from collections.abc import Iterable, Sequence
+import bisect
 from dataclasses import dataclass, field
 
 from sdpaxos.core.ready import Executed, ReadResult, Reply
@@ -116,6 +117,8 @@ class Checker:
         self.chosen_c = 0
         self.chosen_o = 0
         self.events = 0
+        #: Snapshots that moved a replica's execution forward (installs, restarts).
+        self.snapshots_covered = 0
 
     # -- inputs -------------------------------------------------------------
 
@@ -219,6 +222,22 @@ class Checker:
                 raise SafetyViolation(f"{where} executed {key} a second time as a non-duplicate")
             view.done.add(key)
             self._check_real_time(replica, view, key, where)
+
+    def snapshot(self, replica: int, slot: int) -> None:
+        """``replica`` holds a snapshot of every slot below ``slot`` (taken or
+        installed): what those slots executed counts as executed there."""
+        view = self._views[replica]
+        end = bisect.bisect_left(self._order, (slot,))
+        if view.position >= end:
+            return
+        for ek in self._order[view.position : end]:
+            if not ek[-1]:  # (a duplicate executes nothing)
+                view.done.add((ek[3], ek[4]))
+        view.position = end
+        readies = self._readies
+        while view.covered < len(readies) and readies[view.covered] in view.done:
+            view.covered += 1
+        self.snapshots_covered += 1
 
     def restarted(self, replica: int) -> None:
         """``replica`` was rebuilt from storage: its execution starts over."""

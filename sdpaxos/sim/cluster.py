@@ -66,7 +66,7 @@ from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
 from sdpaxos.core.replica import Replica
-from sdpaxos.core.storage import MemoryStorage, Record
+from sdpaxos.core.storage import MemoryStorage, Record, Snapshot
 from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.sim.checkers import Checker
 from sdpaxos.sim.chooser import Chooser, derive_rng
@@ -500,9 +500,13 @@ class SimCluster:
         """Rebuild a crashed replica from exactly what its storage kept."""
         if self.replicas[replica] is not None:
             return
-        self._build(replica, records=self.storages[replica].load())
+        storage = self.storages[replica]
+        snapshot = storage.load_snapshot()
+        self._build(replica, records=storage.load(), snapshot=snapshot)
         self.restarts += 1
         self.checker.restarted(replica)
+        if snapshot is not None:
+            self.checker.snapshot(replica, snapshot.slot)
         self._drain(replica)
 
     def pause(self, replica: int) -> None:
@@ -602,11 +606,12 @@ class SimCluster:
 
     # -- internals ------------------------------------------------------------
 
-    def _build(self, r: int, records: list[Record] | None) -> None:
+    def _build(self, r: int, records: list[Record] | None, snapshot: Snapshot | None = None) -> None:
         sm = self._sm_factory()
         self.state_machines[r] = sm
         rng = derive_rng(self.chooser)
-        if self.traced:
+        if self.traced or snapshot is not None:
+            # (Only the real core takes snapshots, so only it restarts from one.)
             self.replicas[r] = Replica(
                 self.config,
                 ReplicaId(r),
@@ -614,7 +619,8 @@ class SimCluster:
                 rng=rng,
                 observe=self.observe,
                 records=records,
-                tracer=self._on_trace,
+                snapshot=snapshot,
+                tracer=self._on_trace if self.traced else None,
             )
             return
         self.replicas[r] = self._replica_factory(self.config, r, sm, rng, self.observe, records)
@@ -871,6 +877,9 @@ class _ClusterOutlet(Outlet):
 
     def executed(self, replica: int, entries: list[Executed]) -> None:
         self._cluster.checker.executed(replica, entries)
+
+    def snapshotted(self, replica: int, snapshot: Snapshot) -> None:
+        self._cluster.checker.snapshot(replica, snapshot.slot)
 
     def replies(self, replica: int, replies: list[Reply]) -> None:
         c = self._cluster

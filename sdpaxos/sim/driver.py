@@ -16,7 +16,8 @@ One batch, in order:
    when there are none: it is the moment the batch's messages leave, and the one
    point where a driver may let the node die mid-batch by returning ``True``);
 3. ``executed``: :meth:`Outlet.executed` (observation only; the state machine
-   already applied them inside ``ready()``);
+   already applied them inside ``ready()``), and :meth:`Outlet.snapshotted`
+   (before them for an installed snapshot, after them for a taken one);
 4. ``replies``, then ``reads``: :meth:`Outlet.replies`, :meth:`Outlet.reads`;
    skipped when the node died in step 2: a dead process answers nobody.
 
@@ -42,7 +43,7 @@ from sdpaxos.core.app import StateMachine
 from sdpaxos.core.messages import Message
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
 from sdpaxos.core.replica import Replica
-from sdpaxos.core.storage import Record, Storage
+from sdpaxos.core.storage import Record, Snapshot, Storage
 
 __all__ = ["Node", "Outlet", "carry_out"]
 
@@ -73,6 +74,11 @@ class Outlet:
     def executed(self, replica: int, entries: list[Executed]) -> None:
         """The state machine applied ``entries``, in this order (``observe=True`` only)."""
 
+    def snapshotted(self, replica: int, snapshot: Snapshot) -> None:
+        """``replica`` took or installed ``snapshot`` (saved to its storage already):
+        a taken one is reported after the batch's executed entries it covers, an
+        installed one before the entries executed after it."""
+
     def replies(self, replica: int, replies: list[Reply]) -> None:
         """Answers for the clients that proposed at ``replica``."""
 
@@ -92,8 +98,18 @@ def carry_out(replica: int, ready: Ready, storage: Storage, outlet: Outlet) -> b
     if ready.snapshot is not None:
         storage.save_snapshot(ready.snapshot)
     died = outlet.send(replica, ready.messages)
+    snapshot = ready.snapshot
+    # A batch holds at most one snapshot: an installed one comes before the
+    # commands executed after it, a taken one after those it covers.
+    installed = snapshot is not None and (
+        not ready.executed or snapshot.slot <= ready.executed[0].slot
+    )
+    if installed:
+        outlet.snapshotted(replica, snapshot)
     if ready.executed:
         outlet.executed(replica, ready.executed)
+    if snapshot is not None and not installed:
+        outlet.snapshotted(replica, snapshot)
     if died:
         return False
     if ready.replies:

@@ -79,12 +79,20 @@ def profile_for(replicas: int) -> DelayProfile:
     return uniform(replicas, UNIFORM_RTT_MS)
 
 
-def replay_command(seed: int, replicas: int, faults: frozenset[FaultKind], commands: int) -> str:
+def replay_command(
+    seed: int,
+    replicas: int,
+    faults: frozenset[FaultKind],
+    commands: int,
+    snapshot_slots: int | None = None,
+) -> str:
     """The command line that replays exactly one sweep run."""
     cmd = f"python -m sdpaxos.sim --sweep 1 --faults {format_faults(faults) or 'none'}"
     cmd += f" --replicas {replicas} --seed {seed}"
     if commands != COMMANDS_DEFAULT:
         cmd += f" --commands {commands}"
+    if snapshot_slots is not None:
+        cmd += f" --snapshot-slots {snapshot_slots}"
     return cmd
 
 
@@ -116,6 +124,10 @@ class FaultRun:
     messages_cut: int
     messages_duplicated: int
     messages_filtered: int
+    #: Snapshots taken (compactions), installed (state transfers) and offered.
+    snapshots_taken: int = 0
+    snapshots_installed: int = 0
+    snapshots_offered: int = 0
     timeline: list[tuple[int, str]] = field(default_factory=list)
     #: The run's spec steps, when it was recorded for trace validation.
     recorder: TraceRecorder | None = None
@@ -149,6 +161,11 @@ class FaultRun:
                 "duplicated": self.messages_duplicated,
                 "filtered": self.messages_filtered,
             },
+            "snapshots": {
+                "taken": self.snapshots_taken,
+                "installed": self.snapshots_installed,
+                "offered": self.snapshots_offered,
+            },
             "timeline": [{"at_us": t, "fault": what} for t, what in self.timeline],
         }
 
@@ -161,6 +178,7 @@ def run_faulty(
     commands: int = COMMANDS_DEFAULT,
     trace: bool = False,
     cluster_hook: Callable[[SimCluster], None] | None = None,
+    snapshot_slots: int | None = None,
 ) -> FaultRun:
     """One run with a random fault schedule; never raises for a protocol failure.
 
@@ -169,6 +187,9 @@ def run_faulty(
     sequencer of view 0 at replica 0, no clock drift, no reads, and faults
     outside :data:`~sdpaxos.sim.trace.TRACE_FAULTS` rejected. ``cluster_hook``
     sees the cluster before anything runs (to attach listeners).
+    ``snapshot_slots``: compaction on, a snapshot every that many executed slots
+    (``ClusterConfig.snapshot_slots_min``); small values make snapshots, state
+    transfers and installs happen during the faults.
     """
     if trace and not faults <= TRACE_FAULTS:
         raise ValueError(f"trace validation covers only {sorted(TRACE_FAULTS)}")
@@ -180,6 +201,8 @@ def run_faulty(
     sequencer = chooser.below(replicas)
     if trace:
         sequencer, drift_ppm, limits = 0, 0, {**limits, **TRACE_CONFIG}
+    if snapshot_slots is not None:
+        limits = {**limits, "snapshot_slots_min": snapshot_slots}
     slow = bool(faults & {FaultKind.SLOW, FaultKind.STRAGGLER})
     cluster = SimCluster(
         profile,
@@ -257,7 +280,7 @@ def run_faulty(
         ok=kind == "ok",
         kind=kind,
         verdict=verdict,
-        replay=replay_command(seed, replicas, faults, commands),
+        replay=replay_command(seed, replicas, faults, commands, snapshot_slots),
         faults=dict(injector.counts),
         network={
             "drop_probability": network.drop_probability,
@@ -281,6 +304,9 @@ def run_faulty(
         messages_cut=totals.cut,
         messages_duplicated=totals.duplicated,
         messages_filtered=cluster.rule_dropped + cluster.rule_held,
+        snapshots_taken=counters.get("snapshots_taken", 0),
+        snapshots_installed=counters.get("snapshots_installed", 0),
+        snapshots_offered=counters.get("snapshots_offered", 0),
         timeline=list(injector.timeline),
         recorder=recorder,
     )
@@ -352,6 +378,7 @@ class SweepReport:
             f"{'replicas':<9}{'runs':>6}{'failed':>8}{'view chg':>10}{'won':>6}"
             f"{'handover':>9}{'c-recov':>9}{'reads':>8}{'ok':>8}{'mean virt s':>13}"
             f"{'lost':>9}{'cut':>9}{'dup':>8}{'filtered':>9}"
+            f"{'snap taken':>11}{'installed':>10}{'offered':>9}"
         )
         lines.append(header)
         summary = self.summary()
@@ -363,11 +390,15 @@ class SweepReport:
                 f"{s['reads_checked']:>8}{s['reads_ok']:>8}{s['mean_virtual_ms'] / 1000:>13.2f}"
                 f"{s['messages_lost']:>9}{s['messages_cut']:>9}{s['messages_duplicated']:>8}"
                 f"{s['messages_filtered']:>9}"
+                f"{s['snapshots_taken']:>11}{s['snapshots_installed']:>10}"
+                f"{s['snapshots_offered']:>9}"
             )
         lines.append("")
         lines.append(
             "view chg: view changes started; won: views won; reads: reads answered (ok or"
-            " not); ok: reads answered ok, each checked for freshness"
+            " not); ok: reads answered ok, each checked for freshness; snap taken,"
+            " installed, offered: snapshots taken (compactions), installed from a peer"
+            " (state transfers), and offered to a peer below one"
         )
         lines.append("")
         lines.append("faults injected: " + (_format_counts(self.fault_totals()) or "none"))
@@ -396,6 +427,10 @@ def _summarise(runs: Sequence[FaultRun]) -> dict[str, Any]:
         "messages_cut": sum(r.messages_cut for r in runs),
         "messages_duplicated": sum(r.messages_duplicated for r in runs),
         "messages_filtered": sum(r.messages_filtered for r in runs),
+        "snapshots_taken": sum(r.snapshots_taken for r in runs),
+        "snapshots_installed": sum(r.snapshots_installed for r in runs),
+        "snapshots_offered": sum(r.snapshots_offered for r in runs),
+        "runs_with_install": sum(1 for r in runs if r.snapshots_installed),
     }
 
 
@@ -411,6 +446,7 @@ def sweep(
     faults: frozenset[FaultKind],
     commands: int = COMMANDS_DEFAULT,
     progress: Progress | None = None,
+    snapshot_slots: int | None = None,
 ) -> SweepReport:
     """Runs ``seed .. seed+runs-1``; run ``k`` has ``replicas[k % len(replicas)]`` replicas."""
     if runs < 0 or not replicas:
@@ -418,7 +454,7 @@ def sweep(
     report = SweepReport(seed=seed, replicas=list(replicas), faults=faults, commands=commands)
     for k in range(runs):
         n = replicas[k % len(replicas)]
-        run = run_faulty(seed + k, n, faults, commands=commands)
+        run = run_faulty(seed + k, n, faults, commands=commands, snapshot_slots=snapshot_slots)
         report.runs.append(run)
         if progress is not None:
             status = "ok" if run.ok else f"VIOLATION ({run.kind})"
@@ -426,6 +462,7 @@ def sweep(
                 f"[{k + 1}/{runs}] seed {run.seed} N={n}: {status};"
                 f" faults {_format_counts(run.faults) or 'none'};"
                 f" {run.view_changes} view changes; {run.reads_ok} reads ok;"
+                f" snapshots {run.snapshots_taken}/{run.snapshots_installed};"
                 f" {run.virtual_ms / 1000:.1f} s virtual"
             )
             if not run.ok:
