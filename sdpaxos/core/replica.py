@@ -327,8 +327,13 @@ class Replica:
             reads.checked_ms = now
             reads.serve()
         executor = self.executor
-        # Learner: execution stalled while we know there is more to execute.
-        if executor.stalled() and now - executor.progress_ms >= cfg.learn_ms:
+        # Learner: execution stalled while we know there is more to execute (and
+        # no snapshot is on its way: peers would answer each request with one).
+        if (
+            executor.stalled()
+            and now - executor.progress_ms >= cfg.learn_ms
+            and self.snapshots.transfer is None
+        ):
             executor.progress_ms = now
             self.learner.send_learn_request()
         blocked = executor.blocked

@@ -49,8 +49,11 @@ from sdpaxos.core.storage import CAccepted, OAccepted, Record
 from sdpaxos.core.types import Command
 
 CommandKey = tuple[int, int]
-#: What must agree across replicas at one position of the executed sequence.
-ExecKey = tuple[int, int, int, int, int, bytes, bool]
+#: What must agree across replicas at one position of the executed sequence:
+#: the slot, the C-instance, the command, whether it was a duplicate, and the
+#: state machine's result (so a replica whose state went wrong, say by installing
+#: a bad snapshot, diverges at its next command).
+ExecKey = tuple[int, int, int, int, int, bytes, bool, bytes | None]
 
 #: How many missing commands a liveness report lists.
 REPORT_ITEMS_MAX = 5
@@ -191,6 +194,7 @@ class Checker:
                 cmd.seq,
                 cmd.payload,
                 e.duplicate,
+                e.result,
             )
             where = (
                 f"replica {replica} position {view.position}"
@@ -231,7 +235,7 @@ class Checker:
         if view.position >= end:
             return
         for ek in self._order[view.position : end]:
-            if not ek[-1]:  # (a duplicate executes nothing)
+            if not ek[6]:  # (a duplicate executes nothing)
                 view.done.add((ek[3], ek[4]))
         view.position = end
         readies = self._readies

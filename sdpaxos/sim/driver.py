@@ -104,7 +104,7 @@ def carry_out(replica: int, ready: Ready, storage: Storage, outlet: Outlet) -> b
     installed = snapshot is not None and (
         not ready.executed or snapshot.slot <= ready.executed[0].slot
     )
-    if installed:
+    if installed and snapshot is not None:
         outlet.snapshotted(replica, snapshot)
     if ready.executed:
         outlet.executed(replica, ready.executed)

@@ -64,6 +64,9 @@ DRAIN_STEP_MS = 200
 RUN_EVENTS_MAX = 20_000_000
 #: Uniform round trip of profiles other than the paper's (N = 7, ...).
 UNIFORM_RTT_MS = 60.0
+#: Snapshot chunk size when a sweep turns compaction on: small, so that a
+#: transfer takes several chunks (and a lost one is resumed).
+SNAPSHOT_CHUNK_BYTES_SWEEP = 40
 #: Lines of a core traceback kept in a violation report.
 TRACEBACK_LINES_MAX = 8
 
@@ -202,7 +205,11 @@ def run_faulty(
     if trace:
         sequencer, drift_ppm, limits = 0, 0, {**limits, **TRACE_CONFIG}
     if snapshot_slots is not None:
-        limits = {**limits, "snapshot_slots_min": snapshot_slots}
+        limits = {
+            **limits,
+            "snapshot_slots_min": snapshot_slots,
+            "snapshot_chunk_bytes": SNAPSHOT_CHUNK_BYTES_SWEEP,
+        }
     slow = bool(faults & {FaultKind.SLOW, FaultKind.STRAGGLER})
     cluster = SimCluster(
         profile,
