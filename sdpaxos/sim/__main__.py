@@ -5,6 +5,7 @@ Examples::
 
     python -m sdpaxos.sim --profile paper5 --sequencer CA --commands 500 --seed 1 --json
     python -m sdpaxos.sim --sweep 200 --faults all --replicas 3,5 --seed 1
+    python -m sdpaxos.sim --sweep 200 --replicas 3,5,7 --snapshot-slots 3
     python -m sdpaxos.sim --failover [--plot failover.png] [--json]
     python -m sdpaxos.sim --failover-sweep 20
 
@@ -159,6 +160,7 @@ MODE_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "no_rtt_config": ("--no-rtt-config", (RUN,)),
     "drain_ms": ("--drain-ms", (RUN,)),
     "faults": ("--faults", (SWEEP,)),
+    "snapshot_slots": ("--snapshot-slots", (SWEEP,)),
     "kill_ms": ("--kill-ms", (FAILOVER, FAILOVER_SWEEP)),
     "plot": ("--plot", (FAILOVER,)),
 }
@@ -331,6 +333,13 @@ def _parser() -> argparse.ArgumentParser:
         "--faults",
         help="all (the default), none, or a comma list of: "
         + ", ".join(k.value for k in FaultKind),
+    )
+    sweeps.add_argument(
+        "--snapshot-slots",
+        type=_whole(1),
+        metavar="S",
+        help="compaction on: a snapshot every S executed slots (small S: snapshots, state"
+        " transfers and installs happen during the faults); off by default",
     )
 
     failovers = p.add_argument_group("--failover and --failover-sweep")
@@ -531,6 +540,7 @@ def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         faults=faults,
         commands=commands,
         progress=None if args.quiet else _progress,
+        snapshot_slots=args.snapshot_slots,
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
