@@ -34,7 +34,9 @@ class Transfer:
     slot: Slot
     total: int
     data: bytearray
+    #: When we last asked, and when a chunk last arrived.
     asked_ms: float
+    heard_ms: float
 
 
 class Snapshots:
@@ -67,6 +69,10 @@ class Snapshots:
     def after_execute(self) -> None:
         """Capture a snapshot at the executed boundary when one is due, and take
         the captured one once a majority executed that far."""
+        self.capture()
+        self.maybe_take()
+
+    def capture(self) -> None:
         s = self.s
         progress = s.progress
         threshold = s.config.snapshot_slots_min
@@ -88,7 +94,6 @@ class Snapshots:
                 self.r.dump_sessions(),
                 self.sm.snapshot(),
             )
-        self.maybe_take()
 
     def maybe_take(self) -> None:
         captured = self.captured
@@ -98,6 +103,9 @@ class Snapshots:
             self.captured = None
             if captured.slot > self.s.olog.base:
                 self.take(captured)
+            # The state is at the executed boundary now: the next one may be due
+            # already (execution went on while this one waited for a majority).
+            self.capture()
 
     def take(self, captured: Snapshot) -> None:
         """Compact below ``captured.slot`` (executed here and by a majority): TakeSnapshot."""
@@ -178,14 +186,17 @@ class Snapshots:
             return  # nothing we have not executed
         t = self.transfer
         if t is None or t.slot != m.slot or t.src != m.src:
-            if m.offset != 0 or (t is not None and t.slot > m.slot):
-                return  # not the start of a transfer we would switch to
-            t = self.transfer = Transfer(m.src, m.slot, m.total, bytearray(), s.now_ms)
+            # Another snapshot's first chunk: switch to it only if it is newer,
+            # or if ours went quiet (its source may be down); else resume ours.
+            quiet = t is not None and s.now_ms - t.heard_ms >= 2 * s.config.learn_ms
+            if m.offset != 0 or (t is not None and m.slot <= t.slot and not quiet):
+                return
+            t = self.transfer = Transfer(m.src, m.slot, m.total, bytearray(), s.now_ms, s.now_ms)
             s.out.trace("FetchSnapshot", slot=m.slot, src=m.src, total=m.total)
         if m.offset != len(t.data) or m.total != t.total:
             return  # a duplicate or an old chunk
         t.data += m.data
-        t.asked_ms = s.now_ms
+        t.asked_ms = t.heard_ms = s.now_ms
         if len(t.data) < t.total:
             s.out.send(t.src, SnapshotRequest(s.me, s.views.view, t.slot, len(t.data)))
             return

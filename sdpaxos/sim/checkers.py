@@ -40,8 +40,8 @@ A crash loses a replica's volatile execution state; :meth:`Checker.restarted`
 resets that replica's view so its re-execution is checked from slot 0 again.
 """
 
-from collections.abc import Iterable, Sequence
 import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sdpaxos.core.ready import Executed, ReadResult, Reply

@@ -606,7 +606,9 @@ class SimCluster:
 
     # -- internals ------------------------------------------------------------
 
-    def _build(self, r: int, records: list[Record] | None, snapshot: Snapshot | None = None) -> None:
+    def _build(
+        self, r: int, records: list[Record] | None, snapshot: Snapshot | None = None
+    ) -> None:
         sm = self._sm_factory()
         self.state_machines[r] = sm
         rng = derive_rng(self.chooser)

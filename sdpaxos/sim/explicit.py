@@ -162,7 +162,8 @@ class Net:
         self.pending = [p for p in self.pending if r not in (p[0], p[1])]
 
     def restart(self, r: int) -> None:
-        """Rebuild ``r`` from exactly what it made durable, with a fresh state machine."""
+        """Rebuild ``r`` from exactly what it made durable (its newest snapshot and
+        the records after it), with a fresh state machine."""
         self.down.discard(r)
         sm = Register()
         self.machines[r] = sm
@@ -173,6 +174,7 @@ class Net:
             rng=random.Random(100 + r),
             observe=True,
             records=self.storages[r].load(),
+            snapshot=self.storages[r].load_snapshot(),
         )
         self.replicas[r].tick(self.now_ms)
         self.executed[r] = []

@@ -27,6 +27,8 @@ def whole_state(replica: Replica) -> Any:
 def _freeze(value: Any, seen: set[int], name: str) -> Any:
     if value is None or isinstance(value, int | float | str | bytes | bool | Enum):
         return value
+    if isinstance(value, bytearray):
+        return ("bytearray", bytes(value))
     if isinstance(value, type):
         return ("type", value.__name__)
     if isinstance(value, random.Random):

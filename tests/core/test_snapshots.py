@@ -1,0 +1,275 @@
+"""Snapshots, compaction and state transfer (``docs/recovery.md`` section 16).
+
+Each test pins one rule with the explicit-delivery harness or one role: a
+replica cut off until its peers compacted past it catches up by snapshot; a
+compacted acceptor never lets a recoverer choose a no-op; a candidate below a
+voter's snapshot installs it first; a transfer resumes where it stopped and
+installs atomically; a restart re-executes from the snapshot, not slot 0.
+"""
+
+from typing import Any
+
+import pytest
+
+from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.errors import ConfigError
+from sdpaxos.core.messages import (
+    CAccept,
+    CCommit,
+    CPrepare,
+    CPromise,
+    LearnRequest,
+    Message,
+    SnapshotChunk,
+    SnapshotRequest,
+)
+from sdpaxos.core.storage import (
+    Snapshot,
+    decode_snapshot,
+    encode_snapshot,
+)
+from sdpaxos.core.types import ReplicaId, Slot
+from sdpaxos.sim.explicit import Net, Register
+from tests.core.state import whole_state
+
+
+def _compacting_net(**config: Any) -> Net:
+    return Net.build(3, sequencer=0, snapshot_slots_min=2, snapshot_chunk_bytes=16, **config)
+
+
+def _load(net: Net, proposer: int, commands: int, first_client: int = 1) -> None:
+    """``commands`` one-command sessions at ``proposer``, each run to quiet."""
+    for k in range(commands):
+        net.propose(proposer, client=first_client + k, seq=1, payload=b"p%d" % (first_client + k))
+        net.run(3)
+
+
+def _payloads(net: Net, r: int) -> list[bytes]:
+    return list(net.machines[r].log)
+
+
+# ----------------------------------------------------------- partition, catch up
+
+
+def test_a_replica_cut_off_past_every_compaction_catches_up_by_snapshot() -> None:
+    net = _compacting_net()
+    net.partition({2}, {0, 1})
+    _load(net, proposer=1, commands=24)
+    net.run(120)  # heartbeats carry the majority-executed point: 0 and 1 compact
+    base = [rep.ctx.olog.base for rep in net.replicas]
+    assert min(base[0], base[1]) > net.replicas[2].executed_upto + 4, base
+    assert net.storages[0].load_snapshot() is not None
+    net.heal()
+    net.run(200)
+    rep2 = net.replicas[2]
+    assert rep2.stats.snapshots_installed >= 1
+    assert rep2.executed_upto == net.replicas[0].executed_upto
+    # The same commands, in the same order, through the snapshot and after it.
+    assert _payloads(net, 2) == _payloads(net, 0) == _payloads(net, 1)
+    assert len(_payloads(net, 2)) == 24
+    # Replica 2 never executed a slot below the snapshot it installed.
+    installed_at = rep2.ctx.olog.base
+    assert all(e.slot >= installed_at for e in net.executed[2]) or not net.executed[2]
+    # It runs normally afterwards.
+    _load(net, proposer=2, commands=3, first_client=100)
+    net.run(50)
+    assert _payloads(net, 2) == _payloads(net, 0)
+    assert len(_payloads(net, 0)) == 27
+
+
+def test_compaction_frees_the_logs_and_truncates_the_records() -> None:
+    net = _compacting_net()
+    _load(net, proposer=1, commands=30)
+    net.run(120)
+    for r, rep in enumerate(net.replicas):
+        s = rep.ctx
+        assert s.olog.base > 20
+        assert len(s.olog.owner) == len(s.olog) - s.olog.base  # the columns start at base
+        for owner in range(3):
+            assert all(index >= s.clog.floor[owner] for index in s.clog.logs[owner])
+        assert sum(s.clog.floor) > 20
+        snap = net.storages[r].load_snapshot()
+        assert snap is not None and snap.slot == s.olog.base
+        # What stays in storage is only what the snapshot does not cover.
+        assert len(net.storages[r]) < 10
+
+
+def test_no_compaction_below_what_a_majority_executed() -> None:
+    """Replica 0 executes alone (1 and 2 accept, but never learn that the
+    C-instances are chosen): it captures a snapshot but never compacts, because
+    no majority executed that far."""
+    net = _compacting_net()
+    keep = lambda src, dst, msg: not isinstance(msg, CCommit | LearnRequest | CPrepare)  # noqa: E731
+    for k in range(10):
+        net.propose(0, client=k + 1, seq=1)
+        for _ in range(3):
+            net.tick()
+            net.deliver_all(keep=keep)
+    for _ in range(120):
+        net.tick()
+        net.deliver_all(keep=keep)
+    rep0 = net.replicas[0]
+    assert rep0.executed_upto >= 8
+    assert net.replicas[1].executed_upto == 0
+    assert rep0.snapshots.captured is not None  # ready, waiting for a majority
+    assert rep0.ctx.olog.base == 0
+    assert rep0.stats.snapshots_taken == 0
+
+
+# ------------------------------------------------------------------ restart
+
+
+def test_a_restart_starts_from_the_snapshot_not_slot_zero() -> None:
+    net = _compacting_net()
+    _load(net, proposer=1, commands=20)
+    net.run(120)
+    snap = net.storages[2].load_snapshot()
+    assert snap is not None and snap.slot > 10
+    before = _payloads(net, 2)
+    net.crash(2)
+    net.restart(2)
+    rep2 = net.replicas[2]
+    assert rep2.executed_upto == snap.slot  # from the snapshot, before any message
+    assert rep2.ctx.olog.base == snap.slot
+    net.run(100)
+    # It executed nothing below the snapshot again, and caught up to the same state.
+    assert all(e.slot >= snap.slot for e in net.executed[2])
+    assert _payloads(net, 2) == before
+    _load(net, proposer=0, commands=2, first_client=50)
+    net.run(50)
+    assert _payloads(net, 2) == _payloads(net, 0)
+
+
+# ----------------------------------------------------- C-instance recovery
+
+
+def test_a_compacted_acceptor_answers_compacted_and_the_recoverer_installs() -> None:
+    """Replica 2 learns the order but never replica 1's C-instances, and cannot
+    learn by asking: it recovers them, and its peers compacted them. They must
+    answer "compacted", never "nothing accepted" (else 2 would choose a no-op
+    for executed commands); 2 then installs their snapshot."""
+    net = _compacting_net()
+
+    def cut_off(*kinds: type) -> Any:
+        return lambda src, dst, msg: not (2 in (src, dst) and isinstance(msg, kinds))
+
+    # 2 hears the order but none of 1's C-instances, until its peers compacted.
+    phase1 = cut_off(CAccept, CCommit, LearnRequest, SnapshotChunk, CPrepare)
+    for k in range(12):
+        net.propose(1, client=k + 1, seq=1)
+        for _ in range(3):
+            net.tick()
+            net.deliver_all(keep=phase1)
+    for _ in range(100):
+        net.tick()
+        net.deliver_all(keep=phase1)
+    rep2 = net.replicas[2]
+    assert net.replicas[0].ctx.clog.floor[1] > 0 and net.replicas[1].ctx.clog.floor[1] > 0
+    assert rep2.executor.blocked is not None and rep2.executor.blocked[0] == 1
+    # Now 2 may recover, but still not learn or fetch a snapshot.
+    phase2 = cut_off(CAccept, CCommit, LearnRequest, SnapshotChunk)
+    for _ in range(150):
+        net.tick()
+        net.deliver_all(keep=phase2)
+    # The compacted promises made 2 fetch a snapshot (nothing else asks for one here).
+    assert [m for src, dst, m in net.sent if src == 2 and isinstance(m, SnapshotRequest)]
+    # And they changed nothing at the acceptors: no instance below their floors.
+    for r in (0, 1):
+        clog = net.replicas[r].ctx.clog
+        assert all(index >= clog.floor[1] for index in clog.logs[1])
+    promises = [m for src, dst, m in net.sent if dst == 2 and isinstance(m, CPromise)]
+    assert promises and all(p.compacted > p.start for p in promises if p.src != 2)
+    # Replica 2 never proposed a value (no-op or other) for replica 1's instances.
+    assert not [m for src, dst, m in net.sent if src == 2 and isinstance(m, CAccept)]
+    assert rep2.stats.snapshots_installed == 0
+    net.run(100)  # now let the snapshot through
+    assert rep2.stats.snapshots_installed >= 1
+    assert _payloads(net, 2) == _payloads(net, 0)
+
+
+# --------------------------------------------------------------- transfer
+
+
+def test_a_lost_chunk_is_asked_for_again_from_where_the_transfer_stopped() -> None:
+    net = _compacting_net()
+    net.partition({2}, {0, 1})
+    _load(net, proposer=1, commands=16)
+    net.run(120)
+    net.heal()
+    lost: list[SnapshotChunk] = []
+
+    def lose_the_second_chunk(src: int, dst: int, msg: Message) -> bool:
+        if isinstance(msg, SnapshotChunk) and msg.offset > 0 and not lost:
+            lost.append(msg)
+            return False
+        return True
+
+    for _ in range(200):
+        net.tick()
+        net.deliver_all(keep=lose_the_second_chunk)
+    assert lost, "the snapshot took a single chunk: the test needs several"
+    asks = [
+        (dst, m.offset) for src, dst, m in net.sent if src == 2 and isinstance(m, SnapshotRequest)
+    ]
+    # Asked again, of the same peer, from the same offset: resumed, not restarted.
+    assert asks.count((lost[0].src, lost[0].offset)) >= 2
+    assert net.replicas[2].stats.snapshots_installed == 1
+    assert _payloads(net, 2) == _payloads(net, 0)
+
+
+def test_a_snapshot_installs_only_whole_and_a_bad_one_changes_nothing() -> None:
+    net = _compacting_net()
+    rep = net.replicas[2]
+    good = Snapshot(Slot(5), (2, 1, 1), (3, 2, 4), 0, (), Register().snapshot())  # type: ignore[arg-type]
+    data = encode_snapshot(good)
+    half = len(data) // 2
+    before = whole_state(rep)
+    rep.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), 0, len(data), data[:half]), 0.0)
+    assert rep.snapshots.transfer is not None
+    assert rep.executed_upto == 0 and rep.ctx.olog.base == 0  # nothing installed yet
+    # A garbage snapshot of the right size: refused whole, nothing else changes.
+    garbage = b"\xc1" * len(data)
+    rep2 = net.replicas[1]
+    rep2.tick(0.0)
+    rep2.ready()
+    before2 = whole_state(rep2)
+    rep2.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), 0, len(data), garbage[:16]), 0.0)
+    for offset in range(16, len(data), 16):
+        rep2.step(
+            SnapshotChunk(
+                ReplicaId(0), 0, Slot(5), offset, len(data), garbage[offset : offset + 16]
+            ),
+            0.0,
+        )
+    assert rep2.snapshots.transfer is None and rep2.executed_upto == 0
+    rep2.ready()
+    assert rep2.stats.rejected == 1
+    assert whole_state(rep2) == before2
+    # The good one, completed: installed at once.
+    rep.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), half, len(data), data[half:]), 0.0)
+    assert rep.executed_upto == 5 and rep.ctx.olog.base == 5
+    assert rep.ctx.progress.count == [2, 1, 1]
+    assert rep.ctx.clog.c_max == [3, 2, 4]
+    assert rep.command_leader.next_index == 5  # above any index of ours a peer accepted
+    assert whole_state(rep) != before
+
+
+def test_snapshot_bytes_round_trip_and_refuse_malformed_input() -> None:
+    snap = Snapshot(Slot(7), (1, 2, 3), (4, -1, 5), 9, ((1, 2, b"r"),), b"app")  # type: ignore[arg-type]
+    assert decode_snapshot(encode_snapshot(snap), 3) == snap
+    from sdpaxos.core.errors import PeerMessageError
+
+    for bad in (b"", b"\x00", encode_snapshot(snap)[:-1], encode_snapshot(snap) + b"x"):
+        with pytest.raises(PeerMessageError):
+            decode_snapshot(bad, 3)
+    with pytest.raises(PeerMessageError):
+        decode_snapshot(encode_snapshot(snap), 5)  # a cluster of another size
+
+
+def test_snapshot_bounds_are_validated() -> None:
+    with pytest.raises(ConfigError, match="snapshot_slots_min"):
+        ClusterConfig(replicas=3, snapshot_slots_min=0)
+    with pytest.raises(ConfigError, match="snapshot_chunk_bytes"):
+        ClusterConfig(replicas=3, snapshot_chunk_bytes=16 << 20)
+    with pytest.raises(ConfigError, match="snapshot_bytes_max"):
+        ClusterConfig(replicas=3, snapshot_bytes_max=0)
