@@ -25,6 +25,10 @@ from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import Snapshot, decode_snapshot, encode_snapshot
 from sdpaxos.core.types import CIndex, ReplicaId, Slot
 
+#: How many snapshots a replica keeps serving at once (the newest and the one
+#: before): a transfer that takes longer than two compactions restarts.
+SNAPSHOTS_SERVED_MAX = 2
+
 
 @dataclass(slots=True)
 class Transfer:
@@ -50,6 +54,10 @@ class Snapshots:
         self.current: Snapshot | None = None
         #: ``current`` encoded, as it travels.
         self.encoded = b""
+        #: The snapshots we still serve, by slot (``current`` and the one before
+        #: it, at most :data:`SNAPSHOTS_SERVED_MAX`): a peer fetching the older
+        #: one finishes it rather than restarting each time we compact again.
+        self.served: dict[Slot, bytes] = {}
         #: Captured at an executed boundary, waiting for a majority to execute it.
         self.captured: Snapshot | None = None
         #: The highest majority-executed point heard (the sequencer's heartbeats).
@@ -137,8 +145,7 @@ class Snapshots:
             olog.acked[s.me] = max(olog.acked[s.me], snap.slot)
         olog.known_upto = max(olog.known_upto, snap.slot)
         olog.heard_upto = max(olog.heard_upto, snap.slot)
-        self.current = snap
-        self.encoded = encode_snapshot(snap)
+        self.keep(snap)
         s.out.snapshot = snap
         self.r.compacted(snap)
 
@@ -147,6 +154,15 @@ class Snapshots:
         s = self.s
         if self.transfer is None:
             s.out.send(src, SnapshotRequest(s.me, s.views.view, Slot(0), 0))
+
+    def keep(self, snap: Snapshot) -> None:
+        """``snap`` is the newest: serve it, and the one before it a while longer."""
+        self.current = snap
+        self.encoded = encode_snapshot(snap)
+        served = self.served
+        served[snap.slot] = self.encoded
+        while len(served) > SNAPSHOTS_SERVED_MAX:
+            del served[min(served)]
 
     def heard_majority_executed(self, slot: Slot) -> None:
         if slot > self.majority_executed:
@@ -158,25 +174,23 @@ class Snapshots:
     def offer(self, dst: ReplicaId) -> None:
         """``dst`` asked about something below our snapshot: send its first chunk."""
         if self.current is not None:
-            self.send_chunk(dst, 0)
+            self.send_chunk(dst, self.current.slot, 0)
             self.s.stats.snapshots_offered += 1
 
-    def send_chunk(self, dst: ReplicaId, offset: int) -> None:
+    def send_chunk(self, dst: ReplicaId, slot: Slot, offset: int) -> None:
         s = self.s
-        assert self.current is not None
-        data = self.encoded
+        data = self.served[slot]
         chunk = data[offset : offset + s.config.snapshot_chunk_bytes]
-        s.out.send(
-            dst, SnapshotChunk(s.me, s.views.view, self.current.slot, offset, len(data), chunk)
-        )
+        s.out.send(dst, SnapshotChunk(s.me, s.views.view, slot, offset, len(data), chunk))
 
     def handle_snapshot_request(self, m: SnapshotRequest) -> None:
         if self.current is None:
             return
-        if m.slot == self.current.slot and m.offset <= len(self.encoded):
-            self.send_chunk(m.src, m.offset)
+        data = self.served.get(m.slot)
+        if data is not None and m.offset < len(data):
+            self.send_chunk(m.src, m.slot, m.offset)
         else:
-            self.send_chunk(m.src, 0)  # we moved on: the newer one, from its start
+            self.send_chunk(m.src, self.current.slot, 0)  # the newest, from its start
 
     # ------------------------------------------------------------ fetching
 
@@ -255,5 +269,4 @@ class Snapshots:
         s.olog.compact(snap.slot, list(snap.executed))
         s.clog.compact(snap.executed)
         s.clog.c_max = [max(a, b) for a, b in zip(s.clog.c_max, snap.c_max, strict=True)]
-        self.current = snap
-        self.encoded = encode_snapshot(snap)
+        self.keep(snap)

@@ -65,8 +65,9 @@ RUN_EVENTS_MAX = 20_000_000
 #: Uniform round trip of profiles other than the paper's (N = 7, ...).
 UNIFORM_RTT_MS = 60.0
 #: Snapshot chunk size when a sweep turns compaction on: small, so that a
-#: transfer takes several chunks (and a lost one is resumed).
-SNAPSHOT_CHUNK_BYTES_SWEEP = 40
+#: transfer takes several chunks (and a lost one is resumed), not so small that
+#: a transfer of one chunk per round trip outlasts the drain.
+SNAPSHOT_CHUNK_BYTES_SWEEP = 512
 #: Lines of a core traceback kept in a violation report.
 TRACEBACK_LINES_MAX = 8
 
