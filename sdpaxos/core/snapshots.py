@@ -246,8 +246,9 @@ class Snapshots:
         progress.in_slot = 0
         progress.count = list(snap.executed)
         progress.dirty = True
-        c_max = tuple(max(a, b) for a, b in zip(s.clog.c_max, snap.c_max, strict=True))
-        s.clog.c_max = list(c_max)
+        # Our c_max stays ours: votes report what *this* replica accepted (the
+        # N = 5 inference reasons about it); the peer's only bounds our next index.
+        c_max = tuple(s.clog.c_max)
         me = s.me
         next_index = CIndex(max(self.r.next_c_index(), snap.executed[me], snap.c_max[me] + 1))
         mine = Snapshot(snap.slot, snap.executed, c_max, next_index, snap.sessions, snap.app)
@@ -268,5 +269,5 @@ class Snapshots:
         progress.count = list(snap.executed)
         s.olog.compact(snap.slot, list(snap.executed))
         s.clog.compact(snap.executed)
-        s.clog.c_max = [max(a, b) for a, b in zip(s.clog.c_max, snap.c_max, strict=True)]
+        s.clog.c_max = list(snap.c_max)
         self.keep(snap)

@@ -249,7 +249,7 @@ def test_a_snapshot_installs_only_whole_and_a_bad_one_changes_nothing() -> None:
     rep.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), half, len(data), data[half:]), 0.0)
     assert rep.executed_upto == 5 and rep.ctx.olog.base == 5
     assert rep.ctx.progress.count == [2, 1, 1]
-    assert rep.ctx.clog.c_max == [3, 2, 4]
+    assert rep.ctx.clog.c_max == [-1, -1, -1]  # what *it* accepted: nothing
     assert rep.command_leader.next_index == 5  # above any index of ours a peer accepted
     assert whole_state(rep) != before
 
@@ -273,3 +273,45 @@ def test_snapshot_bounds_are_validated() -> None:
         ClusterConfig(replicas=3, snapshot_chunk_bytes=16 << 20)
     with pytest.raises(ConfigError, match="snapshot_bytes_max"):
         ClusterConfig(replicas=3, snapshot_bytes_max=0)
+
+
+def test_truncation_keeps_exactly_what_the_storage_contract_lists() -> None:
+    """``covered_records`` on a hand-made history (section 16.5, item by item)."""
+    from sdpaxos.core.storage import (
+        CAccepted,
+        CPromised,
+        OAccepted,
+        ViewEstablished,
+        ViewPromised,
+        covered_records,
+    )
+    from sdpaxos.core.types import Ballot, CIndex, Command, View
+
+    cmd = (Command(1, 1, b"x"),)
+    r0, r1 = ReplicaId(0), ReplicaId(1)
+    records = [
+        ViewPromised(View(1)),
+        ViewEstablished(View(1), r0, Slot(0), ((r0, 1),) * 8),  # slots 0..7
+        OAccepted(View(1), Slot(8), ((r1, 1),) * 4),  # slots 8..11
+        CAccepted(r0, CIndex(2), Ballot(0), cmd),  # executed (executed[0] = 3)
+        CAccepted(r0, CIndex(3), Ballot(0), cmd),  # not executed
+        CPromised(r1, CIndex(0), Ballot(257)),  # executed (executed[1] = 1)
+        CPromised(r1, CIndex(1), Ballot(257)),  # not executed
+        ViewPromised(View(2)),
+        ViewEstablished(View(2), r1, Slot(10), ((r1, 1),) * 2),  # slots 10..11
+    ]
+    snap = Snapshot(Slot(6), (3, 1, 0), (3, 1, -1), CIndex(4), (), b"")
+    kept = covered_records(records, snap)
+    assert kept[:2] == [  # the newest promise and range first
+        ViewPromised(View(2)),
+        ViewEstablished(View(2), r1, Slot(10), ((r1, 1),) * 2),
+    ]
+    assert len(kept) == 6 and set(kept[2:]) == {  # the rest replays in any order
+        OAccepted(View(1), Slot(6), ((r0, 1),) * 2),  # the older range, cut at 6
+        OAccepted(View(1), Slot(8), ((r1, 1),) * 4),
+        CAccepted(r0, CIndex(3), Ballot(0), cmd),
+        CPromised(r1, CIndex(1), Ballot(257)),
+    }
+    # A range wholly below the snapshot keeps its view, sequencer and base.
+    only = [ViewEstablished(View(1), r0, Slot(0), ((r0, 1),) * 4)]
+    assert covered_records(only, snap) == [ViewEstablished(View(1), r0, Slot(4), ())]
