@@ -49,6 +49,7 @@ import gc
 import hashlib
 import json
 import random
+import resource
 import statistics
 import struct
 import sys
@@ -58,6 +59,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sdpaxos.core import ClusterConfig, Command, Message, Record, Replica, Reply, ReplyKind
+from sdpaxos.core.storage import MemoryStorage, Snapshot
 from sdpaxos.sim.driver import Node, Outlet
 
 _CORE_DEFAULTS = ClusterConfig(replicas=3)
@@ -114,6 +116,17 @@ class Settings:
     c_inflight_max: int = _CORE_DEFAULTS.c_inflight_max
     seed: int = 1
     codec: bool = False
+    #: Compaction: a snapshot every this many executed slots (None: off).
+    snapshot_slots: int | None = None
+    #: Also tick every this many rounds (0: only in quiet rounds). Heartbeats carry
+    #: the majority-executed point compaction waits for, so a run under constant
+    #: load that never goes quiet needs the clock to move.
+    tick_rounds: int = 0
+    #: Where records go: "counting" (counted, kept nowhere) or "memory"
+    #: (``MemoryStorage``: kept, and truncated behind each snapshot).
+    storage: str = "counting"
+    #: Record the process's peak RSS when this many commands are READY.
+    rss_at: tuple[int, ...] = ()
 
     def cluster_config(self) -> ClusterConfig:
         return ClusterConfig(
@@ -122,6 +135,7 @@ class Settings:
             o_batch_max=self.o_batch_max,
             c_inflight_max=self.c_inflight_max,
             propose_queue_max=max(_CORE_DEFAULTS.propose_queue_max, self.sessions),
+            snapshot_slots_min=self.snapshot_slots,
         )
 
 
@@ -157,6 +171,10 @@ class RunResult:
     stale: int = 0
     retransmissions: int = 0
     learn_requests: int = 0
+    #: Snapshots taken, over every replica.
+    snapshots: int = 0
+    #: READY commands -> the process's peak RSS (kB) once that many were READY.
+    rss_peak_kb: dict[int, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -264,6 +282,38 @@ class CountingStorage:
 
     def load(self) -> list[Record]:
         return []
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Nothing is kept, so nothing is truncated."""
+
+    def load_snapshot(self) -> Snapshot | None:
+        return None
+
+
+class KeepingStorage(MemoryStorage):
+    """``MemoryStorage`` (records kept, truncated behind each snapshot), counting appends."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records = 0
+
+    def append(self, records: list[Record]) -> None:
+        self.records += len(records)
+        super().append(records)
+
+
+def peak_rss_kb() -> int:
+    """The process's peak resident set size so far (``VmHWM``, kB; Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 class _Loop(Outlet):
@@ -386,7 +436,9 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
         raise ValueError("commands and sessions must be >= 1")
     n = s.replicas
     cfg = s.cluster_config()
-    storages = [CountingStorage() for _ in range(n)]
+    storages: list[CountingStorage | KeepingStorage] = [
+        KeepingStorage() if s.storage == "memory" else CountingStorage() for _ in range(n)
+    ]
     nodes: list[Node[DigestMachine]] = []
     for r in range(n):
         machine = DigestMachine()
@@ -425,6 +477,7 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
         loop = _Loop(nodes, outstanding, remaining, problems)
     inboxes = loop.inboxes
 
+    milestones = sorted(m for m in s.rss_at if m <= total)
     perf = time.perf_counter
     cpu0 = time.process_time()
     t0 = perf()
@@ -475,6 +528,12 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
                     finished = False
         if finished or problems:
             break
+        while milestones and committed >= milestones[0]:
+            res.rss_peak_kb[milestones.pop(0)] = peak_rss_kb()
+        if s.tick_rounds and rounds % s.tick_rounds == 0:
+            ticks += 1
+            for node in nodes:
+                node.replica.tick(ticks * cfg.tick_ms)
         if loop.activity:
             quiet = 0
         else:
@@ -511,6 +570,8 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
         res.frames = loop.frames
         res.wire_bytes = loop.wire_bytes
     res.persist_records = sum(storage.records for storage in storages)
+    if total in milestones:
+        res.rss_peak_kb[total] = peak_rss_kb()
     res.ticks = ticks
     res.committed = loop.committed
     res.executed = [m.count for m in machines]
@@ -523,6 +584,7 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
         res.stale += st.stale
         res.retransmissions += st.retransmissions
         res.learn_requests += st.learn_requests
+        res.snapshots += st.snapshots_taken
     problems.extend(verify(total, loop.committed, res.executed, res.digests, res.rejected))
     return res
 
