@@ -81,7 +81,11 @@ def _run_child(payload: str) -> int:
 
 def measure(commands: int, rate_commands: int, repeat: int, progress: bool) -> dict[str, Any]:
     base = Settings(tick_rounds=1, storage="memory")
-    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: None)
+
+    def say(text: str) -> None:
+        if progress:
+            print(text, file=sys.stderr, flush=True)
+
     say(f"memory: {commands:,} commands with compaction on, one process ...")
     t0 = time.perf_counter()
     milestones = tuple(range(MILLION, commands + 1, MILLION)) or (commands,)
