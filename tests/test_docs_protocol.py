@@ -530,7 +530,7 @@ def test_the_checker_catches_a_broken_name() -> None:
         # a message renamed in its row
         ("| `CAccept` | C-accept", "| `CAcceptX` | C-accept", _message_table_problems),
         # a field left out of a message's row
-        ("`est_base`, `executed` |", "`est_base` |", _message_table_problems),
+        ("`executed`, `snapshot` |", "`executed` |", _message_table_problems),
         # a record's field renamed
         ("| `ViewPromised` | `view` |", "| `ViewPromised` | `views` |", _record_table_problems),
         # a spec name where a trace event belongs

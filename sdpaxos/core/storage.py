@@ -19,8 +19,6 @@ the records it covers (``docs/recovery.md`` section 16.5).
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
-import msgpack
-
 from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.types import Ballot, CIndex, Command, OValue, ReplicaId, Slot, View
 
@@ -115,11 +113,92 @@ class Snapshot:
 
 #: The first element of an encoded snapshot: bump when the layout changes.
 SNAPSHOT_FORMAT = 1
+#: Deepest nesting of tuples a snapshot may hold (sessions are shallow).
+SNAPSHOT_DEPTH_MAX = 8
+
+# A tiny tagged encoding of None, bools, ints, bytes and tuples: the core may not
+# import the wire codec (or msgpack), and never pickles. Ints are zigzag varints.
+_NONE, _FALSE, _TRUE, _INT, _BYTES, _TUPLE = range(6)
+
+
+def _varint(out: bytearray, n: int) -> None:
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _pack(out: bytearray, value: object, depth: int) -> None:
+    if value is None:
+        out.append(_NONE)
+    elif value is True or value is False:
+        out.append(_TRUE if value else _FALSE)
+    elif type(value) is int:
+        out.append(_INT)
+        _varint(out, value * 2 if value >= 0 else -value * 2 - 1)
+    elif isinstance(value, bytes):
+        out.append(_BYTES)
+        _varint(out, len(value))
+        out += value
+    elif isinstance(value, tuple) and depth < SNAPSHOT_DEPTH_MAX:
+        out.append(_TUPLE)
+        _varint(out, len(value))
+        for item in value:
+            _pack(out, item, depth + 1)
+    else:
+        raise TypeError(f"a snapshot cannot hold {type(value).__name__}")
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def varint(self) -> int:
+        n = shift = 0
+        while True:
+            if self.pos >= len(self.data) or shift > 70:
+                raise PeerMessageError("snapshot ends inside a number")
+            byte = self.data[self.pos]
+            self.pos += 1
+            n |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return n
+
+    def value(self, depth: int) -> object:
+        if self.pos >= len(self.data):
+            raise PeerMessageError("snapshot ends early")
+        tag = self.data[self.pos]
+        self.pos += 1
+        if tag == _NONE:
+            return None
+        if tag in (_FALSE, _TRUE):
+            return tag == _TRUE
+        if tag == _INT:
+            z = self.varint()
+            return z >> 1 if not z & 1 else -((z + 1) >> 1)
+        if tag == _BYTES:
+            size = self.varint()
+            if self.pos + size > len(self.data):
+                raise PeerMessageError("snapshot ends inside a byte string")
+            self.pos += size
+            return self.data[self.pos - size : self.pos]
+        if tag == _TUPLE and depth < SNAPSHOT_DEPTH_MAX:
+            count = self.varint()
+            if count > len(self.data) - self.pos:  # every item takes a byte at least
+                raise PeerMessageError("snapshot tuple longer than the snapshot")
+            return tuple(self.value(depth + 1) for _ in range(count))
+        raise PeerMessageError(f"snapshot holds an unknown tag {tag}")
 
 
 def encode_snapshot(snapshot: Snapshot) -> bytes:
-    """The bytes a snapshot travels (in chunks) and is stored as (msgpack, no pickle)."""
-    data: bytes = msgpack.packb(
+    """The bytes a snapshot travels (in chunks) and is stored as (never a pickle)."""
+    out = bytearray()
+    _pack(
+        out,
         (
             SNAPSHOT_FORMAT,
             snapshot.slot,
@@ -129,9 +208,9 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
             snapshot.sessions,
             snapshot.app,
         ),
-        use_bin_type=True,
+        0,
     )
-    return data
+    return bytes(out)
 
 
 def _ints(value: object, n: int, low: int, what: str) -> tuple[int, ...]:
@@ -150,10 +229,10 @@ def decode_snapshot(data: bytes, replicas: int) -> Snapshot:
         PeerMessageError: the bytes are not a well-formed snapshot (it came from
             a peer: nothing is installed).
     """
-    try:
-        value = msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types
-        raise PeerMessageError(f"snapshot does not decode: {type(exc).__name__}") from None
+    reader = _Reader(data)
+    value = reader.value(0)
+    if reader.pos != len(data):
+        raise PeerMessageError("snapshot has bytes after its end")
     if not isinstance(value, tuple) or len(value) != 7 or value[0] != SNAPSHOT_FORMAT:
         raise PeerMessageError("snapshot has an unknown layout")
     _, slot, executed, c_max, next_index, sessions, app = value

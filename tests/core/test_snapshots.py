@@ -10,6 +10,8 @@ installs atomically; a restart re-executes from the snapshot, not slot 0.
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import ConfigError
@@ -315,3 +317,42 @@ def test_truncation_keeps_exactly_what_the_storage_contract_lists() -> None:
     # A range wholly below the snapshot keeps its view, sequencer and base.
     only = [ViewEstablished(View(1), r0, Slot(0), ((r0, 1),) * 4)]
     assert covered_records(only, snap) == [ViewEstablished(View(1), r0, Slot(4), ())]
+
+
+_leaf = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.binary(max_size=20)
+_sessions = st.lists(st.recursive(_leaf, lambda inner: st.tuples(inner, inner), max_leaves=6))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    slot=st.integers(1, 2**40),
+    executed=st.tuples(*[st.integers(0, 2**40)] * 3),
+    c_max=st.tuples(*[st.integers(-1, 2**40)] * 3),
+    next_index=st.integers(0, 2**40),
+    sessions=_sessions,
+    app=st.binary(max_size=200),
+)
+def test_any_snapshot_round_trips(
+    slot: int,
+    executed: tuple[int, ...],
+    c_max: tuple[int, ...],
+    next_index: int,
+    sessions: list[object],
+    app: bytes,
+) -> None:
+    snap = Snapshot(Slot(slot), executed, c_max, next_index, tuple(sessions), app)  # type: ignore[arg-type]
+    assert decode_snapshot(encode_snapshot(snap), 3) == snap
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(data=st.binary(max_size=120), cut=st.integers(0, 400))
+def test_any_bytes_decode_to_a_snapshot_or_a_clear_refusal(data: bytes, cut: int) -> None:
+    from sdpaxos.core.errors import PeerMessageError
+
+    good = encode_snapshot(Snapshot(Slot(3), (1, 0, 0), (0, -1, -1), 1, ((7, 1, b"r"),), b"s"))  # type: ignore[arg-type]
+    for candidate in (data, good[:cut] + data, good[: cut % (len(good) + 1)]):
+        try:
+            snap = decode_snapshot(candidate, 3)
+        except PeerMessageError:
+            continue
+        assert decode_snapshot(encode_snapshot(snap), 3) == snap  # and it is well formed
