@@ -196,6 +196,7 @@ class Snapshots:
 
     def handle_snapshot_chunk(self, m: SnapshotChunk) -> None:
         s = self.s
+        self.drop_stale_transfer()
         if m.slot <= s.progress.slot:
             return  # nothing we have not executed
         t = self.transfer
@@ -225,8 +226,16 @@ class Snapshots:
             return
         self.install(snap, t.src)
 
+    def drop_stale_transfer(self) -> None:
+        """A transfer of a snapshot we executed past (learned, or installed another)
+        is over: else it would hold learning off for good."""
+        t = self.transfer
+        if t is not None and t.slot <= self.s.progress.slot:
+            self.transfer = None
+
     def tick(self, now: float) -> None:
         """A transfer that went quiet resumes from where it stopped."""
+        self.drop_stale_transfer()
         t = self.transfer
         if t is not None and now - t.asked_ms >= self.s.config.learn_ms:
             t.asked_ms = now
@@ -254,6 +263,7 @@ class Snapshots:
         mine = Snapshot(snap.slot, snap.executed, c_max, next_index, snap.sessions, snap.app)
         if self.captured is not None and self.captured.slot <= snap.slot:
             self.captured = None
+        self.drop_stale_transfer()
         self.compact(mine)
         s.stats.snapshots_installed += 1
         s.out.trace("InstallSnapshot", slot=snap.slot, src=src)

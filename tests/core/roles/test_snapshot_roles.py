@@ -53,3 +53,20 @@ def test_a_captured_snapshot_waits_for_the_majority_executed_point(rec: Recorder
     assert s.olog.base == 0 and s.out.snapshot is None
     snaps.heard_majority_executed(Slot(6))
     assert s.olog.base == 6 and s.out.snapshot is not None and s.out.snapshot.slot == 6
+
+
+def test_a_transfer_executed_past_is_dropped_so_learning_resumes(rec: Recorder) -> None:
+    """Found by the long sweep (seed 700103, N = 3): a replica installed one
+    snapshot while fetching another of the same slot; the fetch never finished
+    and, while it ran, the replica sent no learn requests at all."""
+    from sdpaxos.core.snapshots import Transfer
+
+    s = make_ctx()
+    snaps = Snapshots(s, rec, Register())  # type: ignore[arg-type]
+    snaps.transfer = Transfer(ReplicaId(1), Slot(5), 100, bytearray(b"x" * 10), 0.0, 0.0)
+    s.progress.slot = Slot(4)
+    snaps.tick(1.0)
+    assert snaps.transfer is not None  # still worth finishing
+    s.progress.slot = Slot(5)
+    snaps.tick(2.0)
+    assert snaps.transfer is None
