@@ -39,6 +39,8 @@ class Stats:
     reads_refused: int = 0
     snapshots_taken: int = 0
     snapshots_installed: int = 0
+    #: Installs while this replica followed no sequencer (in a view change).
+    snapshots_installed_in_view_change: int = 0
     snapshots_offered: int = 0
     #: Messages that would have revoked an executed slot, and reports that
     #: contradict a protocol invariant in a view change. Must stay 0: a non-zero

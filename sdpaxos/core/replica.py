@@ -703,17 +703,18 @@ class _Router:
         runs = r.recovery.runs
         for owner in [o for o, run in runs.items() if run.start < snapshot.executed[o]]:
             del runs[owner]
+        c = r.election.candidate
+        if c is not None and c.o_from < snapshot.slot:
+            # Our candidacy reports from below what we are about to forget: run
+            # again from the new executed prefix (the election timer restarts it).
+            r.ctx.out.trace("AbandonViewChange", view=c.view)
+            r.election.candidate = None
 
     def installed(self, snapshot: Snapshot) -> None:
         r = self._r
         r.command_leader.next_index = max(r.command_leader.next_index, snapshot.next_index)
         r.executor.blocked = None
         r.executor.progress_ms = r.ctx.now_ms
-        c = r.election.candidate
-        if c is not None and c.o_from < snapshot.slot:
-            # Run again from the new executed prefix (the election timer restarts it).
-            r.ctx.out.trace("AbandonViewChange", view=c.view)
-            r.election.candidate = None
 
     def skip_learner(self, slot: Slot) -> None:
         self._r.learner.skip_to(slot)

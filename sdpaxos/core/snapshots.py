@@ -266,6 +266,8 @@ class Snapshots:
         self.drop_stale_transfer()
         self.compact(mine)
         s.stats.snapshots_installed += 1
+        if s.views.sequencer is None:
+            s.stats.snapshots_installed_in_view_change += 1
         s.out.trace("InstallSnapshot", slot=snap.slot, src=src)
         self.r.installed(mine)
 

@@ -132,6 +132,7 @@ class FaultRun:
     snapshots_taken: int = 0
     snapshots_installed: int = 0
     snapshots_offered: int = 0
+    snapshots_installed_in_view_change: int = 0
     timeline: list[tuple[int, str]] = field(default_factory=list)
     #: The run's spec steps, when it was recorded for trace validation.
     recorder: TraceRecorder | None = None
@@ -169,6 +170,7 @@ class FaultRun:
                 "taken": self.snapshots_taken,
                 "installed": self.snapshots_installed,
                 "offered": self.snapshots_offered,
+                "installed_in_view_change": self.snapshots_installed_in_view_change,
             },
             "timeline": [{"at_us": t, "fault": what} for t, what in self.timeline],
         }
@@ -315,6 +317,7 @@ def run_faulty(
         snapshots_taken=counters.get("snapshots_taken", 0),
         snapshots_installed=counters.get("snapshots_installed", 0),
         snapshots_offered=counters.get("snapshots_offered", 0),
+        snapshots_installed_in_view_change=counters.get("snapshots_installed_in_view_change", 0),
         timeline=list(injector.timeline),
         recorder=recorder,
     )
@@ -439,6 +442,9 @@ def _summarise(runs: Sequence[FaultRun]) -> dict[str, Any]:
         "snapshots_installed": sum(r.snapshots_installed for r in runs),
         "snapshots_offered": sum(r.snapshots_offered for r in runs),
         "runs_with_install": sum(1 for r in runs if r.snapshots_installed),
+        "runs_with_install_in_view_change": sum(
+            1 for r in runs if r.snapshots_installed_in_view_change
+        ),
     }
 
 

@@ -356,3 +356,20 @@ def test_any_bytes_decode_to_a_snapshot_or_a_clear_refusal(data: bytes, cut: int
         except PeerMessageError:
             continue
         assert decode_snapshot(encode_snapshot(snap), 3) == snap  # and it is well formed
+
+
+def test_a_candidate_whose_start_is_compacted_runs_again() -> None:
+    """Found by the CI compaction sweep (seed 150032, N = 3): a candidate took a
+    snapshot above its o_from (a heartbeat of the old view still arrived), won,
+    and rebuilt its range from slots it had just forgotten."""
+    from sdpaxos.core.election import Candidacy
+    from sdpaxos.core.replica import Replica
+
+    rep = Replica(ClusterConfig(replicas=3), ReplicaId(1), Register())
+    rep.ctx.olog.grow(6)
+    rep.ctx.progress.slot = Slot(6)
+    rep.election.candidate = Candidacy(1, Slot(5), 0.0)  # type: ignore[arg-type]
+    rep.snapshots.take(Snapshot(Slot(4), (0, 0, 0), (), 0, (), b""))  # type: ignore[arg-type]
+    assert rep.election.candidate is not None  # it reports from 5: nothing forgotten
+    rep.snapshots.take(Snapshot(Slot(6), (0, 0, 0), (), 0, (), b""))  # type: ignore[arg-type]
+    assert rep.election.candidate is None

@@ -23,8 +23,14 @@ from sdpaxos.sim.faults import ALL_FAULTS, MESSAGE_GROUPS, POINTS, FaultKind
 from sdpaxos.sim.sweep import FaultRun, SweepReport, run_faulty, sweep
 
 #: Seeds per replica count in CI (fixed: the same runs every time).
-CI_SEEDS = 150
+CI_SEEDS = 120
 CI_SEED_BASE = 100_000
+#: More seeds per replica count in CI with compaction on at a small threshold
+#: (a snapshot every 3 slots), so that snapshots, transfers and installs happen
+#: in most runs, view changes and a down sequencer included.
+CI_SNAPSHOT_SEEDS = 40
+CI_SNAPSHOT_SEED_BASE = 150_000
+SNAPSHOT_SLOTS = 3
 LONG_SEEDS = 2_000
 LONG_SEED_BASE = 500_000
 
@@ -34,11 +40,27 @@ LONG_SEED_BASE = 500_000
 CI_RUNS: dict[tuple[int, int], FaultRun] = {}
 
 
-def check(seed: int, replicas: int) -> None:
-    run = run_faulty(seed, replicas, ALL_FAULTS)
+def check(seed: int, replicas: int, snapshot_slots: int | None = None) -> None:
+    run = run_faulty(seed, replicas, ALL_FAULTS, snapshot_slots=snapshot_slots)
     CI_RUNS[(seed, replicas)] = run
     assert run.ok, f"{run.verdict}\nreplay: {run.replay}\ntimeline: {run.timeline}"
     assert run.commands_ready == run.commands_total
+
+
+def snapshot_report() -> SweepReport:
+    """Every CI run with compaction on (those not run yet are run now)."""
+    report = SweepReport(
+        seed=CI_SNAPSHOT_SEED_BASE, replicas=[3, 5], faults=ALL_FAULTS, commands=40
+    )
+    for replicas in (3, 5):
+        for seed in range(CI_SNAPSHOT_SEED_BASE, CI_SNAPSHOT_SEED_BASE + CI_SNAPSHOT_SEEDS):
+            run = CI_RUNS.get((seed, replicas))
+            if run is None:
+                run = CI_RUNS[(seed, replicas)] = run_faulty(
+                    seed, replicas, ALL_FAULTS, snapshot_slots=SNAPSHOT_SLOTS
+                )
+            report.runs.append(run)
+    return report
 
 
 def ci_report() -> SweepReport:
@@ -61,6 +83,26 @@ def test_sweep_three_replicas(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(CI_SEED_BASE, CI_SEED_BASE + CI_SEEDS))
 def test_sweep_five_replicas(seed: int) -> None:
     check(seed, 5)
+
+
+@pytest.mark.parametrize("replicas", [3, 5])
+@pytest.mark.parametrize(
+    "seed", range(CI_SNAPSHOT_SEED_BASE, CI_SNAPSHOT_SEED_BASE + CI_SNAPSHOT_SEEDS)
+)
+def test_sweep_with_compaction(seed: int, replicas: int) -> None:
+    check(seed, replicas, SNAPSHOT_SLOTS)
+
+
+def test_compaction_sweeps_take_transfer_and_install_snapshots() -> None:
+    """With compaction on, snapshots are not a rare event: every run takes them,
+    most runs transfer and install one, and some install one in a view change."""
+    summary = snapshot_report().summary()["all"]
+    runs = summary["runs"]
+    assert summary["failed"] == 0
+    assert all(r.snapshots_taken > 0 for r in snapshot_report().runs)
+    assert summary["runs_with_install"] >= runs // 2, summary
+    assert summary["runs_with_install_in_view_change"] >= 3, summary
+    assert summary["snapshots_offered"] >= summary["snapshots_installed"] > 0
 
 
 def test_the_sweep_injects_every_kind_of_fault_and_forces_view_changes() -> None:
