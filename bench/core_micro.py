@@ -127,6 +127,10 @@ class Settings:
     storage: str = "counting"
     #: Record the process's peak RSS when this many commands are READY.
     rss_at: tuple[int, ...] = ()
+    #: The sequencer's heartbeat period (and lease), None: the core's default.
+    #: Heartbeats announce the majority-executed point, so this sets how often
+    #: compaction can happen.
+    heartbeat_ms: float | None = None
 
     def cluster_config(self) -> ClusterConfig:
         return ClusterConfig(
@@ -136,6 +140,11 @@ class Settings:
             c_inflight_max=self.c_inflight_max,
             propose_queue_max=max(_CORE_DEFAULTS.propose_queue_max, self.sessions),
             snapshot_slots_min=self.snapshot_slots,
+            **(
+                {"heartbeat_ms": self.heartbeat_ms, "lease_ms": self.heartbeat_ms}
+                if self.heartbeat_ms is not None
+                else {}
+            ),
         )
 
 

@@ -52,12 +52,11 @@ class Snapshots:
         self.sm = state_machine
         #: The newest snapshot taken or installed (what peers below it are sent).
         self.current: Snapshot | None = None
-        #: ``current`` encoded, as it travels.
-        self.encoded = b""
         #: The snapshots we still serve, by slot (``current`` and the one before
         #: it, at most :data:`SNAPSHOTS_SERVED_MAX`): a peer fetching the older
         #: one finishes it rather than restarting each time we compact again.
-        self.served: dict[Slot, bytes] = {}
+        #: Each is encoded when a peer first asks for it (most never travel).
+        self.served: dict[Slot, Snapshot | bytes] = {}
         #: Captured at an executed boundary, waiting for a majority to execute it.
         self.captured: Snapshot | None = None
         #: The highest majority-executed point heard (the sequencer's heartbeats).
@@ -158,11 +157,17 @@ class Snapshots:
     def keep(self, snap: Snapshot) -> None:
         """``snap`` is the newest: serve it, and the one before it a while longer."""
         self.current = snap
-        self.encoded = encode_snapshot(snap)
         served = self.served
-        served[snap.slot] = self.encoded
+        served[snap.slot] = snap
         while len(served) > SNAPSHOTS_SERVED_MAX:
             del served[min(served)]
+
+    def encoded(self, slot: Slot) -> bytes:
+        """The bytes of the served snapshot at ``slot`` (encoded once, on demand)."""
+        kept = self.served[slot]
+        if isinstance(kept, Snapshot):
+            kept = self.served[slot] = encode_snapshot(kept)
+        return kept
 
     def heard_majority_executed(self, slot: Slot) -> None:
         if slot > self.majority_executed:
@@ -179,14 +184,14 @@ class Snapshots:
 
     def send_chunk(self, dst: ReplicaId, slot: Slot, offset: int) -> None:
         s = self.s
-        data = self.served[slot]
+        data = self.encoded(slot)
         chunk = data[offset : offset + s.config.snapshot_chunk_bytes]
         s.out.send(dst, SnapshotChunk(s.me, s.views.view, slot, offset, len(data), chunk))
 
     def handle_snapshot_request(self, m: SnapshotRequest) -> None:
         if self.current is None:
             return
-        data = self.served.get(m.slot)
+        data = self.encoded(m.slot) if m.slot in self.served else None
         if data is not None and m.offset < len(data):
             self.send_chunk(m.src, m.slot, m.offset)
         else:
