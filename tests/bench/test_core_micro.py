@@ -117,3 +117,30 @@ def test_main_prints_a_table_and_progress(capsys: pytest.CaptureFixture[str]) ->
     assert "verified" in captured.out
     assert "run 1/1" in captured.err
     assert "cProfile" in captured.err
+
+
+@pytest.mark.parametrize("replicas", [3, 5])
+def test_with_compaction_everything_still_executes_and_the_logs_stay_short(replicas: int) -> None:
+    """Compaction on (``bench/compaction.py``'s settings, small): the same
+    commands commit and execute everywhere with the same digests, snapshots
+    are taken, and MemoryStorage keeps only what the snapshots do not cover."""
+    settings = Settings(
+        replicas=replicas,
+        sessions=50,
+        commands=20_000,
+        c_batch_max=8,
+        seed=3,
+        snapshot_slots=16,
+        tick_rounds=1,
+        heartbeat_ms=100.0,
+        storage="memory",
+        rss_at=(10_000, 20_000),
+    )
+    res = run_once(settings)
+    _assert_complete(res, settings)
+    assert res.snapshots >= replicas
+    assert set(res.rss_peak_kb) == {10_000, 20_000}
+    plain = run_once(replace(settings, snapshot_slots=None))
+    _assert_complete(plain, plain.settings)
+    assert plain.snapshots == 0
+    assert plain.digests == res.digests  # the same commands in the same order
