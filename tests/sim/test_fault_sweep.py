@@ -33,6 +33,9 @@ CI_SNAPSHOT_SEED_BASE = 150_000
 SNAPSHOT_SLOTS = 3
 LONG_SEEDS = 2_000
 LONG_SEED_BASE = 500_000
+#: The long sweep with compaction on: seeds per replica count, and the first.
+LONG_SNAPSHOT_SEEDS = 5_000
+LONG_SNAPSHOT_SEED_BASE = 800_000
 
 
 #: The CI runs of this session, by (seed, replicas): the summary test reuses them
@@ -169,6 +172,22 @@ def test_long_sweep(chunk: int, replicas: int) -> None:
         seed=LONG_SEED_BASE + chunk * per_chunk,
         replicas=[replicas],
         faults=ALL_FAULTS,
+    )
+    bad = [f"{r.verdict.splitlines()[0]}\n  replay: {r.replay}" for r in report.violations]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", range(50))
+@pytest.mark.parametrize("replicas", [3, 5, 7])
+def test_long_sweep_with_compaction(chunk: int, replicas: int) -> None:
+    per_chunk = LONG_SNAPSHOT_SEEDS // 50
+    report = sweep(
+        per_chunk,
+        seed=LONG_SNAPSHOT_SEED_BASE + chunk * per_chunk,
+        replicas=[replicas],
+        faults=ALL_FAULTS,
+        snapshot_slots=SNAPSHOT_SLOTS,
     )
     bad = [f"{r.verdict.splitlines()[0]}\n  replay: {r.replay}" for r in report.violations]
     assert not bad, "\n".join(bad)
