@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.core.quorum import majority
+from sdpaxos.core.sessions import SESSIONS_MAX_DEFAULT
 from sdpaxos.core.types import REPLICA_0, REPLICAS_MAX, ReplicaId
 
 _DURATIONS_MS = (
@@ -118,6 +119,19 @@ class ClusterConfig:
         straggler_need_min: windows with fewer C-instances to order are not judged.
         straggler_min_interval_ms: least time between two view changes started
             by straggler detection ("we also limit the frequency").
+        session_lifetime_slots: ``None`` (the default): client sessions never
+            expire and a client may choose its own ``client_id`` (a command from
+            an unknown one opens its session). A positive integer L: a client
+            first registers (``Command(nonce, 0, b"")``, whose result is its
+            session id, :mod:`sdpaxos.core.sessions`); after executing slot
+            ``j`` every session whose last command is in a slot below ``j - L``
+            expires, and a later command of it is answered "session expired"
+            (``ReplyKind.SESSION_EXPIRED``) without being applied. Every replica
+            must have the same value (the rule reads only the log).
+        sessions_max: most live sessions when sessions expire
+            (``session_lifetime_slots`` set): opening one more first expires the
+            session with the oldest last slot (ties: the lowest id). Unused when
+            sessions never expire.
     """
 
     replicas: int
@@ -155,6 +169,8 @@ class ClusterConfig:
     straggler_strikes: int = 3
     straggler_need_min: int = 8
     straggler_min_interval_ms: float = 10_000.0
+    session_lifetime_slots: int | None = None
+    sessions_max: int = SESSIONS_MAX_DEFAULT
     lease_hold_ms: float = field(init=False, repr=False, compare=False)
     _majority: int = field(init=False, repr=False, compare=False)
 
@@ -184,10 +200,17 @@ class ClusterConfig:
             "straggler_strikes",
             "straggler_need_min",
             "clock_drift_ppm",
+            "sessions_max",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        lifetime = self.session_lifetime_slots
+        if lifetime is not None and (type(lifetime) is not int or lifetime < 1):
+            raise ConfigError(
+                "session_lifetime_slots must be None (sessions never expire) or a positive"
+                f" integer, got {lifetime!r}"
+            )
         if not isinstance(self.tick_ms, (int, float)) or not self.tick_ms > 0:
             raise ConfigError(f"tick_ms must be > 0, got {self.tick_ms!r}")
         for name in _DURATIONS_MS:
