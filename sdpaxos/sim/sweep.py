@@ -116,6 +116,9 @@ class FaultRun:
     messages_cut: int
     messages_duplicated: int
     messages_filtered: int
+    #: Client sessions expired, summed over replicas (0 unless the run's config
+    #: sets ``session_lifetime_slots``; each replica expires the same ones).
+    sessions_expired: int = 0
     timeline: list[tuple[int, str]] = field(default_factory=list)
     #: The run's spec steps, when it was recorded for trace validation.
     recorder: TraceRecorder | None = None
@@ -161,6 +164,7 @@ def run_faulty(
     commands: int = COMMANDS_DEFAULT,
     trace: bool = False,
     cluster_hook: Callable[[SimCluster], None] | None = None,
+    config_overrides: dict[str, Any] | None = None,
 ) -> FaultRun:
     """One run with a random fault schedule; never raises for a protocol failure.
 
@@ -169,6 +173,9 @@ def run_faulty(
     sequencer of view 0 at replica 0, no clock drift, no reads, and faults
     outside :data:`~sdpaxos.sim.trace.TRACE_FAULTS` rejected. ``cluster_hook``
     sees the cluster before anything runs (to attach listeners).
+    ``config_overrides`` sets ``ClusterConfig`` fields on top of the run's
+    drawn limits (e.g. ``session_lifetime_slots``: the clients then register);
+    the replay command line does not carry them, so it names them.
     """
     if trace and not faults <= TRACE_FAULTS:
         raise ValueError(f"trace validation covers only {sorted(TRACE_FAULTS)}")
@@ -180,6 +187,8 @@ def run_faulty(
     sequencer = chooser.below(replicas)
     if trace:
         sequencer, drift_ppm, limits = 0, 0, {**limits, **TRACE_CONFIG}
+    if config_overrides:
+        limits = {**limits, **config_overrides}
     slow = bool(faults & {FaultKind.SLOW, FaultKind.STRAGGLER})
     cluster = SimCluster(
         profile,
@@ -257,7 +266,8 @@ def run_faulty(
         ok=kind == "ok",
         kind=kind,
         verdict=verdict,
-        replay=replay_command(seed, replicas, faults, commands),
+        replay=replay_command(seed, replicas, faults, commands)
+        + (f"  (plus ClusterConfig overrides {config_overrides})" if config_overrides else ""),
         faults=dict(injector.counts),
         network={
             "drop_probability": network.drop_probability,
@@ -281,6 +291,7 @@ def run_faulty(
         messages_cut=totals.cut,
         messages_duplicated=totals.duplicated,
         messages_filtered=cluster.rule_dropped + cluster.rule_held,
+        sessions_expired=counters.get("sessions_expired", 0),
         timeline=list(injector.timeline),
         recorder=recorder,
     )
