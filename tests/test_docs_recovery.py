@@ -64,6 +64,7 @@ MODULES: dict[str, ModuleType] = {
         "reads",
         "straggler",
         "restore",
+        "sessions",
     )
 }
 MESSAGES = {cls.__name__: cls for cls in MODULES["messages"].MESSAGE_TYPES}
