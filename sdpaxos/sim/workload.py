@@ -142,7 +142,7 @@ class ClosedLoopClients:
     _reading: dict[int, int] = field(default_factory=dict)
     #: Clients register (the cluster's sessions expire); then replies and
     #: proposals are routed by nonce (registrations) and by session id.
-    _register: bool = False
+    _register: bool = field(default=False, init=False)
     _by_nonce: dict[int, _Client] = field(default_factory=dict)
     _by_session: dict[int, _Client] = field(default_factory=dict)
     _nonces: int = 0
