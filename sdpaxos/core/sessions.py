@@ -102,6 +102,14 @@ class Outcome(IntEnum):
     REGISTERED = 3
 
 
+_APPLIED, _DUPLICATE, _EXPIRED, _REGISTERED = (
+    Outcome.APPLIED,
+    Outcome.DUPLICATE,
+    Outcome.EXPIRED,
+    Outcome.REGISTERED,
+)
+
+
 class _Session:
     __slots__ = ("result", "seq", "slot")
 
@@ -174,34 +182,34 @@ class Sessions:
         """Execute ``command`` (``client_id`` != 0) of ``slot``; ``apply`` is the
         state machine's. Returns its result and what happened."""
         seq = command.seq
+        session = self._table.get(command.client_id)
+        if session is not None and seq > session.seq:  # the next command of a live session
+            result = session.result = apply(command.payload)
+            session.seq = seq
+            if session.slot != slot:
+                if self._buckets is not None:
+                    self._move(command.client_id, session.slot, slot)
+                session.slot = slot
+            return result, _APPLIED
         if seq == REGISTRATION_SEQ:
             session_id = self.next_id
             self.next_id = session_id + 1
             if self._buckets is not None and len(self._table) >= self.sessions_max:
                 self._expire_oldest()
             self._open(session_id, REGISTRATION_SEQ, None, slot)
-            return encode_session_id(session_id), Outcome.REGISTERED
-        cid = command.client_id
-        session = self._table.get(cid)
+            return encode_session_id(session_id), _REGISTERED
         if session is None:
             if self._buckets is not None:
-                return None, Outcome.EXPIRED
+                return None, _EXPIRED
             first = apply(command.payload)  # a client-chosen id (no expiry)
-            self._table[cid] = _Session(seq, first, slot)
-            return first, Outcome.APPLIED
-        result: bytes | None
-        if seq <= session.seq:
-            result = session.result if seq == session.seq else None
-            outcome = Outcome.DUPLICATE
-        else:
-            result = apply(command.payload)
-            session.seq, session.result = seq, result
-            outcome = Outcome.APPLIED
+            self._table[command.client_id] = _Session(seq, first, slot)
+            return first, _APPLIED
+        # A duplicate: not above the session's last seq.
         if session.slot != slot:
             if self._buckets is not None:
-                self._move(cid, session.slot, slot)
+                self._move(command.client_id, session.slot, slot)
             session.slot = slot
-        return result, outcome
+        return (session.result if seq == session.seq else None), _DUPLICATE
 
     def slot_executed(self, slot: int) -> None:
         """Slot ``slot`` is executed: expire the sessions whose last slot is below
