@@ -116,8 +116,9 @@ class FaultRun:
     messages_cut: int
     messages_duplicated: int
     messages_filtered: int
-    #: Client sessions expired, summed over replicas (0 unless the run's config
-    #: sets ``session_lifetime_slots``; each replica expires the same ones).
+    #: Client sessions expired, summed over replicas and their incarnations (0
+    #: unless the run's config sets ``session_lifetime_slots``; every replica
+    #: expires the same ones, and a restarted one again as it re-executes).
     sessions_expired: int = 0
     timeline: list[tuple[int, str]] = field(default_factory=list)
     #: The run's spec steps, when it was recorded for trace validation.
@@ -143,6 +144,7 @@ class FaultRun:
                 "refused": self.reads_refused,
             },
             "drift_ppm": self.drift_ppm,
+            "sessions_expired": self.sessions_expired,
             "virtual_ms": round(self.virtual_ms, 3),
             "events": self.events,
             "commands": {"ready": self.commands_ready, "total": self.commands_total},

@@ -67,6 +67,7 @@ def test_expired_sessions_are_answered_and_the_client_registers_again() -> None:
     assert clients.sessions_expired > 0
     assert clients.registrations == 6 + clients.sessions_expired
     assert clients.completed == clients.total
+    assert result.to_json()["sessions_expired"] == result.sessions_expired > 0
     assert result.replay.endswith(
         "(plus ClusterConfig overrides {'session_lifetime_slots': 3, 'sessions_max': 5})"
     )
