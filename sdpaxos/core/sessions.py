@@ -15,8 +15,8 @@ endian (:func:`encode_session_id`; a client reads it with
 :func:`decode_session_id`). The nonce only routes the reply: propose the
 registration with ``Wait.EXECUTED`` to learn the id. Every replica executes the
 same commands in the same order, so every replica assigns the same ids. A
-registration executed twice (a retry) opens two sessions; the unused one
-expires like any idle session.
+registration executed twice (a retry) opens two sessions; when sessions
+expire, the unused one expires like any idle session (otherwise it stays).
 
 **Two modes**, from :class:`~sdpaxos.core.config.ClusterConfig`:
 
@@ -244,6 +244,9 @@ class Sessions:
     @classmethod
     def load(cls, value: Any) -> "Sessions":
         """The sessions :meth:`dump` gave ``value`` (tuples may come back as lists).
+
+        The limits come from the dump: whoever installs it checks them against
+        its ``ClusterConfig`` (every replica must use the same ones).
 
         Raises:
             ValueError: ``value`` is not such a value.
