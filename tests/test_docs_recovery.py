@@ -65,6 +65,7 @@ MODULES: dict[str, ModuleType] = {
         "straggler",
         "restore",
         "snapshots",
+        "sessions",
     )
 }
 MESSAGES = {cls.__name__: cls for cls in MODULES["messages"].MESSAGE_TYPES}

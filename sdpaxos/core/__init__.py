@@ -41,6 +41,7 @@ from sdpaxos.core.messages import (
 )
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
 from sdpaxos.core.replica import Replica, StateMachine
+from sdpaxos.core.sessions import Sessions, decode_session_id, registration
 from sdpaxos.core.storage import CAccepted, MemoryStorage, OAccepted, Record, Storage
 from sdpaxos.core.types import NO_CL, Command, OValue, Wait
 
@@ -76,9 +77,12 @@ __all__ = [
     "Reply",
     "ReplyKind",
     "SequencerHandover",
+    "Sessions",
     "StateMachine",
     "Storage",
     "StragglerPoll",
     "StragglerVote",
     "Wait",
+    "decode_session_id",
+    "registration",
 ]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.core.quorum import majority
+from sdpaxos.core.sessions import SESSIONS_MAX_DEFAULT
 from sdpaxos.core.types import REPLICA_0, REPLICAS_MAX, ReplicaId
 
 _DURATIONS_MS = (
@@ -129,6 +130,19 @@ class ClusterConfig:
             well below the wire codec's frame limit, 16 MiB).
         snapshot_bytes_max: largest snapshot a replica accepts from a peer; a
             transfer that claims more is refused.
+        session_lifetime_slots: ``None`` (the default): client sessions never
+            expire and a client may choose its own ``client_id`` (a command from
+            an unknown one opens its session). A positive integer L: a client
+            first registers (``Command(nonce, 0, b"")``, whose result is its
+            session id, :mod:`sdpaxos.core.sessions`); after executing slot
+            ``j`` every session whose last command is in a slot below ``j - L``
+            expires, and a later command of it is answered "session expired"
+            (``ReplyKind.SESSION_EXPIRED``) without being applied. Every replica
+            must have the same value (the rule reads only the log).
+        sessions_max: most live sessions when sessions expire
+            (``session_lifetime_slots`` set): opening one more first expires the
+            session with the oldest last slot (ties: the lowest id). Unused when
+            sessions never expire.
     """
 
     replicas: int
@@ -169,6 +183,8 @@ class ClusterConfig:
     snapshot_slots_min: int | None = None
     snapshot_chunk_bytes: int = 1 << 20
     snapshot_bytes_max: int = 1 << 30
+    session_lifetime_slots: int | None = None
+    sessions_max: int = SESSIONS_MAX_DEFAULT
     lease_hold_ms: float = field(init=False, repr=False, compare=False)
     _majority: int = field(init=False, repr=False, compare=False)
 
@@ -200,6 +216,7 @@ class ClusterConfig:
             "clock_drift_ppm",
             "snapshot_chunk_bytes",
             "snapshot_bytes_max",
+            "sessions_max",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -215,6 +232,12 @@ class ClusterConfig:
             raise ConfigError(
                 f"snapshot_chunk_bytes must be at most {SNAPSHOT_CHUNK_BYTES_MAX} (below the frame"
                 f" limit), got {self.snapshot_chunk_bytes}"
+            )
+        lifetime = self.session_lifetime_slots
+        if lifetime is not None and (type(lifetime) is not int or lifetime < 1):
+            raise ConfigError(
+                "session_lifetime_slots must be None (sessions never expire) or a positive"
+                f" integer, got {lifetime!r}"
             )
         if not isinstance(self.tick_ms, (int, float)) or not self.tick_ms > 0:
             raise ConfigError(f"tick_ms must be > 0, got {self.tick_ms!r}")

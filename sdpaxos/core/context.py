@@ -42,6 +42,10 @@ class Stats:
     #: Installs while this replica followed no sequencer (in a view change).
     snapshots_installed_in_view_change: int = 0
     snapshots_offered: int = 0
+    #: Client sessions expired (by lifetime or by the table's size), and commands
+    #: not applied because their session had expired.
+    sessions_expired: int = 0
+    commands_session_expired: int = 0
     #: Messages that would have revoked an executed slot, and reports that
     #: contradict a protocol invariant in a view change. Must stay 0: a non-zero
     #: value is a protocol bug, surfaced without crashing the node.

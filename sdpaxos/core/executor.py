@@ -5,14 +5,19 @@ nothing maps a C-instance to a slot ahead of time (pitfall 2 of
 ``docs/protocol.md``); the executor counts as it goes (:class:`Progress`).
 Execution waits on the first slot that is not committed, or on a C-instance
 that is not; C-instance recovery starts from what it waits on
-(:attr:`Executor.blocked`). ``(client_id, seq)`` sessions make execution
-exactly-once across a client's retries.
+(:attr:`Executor.blocked`). ``(client_id, seq)`` sessions
+(:class:`~sdpaxos.core.sessions.Sessions`) make execution exactly-once across a
+client's retries; when sessions expire, they expire after a slot is executed,
+so every replica expires the same ones.
 """
+
+from typing import Any
 
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.context import Context
 from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.ready import Executed, Reply, ReplyKind
+from sdpaxos.core.sessions import Outcome, Sessions
 from sdpaxos.core.types import NO_CL, CIndex, Command, ReplicaId, Slot
 
 
@@ -37,8 +42,9 @@ class Executor:
         #: The C-instance execution waits on, and since when.
         self.blocked: tuple[ReplicaId, CIndex] | None = None
         self.blocked_ms = 0.0
-        #: Per client: its last executed seq and that command's result.
-        self.sessions: dict[int, tuple[int, bytes | None]] = {}
+        #: Per client session: its last executed seq, that command's result, its last slot.
+        cfg = ctx.config
+        self.sessions = Sessions(cfg.session_lifetime_slots, cfg.sessions_max)
 
     def execute(self) -> None:
         """Run every slot whose O-instance and C-instances are committed, in order."""
@@ -54,6 +60,9 @@ class Executor:
         b = olog.base
         limit = len(owners) + b
         start_slot = slot
+        sessions = self.sessions
+        expiring = sessions.lifetime_slots is not None
+        expired_before = sessions.expired
         while slot < limit and committed[slot - b]:
             owner = owners[slot - b]
             if owner != NO_CL:
@@ -70,65 +79,65 @@ class Executor:
                         if blocked != self.blocked:
                             self.blocked = blocked
                             self.blocked_ms = s.now_ms
+                        s.stats.sessions_expired += sessions.expired - expired_before
                         return
                     self.apply(Slot(slot), owner, k, inst.commands or ())
                     exec_count[owner] = k + 1
                     in_slot += 1
+            if expiring:
+                sessions.slot_executed(slot)
             slot += 1
             in_slot = 0
         progress.slot, progress.in_slot = Slot(slot), in_slot
         self.blocked = None
         if slot != start_slot:
             self.progress_ms = s.now_ms
+        s.stats.sessions_expired += sessions.expired - expired_before
 
     def apply(self, slot: Slot, owner: ReplicaId, k: int, commands: tuple[Command, ...]) -> None:
         s = self.s
         out = s.out
         waiters = self.exec_waiters if owner == s.me else None
-        sessions = self.sessions
+        run = self.sessions.run
         sm_apply = self.sm.apply
         observe = self.observe
+        applied, duplicate, expired = Outcome.APPLIED, Outcome.DUPLICATE, Outcome.EXPIRED
         for cmd in commands:
             cid = cmd.client_id
-            duplicate = False
             if cid:
-                session = sessions.get(cid)
-                if session is not None and cmd.seq <= session[0]:
-                    duplicate = True
-                    result = session[1] if cmd.seq == session[0] else None
-                else:
-                    result = sm_apply(cmd.payload)
-                    sessions[cid] = (cmd.seq, result)
+                result, outcome = run(cmd, slot, sm_apply)
+                if outcome is expired:
+                    s.stats.commands_session_expired += 1
             else:
-                result = sm_apply(cmd.payload)
+                result, outcome = sm_apply(cmd.payload), applied
             if waiters:
                 key = (cid, cmd.seq)
                 if key in waiters:
                     waiters.discard(key)
-                    out.reply(Reply(cid, cmd.seq, ReplyKind.EXECUTED, result))
+                    kind = ReplyKind.SESSION_EXPIRED if outcome is expired else ReplyKind.EXECUTED
+                    out.reply(Reply(cid, cmd.seq, kind, result))
             if observe:
-                out.executed.append(Executed(slot, owner, k, cmd, result, duplicate))
+                out.executed.append(
+                    Executed(slot, owner, k, cmd, result, outcome is duplicate, outcome is expired)
+                )
         s.stats.commands_executed += len(commands)
         if out.tracer is not None:
             out.trace("Execute", slot=slot, owner=owner, c_index=k, commands=len(commands))
 
-    def dump_sessions(self) -> tuple[tuple[int, int, bytes | None], ...]:
-        """The session table as a snapshot carries it: ``(client_id, seq, result)``."""
-        return tuple((cid, seq, result) for cid, (seq, result) in sorted(self.sessions.items()))
+    def dump_sessions(self) -> tuple[Any, ...]:
+        """The session table as a snapshot carries it (:meth:`Sessions.dump`)."""
+        return self.sessions.dump()
 
-    def load_sessions(self, sessions: tuple[object, ...]) -> None:
-        """Replace the table with a snapshot's (checked: a snapshot may come from a peer)."""
-        table: dict[int, tuple[int, bytes | None]] = {}
-        for entry in sessions:
-            if not (
-                isinstance(entry, tuple)
-                and len(entry) == 3
-                and type(entry[0]) is int
-                and type(entry[1]) is int
-                and (entry[2] is None or isinstance(entry[2], bytes))
-            ):
-                raise PeerMessageError(f"bad session in snapshot: {entry!r:.80}")
-            table[entry[0]] = (entry[1], entry[2])
+    def load_sessions(self, sessions: tuple[Any, ...]) -> None:
+        """Replace the table with a snapshot's. It may come from a peer: a
+        malformed one, or one with other limits than ours, is refused whole."""
+        try:
+            table = Sessions.load(sessions)
+        except ValueError as exc:
+            raise PeerMessageError(f"bad sessions in snapshot: {exc}") from None
+        mine = self.sessions
+        if (table.lifetime_slots, table.sessions_max) != (mine.lifetime_slots, mine.sessions_max):
+            raise PeerMessageError("snapshot sessions have other limits than this cluster's")
         self.sessions = table
 
     def stalled(self) -> bool:

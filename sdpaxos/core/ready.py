@@ -15,14 +15,27 @@ Steps 2 and 3 may run in any order relative to each other, never before 1.
 """
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from sdpaxos.core.messages import Message
 from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.types import Command, ReplicaId, Slot, Wait
 
-#: Which event a :class:`Reply` reports: what the proposer waited for
-#: (:class:`~sdpaxos.core.types.Wait`; one enum, not two kept in step).
-ReplyKind = Wait
+
+class ReplyKind(IntEnum):
+    """Which event a :class:`Reply` reports.
+
+    ``READY`` and ``EXECUTED`` are what the proposer waited for (the values of
+    :class:`~sdpaxos.core.types.Wait`). ``SESSION_EXPIRED`` answers a client
+    that waited for execution when its command reached execution with no live
+    session for its ``client_id`` (``ClusterConfig.session_lifetime_slots``):
+    the command was not applied, ``result`` is ``None``, and the client must
+    register a new session. It is never a state machine result.
+    """
+
+    READY = Wait.READY.value
+    EXECUTED = Wait.EXECUTED.value
+    SESSION_EXPIRED = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +54,10 @@ class Executed:
 
     ``duplicate`` is true when ``(client_id, seq)`` had already executed, so the
     state machine was not called again and ``result`` is the first execution's.
+    ``session_expired`` is true when its client had no live session
+    (``ClusterConfig.session_lifetime_slots``): the state machine was not called
+    and ``result`` is ``None``. A registration (``seq`` 0) is reported with the
+    new session id as its ``result`` (:func:`~sdpaxos.core.sessions.decode_session_id`).
     """
 
     slot: Slot
@@ -49,6 +66,7 @@ class Executed:
     command: Command
     result: bytes | None
     duplicate: bool
+    session_expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)

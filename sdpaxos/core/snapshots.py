@@ -254,8 +254,8 @@ class Snapshots:
         progress = s.progress
         if snap.slot <= progress.slot:
             return
+        self.r.load_sessions(snap.sessions)  # first: it checks them (a refusal changes nothing)
         self.sm.restore(snap.app)
-        self.r.load_sessions(snap.sessions)
         progress.slot = snap.slot
         progress.in_slot = 0
         progress.count = list(snap.executed)
@@ -279,8 +279,8 @@ class Snapshots:
     def restart_from(self, snap: Snapshot) -> None:
         """A restart: the newest durable snapshot comes first, then the records."""
         s = self.s
-        self.sm.restore(snap.app)
         self.r.load_sessions(snap.sessions)
+        self.sm.restore(snap.app)
         progress = s.progress
         progress.slot = snap.slot
         progress.count = list(snap.executed)

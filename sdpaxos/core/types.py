@@ -59,7 +59,9 @@ class Command:
 
     ``(client_id, seq)`` identifies it for exactly-once execution: a client
     session has at most one command outstanding and numbers them 1, 2, 3, ...
-    ``client_id == 0`` means "no session": never deduplicated.
+    ``client_id == 0`` means "no session": never deduplicated. ``seq == 0``
+    (with ``client_id`` a non-zero nonce) is a registration: it opens a session
+    and its result is the session's id (:mod:`sdpaxos.core.sessions`).
 
     ``key`` names the object the command writes, if the application says so.
     The sequencer keeps, per key, the last slot it gave a write of it (the

@@ -20,7 +20,11 @@ Checked properties:
    command, duplicate)`` of all replicas are prefixes of one another.
 3. **Integrity.** Every executed command was proposed, and no
    ``(client_id, seq)`` executes twice as a non-duplicate on one replica (nor
-   as a "duplicate" before it first executed).
+   as a "duplicate" before it first executed). A command answered "session
+   expired" (``Executed.session_expired``) was not applied: it is never a
+   violation by itself, and it counts as an execution for nothing but the
+   liveness check and real-time order (it did reach execution, in order). A
+   registration (``seq`` 0) may execute more than once: each opens a session.
 4. **Real-time order.** If command ``a`` was READY (a READY or EXECUTED reply
    at its leader) before ``b`` was proposed, ``a`` executes before ``b`` on
    every replica. "Before" is the simulator's event order, which refines
@@ -45,6 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sdpaxos.core.ready import Executed, ReadResult, Reply
+from sdpaxos.core.sessions import REGISTRATION_SEQ
 from sdpaxos.core.storage import CAccepted, OAccepted, Record
 from sdpaxos.core.types import Command
 
@@ -52,8 +57,9 @@ CommandKey = tuple[int, int]
 #: What must agree across replicas at one position of the executed sequence:
 #: the slot, the C-instance, the command, whether it was a duplicate, and the
 #: state machine's result (so a replica whose state went wrong, say by installing
-#: a bad snapshot, diverges at its next command).
-ExecKey = tuple[int, int, int, int, int, bytes, bool, bytes | None]
+#: a bad snapshot, diverges at its next command), and whether its session had
+#: expired (then it was not applied).
+ExecKey = tuple[int, int, int, int, int, bytes, bool, bytes | None, bool]
 
 #: How many missing commands a liveness report lists.
 REPORT_ITEMS_MAX = 5
@@ -88,6 +94,8 @@ class _ReplicaView:
 
     position: int = 0
     done: set[CommandKey] = field(default_factory=set)
+    #: Commands that reached execution: ``done``, and those answered "session expired".
+    settled: set[CommandKey] = field(default_factory=set)
     #: readies[0:covered] have all executed on this replica.
     covered: int = 0
 
@@ -195,6 +203,7 @@ class Checker:
                 cmd.payload,
                 e.duplicate,
                 e.result,
+                e.session_expired,
             )
             where = (
                 f"replica {replica} position {view.position}"
@@ -222,9 +231,14 @@ class Checker:
                         f"{where} marked {key} a duplicate but it had not executed there"
                     )
                 continue
-            if key in view.done and cmd.client_id != 0:
+            if e.session_expired:  # not applied: no execution, first or second
+                view.settled.add(key)
+                self._check_real_time(replica, view, key, where)
+                continue
+            if key in view.done and cmd.client_id != 0 and cmd.seq != REGISTRATION_SEQ:
                 raise SafetyViolation(f"{where} executed {key} a second time as a non-duplicate")
             view.done.add(key)
+            view.settled.add(key)
             self._check_real_time(replica, view, key, where)
 
     def snapshot(self, replica: int, slot: int) -> None:
@@ -235,11 +249,15 @@ class Checker:
         if view.position >= end:
             return
         for ek in self._order[view.position : end]:
-            if not ek[6]:  # (a duplicate executes nothing)
-                view.done.add((ek[3], ek[4]))
+            if ek[6]:
+                continue  # a duplicate executes nothing
+            key = (ek[3], ek[4])
+            view.settled.add(key)
+            if not ek[8]:  # (one whose session had expired was not applied)
+                view.done.add(key)
         view.position = end
         readies = self._readies
-        while view.covered < len(readies) and readies[view.covered] in view.done:
+        while view.covered < len(readies) and readies[view.covered] in view.settled:
             view.covered += 1
         self.snapshots_covered += 1
 
@@ -281,7 +299,7 @@ class Checker:
         self.reads_ok += 1
         view = self._views[replica]
         for k in self._readies[min(view.covered, readies) : readies]:
-            if k in view.done:
+            if k in view.settled:  # applied, or not applied at all (session expired)
                 continue
             written = self._proposed[k][1].key
             if key is None or written is None or written == key:
@@ -304,7 +322,7 @@ class Checker:
         """
         required = self._required()
         for replica in sorted(set(live)):
-            done = self._views[replica].done
+            done = self._views[replica].settled
             missing = [k for k in required if k not in done]
             if missing:
                 shown = ", ".join(
@@ -351,7 +369,7 @@ class Checker:
     def executed_everywhere(self, live: Iterable[int]) -> bool:
         """The liveness condition as a boolean, to decide when a drain may stop."""
         required = self._required()
-        return all(all(k in self._views[r].done for k in required) for r in live)
+        return all(all(k in self._views[r].settled for k in required) for r in live)
 
     # -- internals ------------------------------------------------------------
 
@@ -378,7 +396,7 @@ class Checker:
         self, replica: int, view: _ReplicaView, key: CommandKey, where: str
     ) -> None:
         readies = self._readies
-        while view.covered < len(readies) and readies[view.covered] in view.done:
+        while view.covered < len(readies) and readies[view.covered] in view.settled:
             view.covered += 1
         need = self._readies_before.get(key, 0)
         if view.covered < need:

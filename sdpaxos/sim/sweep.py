@@ -133,6 +133,10 @@ class FaultRun:
     snapshots_installed: int = 0
     snapshots_offered: int = 0
     snapshots_installed_in_view_change: int = 0
+    #: Client sessions expired, summed over replicas and their incarnations (0
+    #: unless the run's config sets ``session_lifetime_slots``; every replica
+    #: expires the same ones, and a restarted one again as it re-executes).
+    sessions_expired: int = 0
     timeline: list[tuple[int, str]] = field(default_factory=list)
     #: The run's spec steps, when it was recorded for trace validation.
     recorder: TraceRecorder | None = None
@@ -157,6 +161,7 @@ class FaultRun:
                 "refused": self.reads_refused,
             },
             "drift_ppm": self.drift_ppm,
+            "sessions_expired": self.sessions_expired,
             "virtual_ms": round(self.virtual_ms, 3),
             "events": self.events,
             "commands": {"ready": self.commands_ready, "total": self.commands_total},
@@ -185,6 +190,7 @@ def run_faulty(
     trace: bool = False,
     cluster_hook: Callable[[SimCluster], None] | None = None,
     snapshot_slots: int | None = None,
+    config_overrides: dict[str, Any] | None = None,
 ) -> FaultRun:
     """One run with a random fault schedule; never raises for a protocol failure.
 
@@ -196,6 +202,9 @@ def run_faulty(
     ``snapshot_slots``: compaction on, a snapshot every that many executed slots
     (``ClusterConfig.snapshot_slots_min``); small values make snapshots, state
     transfers and installs happen during the faults.
+    ``config_overrides`` sets ``ClusterConfig`` fields on top of the run's
+    drawn limits (e.g. ``session_lifetime_slots``: the clients then register);
+    the replay command line does not carry them, so it names them.
     """
     if trace and not faults <= TRACE_FAULTS:
         raise ValueError(f"trace validation covers only {sorted(TRACE_FAULTS)}")
@@ -213,6 +222,8 @@ def run_faulty(
             "snapshot_slots_min": snapshot_slots,
             "snapshot_chunk_bytes": SNAPSHOT_CHUNK_BYTES_SWEEP,
         }
+    if config_overrides:
+        limits = {**limits, **config_overrides}
     slow = bool(faults & {FaultKind.SLOW, FaultKind.STRAGGLER})
     cluster = SimCluster(
         profile,
@@ -290,7 +301,8 @@ def run_faulty(
         ok=kind == "ok",
         kind=kind,
         verdict=verdict,
-        replay=replay_command(seed, replicas, faults, commands, snapshot_slots),
+        replay=replay_command(seed, replicas, faults, commands, snapshot_slots)
+        + (f"  (plus ClusterConfig overrides {config_overrides})" if config_overrides else ""),
         faults=dict(injector.counts),
         network={
             "drop_probability": network.drop_probability,
@@ -318,6 +330,7 @@ def run_faulty(
         snapshots_installed=counters.get("snapshots_installed", 0),
         snapshots_offered=counters.get("snapshots_offered", 0),
         snapshots_installed_in_view_change=counters.get("snapshots_installed_in_view_change", 0),
+        sessions_expired=counters.get("sessions_expired", 0),
         timeline=list(injector.timeline),
         recorder=recorder,
     )

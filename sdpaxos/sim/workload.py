@@ -15,6 +15,18 @@ down stalls. With ``retry_elsewhere`` half of the retries go to another replica
 (a client failing over), so the exactly-once table is exercised across command
 leaders: the same command may then sit in two C-logs and must execute once.
 
+Sessions. When the cluster's config sets ``session_lifetime_slots`` (sessions
+expire, :mod:`sdpaxos.core.sessions`), a client first registers: it proposes
+``registration(nonce)`` (a fresh nonce per registration) and waits for it to be
+EXECUTED, takes the session id from the result, then numbers its commands 1, 2,
+3, ... in that session. Its commands then wait for EXECUTED whatever ``wait``
+says, so that it learns when its session expired (a ``SESSION_EXPIRED``
+reply): it counts that command as answered (``sessions_expired``; it may or
+may not have executed, and is never sent again) and registers anew. Retries
+resend the same command (registrations included), so exactly-once is the
+core's to keep. Without ``session_lifetime_slots`` clients use their own ids
+(``1 ..``), as always.
+
 Keys and reads. With ``keys`` each command writes one of them or, as often as
 any one key, no named object (``key=None``), so the sequencer's history table
 and its "unknown object" floor are both exercised. With ``reads`` a client also
@@ -29,6 +41,7 @@ import math
 from dataclasses import dataclass, field
 
 from sdpaxos.core.ready import ReadResult, Reply, ReplyKind
+from sdpaxos.core.sessions import REGISTRATION_SEQ, decode_session_id, registration
 from sdpaxos.core.types import Command, Wait
 from sdpaxos.sim.cluster import SimCluster
 
@@ -85,6 +98,11 @@ class _Client:
     #: The outstanding read (-1: none) and when it was issued.
     read_id: int = -1
     read_us: int = 0
+    #: With registration: the command in flight (a registration or a command of
+    #: ``session``), the session id (0 while registering), commands issued.
+    outstanding: Command | None = None
+    session: int = 0
+    issued: int = 0
 
 
 @dataclass(slots=True)
@@ -112,12 +130,22 @@ class ClosedLoopClients:
     retries_elsewhere: int = 0
     reads_issued: int = 0
     reads_answered: int = 0
+    #: With registration: registrations proposed (retries not counted), and
+    #: commands answered "session expired".
+    registrations: int = 0
+    sessions_expired: int = 0
     latencies_us: dict[int, list[int]] = field(default_factory=dict)
     _clients: dict[int, _Client] = field(default_factory=dict)
     _issued: int = 0
     _completed: int = 0
     #: Outstanding reads: read id -> client id.
     _reading: dict[int, int] = field(default_factory=dict)
+    #: Clients register (the cluster's sessions expire); then replies and
+    #: proposals are routed by nonce (registrations) and by session id.
+    _register: bool = field(default=False, init=False)
+    _by_nonce: dict[int, _Client] = field(default_factory=dict)
+    _by_session: dict[int, _Client] = field(default_factory=dict)
+    _nonces: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.clients_per_region <= CLIENTS_PER_REGION_MAX:
@@ -140,8 +168,13 @@ class ClosedLoopClients:
             for k in range(self.clients_per_region):
                 cid = r * self.clients_per_region + k + 1
                 self._clients[cid] = _Client(cid, r, base + (1 if k < extra else 0))
-        self.cluster.reply_listeners.append(self._on_reply)
-        self.cluster.propose_listeners.append(self._on_propose)
+        self._register = self.cluster.config.session_lifetime_slots is not None
+        if self._register:
+            self.cluster.reply_listeners.append(self._on_session_reply)
+            self.cluster.propose_listeners.append(self._on_session_propose)
+        else:
+            self.cluster.reply_listeners.append(self._on_reply)
+            self.cluster.propose_listeners.append(self._on_propose)
         self.cluster.read_listeners.append(self._on_read_result)
 
     @property
@@ -159,9 +192,15 @@ class ClosedLoopClients:
         """Schedule every client's first command (after the request hop)."""
         for client in self._clients.values():
             hop_us = self.cluster.profile.client_rtt_us(client.replica) // 2
-            self._next(client, self.cluster.now_us + hop_us)
+            if self._register:
+                self._open_session(client, self.cluster.now_us + hop_us)
+            else:
+                self._next(client, self.cluster.now_us + hop_us)
 
     def _next(self, client: _Client, at_us: int) -> None:
+        if self._register:
+            self._next_in_session(client, at_us)
+            return
         if client.seq >= client.commands_max:
             return
         client.seq += 1
@@ -174,12 +213,18 @@ class ClosedLoopClients:
         if self.retry_ms is not None:
             self._arm_retry(client, command, at_us)
 
-    def _arm_retry(self, client: _Client, command: Command, from_us: int) -> None:
+    def _arm_retry(
+        self, client: _Client, command: Command, from_us: int, wait: Wait | None = None
+    ) -> None:
         assert self.retry_ms is not None
         at_us = from_us + round(self.retry_ms * 1000)
+        wait = self.wait if wait is None else wait
 
         def retry() -> None:
-            if client.seq != command.seq or client.done >= command.seq:
+            if self._register:
+                if client.outstanding is not command:
+                    return  # answered meanwhile
+            elif client.seq != command.seq or client.done >= command.seq:
                 return  # answered meanwhile
             self.retries += 1
             where = client.replica
@@ -187,8 +232,8 @@ class ClosedLoopClients:
             if self.retry_elsewhere and n > 1 and self.cluster.chooser.below(2) == 1:
                 where = (client.replica + 1 + self.cluster.chooser.below(n - 1)) % n
                 self.retries_elsewhere += 1
-            self.cluster.propose_at(self.cluster.now_us, where, command, self.wait)
-            self._arm_retry(client, command, self.cluster.now_us)
+            self.cluster.propose_at(self.cluster.now_us, where, command, wait)
+            self._arm_retry(client, command, self.cluster.now_us, wait)
 
         self.cluster.call_at(at_us, retry, "client-retry")
 
@@ -217,6 +262,81 @@ class ClosedLoopClients:
         if think_us > 0:
             at_us += self.cluster.chooser.below(2 * think_us + 1)
         self._next(client, at_us)
+        if self.reads:
+            self._read(client, at_us)
+
+    # -- with registration (the cluster's sessions expire) ---------------------
+
+    def _open_session(self, client: _Client, at_us: int) -> None:
+        """Propose a registration for ``client`` (a fresh nonce) at ``at_us``."""
+        if client.issued >= client.commands_max:
+            return
+        self._nonces += 1
+        command = registration(self._nonces)
+        self._by_nonce[self._nonces] = client
+        client.outstanding, client.session, client.seq = command, 0, 0
+        client.proposed_us = -1
+        self.registrations += 1
+        self.cluster.propose_at(at_us, client.replica, command, Wait.EXECUTED)
+        if self.retry_ms is not None:
+            self._arm_retry(client, command, at_us, Wait.EXECUTED)
+
+    def _next_in_session(self, client: _Client, at_us: int) -> None:
+        if client.issued >= client.commands_max:
+            return
+        client.issued += 1
+        client.seq += 1
+        client.proposed_us = -1
+        body = f"c{client.client_id}n{client.issued}".encode()
+        payload = body.ljust(self.payload_bytes, b".")
+        command = Command(client.session, client.seq, payload, self._key())
+        client.outstanding = command
+        self._issued += 1
+        self.cluster.propose_at(at_us, client.replica, command, Wait.EXECUTED)
+        if self.retry_ms is not None:
+            self._arm_retry(client, command, at_us, Wait.EXECUTED)
+
+    def _session_client(self, client_id: int, seq: int) -> _Client | None:
+        routes = self._by_nonce if seq == REGISTRATION_SEQ else self._by_session
+        return routes.get(client_id)
+
+    def _on_session_propose(self, replica: int, command: Command, now_us: int) -> None:
+        client = self._session_client(command.client_id, command.seq)
+        if client is not None and command is client.outstanding and client.proposed_us < 0:
+            client.proposed_us = now_us
+
+    def _on_session_reply(self, replica: int, reply: Reply, now_us: int) -> None:
+        client = self._session_client(reply.client_id, reply.seq)
+        command = None if client is None else client.outstanding
+        if (
+            client is None
+            or command is None
+            or (command.client_id, command.seq) != (reply.client_id, reply.seq)
+            or client.proposed_us < 0
+            or reply.kind is ReplyKind.READY
+        ):
+            return  # not what this client waits for (any more)
+        proposed_us, client.proposed_us = client.proposed_us, -1
+        client.outstanding = None
+        at_us = now_us + self.cluster.profile.client_rtt_us(client.replica)
+        if reply.seq == REGISTRATION_SEQ:
+            del self._by_nonce[reply.client_id]
+            client.session = decode_session_id(reply.result)
+            self._by_session[client.session] = client
+            self._next(client, at_us)
+            return
+        client.done += 1
+        self._completed += 1
+        think_us = round(self.think_ms * 1000)
+        if think_us > 0:
+            at_us += self.cluster.chooser.below(2 * think_us + 1)
+        if reply.kind is ReplyKind.SESSION_EXPIRED:
+            self.sessions_expired += 1
+            del self._by_session[client.session]
+            self._open_session(client, at_us)
+        else:
+            self.latencies_us[client.replica].append(now_us - proposed_us)
+            self._next(client, at_us)
         if self.reads:
             self._read(client, at_us)
 

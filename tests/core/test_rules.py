@@ -25,6 +25,7 @@ from sdpaxos.core import (
     ReplyKind,
     SequencerHandover,
     Wait,
+    decode_session_id,
 )
 from sdpaxos.core.messages import Heartbeat, LeaseGrant, NewView
 from tests.core.harness import PAPER5_RTT_MS, Net, Register
@@ -349,6 +350,35 @@ def test_same_command_at_two_leaders_executes_once_and_both_get_the_result() -> 
         assert [e.duplicate for e in net.executed[r]] == [False, True]
     results = {r: [x.result for x in net.replies[r]] for r in (1, 2)}
     assert results == {1: [b"1"], 2: [b"1"]}
+
+
+def test_a_registered_client_is_answered_session_expired_once_its_session_expired() -> None:
+    """Through the replicas: registration answers the nonce with the session id;
+    the session's command executes once; after ``session_lifetime_slots`` idle
+    slots its retry is answered SESSION_EXPIRED at its leader and applied nowhere."""
+    net = Net.build(3, session_lifetime_slots=2)
+    net.propose(1, 500, 0, b"", wait=Wait.EXECUTED)  # registration(500)
+    net.deliver_all()
+    (reply,) = net.replies[1]
+    assert reply.kind is ReplyKind.EXECUTED and reply.client_id == 500
+    sid = decode_session_id(reply.result)
+    net.propose(2, sid, 1, b"a", wait=Wait.EXECUTED)
+    net.deliver_all()
+    for filler in (b"f1", b"f2", b"f3"):  # no-session commands: slots go by
+        net.propose(0, 0, 0, filler)
+        net.deliver_all()
+    net.propose(0, sid, 1, b"a", wait=Wait.EXECUTED)  # the client's late retry
+    net.deliver_all()
+    assert [(x.kind, x.result) for x in net.replies[0] if x.client_id == sid] == [
+        (ReplyKind.SESSION_EXPIRED, None)
+    ]
+    for r in range(3):
+        assert net.machines[r].log == [b"a", b"f1", b"f2", b"f3"]
+        assert [e.session_expired for e in net.executed[r] if e.command.client_id == sid] == [
+            False,
+            True,
+        ]
+        assert net.replicas[r].stats.sessions_expired == 1
 
 
 # ------------------------------------------------------------------------- limits

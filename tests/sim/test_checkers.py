@@ -277,3 +277,60 @@ def test_a_ready_command_is_required_everywhere_even_if_its_first_leader_crashed
     ready(ch, 1, A)
     with pytest.raises(LivenessViolation, match="never executed 1 of 1"):
         ch.check_liveness([1, 2])
+
+
+# -- sessions that expire ---------------------------------------------------------------
+
+
+def expired(slot: int, owner: int, command: Command, *, c_index: int = 0) -> Executed:
+    return Executed(slot, owner, c_index, command, None, False, session_expired=True)
+
+
+def test_a_session_expired_command_is_not_an_execution_but_a_second_one_still_is() -> None:
+    ch = Checker(3)
+    ch.proposed(0, A)
+    ch.executed(0, [expired(0, 0, A)])  # not applied, and not a violation
+    assert ch.executed_count(0) == 0
+    ch.executed(0, [ex(1, 0, A, c_index=1)])  # so this is its first execution
+    ch.executed(0, [expired(2, 0, A, c_index=2)])  # a late retry: expired, fine
+    with pytest.raises(SafetyViolation, match=r"executed \(1, 1\) a second time"):
+        ch.executed(0, [ex(3, 0, A, c_index=3)])
+
+
+def test_a_session_expired_command_settles_liveness_real_time_and_reads() -> None:
+    ch = Checker(3)
+    ch.proposed(0, K1)
+    ready(ch, 0, K1)
+    ch.proposed(0, B)  # proposed after K1 was READY
+    ch.executed(1, [expired(0, 0, K1), ex(1, 0, B)])  # K1 reached execution first
+    ch.check_liveness([1])
+    assert ch.executed_everywhere([1]) and not ch.executed_everywhere([0, 1])
+    with pytest.raises(LivenessViolation):
+        ch.check_liveness([0])
+
+
+def test_a_read_need_not_see_a_write_whose_session_expired() -> None:
+    ch = Checker(3)
+    for cmd in (K2, K1):
+        ch.proposed(0, cmd)
+    for cmd in (K2, K1):
+        ready(ch, 0, cmd)
+    ch.executed(1, [expired(0, 0, K1)])  # not applied; K2 (another key) not yet
+    ch.read_issued(1, 1, b"k1")
+    ch.read_served(1, ReadResult(1, True))
+
+
+def test_expired_or_not_is_part_of_prefix_agreement() -> None:
+    ch = Checker(3)
+    ch.proposed(0, A)
+    ch.executed(0, [ex(0, 0, A)])
+    with pytest.raises(SafetyViolation, match="executed sequences diverge"):
+        ch.executed(1, [expired(0, 0, A)])
+
+
+def test_a_registration_may_execute_more_than_once() -> None:
+    ch = Checker(3)
+    reg = Command(9, 0, b"")
+    ch.proposed(0, reg)
+    ch.executed(0, [ex(0, 0, reg), ex(1, 0, reg, c_index=1)])  # two sessions, no harm
+    assert ch.executed_count(0) == 1
