@@ -222,12 +222,18 @@ def test_a_lost_chunk_is_asked_for_again_from_where_the_transfer_stopped() -> No
 def test_a_snapshot_installs_only_whole_and_a_bad_one_changes_nothing() -> None:
     net = _compacting_net()
     rep = net.replicas[2]
-    good = Snapshot(Slot(5), (2, 1, 1), (3, 2, 4), 0, (), Register().snapshot())  # type: ignore[arg-type]
+    from sdpaxos.core.sessions import Sessions
+
+    cfg = net.config
+    sessions = Sessions(cfg.session_lifetime_slots, cfg.sessions_max).dump()
+    good = Snapshot(Slot(5), (2, 1, 1), (3, 2, 4), 0, sessions, Register().snapshot())  # type: ignore[arg-type]
     data = encode_snapshot(good)
-    half = len(data) // 2
+    last = (len(data) - 1) // 16 * 16  # the offset of the last 16-byte chunk
     before = whole_state(rep)
-    rep.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), 0, len(data), data[:half]), 0.0)
-    assert rep.snapshots.transfer is not None
+    for offset in range(0, last, 16):
+        chunk = data[offset : offset + 16]
+        rep.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), offset, len(data), chunk), 0.0)
+    assert rep.snapshots.transfer is not None and len(rep.snapshots.transfer.data) == last
     assert rep.executed_upto == 0 and rep.ctx.olog.base == 0  # nothing installed yet
     # A garbage snapshot of the right size: refused whole, nothing else changes.
     garbage = b"\xc1" * len(data)
@@ -248,7 +254,7 @@ def test_a_snapshot_installs_only_whole_and_a_bad_one_changes_nothing() -> None:
     assert rep2.stats.rejected == 1
     assert whole_state(rep2) == before2
     # The good one, completed: installed at once.
-    rep.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), half, len(data), data[half:]), 0.0)
+    rep.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), last, len(data), data[last:]), 0.0)
     assert rep.executed_upto == 5 and rep.ctx.olog.base == 5
     assert rep.ctx.progress.count == [2, 1, 1]
     assert rep.ctx.clog.c_max == [-1, -1, -1]  # what *it* accepted: nothing
@@ -373,3 +379,24 @@ def test_a_candidate_whose_start_is_compacted_runs_again() -> None:
     assert rep.election.candidate is not None  # it reports from 5: nothing forgotten
     rep.snapshots.take(Snapshot(Slot(6), (0, 0, 0), (), 0, (), b""))  # type: ignore[arg-type]
     assert rep.election.candidate is None
+
+
+def test_a_snapshot_whose_sessions_do_not_fit_this_cluster_is_refused_whole() -> None:
+    """The sessions are checked before anything is replaced: a peer's snapshot
+    with other session limits (or a malformed table) installs nothing."""
+    from sdpaxos.core.sessions import Sessions
+
+    net = _compacting_net()
+    rep = net.replicas[2]
+    rep.tick(0.0)
+    rep.ready()
+    before = whole_state(rep)
+    other = Sessions(5, 7).dump()  # this cluster's sessions never expire
+    bad = Snapshot(Slot(5), (2, 1, 1), (3, 2, 4), 0, other, b"log")  # type: ignore[arg-type]
+    data = encode_snapshot(bad)
+    for offset in range(0, len(data), 16):
+        chunk = data[offset : offset + 16]
+        rep.step(SnapshotChunk(ReplicaId(0), 0, Slot(5), offset, len(data), chunk), 0.0)
+    rep.ready()
+    assert rep.stats.rejected == 1
+    assert whole_state(rep) == before
