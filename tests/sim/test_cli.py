@@ -404,6 +404,7 @@ OPTION_VALUE = {
     "--no-rtt-config": [],
     "--drain-ms": ["1000"],
     "--faults": ["crash"],
+    "--snapshot-slots": ["3"],
     "--kill-ms": ["2000"],
     "--plot": ["out.png"],
 }
@@ -494,6 +495,20 @@ def test_sweep_json_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*second["replay"].split()[3:], "--json", "--quiet"]) == 0
     again = json.loads(capsys.readouterr().out)["runs"][0]
     assert again == second
+
+
+def test_sweep_with_compaction_reports_snapshots_and_replays(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--sweep", "2", "--replicas", "3", "--seed", "150004", "--snapshot-slots", "3"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["summary"]["all"]["snapshots_taken"] > 0
+    first = out["runs"][0]
+    assert first["snapshots"]["taken"] > 0
+    assert first["replay"].endswith("--replicas 3 --seed 150004 --snapshot-slots 3")
+    assert main([*first["replay"].split()[3:], "--json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0] == first
 
 
 def test_sweep_table_reports_violations_and_exits_1(
