@@ -369,6 +369,26 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             Installers="{2}",
         ),
     ),
+    "MC3snapvc": (
+        "N = 3, snapshots and a view change: R1's command executed by R0 and R1; R1"
+        " snapshots; the lagging R2 runs for view 1 with R1's vote, installing R1's"
+        " snapshot first when it is above its o_from. Long run.",
+        " long",
+        dict(
+            MaxCmds=1,
+            MaxView=1,
+            MaxSlot=1,
+            MaxMsgs=12,
+            Proposers="{1}",
+            Candidates="{2}",
+            Learners="{0,1}",
+            Voters="{1}",
+            CAcceptors="{0}",
+            Retries="TRUE",
+            Compactors="{1}",
+            Installers="{2}",
+        ),
+    ),
     "MC3two": (
         "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
         " long",
