@@ -441,7 +441,7 @@ def _everything(n: int) -> dict[str, object]:
 
 
 #: Random simulations: name -> (comment, seconds, constants); the seconds may be
-#: "S depth=D" for a depth other than 60.
+#: "S depth=D" for a depth other than 60, and end in " long".
 SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
     "SIM3": (
         "N = 3, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
@@ -477,6 +477,32 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
             Relays="TRUE",
             Compactors=ALL_ROLES_3,
             Installers=ALL_ROLES_3,
+        ),
+    ),
+    "SIM5snap": (
+        "N = 5, snapshots in the scope of SIM3snap (2 commands, 2 views, 1 crash,"
+        " recovery, relays, every replica takes and installs snapshots). Long run.",
+        "120 depth=100 long",
+        dict(
+            N=5,
+            MaxCmds=2,
+            MaxView=2,
+            MaxCrashes=1,
+            MaxSlot=3,
+            MaxCIdx=2,
+            MaxMsgs=1000,
+            Proposers=ALL_ROLES_5,
+            Candidates=ALL_ROLES_5,
+            Crashable=ALL_ROLES_5,
+            Recoverers=ALL_ROLES_5,
+            Learners=ALL_ROLES_5,
+            Voters=ALL_ROLES_5,
+            CAcceptors=ALL_ROLES_5,
+            CRequests="TRUE",
+            Retries="TRUE",
+            Relays="TRUE",
+            Compactors=ALL_ROLES_5,
+            Installers=ALL_ROLES_5,
         ),
     ),
 }
