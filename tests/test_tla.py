@@ -32,7 +32,7 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def parse_directive(cfg: Path) -> dict[str, str]:
-    """The cfg's directive as {module, expect[, simulate][, long]}; ValueError if bad."""
+    """The cfg's directive as {module, expect[, simulate[, depth]][, long]}; ValueError if bad."""
     found = DIRECTIVE.findall(cfg.read_text())
     if len(found) != 1:
         raise ValueError(f"{cfg.name}: {len(found)} '\\* check:' directives, want 1")
@@ -41,7 +41,7 @@ def parse_directive(cfg: Path) -> dict[str, str]:
         key, sep, value = tok.partition("=")
         if tok == "long":
             key, value = "long", ""
-        elif not sep or key not in ("module", "expect", "simulate") or not value:
+        elif not sep or key not in ("module", "expect", "simulate", "depth") or not value:
             raise ValueError(f"{cfg.name}: bad directive token {tok!r}")
         if key in d:
             raise ValueError(f"{cfg.name}: {key} given twice")
@@ -64,6 +64,8 @@ def parse_directive(cfg: Path) -> dict[str, str]:
         raise ValueError(f"{cfg.name}: unknown expect={d['expect']}")
     if "simulate" in d and (not d["simulate"].isdigit() or kind != "ok"):
         raise ValueError(f"{cfg.name}: simulate= needs seconds and expect=ok")
+    if "depth" in d and (not d["depth"].isdigit() or "simulate" not in d):
+        raise ValueError(f"{cfg.name}: depth= needs a number and simulate=")
     return d
 
 

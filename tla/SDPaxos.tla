@@ -56,6 +56,8 @@ CONSTANTS
     Handovers,    \* model hand-overs of the sequencer role (scope)
     Relays,       \* model relayed commits (answers to learn requests; scope)
     Isolated,     \* replicas that receive no message of a view above 0 (a partition; scope)
+    Compactors,   \* replicas that may take snapshots (TakeSnapshot; scope)
+    Installers,   \* replicas that may install another replica's snapshot (scope)
     \* Deliberate bugs; every cfg but the mutation cfgs sets them all FALSE.
     MutNoAllocGuard,     \* allocate one O-instance per C-accept/C-request received
     MutAcceptOldView,    \* no view fence on C-instance messages (pitfall 5): acceptors
@@ -66,8 +68,12 @@ CONSTANTS
     MutEstOnHeartbeat,   \* bug 2: a heartbeat raises the established view
     MutIgnoreOwnLease,   \* bugs 3, 10: a candidate wins inside its own lease grant
     MutRecoveryIgnoresPromise, \* bug 5: recovery phase 2 ignores a higher promise
-    MutRangeFromOwnOFrom       \* bug 14: the range starts at the winner's o_from, not at
+    MutRangeFromOwnOFrom,      \* bug 14: the range starts at the winner's o_from, not at
                                \* the lowest executed prefix among its votes
+    MutCompactedLooksEmpty     \* what a replica compacted looks never accepted: its C-promise
+                               \* for a compacted C-instance says "nothing accepted" (and it
+                               \* accepts that instance afresh), and a candidate ignores its
+                               \* voters' snapshot slots (their forgotten slots look empty)
 
 ASSUME N \in {3, 5} /\ LeaseHold =< Lease
 
@@ -104,6 +110,7 @@ Min(S) == CHOOSE x \in S : \A y \in S : x =< y
 NoCand == [v |-> -1, from |-> -1]
 NoRec  == [n |-> -1, i |-> -1, b |-> -1]
 NoReady == [n |-> -1, i |-> -1, j |-> -1, v |-> -1]
+NoSnap  == [slot |-> 0, exec |-> <<>>, cmax |-> [n \in 0 .. (N - 1) |-> -1]]
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -118,9 +125,13 @@ VARIABLES
     oAccB,     \* oAccB[a][j]: ballot (a view) of the O-value a holds for O_j (-1)
     oAccV,     \* oAccV[a][j]: that value (Empty)       OAccepted, ViewEstablished
     pView,     \* pView[a]: promised view                ViewPromised (and the above)
-    est        \* est[a]: [v, s, start, base] the newest view whose whole rebuilt
+    est,       \* est[a]: [v, s, start, base] the newest view whose whole rebuilt
                \* range a accepted, its sequencer, and the range [start, base)
-durableVars == <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, pView, est>>
+    snap       \* snap[a]: a's newest snapshot (docs/recovery.md 16.1): [slot, exec, cmax]:
+               \* every slot below `slot` is executed and forgotten; `exec` is what a
+               \* executed there (the state machine and the per-owner counts: the
+               \* model's execd prefix); `cmax` the per-owner c_max when it was made
+durableVars == <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, pView, est, snap>>
 
 VARIABLES
     up,        \* up[r]: r is running
@@ -158,9 +169,10 @@ VARIABLES
     ranges,      \* every log a sequencer built at winning: [v, s, log] (log: whole, from 0)
     rops,        \* reads: [r, st, before, slot, result]; st in {"ask","wait","done","fail"}
     crashes,     \* crashes so far (bounded by MaxCrashes)
-    alarm        \* a core alarm fired (invariant_alarms): must stay FALSE
+    alarm,       \* a core alarm fired (invariant_alarms): must stay FALSE
+    execHigh     \* execHigh[r]: the longest executed prefix r ever had (crashes included)
 historyVars == <<nextCmd, readyAt, readyBefore, cVotes, oVotes, execHist, ranges, rops,
-                 crashes, alarm>>
+                 crashes, alarm, execHigh>>
 
 vars == <<durableVars, volatileVars, clock, msgs, historyVars>>
 
@@ -176,7 +188,7 @@ IsSeq(s)    == Est(s) /\ est[s].s = s
 \* view's ballot (the sequencer's log ends there).  -1 when not joined.
 Acc(r) ==
     IF ~joined[r] THEN -1
-    ELSE LET b == est[r].base
+    ELSE LET b == Max({est[r].base, snap[r].slot})   \* (below its snapshot: executed)
          IN Max({k \in b .. MaxSlot : \A j \in b .. (k - 1) : oAccB[r][j] = pView[r]})
 
 Known(r, j) == Executed(r, j) \/ oAccB[r][j] = pView[r] \/ oCom[r][j]
@@ -217,14 +229,22 @@ SafePrefix(r) ==
           ELSE Max({Min({QuorumAcc(r), Acc(r)}), CommittedPrefix(r)})
     IN Min({raw, KnownUpto(r)})
 
+\* r's O-values for the counting rule: below its snapshot, what it executed there
+\* (the core counts from the snapshot's per-owner executed counts), else its log.
+OV(r) == [j \in Slots |-> IF j < snap[r].slot THEN snap[r].exec[j + 1].o ELSE oAccV[r][j]]
+
 \* The slot the counting rule gives C_r^i in r's log (-1 if none below MaxSlot).
 SlotOf(r, i) ==
-    LET js == {j \in Slots : oAccV[r][j] = r
-                   /\ Cardinality({h \in Slots : h < j /\ oAccV[r][h] = r}) = i}
+    LET ov == OV(r)
+        js == {j \in Slots : ov[j] = r /\ Cardinality({h \in Slots : h < j /\ ov[h] = r}) = i}
     IN IF js = {} THEN -1 ELSE Min(js)
 
 Count(f, lo, hi, n) == Cardinality({j \in lo .. (hi - 1) : f[j] = n})
-CMax(r, n) == Max({-1} \cup {i \in CIdx : cAccB[r][n][i] >= 0})
+\* c_max: the snapshot keeps it, so forgetting accepted C-instances never lowers it.
+CMax(r, n) == Max({snap[r].cmax[n]} \cup {i \in CIdx : cAccB[r][n][i] >= 0})
+\* n's C-instances r compacted: those its snapshot executed (below executed[n]).
+SnapCnt(r, n) == Cardinality({p \in DOMAIN snap[r].exec : snap[r].exec[p].o = n})
+Compacted(r, n, i) == i < SnapCnt(r, n)
 
 \* The vote r sends for view v to candidate c, reporting slots from `from` on.
 OLogFrom(r, from) ==
@@ -233,7 +253,8 @@ OLogFrom(r, from) ==
 VoteMsg(r, c, v, from) ==
     [type |-> "Vote", src |-> r, dst |-> c, view |-> v, from |-> from,
      olog |-> OLogFrom(r, from), cmax |-> [n \in R |-> CMax(r, n)],
-     ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base, exec |-> Len(execd[r])]
+     ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base, exec |-> Len(execd[r]),
+     snap |-> snap[r].slot]
 
 \* Un-commit what r learned committed in views older than v and did not execute.
 ForgetOlder(r, v) ==
@@ -284,6 +305,7 @@ Init ==
     /\ oAccV = [a \in R |-> [j \in Slots |-> Empty]]
     /\ pView = [a \in R |-> 0]
     /\ est = [a \in R |-> [v |-> 0, s |-> Seq0, start |-> 0, base |-> 0]]
+    /\ snap = [a \in R |-> NoSnap]
     /\ up = [r \in R |-> TRUE]
     /\ joined = [r \in R |-> TRUE]
     /\ rc = [r \in R |-> TRUE]
@@ -313,6 +335,7 @@ Init ==
     /\ rops = <<>>
     /\ crashes = 0
     /\ alarm = FALSE
+    /\ execHigh = [r \in R |-> 0]
 
 ReadySet == {c \in Cmds : readyAt[c] # NoReady}
 -----------------------------------------------------------------------------
@@ -347,8 +370,8 @@ ProposeCmd(r, c) ==
                THEN /\ nextCmd' = nextCmd + 1
                     /\ readyBefore' = [readyBefore EXCEPT ![c] = ReadySet]
                ELSE UNCHANGED <<nextCmd, readyBefore>>
-    /\ UNCHANGED <<oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd, safeUpto,
-                   cand, votedFor, crec, leaseUntil, handing, clock, readyAt, oVotes, execHist,
+    /\ UNCHANGED <<snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd, safeUpto,
+                   cand, votedFor, crec, leaseUntil, handing, clock, readyAt, oVotes, execHist, execHigh,
                    ranges, rops, crashes, alarm>>
 
 Propose(r) == \E c \in ProposeChoices(r) : ProposeCmd(r, c)
@@ -413,6 +436,8 @@ HandleCAccept(r, m) ==
     /\ IF MutAcceptOldView THEN m.view =< pView[r] ELSE m.view = pView[r]
     /\ LET acc  == (r \in CAcceptors \/ r = BalOwner(m.b)) /\ m.b >= cProm[r][m.n][m.i]
                    /\ (cCom[r][m.n][m.i] = Nil \/ cCom[r][m.n][m.i] = m.v)
+                   \* (a compacted C-instance was executed: never accepted again)
+                   /\ (~Compacted(r, m.n, m.i) \/ MutCompactedLooksEmpty)
            seqt == IsSeq(r) /\ m.src = m.n /\ m.view = pView[r]
            w    == IF MutNoAllocGuard THEN Min({want[r][m.n] + 1, MaxSlot})
                    ELSE Max({want[r][m.n], m.i + 1})
@@ -426,16 +451,16 @@ HandleCAccept(r, m) ==
                        ELSE cVotes
           /\ msgs' = IF acc THEN msgs \cup {ack} ELSE msgs
           /\ want' = IF seqt THEN [want EXCEPT ![r][m.n] = w] ELSE want
-    /\ UNCHANGED <<ownNext, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
+    /\ UNCHANGED <<ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
                    safeUpto, cand, votedFor, prop, inflight, lost, crec, leaseUntil, handing,
-                   clock, nextCmd, readyAt, readyBefore, oVotes, execHist, ranges, rops, crashes,
+                   clock, nextCmd, readyAt, readyBefore, oVotes, execHist, execHigh, ranges, rops, crashes,
                    alarm>>
 
 (* HandleCCommit(r, m): learn that C_n^i is chosen.  An own instance chosen *)
 (* as something else (recovered as a no-op meanwhile) is re-proposed.       *)
 HandleCCommit(r, m) ==
     /\ m.type = "CCommit" /\ up[r] /\ m.view = pView[r] /\ (r \in Learners \/ m.n = r)
-    /\ cCom[r][m.n][m.i] = Nil
+    /\ cCom[r][m.n][m.i] = Nil /\ ~Compacted(r, m.n, m.i)
     /\ cCom' = [cCom EXCEPT ![r][m.n][m.i] = m.v]
     /\ prop' = [prop EXCEPT ![r] = {p \in @ : ~(p.n = m.n /\ p.i = m.i)}]
     /\ IF m.n = r THEN OwnChosen(r, m.i, m.v) ELSE UNCHANGED <<inflight, lost>>
@@ -476,14 +501,14 @@ AllocateO(s, n) ==
     /\ LET e == Acc(s)
            v == pView[s]
        IN /\ e < MaxSlot
-          /\ Count(oAccV[s], 0, e, n) < want[s][n]
+          /\ Count(OV(s), 0, e, n) < want[s][n]
           /\ oAccB' = [oAccB EXCEPT ![s][e] = v]
           /\ oAccV' = [oAccV EXCEPT ![s][e] = n]
           /\ oCom' = [oCom EXCEPT ![s][e] = FALSE]
           /\ oVotes' = oVotes \cup {[a |-> s, j |-> e, b |-> v, o |-> n]}
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, pView, est, up, joined, rc, oComB, cCom, execd,
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, pView, est, up, joined, rc, oComB, cCom, execd,
                    safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
-                   handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, ranges,
+                   handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh, ranges,
                    rops, crashes, alarm>>
 
 \* The O-accept of slots start .. Acc(s)-1 of s's log; rebuilt: it begins with
@@ -500,6 +525,9 @@ SendOAccept(s, start, rebuilt) ==
     /\ IsSeq(s)
     /\ IF rebuilt THEN start = est[s].start /\ est[s].v > 0
        ELSE est[s].base =< start /\ start < Acc(s)
+    \* (nothing below its snapshot: a sequencer that compacted into its range can no
+    \* longer send it whole; a peer lacking it installs a snapshot or a view changes)
+    /\ start >= snap[s].slot
     /\ LET m == OAcceptMsg(s, start, rebuilt)
        IN /\ m \notin msgs
           /\ msgs' = msgs \cup {m}
@@ -543,12 +571,14 @@ HandleOAccept(r, m) ==
              ELSE
              /\ ~Contradicts(r, m.start, m.vals, v)
              /\ LET rng  == IF estd THEN <<>> ELSE SubSeq(m.vals, 1, m.base - m.start)
+                    \* (the range below r's snapshot is cut: r executed it, 16.5)
+                    inRng(j) == m.start =< j /\ j < m.base /\ j >= snap[r].slot
                     b1   == IF estd THEN oAccB[r]
-                            ELSE [j \in Slots |-> IF m.start =< j /\ j < m.base THEN v ELSE oAccB[r][j]]
+                            ELSE [j \in Slots |-> IF inRng(j) THEN v ELSE oAccB[r][j]]
                     v1   == IF estd THEN oAccV[r]
-                            ELSE [j \in Slots |-> IF m.start =< j /\ j < m.base
-                                                  THEN m.vals[j - m.start + 1] ELSE oAccV[r][j]]
-                    base == IF estd THEN est[r].base ELSE m.base
+                            ELSE [j \in Slots |-> IF inRng(j) THEN m.vals[j - m.start + 1]
+                                                  ELSE oAccV[r][j]]
+                    base == Max({IF estd THEN est[r].base ELSE m.base, snap[r].slot})
                     acc0 == AccOn(b1, base, v)
                     take(j) == m.start =< acc0 /\ acc0 =< j /\ j < endm
                     b2   == [j \in Slots |-> IF take(j) THEN v ELSE b1[j]]
@@ -579,8 +609,8 @@ HandleOAccept(r, m) ==
                            /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
                            /\ handing' = [handing EXCEPT ![r] = FALSE]
                    /\ UNCHANGED alarm
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, up, cCom, execd, prop, inflight, lost, crec,
-                   leaseUntil, clock, nextCmd, readyAt, readyBefore, cVotes, execHist, ranges,
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
+                   leaseUntil, clock, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh, ranges,
                    rops, crashes>>
 
 (* HandleNewView(r, m): the range of m's view is chosen (the paper's       *)
@@ -591,7 +621,7 @@ HandleNewView(r, m) ==
     /\ LET v    == m.view
            estd == joined[r] /\ est[r].v = v
            endm == m.start + Len(m.vals)
-           inR(j) == m.start =< j /\ j < endm
+           inR(j) == m.start =< j /\ j < endm /\ j >= snap[r].slot
        IN /\ estd => m.src = est[r].s /\ m.start = est[r].start /\ endm = est[r].base
           /\ endm =< MaxSlot
           /\ ~(estd /\ rc[r])
@@ -621,8 +651,8 @@ HandleNewView(r, m) ==
                      /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
                      /\ handing' = [handing EXCEPT ![r] = FALSE]
              /\ UNCHANGED <<msgs, alarm>>
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, up, cCom, execd, prop, inflight, lost, crec,
-                   leaseUntil, clock, nextCmd, readyAt, readyBefore, cVotes, execHist, ranges,
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
+                   leaseUntil, clock, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh, ranges,
                    rops, crashes>>
 
 (* AskRange(r, m): a heartbeat or an O-accept of a view r has not           *)
@@ -643,7 +673,7 @@ AskRange(r, m) ==
           ELSE /\ ask \notin msgs
                /\ msgs' = msgs \cup {ask}
                /\ UNCHANGED <<est, pView, joined>>
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, up, rc, oCom, oComB, cCom, execd,
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, oAccB, oAccV, up, rc, oCom, oComB, cCom, execd,
                    safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
                    handing, clock, historyVars>>
 
@@ -679,15 +709,16 @@ HandleOCommit(r, m) ==
                   /\ oComB' = [oComB EXCEPT ![r][j] = m.b]
                   /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> m.b, o |-> m.o]}
                   /\ UNCHANGED alarm
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, pView, est, up, joined, rc, cCom, execd,
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, pView, est, up, joined, rc, cCom, execd,
                    safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
-                   handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, ranges,
+                   handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh, ranges,
                    rops, crashes>>
 
 (* RelayOCommit(r, j) and RelayCCommit(r, n, i): answer a LearnRequest     *)
 (* with a commit r knows, in r's view.                                     *)
 RelayOCommit(r, j) ==
     /\ Relays /\ up[r] /\ oCom[r][j] /\ oComB[r][j] >= 0
+    /\ j >= snap[r].slot     \* (below it, the answer is the snapshot: InstallSnapshot)
     /\ LET m == [type |-> "OCommit", view |-> pView[r], slot |-> j, b |-> oComB[r][j],
                  o |-> oAccV[r][j]]
        IN /\ m \notin msgs
@@ -695,7 +726,7 @@ RelayOCommit(r, j) ==
     /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
 
 RelayCCommit(r, n, i) ==
-    /\ Relays /\ up[r] /\ cCom[r][n][i] # Nil
+    /\ Relays /\ up[r] /\ cCom[r][n][i] # Nil /\ ~Compacted(r, n, i)
     /\ LET m == [type |-> "CCommit", view |-> pView[r], n |-> n, i |-> i, v |-> cCom[r][n][i]]
        IN /\ m \notin msgs
           /\ msgs' = msgs \cup {m}
@@ -716,7 +747,7 @@ CommitOTo(r, safe) ==
     /\ safe =< SafePrefix(r)
     /\ LET v == pView[r]
            own == {j \in Slots : j < safe /\ oAccV[r][j] = r /\ ~oCom[r][j]}
-           all == IF IsSeq(r) THEN {j \in Slots : j < safe} ELSE {}
+           all == IF IsSeq(r) THEN {j \in Slots : snap[r].slot =< j /\ j < safe} ELSE {}
            ownIn == {j \in Slots : safeUpto[r] =< j /\ j < safe /\ oAccV[r][j] = r}
        IN /\ safe > safeUpto[r]
           \* (the core traces the step only when it commits or counts an own slot)
@@ -747,7 +778,7 @@ Ready(r, f) ==
                         ELSE readyAt
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
                    votedFor, prop, lost, crec, leaseUntil, handing, clock, msgs, nextCmd,
-                   readyBefore, cVotes, oVotes, execHist, ranges, rops, crashes, alarm>>
+                   readyBefore, cVotes, oVotes, execHist, execHigh, ranges, rops, crashes, alarm>>
 
 (* Execute(r): the next slot j is committed; no-cl skips it; otherwise it  *)
 (* runs C_n^k, k = n's C-instances covered by slots < j, once C_n^k is      *)
@@ -764,6 +795,7 @@ Execute(r) ==
                       ELSE [slot |-> j, o |-> o, ci |-> k, cmd |-> cCom[r][o][k], v |-> pView[r]]
              IN /\ execd' = [execd EXCEPT ![r] = Append(@, e)]
                 /\ execHist' = execHist \cup {e}
+                /\ execHigh' = [execHigh EXCEPT ![r] = Max({@, j + 1})]
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, safeUpto, want, cand, votedFor,
                    prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, nextCmd,
                    readyAt, readyBefore, cVotes, oVotes, ranges, rops, crashes, alarm>>
@@ -821,7 +853,7 @@ HandleVRequest(r, m) ==
           /\ VoteMsg(r, m.src, m.view, m.from) \notin msgs
           /\ msgs' = msgs \cup {VoteMsg(r, m.src, m.view, m.from)}
           /\ UNCHANGED <<pView, joined, rc, oCom, oComB, safeUpto, cand, votedFor, want, handing>>
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, est, up, cCom, execd, prop,
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, oAccB, oAccV, est, up, cCom, execd, prop,
                    inflight, lost, crec, leaseUntil, clock, historyVars>>
 
 (* BecomeSequencer(r) (core: HandleVote completing a majority): with votes  *)
@@ -836,7 +868,7 @@ BecomeSequencer(r) ==
            from == cand[r].from
            VS   == {x \in msgs : x.type = "Vote" /\ x.dst = r /\ x.view = v /\ x.from = from}
            own  == [src |-> r, olog |-> OLogFrom(r, from), cmax |-> [n \in R |-> CMax(r, n)],
-                    ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base]
+                    ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base, snap |-> snap[r].slot]
            cov  == [n \in R |-> Cardinality({p \in 1 .. from : execd[r][p].o = n})]
        IN /\ v > pView[r]
           /\ clock >= leaseUntil[r] \/ MutIgnoreOwnLease
@@ -844,13 +876,19 @@ BecomeSequencer(r) ==
           \* chosen, and the rebuild must give them the same values, else alarm)
           /\ from =< Len(execd[r])
           /\ \E Q \in Picks({x \in VS : x.src # r}, Maj - 1) :
-               LET res == BuildLog({[src |-> x.src, olog |-> x.olog, cmax |-> x.cmax,
+               \* A vote reports slots only from its voter's snapshot on (16.3): a
+               \* candidate whose o_from is below a snapshot slot of its votes (its own
+               \* included) installs a snapshot and asks again from there first.
+               /\ MutCompactedLooksEmpty \/ \A x \in Q \cup {own} : x.snap =< from
+               /\ LET res == BuildLog({[src |-> x.src, olog |-> x.olog, cmax |-> x.cmax,
                                         ev |-> x.ev, es |-> x.es, eb |-> x.eb] : x \in Q}
                                       \cup {own}, from, cov)
                       \* The range also re-proposes what r executed and some voter did
-                      \* not (held by two replicas only, N = 5, until then).
+                      \* not (held by two replicas only, N = 5, until then), from r's
+                      \* snapshot on: below it, slots are majority-executed and final.
                       start == IF MutRangeFromOwnOFrom THEN from
-                               ELSE Min({from} \cup {x.exec : x \in Q})
+                               ELSE Min({from, Max({snap[r].slot,
+                                                    Min({from} \cup {x.exec : x \in Q})})})
                       L   == [k \in 1 .. (from - start) |-> execd[r][start + k].o] \o res.log
                       end == start + Len(L)
                       inR(j) == start =< j /\ j < end
@@ -864,7 +902,8 @@ BecomeSequencer(r) ==
                      /\ oAccB' = [oAccB EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN v ELSE @[j]]]
                      /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN L[j - start + 1]
                                                                        ELSE @[j]]]
-                     /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> Executed(r, j)]]
+                     /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> Executed(r, j)
+                                                                  /\ j >= snap[r].slot]]
                      /\ oComB' = oComB
                      /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> L[j - start + 1]] :
                                                 j \in {x \in Slots : inR(x)}}
@@ -877,14 +916,15 @@ BecomeSequencer(r) ==
     /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
     /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
     /\ handing' = [handing EXCEPT ![r] = FALSE]
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, up, cCom, execd, prop, inflight, lost, crec,
-                   leaseUntil, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist,
+    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
+                   leaseUntil, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh,
                    rops, crashes>>
 
 (* SendNewView(s) (core: the rebuilt range majority-acknowledged): the      *)
 (* range is chosen; s commits it and notifies everyone.                     *)
 SendNewView(s) ==
     /\ IsSeq(s) /\ ~rc[s]
+    /\ est[s].start >= snap[s].slot    \* (it sends the range whole, as SendOAccept)
     /\ \/ MutNoReaccept
        \/ Cardinality({s} \cup {q \in R : \E a \in msgs : a.type = "OAck" /\ a.src = q
                                     /\ a.view = pView[s] /\ a.upto >= est[s].base}) >= Maj
@@ -926,11 +966,12 @@ HandleHeartbeat(r, m, grant) ==
           /\ rc' = IF learnRange THEN [rc EXCEPT ![r] = TRUE] ELSE rc
           /\ oCom' = IF learnRange
                      THEN [oCom EXCEPT ![r] = [j \in Slots |->
-                             @[j] \/ (est[r].start =< j /\ j < est[r].base)]]
+                             @[j] \/ (est[r].start =< j /\ j < est[r].base /\ j >= snap[r].slot)]]
                      ELSE oCom
           /\ oComB' = IF learnRange
                       THEN [oComB EXCEPT ![r] = [j \in Slots |->
                               IF est[r].start =< j /\ j < est[r].base /\ ~Executed(r, j)
+                                 /\ j >= snap[r].slot
                               THEN pView[r] ELSE @[j]]]
                       ELSE oComB
           /\ leaseUntil' = IF grant THEN [leaseUntil EXCEPT ![r] = clock + Lease] ELSE leaseUntil
@@ -964,7 +1005,7 @@ Read(r) ==
           ELSE /\ rops' = Append(rops, op("ask", -1))
                /\ msgs' = msgs \cup {[type |-> "RRequest", src |-> r, view |-> pView[r], id |-> id]}
     /\ UNCHANGED <<durableVars, volatileVars, clock, nextCmd, readyAt, readyBefore, cVotes,
-                   oVotes, execHist, ranges, crashes, alarm>>
+                   oVotes, execHist, execHigh, ranges, crashes, alarm>>
 
 (* HandleRRequest(s, m): the sequencer answers with the end of its log, but *)
 (* only while it holds its lease at this instant.                           *)
@@ -981,7 +1022,7 @@ HandleRReply(r, m) ==
     /\ m.id \in DOMAIN rops /\ rops[m.id].r = r /\ rops[m.id].st = "ask"
     /\ rops' = [rops EXCEPT ![m.id].st = "wait", ![m.id].slot = m.slot]
     /\ UNCHANGED <<durableVars, volatileVars, clock, msgs, nextCmd, readyAt, readyBefore,
-                   cVotes, oVotes, execHist, ranges, crashes, alarm>>
+                   cVotes, oVotes, execHist, execHigh, ranges, crashes, alarm>>
 
 (* ServeRead(r, k): r executed through the slot: the read returns r's state. *)
 ServeRead(r, k) ==
@@ -989,7 +1030,7 @@ ServeRead(r, k) ==
     /\ Len(execd[r]) > rops[k].slot
     /\ rops' = [rops EXCEPT ![k].st = "done", ![k].result = ExecutedCmds(r)]
     /\ UNCHANGED <<durableVars, volatileVars, clock, msgs, nextCmd, readyAt, readyBefore,
-                   cVotes, oVotes, execHist, ranges, crashes, alarm>>
+                   cVotes, oVotes, execHist, execHigh, ranges, crashes, alarm>>
 
 (* Handover(s, t): the sequencer gives its role up on purpose: it stops      *)
 (* serving reads at once and releases the lease it holds.                   *)
@@ -1022,9 +1063,11 @@ Tick ==
 (* O-instance maps to, by a replica whose execution is blocked on it.       *)
 (***************************************************************************)
 
+\* cpt: "compacted below executed[n]" (16.3), instead of what r forgot: nothing.
 PromiseMsg(r, n, i, b) ==
     [type |-> "CPromise", src |-> r, view |-> pView[r], n |-> n, i |-> i, b |-> b,
-     ab |-> cAccB[r][n][i], av |-> cAccV[r][n][i], com |-> cCom[r][n][i]]
+     ab |-> cAccB[r][n][i], av |-> cAccV[r][n][i], com |-> cCom[r][n][i],
+     cpt |-> Compacted(r, n, i) /\ ~MutCompactedLooksEmpty]
 
 (* StartCRecovery(r): the smallest recovery ballot (round >= 1) above r's  *)
 (* own promise; r promises it itself, durably, and sends C-prepares.        *)
@@ -1042,30 +1085,42 @@ StartCRecovery(r) ==
                 /\ msgs' = msgs \cup {[type |-> "CPrepare", src |-> r, view |-> pView[r], n |-> n,
                                        i |-> k, b |-> b],
                                       PromiseMsg(r, n, k, b)}
-    /\ UNCHANGED <<cAccB, cAccV, ownNext, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom,
+    /\ UNCHANGED <<cAccB, cAccV, ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom,
                    execd, safeUpto, want, cand, votedFor, prop, inflight, lost, leaseUntil,
                    handing, clock, historyVars>>
 
 (* HandleCPrepare(r, m): phase 1b: promise (durably) and report the        *)
 (* accepted ballot and value, and whether r knows the instance chosen.     *)
+(* For an instance r compacted it promises nothing and says "compacted".  *)
 HandleCPrepare(r, m) ==
     /\ m.type = "CPrepare" /\ up[r] /\ m.view = pView[r]
     /\ m.b >= cProm[r][m.n][m.i]
-    /\ LET pm == PromiseMsg(r, m.n, m.i, m.b)
-       IN /\ pm \notin msgs \/ cProm[r][m.n][m.i] # m.b
-          /\ cProm' = [cProm EXCEPT ![r][m.n][m.i] = m.b]
+    /\ LET pm  == PromiseMsg(r, m.n, m.i, m.b)
+       IN /\ pm \notin msgs \/ (~pm.cpt /\ cProm[r][m.n][m.i] # m.b)
+          /\ cProm' = IF pm.cpt THEN cProm ELSE [cProm EXCEPT ![r][m.n][m.i] = m.b]
           /\ msgs' = msgs \cup {pm}
-    /\ UNCHANGED <<cAccB, cAccV, ownNext, oAccB, oAccV, pView, est, volatileVars, clock,
+    /\ UNCHANGED <<cAccB, cAccV, ownNext, snap, oAccB, oAccV, pView, est, volatileVars, clock,
                    historyVars>>
 
 (* HandleCPromise(r, m): with promises from a majority, propose the chosen *)
 (* value if one is known, else the value of the highest accepted ballot,   *)
 (* else a no-op, at ballot b, and accept it ourselves: unless we promised  *)
 (* a higher ballot meanwhile (a competing recoverer; bug 5), then give up. *)
-HandleCPromise(r, m) ==
+(* A promise saying "compacted": the instance was executed, so its value   *)
+(* is chosen: give up (and install a snapshot), never choose a no-op.      *)
+CPromiseCompacted(r, m) ==
     /\ m.type = "CPromise" /\ up[r] /\ m.view = pView[r]
     /\ crec[r] # NoRec /\ m.n = crec[r].n /\ m.i = crec[r].i /\ m.b = crec[r].b
-    /\ LET P == {x \in msgs : x.type = "CPromise" /\ x.n = m.n /\ x.i = m.i /\ x.b = m.b}
+    /\ m.cpt
+    /\ crec' = [crec EXCEPT ![r] = NoRec]
+    /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
+                   votedFor, prop, inflight, lost, leaseUntil, handing, clock, msgs, historyVars>>
+CPromiseQuorum(r, m) ==
+    /\ m.type = "CPromise" /\ up[r] /\ m.view = pView[r]
+    /\ crec[r] # NoRec /\ m.n = crec[r].n /\ m.i = crec[r].i /\ m.b = crec[r].b
+    /\ ~m.cpt
+    /\ LET P == {x \in msgs : x.type = "CPromise" /\ x.n = m.n /\ x.i = m.i /\ x.b = m.b
+                              /\ ~x.cpt}
            n == m.n
            i == m.i
            b == m.b
@@ -1090,9 +1145,11 @@ HandleCPromise(r, m) ==
                               b |-> b, v |-> val],
                              [type |-> "CAck", src |-> r, view |-> pView[r], n |-> n, i |-> i,
                               b |-> b]}
-    /\ UNCHANGED <<ownNext, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
+    /\ UNCHANGED <<ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
                    safeUpto, want, cand, votedFor, inflight, lost, leaseUntil, handing, clock,
-                   nextCmd, readyAt, readyBefore, oVotes, execHist, ranges, rops, crashes, alarm>>
+                   nextCmd, readyAt, readyBefore, oVotes, execHist, execHigh, ranges, rops, crashes, alarm>>
+
+HandleCPromise(r, m) == CPromiseCompacted(r, m) \/ CPromiseQuorum(r, m)
 
 AbandonCRecovery(r) ==
     /\ up[r] /\ crec[r] # NoRec
@@ -1118,7 +1175,7 @@ Crash(r) ==
                   ELSE rops[k]]
     /\ UNCHANGED <<durableVars, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand, votedFor,
                    prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, nextCmd, readyAt,
-                   readyBefore, cVotes, oVotes, execHist, ranges, alarm>>
+                   readyBefore, cVotes, oVotes, execHist, execHigh, ranges, alarm>>
 
 Restart(r) ==
     /\ ~up[r]
@@ -1131,7 +1188,7 @@ Restart(r) ==
     /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> FALSE]]
     /\ oComB' = [oComB EXCEPT ![r] = [j \in Slots |-> -1]]
     /\ cCom' = [cCom EXCEPT ![r] = [n \in R |-> [i \in CIdx |-> Nil]]]
-    /\ execd' = [execd EXCEPT ![r] = <<>>]
+    /\ execd' = [execd EXCEPT ![r] = snap[r].exec]    \* (re-executes from its snapshot, 16.4)
     /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
     /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
     /\ cand' = [cand EXCEPT ![r] = NoCand]
@@ -1143,6 +1200,85 @@ Restart(r) ==
     /\ UNCHANGED <<durableVars, clock, msgs, historyVars>>
 
 -----------------------------------------------------------------------------
+(***************************************************************************)
+(* Snapshots (docs/recovery.md section 16).  The model keeps execd[r], the *)
+(* sequence r executed, as the abstraction of the state machine and of the *)
+(* per-owner executed counts: a snapshot at slot S keeps its first S       *)
+(* entries (snap[r].exec) and r forgets, durably and in memory, its        *)
+(* O-instances below S and the C-instances its snapshot executed (below    *)
+(* executed[n] for each owner n), keeping c_max in the snapshot and its    *)
+(* next own C-index (ownNext).  Below its snapshot r answers only with the *)
+(* snapshot: it relays no commit there, accepts and promises no compacted *)
+(* C-instance (its C-promise says "compacted"), and its votes carry the    *)
+(* snapshot slot (BecomeSequencer).                                        *)
+(***************************************************************************)
+
+\* The majority-executed point: the highest slot a majority executed.  The core's
+\* sequencer computes it from the executed prefixes its lease grants report and
+\* announces it in heartbeats.  The model reads it from a ghost instead (the
+\* longest prefix each replica ever executed, before crashes too): every point
+\* the core can compute from grants is at most this one, so the model allows at
+\* least every snapshot the core can take.
+MajExecuted == Max({k \in 0 .. MaxSlot : Cardinality({q \in R : execHigh[q] >= k}) >= Maj})
+
+\* r adopts snapshot [slot S, exec ex, cmax cm] and forgets what lies below it.
+Compact(r, S, ex, cm) ==
+    LET cnt == [n \in R |-> Cardinality({p \in DOMAIN ex : ex[p].o = n})]
+        gone(n, i) == i < cnt[n]
+    IN /\ snap' = [snap EXCEPT ![r] = [slot |-> S, exec |-> ex, cmax |-> cm]]
+       /\ cProm' = [cProm EXCEPT ![r] = [n \in R |-> [i \in CIdx |->
+                      IF gone(n, i) THEN -1 ELSE cProm[r][n][i]]]]
+       /\ cAccB' = [cAccB EXCEPT ![r] = [n \in R |-> [i \in CIdx |->
+                      IF gone(n, i) THEN -1 ELSE cAccB[r][n][i]]]]
+       /\ cAccV' = [cAccV EXCEPT ![r] = [n \in R |-> [i \in CIdx |->
+                      IF gone(n, i) THEN Nil ELSE cAccV[r][n][i]]]]
+       /\ cCom' = [cCom EXCEPT ![r] = [n \in R |-> [i \in CIdx |->
+                     IF gone(n, i) THEN Nil ELSE cCom[r][n][i]]]]
+       /\ oAccB' = [oAccB EXCEPT ![r] = [j \in Slots |-> IF j < S THEN -1 ELSE oAccB[r][j]]]
+       /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> IF j < S THEN Empty ELSE oAccV[r][j]]]
+       /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> j >= S /\ oCom[r][j]]]
+       /\ oComB' = [oComB EXCEPT ![r] = [j \in Slots |-> IF j < S THEN -1 ELSE oComB[r][j]]]
+       /\ prop' = [prop EXCEPT ![r] = {p \in @ : ~gone(p.n, p.i)}]
+
+(* TakeSnapshot(r) (core: Snapshots.take): r snapshots at slot S: at most   *)
+(* its executed prefix and the majority-executed point (16.2: a committed   *)
+(* but revocable slot is never compacted).                                  *)
+TakeSnapshotAt(r, S) ==
+    /\ r \in Compactors /\ up[r]
+    /\ snap[r].slot < S /\ S =< Len(execd[r]) /\ S =< MajExecuted
+    /\ Compact(r, S, SubSeq(execd[r], 1, S), [n \in R |-> CMax(r, n)])
+    /\ UNCHANGED <<ownNext, pView, est, up, joined, rc, execd, safeUpto, want, cand, votedFor,
+                   inflight, lost, crec, leaseUntil, handing, clock, msgs, historyVars>>
+
+TakeSnapshot(r) == \E S \in 1 .. MaxSlot : TakeSnapshotAt(r, S)
+
+(* InstallSnapshot(r, p) (core: Snapshots.install): r adopts p's snapshot,  *)
+(* whose slot is above r's executed prefix (a learn request answered with   *)
+(* a snapshot offer, a C-promise saying "compacted", a vote with a higher   *)
+(* snapshot slot; the model lets it happen at any time).  r's executed      *)
+(* sequence becomes the snapshot's, its c_max the maximum of both; r        *)
+(* forgets what lies below.  A candidate asks for votes again from its new  *)
+(* executed prefix, in the same view.  (p's snapshot is durable and grows   *)
+(* only, so reading it now covers an offer p sent at any time since it took *)
+(* it; an offer of an older snapshot of p, installed later, is not          *)
+(* modelled.)                                                               *)
+InstallSnapshot(r, p) ==
+    /\ r \in Installers /\ up[r] /\ p # r
+    /\ snap[p].slot > Len(execd[r])
+    /\ LET S == snap[p].slot
+       IN /\ Compact(r, S, snap[p].exec, [n \in R |-> Max({CMax(r, n), snap[p].cmax[n]})])
+          /\ execd' = [execd EXCEPT ![r] = snap[p].exec]
+          /\ execHigh' = [execHigh EXCEPT ![r] = Max({@, S})]
+          /\ IF cand[r] # NoCand
+             THEN /\ cand' = [cand EXCEPT ![r].from = S]
+                  /\ msgs' = msgs \cup {[type |-> "VRequest", src |-> r, view |-> cand[r].v,
+                                         from |-> S]}
+             ELSE UNCHANGED <<cand, msgs>>
+    /\ UNCHANGED <<ownNext, pView, est, up, joined, rc, safeUpto, want, votedFor, inflight, lost,
+                   crec, leaseUntil, handing, clock, nextCmd, readyAt, readyBefore, cVotes, oVotes,
+                   execHist, ranges, rops, crashes, alarm>>
+
+-----------------------------------------------------------------------------
 \* Scope: an Isolated replica is cut off from every view above 0.
 Deliverable(r, m) == r \notin Isolated \/ m.view = 0
 
@@ -1152,7 +1288,8 @@ Next ==
          \/ Propose(r) \/ CommitO(r) \/ Execute(r) \/ StartViewChange(r)
          \/ AbandonCandidacy(r) \/ BecomeSequencer(r) \/ SendNewView(r) \/ SendHeartbeat(r)
          \/ Read(r) \/ StartCRecovery(r) \/ AbandonCRecovery(r) \/ Crash(r) \/ Restart(r)
-         \/ Resync(r)
+         \/ Resync(r) \/ TakeSnapshot(r)
+         \/ \E p \in R : InstallSnapshot(r, p)
          \/ \E f \in inflight[r] : Ready(r, f)
          \/ \E p \in prop[r] : SendCAccept(r, p)
          \/ \E i \in CIdx : SendCRequest(r, i)
@@ -1192,6 +1329,8 @@ TypeOK ==
     /\ \A a \in R : est[a].v \in Views /\ est[a].v =< pView[a] /\ est[a].s \in R
                     /\ 0 =< est[a].start /\ est[a].start =< est[a].base /\ est[a].base =< MaxSlot
     /\ oAccB \in [R -> [Slots -> -1 .. MaxView]]
+    /\ \A a \in R : snap[a].slot \in 0 .. MaxSlot /\ Len(snap[a].exec) = snap[a].slot
+                    /\ snap[a].slot =< Len(execd[a])
     /\ clock \in 0 .. MaxTime
 
 \* C_n^i is chosen with value v: a majority accepted v at one ballot.
@@ -1252,7 +1391,7 @@ ReadyIsDurable ==
 
 \* Never more O-instances for n than n has C-instances.
 NoOverAllocation ==
-    /\ \A s \in R : IsSeq(s) => \A n \in R : Count(oAccV[s], 0, Acc(s), n) =< ownNext[n]
+    /\ \A s \in R : IsSeq(s) => \A n \in R : Count(OV(s), 0, Acc(s), n) =< ownNext[n]
     /\ \A x \in ranges : \A n \in R : Cardinality({k \in DOMAIN x.log : x.log[k] = n}) =< ownNext[n]
 
 \* One winner per view.

@@ -208,4 +208,41 @@ Bug14 == <<
     EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
     EM("HandleCAck", 2, [src |-> 4, n |-> 2]), E("CommitO", 2), E("Execute", 2) >>
 
+(* Snapshots, C-instance recovery, N = 3: R1's command is chosen at C_1^0  *)
+(* (R1, R0) and executed at slot 0 by R1 and the sequencer R0, which then  *)
+(* snapshots at slot 1 and forgets C_1^0.  R2 learns slot 0's O-commit and *)
+(* recovers C_1^0.  R0's C-promise must say "compacted" (R2 gives up);     *)
+(* with MutCompactedLooksEmpty it says "nothing accepted", R2 chooses a    *)
+(* no-op with R0's acceptance and executes it at slot 0.                   *)
+CompactedPromise == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 0, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 0]), [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]],
+    E("SendOAccept", 0), EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Execute", 1),
+    E("CommitO", 0), EM("HandleCCommit", 0, [n |-> 1]), E("Execute", 0),
+    [a |-> "TakeSnapshot", r |-> 0, p |-> [slot |-> 1]],
+    EM("HandleOCommit", 2, [slot |-> 0]), E("StartCRecovery", 2),
+    EM("HandleCPrepare", 0, [src |-> 2]), EM("HandleCPromise", 2, [src |-> 0]),
+    EM("HandleCAccept", 0, [src |-> 2]), EM("HandleCAck", 2, [src |-> 0, b |-> 5]),
+    E("Execute", 2) >>
+
+(* Snapshots, the view change, N = 3: as above, slot 0 (R1's command) is   *)
+(* executed by R0 and R1; R1 snapshots at slot 1 and forgets slot 0.  R0    *)
+(* crashes; R2 (o_from 0) runs for view 1 with R1's vote, whose snapshot    *)
+(* slot 1 is above 0: R2 must install a snapshot first.  With              *)
+(* MutCompactedLooksEmpty it wins at once: slot 0 looks empty, R2's own     *)
+(* command takes it (R0, restarted, accepts it) and R2 executes it there.  *)
+SnapshotVote == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 0, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 0]), [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]],
+    E("SendOAccept", 0), EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Execute", 1),
+    E("CommitO", 0), EM("HandleCCommit", 0, [n |-> 1]), E("Execute", 0),
+    [a |-> "TakeSnapshot", r |-> 1, p |-> [slot |-> 1]],
+    E("Crash", 0),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]], EM("HandleVRequest", 1, [src |-> 2]),
+    E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]], E("Restart", 0),
+    EM("HandleOAccept", 0, [src |-> 2]), EM("HandleCAccept", 0, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 0]), E("CommitO", 2), E("Execute", 2) >>
+
 =============================================================================

@@ -40,6 +40,10 @@ Act(e) ==
       [] e.a = "CommitO"           -> \E k \in PV(e, "upto", 1 .. MaxSlot) : CommitOTo(r, k)
       [] e.a = "Execute"           -> Execute(r)
       [] e.a = "Resync"            -> Resync(r)
+      [] e.a = "TakeSnapshot"      -> \E S \in PV(e, "slot", 1 .. MaxSlot) : TakeSnapshotAt(r, S)
+      [] e.a = "InstallSnapshot"   -> \E p \in PV(e, "src", R) :
+                                        snap[p].slot \in PV(e, "slot", {snap[p].slot})
+                                        /\ InstallSnapshot(r, p)
       [] e.a = "StartViewChange"   -> \E v \in PV(e, "v", Views) : StartViewChangeTo(r, v)
       [] e.a = "AbandonCandidacy"  -> AbandonCandidacy(r)
       [] e.a = "BecomeSequencer"   -> BecomeSequencer(r)
@@ -106,7 +110,8 @@ Dup(e, m) ==
                                   \/ m.b < cProm[r][m.n][m.i]
       [] e.a = "HandleOAccept" -> \/ m.view < pView[r]
                                   \/ /\ joined[r] /\ est[r].v = m.view
-                                     /\ LET acc == AccOn(oAccB[r], est[r].base, m.view)
+                                     /\ LET acc == AccOn(oAccB[r], Max({est[r].base, snap[r].slot}),
+                                                        m.view)
                                         IN acc >= m.start + Len(m.vals) \/ acc < m.start
       [] e.a = "HandleCRequest" -> ~IsSeq(r) \/ want[r][m.src] >= m.i + 1
       [] e.a = "HandleNewView" -> m.view < pView[r] \/ (joined[r] /\ est[r].v = m.view /\ rc[r])

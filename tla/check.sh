@@ -7,12 +7,13 @@
 #
 # Every tla/*.cfg is written by gen_configs.py and carries one directive line
 #
-#   \* check: module=M expect=E [simulate=S] [long]
+#   \* check: module=M expect=E [simulate=S [depth=D]] [long]
 #
 #   module=M            the root module (M.tla in tla/)
 #   expect=ok           BFS must finish with "No error has been found"; with
 #                       simulate=S: random simulation (-simulate -depth 60 -seed 1)
-#                       under `timeout S`, ok if S seconds pass with no violation
+#                       under `timeout S`, ok if S seconds pass with no violation;
+#                       depth=D sets the simulation's depth instead of 60
 #   expect=violated:I   BFS must report exactly "Invariant I is violated"
 #   expect=blocked:D    a scenario replay with every mutation off: BFS must finish
 #                       with no error (TraceNotFinished holds: the trace never
@@ -101,19 +102,21 @@ if [[ ${#cfgs[@]} -eq 0 ]]; then
 fi
 
 # Parse every directive before running anything, so a bad one fails fast.
-declare -A module expect simulate
+declare -A module expect simulate sdepth
 for cfg in "${cfgs[@]}"; do
     [[ -f "$cfg" ]] || die "$cfg: no such file in $here"
     d="$(directive "$cfg")" || exit 2
     module[$cfg]=""
     expect[$cfg]=""
     simulate[$cfg]=""
+    sdepth[$cfg]=""
     read -ra toks <<<"$d"
     for tok in "${toks[@]}"; do
         case "$tok" in
             module=?*) module[$cfg]="${tok#module=}" ;;
             expect=ok | expect=violated:?* | expect=blocked:?*) expect[$cfg]="${tok#expect=}" ;;
             simulate=?*) simulate[$cfg]="${tok#simulate=}" ;;
+            depth=?*) sdepth[$cfg]="${tok#depth=}" ;;
             long) ;;
             *) die "$cfg: bad directive token '$tok' in '$d'" ;;
         esac
@@ -130,6 +133,10 @@ for cfg in "${cfgs[@]}"; do
         [[ "${expect[$cfg]}" == ok ]] || die "$cfg: simulate= needs expect=ok"
         command -v timeout >/dev/null || die "timeout (coreutils) not found"
     fi
+    if [[ -n "${sdepth[$cfg]}" ]]; then
+        [[ "${sdepth[$cfg]}" =~ ^[0-9]+$ ]] || die "$cfg: bad depth= in '$d'"
+        [[ -n "${simulate[$cfg]}" ]] || die "$cfg: depth= needs simulate="
+    fi
 done
 
 # --- running --------------------------------------------------------------
@@ -145,6 +152,7 @@ for cfg in "${cfgs[@]}"; do
     mod="${module[$cfg]}"
     exp="${expect[$cfg]}"
     sim="${simulate[$cfg]}"
+    sdep="${sdepth[$cfg]:-60}"
     run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sdpaxos-tlc-$name.XXXXXX")"
     out="$run_dir/tlc.out"
     echo "run  [$n/$total] $cfg: module=$mod expect=$exp${sim:+ simulate=${sim}s} ..."
@@ -154,7 +162,7 @@ for cfg in "${cfgs[@]}"; do
     # in states with no successor; those are not errors).
     if [[ -n "$sim" ]]; then
         # This TLC has no `-simulate num=`: simulate until the timeout.
-        args=(timeout "$sim" "${args[@]}" -simulate -depth 60 -seed 1)
+        args=(timeout "$sim" "${args[@]}" -simulate -depth "$sdep" -seed 1)
     fi
     start=$(date +%s)
     set +e
@@ -186,7 +194,7 @@ for cfg in "${cfgs[@]}"; do
                     ok=1
                     what="simulated for ${sim}s with no violation"
                     # TLC 2.15 reports simulation progress once a minute only.
-                    stats="${checked:-?} states checked by the last progress report, depth <= 60, ${secs}s"
+                    stats="${checked:-?} states checked by the last progress report, depth <= $sdep, ${secs}s"
                 else
                     why="simulation ended before ${sim}s (rc=$rc)${violated:+: invariant $violated violated}"
                 fi

@@ -11,6 +11,7 @@ directive that ``check.sh`` reads:
                       event D (1-based) can never happen (the fix works there)
     simulate=S        random simulation for S seconds (seed 1, depth 60) instead
                       of breadth-first search; ok if no violation was found
+    depth=D           (with simulate) the simulation's depth instead of 60
     long              left out of the default run (documented in README.md)
 
 Scenario configurations come in pairs: ``Scenario<Name>.cfg`` with the bug's
@@ -35,6 +36,7 @@ MUTATIONS = [
     "MutIgnoreOwnLease",
     "MutRecoveryIgnoresPromise",
     "MutRangeFromOwnOFrom",
+    "MutCompactedLooksEmpty",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -64,6 +66,8 @@ BASE: dict[str, object] = dict(
     Relays="FALSE",
     Isolated="{}",
     Heartbeats="FALSE",
+    Compactors="{}",
+    Installers="{}",
 )
 
 #: Every invariant of SDPaxos.tla.
@@ -249,6 +253,36 @@ SCENARIOS: dict[str, Scenario] = {
         Learners="{1}",
         CAcceptors="{0}",
     ),
+    "CompactedPromise": Scenario(
+        "MutCompactedLooksEmpty",
+        "ExecPrefixAgreement",
+        17,
+        "Snapshots: a C-promise for a compacted C-instance says 'nothing accepted'"
+        " and its recoverer chooses a no-op for an executed command.",
+        MaxCmds=1,
+        Proposers="{1}",
+        Recoverers="{2}",
+        Learners="{0,1,2}",
+        CAcceptors="{0}",
+        Compactors="{0}",
+    ),
+    "SnapshotVote": Scenario(
+        "MutCompactedLooksEmpty",
+        "ExecPrefixAgreement",
+        16,
+        "Snapshots: a candidate ignores its voter's snapshot slot, and the slot the"
+        " voter compacted looks empty to the rebuild.",
+        MaxCmds=2,
+        MaxView=1,
+        MaxCrashes=1,
+        Proposers="{1,2}",
+        Candidates="{2}",
+        Crashable="{0}",
+        Learners="{0,1,2}",
+        Voters="{1}",
+        CAcceptors="{0}",
+        Compactors="{1}",
+    ),
 }
 
 #: Breadth-first configurations: name -> (comment, directive extras, constants).
@@ -318,6 +352,43 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             Isolated="{0}",
         ),
     ),
+    "MC3snap": (
+        "N = 3, snapshots: one command (R1) executed by R0 and R1, either snapshots it"
+        " (R1 also after a crash), and the lagging R2 installs a snapshot.",
+        "",
+        dict(
+            MaxCmds=1,
+            MaxSlot=1,
+            MaxCrashes=1,
+            MaxMsgs=12,
+            Proposers="{1}",
+            Crashable="{1}",
+            Learners="{0,1}",
+            CAcceptors="{0}",
+            Compactors="{0,1}",
+            Installers="{2}",
+        ),
+    ),
+    "MC3snapvc": (
+        "N = 3, snapshots and a view change: R1's command executed by R0 and R1; R1"
+        " snapshots; the lagging R2 runs for view 1 with R1's vote, installing R1's"
+        " snapshot first when it is above its o_from. Long run.",
+        " long",
+        dict(
+            MaxCmds=1,
+            MaxView=1,
+            MaxSlot=1,
+            MaxMsgs=12,
+            Proposers="{1}",
+            Candidates="{2}",
+            Learners="{0,1}",
+            Voters="{1}",
+            CAcceptors="{0}",
+            Retries="TRUE",
+            Compactors="{1}",
+            Installers="{2}",
+        ),
+    ),
     "MC3two": (
         "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
         " long",
@@ -364,11 +435,14 @@ def _everything(n: int) -> dict[str, object]:
         Handovers="TRUE",
         Relays="TRUE",
         Heartbeats="TRUE",
+        Compactors=roles,
+        Installers=roles,
     )
 
 
-#: Random simulations: name -> (comment, seconds, constants).
-SIMULATIONS: dict[str, tuple[str, int, dict[str, object]]] = {
+#: Random simulations: name -> (comment, seconds, constants); the seconds may be
+#: "S depth=D" for a depth other than 60, and end in " long".
+SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
     "SIM3": (
         "N = 3, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
         60,
@@ -378,6 +452,58 @@ SIMULATIONS: dict[str, tuple[str, int, dict[str, object]]] = {
         "N = 5, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
         60,
         _everything(5),
+    ),
+    "SIM3snap": (
+        "N = 3, snapshots in a smaller scope than SIM3 (so that a majority executes"
+        " often) and deeper (100 steps, so that view changes follow snapshots): 2 commands, 2 views, 1 crash, recovery, relays,"
+        " every replica takes and installs snapshots; no leases, reads or hand-overs.",
+        "15 depth=100",
+        dict(
+            MaxCmds=2,
+            MaxView=2,
+            MaxCrashes=1,
+            MaxSlot=3,
+            MaxCIdx=2,
+            MaxMsgs=1000,
+            Proposers=ALL_ROLES_3,
+            Candidates=ALL_ROLES_3,
+            Crashable=ALL_ROLES_3,
+            Recoverers=ALL_ROLES_3,
+            Learners=ALL_ROLES_3,
+            Voters=ALL_ROLES_3,
+            CAcceptors=ALL_ROLES_3,
+            CRequests="TRUE",
+            Retries="TRUE",
+            Relays="TRUE",
+            Compactors=ALL_ROLES_3,
+            Installers=ALL_ROLES_3,
+        ),
+    ),
+    "SIM5snap": (
+        "N = 5, snapshots in the scope of SIM3snap (2 commands, 2 views, 1 crash,"
+        " recovery, relays, every replica takes and installs snapshots). Long run.",
+        "120 depth=100 long",
+        dict(
+            N=5,
+            MaxCmds=2,
+            MaxView=2,
+            MaxCrashes=1,
+            MaxSlot=3,
+            MaxCIdx=2,
+            MaxMsgs=1000,
+            Proposers=ALL_ROLES_5,
+            Candidates=ALL_ROLES_5,
+            Crashable=ALL_ROLES_5,
+            Recoverers=ALL_ROLES_5,
+            Learners=ALL_ROLES_5,
+            Voters=ALL_ROLES_5,
+            CAcceptors=ALL_ROLES_5,
+            CRequests="TRUE",
+            Retries="TRUE",
+            Relays="TRUE",
+            Compactors=ALL_ROLES_5,
+            Installers=ALL_ROLES_5,
+        ),
     ),
 }
 

@@ -76,6 +76,8 @@ def config_text(constants: Mapping[str, int]) -> str:
         "Learners",
         "Voters",
         "CAcceptors",
+        "Compactors",
+        "Installers",
     ):
         lines.append(f"    {scope} = {everyone}")
     lines += [f"    {k} = {v}" for k, v in SCOPE.items()]
