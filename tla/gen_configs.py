@@ -455,7 +455,8 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
     ),
     "SIM3snap": (
         "N = 3, snapshots in a smaller scope than SIM3 (so that a majority executes"
-        " often) and deeper (100 steps, so that view changes follow snapshots): 2 commands, 2 views, 1 crash, recovery, relays,"
+        " often) and deeper (100 steps, so that view changes follow snapshots):"
+        " 2 commands, 2 views, 1 crash, recovery, relays,"
         " every replica takes and installs snapshots; no leases, reads or hand-overs.",
         "15 depth=100",
         dict(
