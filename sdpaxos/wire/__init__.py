@@ -8,6 +8,8 @@ the asyncio runtime reuse the very same code on real connections.
 - :mod:`sdpaxos.wire.codec`: :func:`encode` / :func:`decode` of one message and
   :func:`encode_batch` / :func:`decode_batch` of several merged into one frame.
 - :mod:`sdpaxos.wire.framing`: :func:`frame` and the sans-I/O :class:`Framer`.
+- :mod:`sdpaxos.wire.records`: :func:`~sdpaxos.wire.records.encode_record` /
+  :func:`~sdpaxos.wire.records.decode_record` of the durable records a log keeps.
 
 Every way peer bytes can be bad raises :class:`CodecError` (or its subclass
 :class:`FrameTooLarge`), so a transport needs one ``except`` to drop a bad peer.

@@ -1,0 +1,67 @@
+"""Durable records to bytes and back: what the runtime's log writes and reads.
+
+Format of one encoded record::
+
+    VERSION (1 byte) | msgpack array [tag, field_1, field_2, ...]
+
+``tag`` is the record class's index in :data:`RECORD_TYPES` (append-only, so
+tags never move). The per-class encoders and decoders are the message codec's
+own (:mod:`sdpaxos.wire.codec` generates them from the dataclass fields), so a
+record is checked exactly as strictly as a message. The log reads these back
+after a crash: every malformed input raises :class:`~sdpaxos.wire.codec.CodecError`
+and nothing else, and the log decides whether that is a torn tail or corruption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sdpaxos.core.storage import (
+    CAccepted,
+    CPromised,
+    OAccepted,
+    Record,
+    ViewEstablished,
+    ViewPromised,
+)
+from sdpaxos.wire.codec import CodecError, _class_codec, _compile, _finish, _short, _unpack_body
+
+__all__ = ["RECORD_TYPES", "decode_record", "encode_record"]
+
+#: Every durable record class, in tag order. Append only: the index is the tag.
+RECORD_TYPES: tuple[type, ...] = (CAccepted, OAccepted, CPromised, ViewPromised, ViewEstablished)
+
+
+def _build() -> tuple[dict[type, Callable[[Any], object]], tuple[Callable[[Any], Any], ...]]:
+    to_wire: dict[type, Callable[[Any], object]] = {}
+    from_wire: list[Callable[[Any], Any]] = []
+    for tag, cls in enumerate(RECORD_TYPES):
+        encoder, decoder = _compile(_class_codec(tag, cls))
+        to_wire[cls] = encoder
+        from_wire.append(decoder)
+    return to_wire, tuple(from_wire)
+
+
+_TO_WIRE, _FROM_WIRE = _build()
+
+
+def encode_record(record: Record) -> bytes:
+    """One record's bytes; raises :class:`CodecError` if it is malformed or too large."""
+    try:
+        to_wire = _TO_WIRE[type(record)]
+    except KeyError:
+        raise CodecError(f"not a durable record type: {_short(record)}") from None
+    return _finish(to_wire(record))
+
+
+def decode_record(data: bytes) -> Record:
+    """The record :func:`encode_record` gave ``data``; raises only :class:`CodecError`."""
+    items = _unpack_body(data)
+    if type(items) is not tuple or not items:
+        raise CodecError(f"expected a non-empty array [tag, ...], got {_short(items)}")
+    tag = items[0]
+    if type(tag) is not int or not 0 <= tag < len(_FROM_WIRE):
+        raise CodecError(f"unknown record tag {_short(tag)}")
+    record: Record = _FROM_WIRE[tag](items)
+    return record
