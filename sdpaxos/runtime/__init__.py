@@ -1,0 +1,5 @@
+"""The runtime: what runs the pure core for real (issue 9, in progress).
+
+So far: :mod:`sdpaxos.runtime.log`, the durable log (the core's ``Storage`` on
+disk). The asyncio node, transport and embedding API come next.
+"""
