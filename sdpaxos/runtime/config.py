@@ -1,0 +1,194 @@
+"""A node's configuration: the cluster, this node, TLS, loaded from TOML and checked.
+
+Every mistake is a :class:`~sdpaxos.core.errors.ConfigError` that names the key
+(``cluster.replicas[2].address: ...``): an operator fixes a file, not a stack
+trace. Unknown keys are errors too, because a misspelt option silently ignored
+is a setting the operator believes in and does not have. A file looks like::
+
+    [cluster]
+    sequencer = 0
+    replicas = [
+        { id = 0, address = "10.0.0.1:7000", region = "CA" },
+        { id = 1, address = "10.0.0.2:7000", region = "OR" },
+        { id = 2, address = "10.0.0.3:7000", region = "OH" },
+    ]
+
+    [cluster.protocol]          # any ClusterConfig field, e.g.
+    heartbeat_ms = 500
+    snapshot_slots_min = 10000
+
+    [node]
+    id = 1                      # or given on the command line
+    data_dir = "/var/lib/sdpaxos/node1"
+
+    [tls]
+    ca = "certs/ca.pem"
+    cert = "certs/node1.pem"
+    key = "certs/node1.key"
+    # insecure = true           # plaintext: only for a laboratory
+
+Relative paths are relative to the file's directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.errors import ConfigError
+from sdpaxos.core.types import ReplicaId
+
+__all__ = ["NodeConfig", "ReplicaAddress", "TlsFiles", "load_config", "parse_config"]
+
+_PROTOCOL_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(ClusterConfig) if f.init and f.name not in ("replicas",)
+) - {"sequencer"}
+_TOP_KEYS = frozenset({"cluster", "node", "tls"})
+_CLUSTER_KEYS = frozenset({"replicas", "sequencer", "protocol"})
+_REPLICA_KEYS = frozenset({"id", "address", "region"})
+_NODE_KEYS = frozenset({"id", "data_dir"})
+_TLS_KEYS = frozenset({"ca", "cert", "key", "insecure"})
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAddress:
+    """Where replica ``id`` listens (``host:port``), and its region's name."""
+
+    id: ReplicaId
+    host: str
+    port: int
+    region: str
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """The cluster CA and this node's certificate and key (mutual TLS)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything one node needs: the cluster, who it is, where it keeps its log.
+
+    ``tls`` is None only when the file says ``insecure = true``.
+    """
+
+    cluster: ClusterConfig
+    replicas: tuple[ReplicaAddress, ...]
+    node_id: ReplicaId
+    data_dir: Path
+    tls: TlsFiles | None
+
+    @property
+    def me(self) -> ReplicaAddress:
+        return self.replicas[self.node_id]
+
+
+def load_config(path: Path | str, node_id: int | None = None) -> NodeConfig:
+    """Read and check the TOML file at ``path``; ``node_id`` overrides ``[node] id``."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return parse_config(raw, base_dir=path.parent, node_id=node_id, source=str(path))
+
+
+def parse_config(
+    raw: dict[str, Any],
+    *,
+    base_dir: Path | str = ".",
+    node_id: int | None = None,
+    source: str = "config",
+) -> NodeConfig:
+    """Check a parsed TOML document (see the module docstring for its shape)."""
+    base = Path(base_dir)
+
+    def fail(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{source}: {key}: {why}")
+
+    def table(value: object, key: str, allowed: frozenset[str]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise fail(key, f"expected a table, got {type(value).__name__}")
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise fail(f"{key}.{unknown[0]}" if key else unknown[0], "unknown key")
+        return value
+
+    top = table(raw, "", _TOP_KEYS)
+    if "cluster" not in top:
+        raise fail("cluster", "missing")
+    cluster = table(top["cluster"], "cluster", _CLUSTER_KEYS)
+    entries = cluster.get("replicas")
+    if not isinstance(entries, list) or not entries:
+        raise fail("cluster.replicas", "expected a non-empty array of tables")
+    replicas: list[ReplicaAddress] = []
+    for k, entry in enumerate(entries):
+        key = f"cluster.replicas[{k}]"
+        item = table(entry, key, _REPLICA_KEYS)
+        rid = item.get("id", k)
+        if type(rid) is not int or rid != k:
+            raise fail(f"{key}.id", f"expected {k} (ids are 0 .. N-1, in order), got {rid!r}")
+        address = item.get("address")
+        if not isinstance(address, str):
+            raise fail(f"{key}.address", "missing, or not a string")
+        host, sep, port_text = address.rpartition(":")
+        if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise fail(f"{key}.address", f"expected host:port, got {address!r}")
+        region = item.get("region", f"R{k}")
+        if not isinstance(region, str):
+            raise fail(f"{key}.region", "expected a string")
+        replicas.append(ReplicaAddress(ReplicaId(k), host.strip("[]"), int(port_text), region))
+    seen: dict[tuple[str, int], int] = {}
+    for r in replicas:
+        other = seen.setdefault((r.host, r.port), r.id)
+        if other != r.id:
+            raise fail(f"cluster.replicas[{r.id}].address", f"same as replica {other}'s")
+    protocol = table(cluster.get("protocol", {}), "cluster.protocol", _PROTOCOL_FIELDS)
+    sequencer = cluster.get("sequencer", 0)
+    try:
+        cluster_config = ClusterConfig(
+            replicas=len(replicas), sequencer=ReplicaId(sequencer), **protocol
+        )
+    except ConfigError as exc:
+        raise fail("cluster", str(exc)) from None
+    except TypeError as exc:  # a value of the wrong kind that the dataclass refused
+        raise fail("cluster.protocol", str(exc)) from None
+
+    node = table(top.get("node", {}), "node", _NODE_KEYS)
+    me = node_id if node_id is not None else node.get("id")
+    if type(me) is not int or not 0 <= me < len(replicas):
+        raise fail("node.id", f"expected a replica id in 0..{len(replicas) - 1}, got {me!r}")
+    data_dir = node.get("data_dir", f"data/node{me}")
+    if not isinstance(data_dir, str) or not data_dir:
+        raise fail("node.data_dir", "expected a directory path")
+
+    tls_table = table(top.get("tls", {}), "tls", _TLS_KEYS)
+    insecure = tls_table.get("insecure", False)
+    if type(insecure) is not bool:
+        raise fail("tls.insecure", f"expected true or false, got {insecure!r}")
+    tls: TlsFiles | None = None
+    if not insecure:
+        files: dict[str, Path] = {}
+        for name in ("ca", "cert", "key"):
+            value = tls_table.get(name)
+            if not isinstance(value, str):
+                raise fail(
+                    f"tls.{name}",
+                    "missing: TLS is on by default (or set tls.insecure = true)",
+                )
+            file = base / value
+            if not file.is_file():
+                raise fail(f"tls.{name}", f"no such file: {file}")
+            files[name] = file
+        tls = TlsFiles(files["ca"], files["cert"], files["key"])
+    return NodeConfig(cluster_config, tuple(replicas), ReplicaId(me), base / data_dir, tls)

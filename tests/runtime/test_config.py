@@ -1,0 +1,98 @@
+"""A node's TOML configuration: a good file loads; every mistake names its key."""
+
+from pathlib import Path
+
+import pytest
+
+from sdpaxos.core.errors import ConfigError
+from sdpaxos.runtime.config import load_config, parse_config
+
+GOOD = """
+[cluster]
+sequencer = 1
+replicas = [
+    { id = 0, address = "10.0.0.1:7000", region = "CA" },
+    { id = 1, address = "10.0.0.2:7000", region = "OR" },
+    { id = 2, address = "[::1]:7001" },
+]
+
+[cluster.protocol]
+heartbeat_ms = 400
+lease_ms = 400
+snapshot_slots_min = 5000
+
+[node]
+id = 2
+data_dir = "data/two"
+
+[tls]
+ca = "ca.pem"
+cert = "node.pem"
+key = "node.key"
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    for name in ("ca.pem", "node.pem", "node.key"):
+        (tmp_path / name).write_text("-----")
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_good_file_loads_with_paths_relative_to_it(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, GOOD))
+    assert cfg.cluster.replicas == 3 and cfg.cluster.sequencer == 1
+    assert cfg.cluster.heartbeat_ms == 400 and cfg.cluster.snapshot_slots_min == 5000
+    assert [(r.host, r.port, r.region) for r in cfg.replicas] == [
+        ("10.0.0.1", 7000, "CA"),
+        ("10.0.0.2", 7000, "OR"),
+        ("::1", 7001, "R2"),
+    ]
+    assert cfg.node_id == 2 and cfg.me.port == 7001
+    assert cfg.data_dir == tmp_path / "data/two"
+    assert cfg.tls is not None and cfg.tls.ca == tmp_path / "ca.pem"
+    assert load_config(tmp_path / "cluster.toml", node_id=0).node_id == 0
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "heartbeat_ms = 400",
+            "heartbeat_msec = 400",
+            r"cluster\.protocol\.heartbeat_msec: unknown",
+        ),
+        ("[node]", "[nodes]", r"nodes: unknown key"),
+        ('"10.0.0.2:7000"', '"10.0.0.2"', r"cluster\.replicas\[1\]\.address: expected host:port"),
+        ('"10.0.0.2:7000"', '"10.0.0.1:7000"', r"replicas\[1\]\.address: same as replica 0"),
+        ("{ id = 1,", "{ id = 5,", r"cluster\.replicas\[1\]\.id: expected 1"),
+        ("id = 2\ndata_dir", "id = 3\ndata_dir", r"node\.id: expected a replica id in 0\.\.2"),
+        ("sequencer = 1", "sequencer = 7", r"cluster: sequencer 7 is not a replica id"),
+        ("lease_ms = 400", "lease_ms = 100", r"cluster: lease_ms \(100\) must be >= heartbeat_ms"),
+        ('key = "node.key"', 'key = "missing.key"', r"tls\.key: no such file"),
+        ('key = "node.key"', "", r"tls\.key: missing: TLS is on by default"),
+        ("snapshot_slots_min = 5000", "snapshot_slots_min = 0", r"snapshot_slots_min must be"),
+        ("[tls]", "[tls]\ninsecure = 1", r"tls\.insecure: expected true or false"),
+        ("sequencer = 1", "sequencer = [", r"not valid TOML"),
+    ],
+)
+def test_every_mistake_names_its_key(tmp_path: Path, old: str, new: str, message: str) -> None:
+    assert old in GOOD
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, GOOD.replace(old, new, 1)))
+
+
+def test_insecure_needs_no_certificates(tmp_path: Path) -> None:
+    raw = {
+        "cluster": {"replicas": [{"address": "127.0.0.1:7000"}]},
+        "node": {"id": 0},
+        "tls": {"insecure": True},
+    }
+    cfg = parse_config(raw, base_dir=tmp_path)
+    assert cfg.tls is None and cfg.cluster.replicas == 1
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read it"):
+        load_config(tmp_path / "nope.toml")
