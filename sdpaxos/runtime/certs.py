@@ -1,0 +1,182 @@
+"""Certificates for mutual TLS: a cluster CA, and a certificate per node and client.
+
+``python -m sdpaxos.runtime.certs --out certs --nodes 3 --clients 1`` writes::
+
+    certs/ca.pem  certs/ca.key                 the cluster CA (keep ca.key offline)
+    certs/node0.pem certs/node0.key ...        one per replica
+    certs/client0.pem certs/client0.key ...    one per client
+
+A node's identity is in its certificate: the subject's common name is
+``node<N>`` (``client<N>`` for clients), which the transport checks against the
+``src`` of every message. Keys are ECDSA P-256; private keys are written with
+mode 0600. Nothing is downloaded and nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import ipaddress
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+__all__ = ["identity_of", "make_cluster_certs"]
+
+#: How long the generated certificates are valid.
+VALIDITY_DAYS = 3650
+_NODE_PREFIX, _CLIENT_PREFIX = "node", "client"
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    data = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sdpaxos cluster"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+
+
+def _san(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return x509.SubjectAlternativeName(names)
+
+
+def make_cluster_certs(
+    out: Path | str,
+    nodes: int,
+    clients: int = 1,
+    hosts: Sequence[str] = ("localhost", "127.0.0.1", "::1"),
+    now: datetime.datetime | None = None,
+) -> list[Path]:
+    """Write a CA and ``nodes`` node and ``clients`` client certificates to ``out``.
+
+    ``hosts``: the names and addresses every node certificate is valid for.
+    Returns the files written.
+    """
+    if nodes < 1 or clients < 0:
+        raise ValueError("need at least one node, and a non-negative number of clients")
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    start = (now or datetime.datetime.now(datetime.UTC)) - datetime.timedelta(minutes=5)
+    end = start + datetime.timedelta(days=VALIDITY_DAYS)
+    ca_key = _key()
+    ca_name = _name("sdpaxos cluster CA")
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    written = [directory / "ca.pem", directory / "ca.key"]
+    written[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(written[1], ca_key)
+    people = [f"{_NODE_PREFIX}{k}" for k in range(nodes)]
+    people += [f"{_CLIENT_PREFIX}{k}" for k in range(clients)]
+    for who in people:
+        key = _key()
+        is_node = who.startswith(_NODE_PREFIX)
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if is_node:
+            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(who))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(end)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        )
+        if is_node:
+            builder = builder.add_extension(_san(hosts), critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        pem, key_path = directory / f"{who}.pem", directory / f"{who}.key"
+        pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(key_path, key)
+        written += [pem, key_path]
+    return written
+
+
+def identity_of(common_name: str) -> tuple[str, int] | None:
+    """``("node", 2)`` for ``node2``, ``("client", 0)`` for ``client0``, else None:
+    how the transport reads who a peer is from its certificate."""
+    for prefix in (_NODE_PREFIX, _CLIENT_PREFIX):
+        rest = common_name.removeprefix(prefix)
+        if rest != common_name and rest.isdigit() and str(int(rest)) == rest:
+            return prefix, int(rest)
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m sdpaxos.runtime.certs",
+        description="Make a cluster CA and node and client certificates for mutual TLS.",
+    )
+    p.add_argument("--out", type=Path, default=Path("certs"), help="directory (default certs)")
+    p.add_argument("--nodes", type=int, default=3, help="node certificates (default 3)")
+    p.add_argument("--clients", type=int, default=1, help="client certificates (default 1)")
+    p.add_argument(
+        "--host",
+        action="append",
+        dest="hosts",
+        help="a name or address the node certificates are valid for (repeat;"
+        " default localhost, 127.0.0.1, ::1)",
+    )
+    args = p.parse_args(argv)
+    if args.nodes < 1 or args.clients < 0:
+        p.error("--nodes must be >= 1 and --clients >= 0")
+    hosts = args.hosts or ["localhost", "127.0.0.1", "::1"]
+    for path in make_cluster_certs(args.out, args.nodes, args.clients, hosts):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
