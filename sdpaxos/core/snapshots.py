@@ -66,11 +66,6 @@ class Snapshots:
         #: The one transfer in flight, if any.
         self.transfer: Transfer | None = None
 
-    @property
-    def slot(self) -> Slot:
-        """Everything below this is compacted here."""
-        return self.s.olog.base
-
     # ------------------------------------------------------------ taking
 
     def after_execute(self) -> None:

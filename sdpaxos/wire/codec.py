@@ -443,12 +443,14 @@ def _arity_error(spec: _ClassCodec, items: tuple[object, ...]) -> CodecError:
     )
 
 
-def _build_tables() -> tuple[
-    dict[type, Callable[[Any], object]], tuple[Callable[[Any], Message], ...]
-]:
+def _build_tables(
+    classes: tuple[type, ...] = MESSAGE_TYPES,
+) -> tuple[dict[type, Callable[[Any], object]], tuple[Callable[[Any], Message], ...]]:
+    """Encoders by class and decoders by tag for ``classes`` (the tag is the index);
+    :mod:`sdpaxos.wire.records` builds its tables with it too."""
     to_wire: dict[type, Callable[[Any], object]] = {}
     from_wire: list[Callable[[Any], Message]] = []
-    for tag, cls in enumerate(MESSAGE_TYPES):
+    for tag, cls in enumerate(classes):
         encoder, decoder = _compile(_class_codec(tag, cls))
         to_wire[cls] = encoder
         from_wire.append(decoder)

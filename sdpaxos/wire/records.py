@@ -14,9 +14,6 @@ and nothing else, and the log decides whether that is a torn tail or corruption.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from sdpaxos.core.storage import (
     CAccepted,
     CPromised,
@@ -25,7 +22,7 @@ from sdpaxos.core.storage import (
     ViewEstablished,
     ViewPromised,
 )
-from sdpaxos.wire.codec import CodecError, _class_codec, _compile, _finish, _short, _unpack_body
+from sdpaxos.wire.codec import CodecError, _build_tables, _finish, _short, _unpack_body
 
 __all__ = ["RECORD_TYPES", "decode_record", "encode_record"]
 
@@ -33,17 +30,7 @@ __all__ = ["RECORD_TYPES", "decode_record", "encode_record"]
 RECORD_TYPES: tuple[type, ...] = (CAccepted, OAccepted, CPromised, ViewPromised, ViewEstablished)
 
 
-def _build() -> tuple[dict[type, Callable[[Any], object]], tuple[Callable[[Any], Any], ...]]:
-    to_wire: dict[type, Callable[[Any], object]] = {}
-    from_wire: list[Callable[[Any], Any]] = []
-    for tag, cls in enumerate(RECORD_TYPES):
-        encoder, decoder = _compile(_class_codec(tag, cls))
-        to_wire[cls] = encoder
-        from_wire.append(decoder)
-    return to_wire, tuple(from_wire)
-
-
-_TO_WIRE, _FROM_WIRE = _build()
+_TO_WIRE, _FROM_WIRE = _build_tables(RECORD_TYPES)
 
 
 def encode_record(record: Record) -> bytes:
@@ -63,5 +50,5 @@ def decode_record(data: bytes) -> Record:
     tag = items[0]
     if type(tag) is not int or not 0 <= tag < len(_FROM_WIRE):
         raise CodecError(f"unknown record tag {_short(tag)}")
-    record: Record = _FROM_WIRE[tag](items)
+    record: Record = _FROM_WIRE[tag](items)  # type: ignore[assignment]
     return record
