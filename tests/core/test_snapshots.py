@@ -46,6 +46,20 @@ def _load(net: Net, proposer: int, commands: int, first_client: int = 1) -> None
         net.run(3)
 
 
+def _run(net: Net, ticks: int, keep: Any) -> None:
+    """``Net.run`` with a filter: ``keep(src, dst, msg)`` False drops a message."""
+    for _ in range(ticks):
+        net.tick()
+        net.deliver_all(keep=keep)
+
+
+def _load_filtered(net: Net, proposer: int, commands: int, keep: Any) -> None:
+    """:func:`_load` with a message filter."""
+    for k in range(commands):
+        net.propose(proposer, client=k + 1, seq=1)
+        _run(net, 3, keep)
+
+
 def _payloads(net: Net, r: int) -> list[bytes]:
     return list(net.machines[r].log)
 
@@ -102,14 +116,8 @@ def test_no_compaction_below_what_a_majority_executed() -> None:
     no majority executed that far."""
     net = _compacting_net()
     keep = lambda src, dst, msg: not isinstance(msg, CCommit | LearnRequest | CPrepare)  # noqa: E731
-    for k in range(10):
-        net.propose(0, client=k + 1, seq=1)
-        for _ in range(3):
-            net.tick()
-            net.deliver_all(keep=keep)
-    for _ in range(120):
-        net.tick()
-        net.deliver_all(keep=keep)
+    _load_filtered(net, proposer=0, commands=10, keep=keep)
+    _run(net, 120, keep)
     rep0 = net.replicas[0]
     assert rep0.executed_upto >= 8
     assert net.replicas[1].executed_upto == 0
@@ -157,22 +165,14 @@ def test_a_compacted_acceptor_answers_compacted_and_the_recoverer_installs() -> 
 
     # 2 hears the order but none of 1's C-instances, until its peers compacted.
     phase1 = cut_off(CAccept, CCommit, LearnRequest, SnapshotChunk, CPrepare)
-    for k in range(12):
-        net.propose(1, client=k + 1, seq=1)
-        for _ in range(3):
-            net.tick()
-            net.deliver_all(keep=phase1)
-    for _ in range(100):
-        net.tick()
-        net.deliver_all(keep=phase1)
+    _load_filtered(net, proposer=1, commands=12, keep=phase1)
+    _run(net, 100, phase1)
     rep2 = net.replicas[2]
     assert net.replicas[0].ctx.clog.floor[1] > 0 and net.replicas[1].ctx.clog.floor[1] > 0
     assert rep2.executor.blocked is not None and rep2.executor.blocked[0] == 1
     # Now 2 may recover, but still not learn or fetch a snapshot.
     phase2 = cut_off(CAccept, CCommit, LearnRequest, SnapshotChunk)
-    for _ in range(150):
-        net.tick()
-        net.deliver_all(keep=phase2)
+    _run(net, 150, phase2)
     # The compacted promises made 2 fetch a snapshot (nothing else asks for one here).
     assert [m for src, dst, m in net.sent if src == 2 and isinstance(m, SnapshotRequest)]
     # And they changed nothing at the acceptors: no instance below their floors.
@@ -206,9 +206,7 @@ def test_a_lost_chunk_is_asked_for_again_from_where_the_transfer_stopped() -> No
             return False
         return True
 
-    for _ in range(200):
-        net.tick()
-        net.deliver_all(keep=lose_the_second_chunk)
+    _run(net, 200, lose_the_second_chunk)
     assert lost, "the snapshot took a single chunk: the test needs several"
     asks = [
         (dst, m.offset) for src, dst, m in net.sent if src == 2 and isinstance(m, SnapshotRequest)
