@@ -11,11 +11,11 @@ records first, then messages, then answers), and :mod:`sdpaxos.sim.explicit`,
 explicit delivery for protocol transcripts written message by message.
 """
 
+from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile, ProfileError
 from sdpaxos.sim.checkers import Checker, LivenessViolation, SafetyViolation
 from sdpaxos.sim.chooser import BenignChooser, Chooser, SeededChooser
 from sdpaxos.sim.cluster import SimCluster
 from sdpaxos.sim.network import LinkStats, Network, NetworkConfig
-from sdpaxos.sim.profiles import PAPER3, PAPER5, DelayProfile, ProfileError
 from sdpaxos.sim.run import RunResult, run_closed_loop
 from sdpaxos.sim.scheduler import Scheduler
 from sdpaxos.sim.statemachine import DigestRegister

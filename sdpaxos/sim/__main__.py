@@ -44,10 +44,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot, run_failover
-from sdpaxos.sim.faults import FaultKind, parse_faults
-from sdpaxos.sim.network import NetworkConfig
-from sdpaxos.sim.profiles import (
+from sdpaxos.profiles import (
     PAPER3,
     PAPER5,
     REGIONS_MAX,
@@ -56,6 +53,9 @@ from sdpaxos.sim.profiles import (
     builtin,
     load_json,
 )
+from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot, run_failover
+from sdpaxos.sim.faults import FaultKind, parse_faults
+from sdpaxos.sim.network import NetworkConfig
 from sdpaxos.sim.run import RunResult, run_closed_loop
 from sdpaxos.sim.sweep import COMMANDS_DEFAULT, sweep
 from sdpaxos.sim.workload import CLIENTS_PER_REGION_MAX

@@ -68,11 +68,11 @@ from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
 from sdpaxos.core.replica import Replica
 from sdpaxos.core.storage import MemoryStorage, Record, Snapshot
 from sdpaxos.core.types import Command, ReplicaId, Wait
+from sdpaxos.profiles import DelayProfile
 from sdpaxos.sim.checkers import Checker
 from sdpaxos.sim.chooser import Chooser, derive_rng
 from sdpaxos.sim.driver import Outlet, carry_out
 from sdpaxos.sim.network import Network, NetworkConfig
-from sdpaxos.sim.profiles import DelayProfile
 from sdpaxos.sim.scheduler import EVENTS_PENDING_MAX, Scheduler
 from sdpaxos.sim.statemachine import DigestRegister
 

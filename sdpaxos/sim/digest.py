@@ -25,9 +25,9 @@ from typing import Any
 from sdpaxos.core.ready import ReadResult, Reply
 from sdpaxos.core.storage import Record
 from sdpaxos.core.types import Command
+from sdpaxos.profiles import PAPER3, PAPER5
 from sdpaxos.sim.cluster import SimCluster
 from sdpaxos.sim.faults import ALL_FAULTS
-from sdpaxos.sim.profiles import PAPER3, PAPER5
 from sdpaxos.sim.run import run_closed_loop
 from sdpaxos.sim.sweep import run_faulty
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdpaxos.core.ready import Reply, ReplyKind
+from sdpaxos.profiles import PAPER3, DelayProfile
 from sdpaxos.sim.checkers import SafetyViolation
 from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.cluster import SimCluster
-from sdpaxos.sim.profiles import PAPER3, DelayProfile
 from sdpaxos.sim.workload import ClosedLoopClients
 
 #: The paper's settings (section 5.5).

@@ -25,8 +25,8 @@ Rules:
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sdpaxos.profiles import DelayProfile
 from sdpaxos.sim.chooser import Chooser, flip
-from sdpaxos.sim.profiles import DelayProfile
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdpaxos.profiles import DelayProfile
 from sdpaxos.sim.checkers import LivenessViolation, SafetyViolation
 from sdpaxos.sim.chooser import Chooser, SeededChooser
 from sdpaxos.sim.cluster import SimCluster
 from sdpaxos.sim.network import NetworkConfig
-from sdpaxos.sim.profiles import DelayProfile
 from sdpaxos.sim.workload import ClosedLoopClients, LatencyStats
 
 #: Granularity at which a drain re-checks whether everything has executed.

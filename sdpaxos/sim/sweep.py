@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile, uniform
 from sdpaxos.sim.checkers import LivenessViolation, SafetyViolation
 from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.cluster import SimCluster
@@ -39,7 +40,6 @@ from sdpaxos.sim.faults import (
     limits_for,
     network_for,
 )
-from sdpaxos.sim.profiles import PAPER3, PAPER5, DelayProfile, uniform
 from sdpaxos.sim.trace import TRACE_CONFIG, TRACE_FAULTS, TraceRecorder
 from sdpaxos.sim.workload import ClosedLoopClients
 

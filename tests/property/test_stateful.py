@@ -33,8 +33,8 @@ from hypothesis.stateful import (
 
 from sdpaxos.core import Command
 from sdpaxos.core.ready import Reply
+from sdpaxos.profiles import DelayProfile
 from sdpaxos.sim import NetworkConfig, SeededChooser, SimCluster
-from sdpaxos.sim.profiles import DelayProfile
 
 #: Virtual time the final liveness check may take after healing.
 DRAIN_MS = 60_000

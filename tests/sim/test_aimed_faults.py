@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from sdpaxos.profiles import DelayProfile
 from sdpaxos.sim import PAPER3, PAPER5, SeededChooser, SimCluster
 from sdpaxos.sim.faults import (
     ALL_FAULTS,
@@ -27,7 +28,6 @@ from sdpaxos.sim.faults import (
     limits_for,
     parse_faults,
 )
-from sdpaxos.sim.profiles import DelayProfile
 from sdpaxos.sim.sweep import KEYS, run_faulty
 from sdpaxos.sim.workload import ClosedLoopClients
 

@@ -4,6 +4,7 @@ import random
 import pytest
 
 from sdpaxos.core import Command
+from sdpaxos.profiles import uniform
 from sdpaxos.sim import (
     PAPER3,
     PAPER5,
@@ -13,7 +14,6 @@ from sdpaxos.sim import (
     SimCluster,
     run_closed_loop,
 )
-from sdpaxos.sim.profiles import uniform
 
 from .fakes import FakeReplica, PickleCodec, Ping, fake_factory
 

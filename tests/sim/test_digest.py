@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from sdpaxos.profiles import PAPER3
 from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.cluster import DROP, SimCluster
 from sdpaxos.sim.digest import DIGEST_RUNS, RunDigest, digest_of
-from sdpaxos.sim.profiles import PAPER3
 from sdpaxos.sim.workload import ClosedLoopClients
 
 KEPT = json.loads((Path(__file__).parent / "digests.json").read_text())

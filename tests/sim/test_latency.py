@@ -7,8 +7,8 @@ value derived from the paper's Table 1 (paper section 3.2 gives the rules).
 
 import pytest
 
+from sdpaxos.profiles import DelayProfile, uniform
 from sdpaxos.sim import PAPER3, PAPER5, run_closed_loop
-from sdpaxos.sim.profiles import DelayProfile, uniform
 
 COMMANDS = 40
 

@@ -3,9 +3,9 @@ import random
 
 import pytest
 
+from sdpaxos.profiles import PAPER5, uniform
 from sdpaxos.sim.chooser import BenignChooser, SeededChooser
 from sdpaxos.sim.network import Network, NetworkConfig
-from sdpaxos.sim.profiles import PAPER5, uniform
 
 
 def test_delay_is_half_the_rtt() -> None:

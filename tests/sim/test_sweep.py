@@ -10,8 +10,8 @@ import random
 
 import pytest
 
+from sdpaxos.profiles import DelayProfile, uniform
 from sdpaxos.sim import PAPER3, PAPER5, NetworkConfig, run_closed_loop
-from sdpaxos.sim.profiles import DelayProfile, uniform
 
 
 def sweep_case(seed: int, profiles: list[DelayProfile], commands: int) -> None:

@@ -1,5 +1,8 @@
 """Delay profiles: region names and their round-trip-time matrix.
 
+Shared by the simulator (:mod:`sdpaxos.sim.network`) and the runtime's delay
+emulator, so it sits beside both, importing neither.
+
 Built in are the deployments of the SDPaxos paper's Table 1: ``paper3``
 (CA, OR, OH) and ``paper5`` (CA, OR, OH, IRE, SEL). Papers publish
 round trips, so a profile stores RTTs and the one-way delay of a link is half

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from sdpaxos.core import ClusterConfig
-from sdpaxos.sim.profiles import (
+from sdpaxos.profiles import (
     PAPER3,
     PAPER5,
     DelayProfile,
