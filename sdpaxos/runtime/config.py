@@ -27,7 +27,9 @@ is a setting the operator believes in and does not have. A file looks like::
     key = "certs/node1.key"
     # insecure = true           # plaintext: only for a laboratory
 
-Relative paths are relative to the file's directory.
+Relative paths are relative to the file's directory, and ``{id}`` in a path
+(``data_dir = "data/node{id}"``, ``cert = "certs/node{id}.pem"``) becomes the
+node's id, so that one file serves every node of a cluster.
 """
 
 from __future__ import annotations
@@ -171,6 +173,7 @@ def parse_config(
     data_dir = node.get("data_dir", f"data/node{me}")
     if not isinstance(data_dir, str) or not data_dir:
         raise fail("node.data_dir", "expected a directory path")
+    data_dir = data_dir.replace("{id}", str(me))
 
     tls_table = table(top.get("tls", {}), "tls", _TLS_KEYS)
     insecure = tls_table.get("insecure", False)
@@ -186,7 +189,7 @@ def parse_config(
                     f"tls.{name}",
                     "missing: TLS is on by default (or set tls.insecure = true)",
                 )
-            file = base / value
+            file = base / value.replace("{id}", str(me))
             if not file.is_file():
                 raise fail(f"tls.{name}", f"no such file: {file}")
             files[name] = file

@@ -75,6 +75,10 @@ def _frame(payload: bytes) -> bytes:
     return _HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
+def _fdatasync(fd: int) -> None:
+    (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -107,6 +111,10 @@ class DurableLog:
         self._segment: tuple[int, int, int] | None = None
         #: Bytes cut from a torn tail at open (0 if none).
         self.torn_bytes = 0
+        #: Bytes of records in the segments (what a snapshot would let go).
+        self.log_bytes = 0
+        #: Size of the snapshot file (0 without one).
+        self.snapshot_bytes = 0
         self._open()
 
     # ---------------------------------------------------------------- reading
@@ -126,11 +134,13 @@ class DurableLog:
         snap_path = self.directory / SNAPSHOT_FILE
         if snap_path.exists():
             self._snapshot = self._read_snapshot(snap_path)
+            self.snapshot_bytes = snap_path.stat().st_size
         numbers = self._segments()
         for k, number in enumerate(numbers):
             path = self.directory / _segment_name(number)
             records, end, torn = self._read_segment(path, last=k == len(numbers) - 1)
             self._records.extend(records)
+            self.log_bytes += end
             if torn:
                 self.torn_bytes = torn
                 logger.warning("cut a torn tail of %d bytes at %s:%d", torn, path.name, end)
@@ -229,8 +239,11 @@ class DurableLog:
         number, fd, pos = self._segment
         os.pwrite(fd, data, pos)
         if self.fsync:
-            os.fsync(fd)
+            # The segment was preallocated: its size is already durable, so
+            # the data alone needs flushing.
+            _fdatasync(fd)
         self._segment = (number, fd, pos + len(data))
+        self.log_bytes += len(data)
         self._records.extend(records)
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -248,10 +261,12 @@ class DurableLog:
         if self.fsync:
             _fsync_dir(self.directory)
         self._snapshot = snapshot
+        self.snapshot_bytes = _HEADER.size + len(payload)
         kept = covered_records(self._records, snapshot)
         old = self._segments()
         self._rotate(0)
         self._records = []
+        self.log_bytes = 0
         self.append(kept)
         for number in old:
             (self.directory / _segment_name(number)).unlink()

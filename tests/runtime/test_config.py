@@ -96,3 +96,19 @@ def test_insecure_needs_no_certificates(tmp_path: Path) -> None:
 def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read it"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_id_in_paths_becomes_the_node_id(tmp_path):
+    """One file for the whole cluster: ``{id}`` in data_dir and TLS paths is the node's id."""
+    for name in ("ca.pem", "node1.pem", "node1.key"):
+        (tmp_path / name).write_text("x")
+    raw = {
+        "cluster": {"replicas": [{"address": f"127.0.0.1:{7000 + k}"} for k in range(3)]},
+        "node": {"data_dir": "data/node{id}"},
+        "tls": {"ca": "ca.pem", "cert": "node{id}.pem", "key": "node{id}.key"},
+    }
+    cfg = parse_config(raw, base_dir=tmp_path, node_id=1)
+    assert cfg.data_dir == tmp_path / "data/node1"
+    assert cfg.tls is not None and cfg.tls.cert == tmp_path / "node1.pem"
+    with pytest.raises(ConfigError, match=r"tls\.cert: no such file: .*node2\.pem"):
+        parse_config(raw, base_dir=tmp_path, node_id=2)

@@ -1,0 +1,296 @@
+"""The runtime's own frames: hello, ping/pong, and what clients ask a node.
+
+Every connection carries length-prefixed frames (:mod:`sdpaxos.wire.framing`).
+Between replicas, a frame is either a batch of core messages
+(:func:`sdpaxos.wire.codec.encode_batch`, first byte the codec's ``VERSION``)
+or a runtime frame. A runtime frame starts with :data:`RUNTIME_PREFIX` (a byte
+the codec never starts with) followed by a msgpack array ``[tag, ...]``::
+
+    HELLO   [0, "sdpaxos", version, kind, id]   first frame of every connection
+    PING    [1, sent_ms]                         a round trip, between replicas
+    PONG    [2, sent_ms, executed_upto]          ... answered with how far we executed
+    SUBMIT  [10, request_id, client_id, seq, payload, key | nil, wait]
+    READ    [11, request_id, key | nil, request | nil]
+    STATUS  [12, request_id]
+    ADMIN   [13, request_id, operation, argument]
+    REPLY   [20, request_id, code, value]
+
+Why a separate set from the core's messages: the core is pure and knows
+nothing of connections, clients or clocks; these frames are the runtime's
+business, and a peer's core batch is still decoded by the strict codec alone.
+
+Every decoder here is strict: a wrong tag, arity, type or size raises
+:class:`FrameError` with a reason, and the connection that sent it is closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "COMMAND_BYTES_MAX",
+    "KEY_BYTES_MAX",
+    "RUNTIME_PREFIX",
+    "Admin",
+    "Code",
+    "FrameError",
+    "Hello",
+    "Kind",
+    "Ping",
+    "Pong",
+    "Read",
+    "Reply",
+    "Status",
+    "Submit",
+    "decode_runtime",
+    "encode_runtime",
+]
+
+#: First byte of every runtime frame (the codec's frames start with its VERSION, 1).
+RUNTIME_PREFIX = 0xC1
+_PREFIX = bytes([RUNTIME_PREFIX])
+MAGIC = "sdpaxos"
+#: Version of this frame set; a hello with another is refused.
+PROTOCOL_VERSION = 1
+#: Largest command payload a client may submit (a bigger one is refused, not cut).
+COMMAND_BYTES_MAX = 1 << 20
+#: Largest key (or read request) a client may send.
+KEY_BYTES_MAX = 1 << 16
+#: Largest runtime frame a node accepts from a client (a command and its key, framed).
+RUNTIME_FRAME_BYTES_MAX = COMMAND_BYTES_MAX + KEY_BYTES_MAX + 1024
+#: Request ids and client ids are unsigned 64-bit.
+_U64_MAX = (1 << 64) - 1
+
+
+class FrameError(ValueError):
+    """A frame that is malformed, of an unknown kind, or too large."""
+
+
+class Kind(IntEnum):
+    """Who says hello: another replica, or a client."""
+
+    NODE = 0
+    CLIENT = 1
+
+
+class Code(IntEnum):
+    """How a node answers a client request (``Reply.code``)."""
+
+    #: SUBMIT answered: the command is ready (its place in the order is fixed).
+    READY = 0
+    #: SUBMIT answered: executed at this node; ``value`` is the state machine's result.
+    EXECUTED = 1
+    #: SUBMIT: the client's session expired; the command was not applied.
+    SESSION_EXPIRED = 2
+    #: READ answered: ``value`` is the state machine's answer (or nil).
+    READ_OK = 3
+    #: STATUS or ADMIN answered: ``value`` is a map.
+    OK = 4
+    #: Refused for now (queue full, no sequencer yet): try again, maybe elsewhere.
+    RETRY = 5
+    #: Refused for good: ``value`` is a message saying why.
+    ERROR = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    kind: Kind
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    sent_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    sent_ms: float
+    executed_upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    request_id: int
+    client_id: int
+    seq: int
+    payload: bytes
+    key: bytes | None
+    #: 0: answer when ready; 1: when executed (with the result).
+    wait: int
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    request_id: int
+    key: bytes | None
+    request: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Admin:
+    request_id: int
+    operation: str
+    argument: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    request_id: int
+    code: Code
+    value: Any
+
+
+RuntimeFrame = Hello | Ping | Pong | Submit | Read | Status | Admin | Reply
+
+_HELLO, _PING, _PONG = 0, 1, 2
+_SUBMIT, _READ, _STATUS, _ADMIN, _REPLY = 10, 11, 12, 13, 20
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def encode_runtime(frame: RuntimeFrame) -> bytes:
+    """The payload of one runtime frame (to be framed with its length prefix)."""
+    match frame:
+        case Hello(kind, ident):
+            body: list[Any] = [_HELLO, MAGIC, PROTOCOL_VERSION, int(kind), ident]
+        case Ping(sent_ms):
+            body = [_PING, float(sent_ms)]
+        case Pong(sent_ms, executed_upto):
+            body = [_PONG, float(sent_ms), executed_upto]
+        case Submit(rid, cid, seq, payload, key, wait):
+            body = [_SUBMIT, rid, cid, seq, payload, key, wait]
+        case Read(rid, key, request):
+            body = [_READ, rid, key, request]
+        case Status(rid):
+            body = [_STATUS, rid]
+        case Admin(rid, operation, argument):
+            body = [_ADMIN, rid, operation, argument]
+        case Reply(rid, code, value):
+            body = [_REPLY, rid, int(code), value]
+        case _:
+            raise FrameError(f"not a runtime frame: {type(frame).__name__}")
+    packed: bytes = _packer.pack(body)
+    return _PREFIX + packed
+
+
+def _u64(value: object, what: str) -> int:
+    if type(value) is not int or not 0 <= value <= _U64_MAX:
+        raise FrameError(f"{what} must be an unsigned 64-bit integer, got {value!r:.40}")
+    return value
+
+
+def _opt_bytes(value: object, what: str, limit: int) -> bytes | None:
+    if value is None:
+        return None
+    if type(value) is not bytes:
+        raise FrameError(f"{what} must be bytes or nil, got {type(value).__name__}")
+    if len(value) > limit:
+        raise FrameError(f"{what} of {len(value)} bytes exceeds {limit}")
+    return value
+
+
+def _number(value: object, what: str) -> float:
+    if type(value) not in (int, float) or value != value:  # NaN is not a time
+        raise FrameError(f"{what} must be a number, got {value!r:.40}")
+    return float(value)  # type: ignore[arg-type]
+
+
+_ARITY = {
+    _HELLO: 5,
+    _PING: 2,
+    _PONG: 3,
+    _SUBMIT: 7,
+    _READ: 4,
+    _STATUS: 2,
+    _ADMIN: 4,
+    _REPLY: 4,
+}
+
+
+def decode_runtime(data: bytes) -> RuntimeFrame:
+    """Decode a runtime frame's payload (starting with :data:`RUNTIME_PREFIX`)."""
+    if not data or data[0] != RUNTIME_PREFIX:
+        raise FrameError("not a runtime frame (wrong first byte)")
+    if len(data) > RUNTIME_FRAME_BYTES_MAX:
+        raise FrameError(f"runtime frame of {len(data)} bytes exceeds {RUNTIME_FRAME_BYTES_MAX}")
+    try:
+        body = msgpack.unpackb(
+            data[1:],
+            raw=False,
+            use_list=False,
+            strict_map_key=True,
+            max_bin_len=RUNTIME_FRAME_BYTES_MAX,
+            max_str_len=KEY_BYTES_MAX,
+            max_array_len=1024,
+            max_map_len=1024,
+            max_ext_len=0,
+        )
+    except Exception as exc:  # msgpack's exception set is not a contract
+        raise FrameError(f"malformed msgpack: {exc}") from None
+    if type(body) is not tuple or not body:
+        raise FrameError("expected an array [tag, ...]")
+    tag = body[0]
+    arity = _ARITY.get(tag) if type(tag) is int else None
+    if arity is None:
+        raise FrameError(f"unknown runtime frame tag {tag!r:.40}")
+    if len(body) != arity:
+        raise FrameError(f"frame tag {tag} needs {arity} items, got {len(body)}")
+    if tag == _HELLO:
+        _, magic, version, kind, ident = body
+        if magic != MAGIC:
+            raise FrameError("hello: not an sdpaxos peer")
+        if version != PROTOCOL_VERSION:
+            raise FrameError(
+                f"hello: protocol version {version!r:.20} (expected {PROTOCOL_VERSION})"
+            )
+        if kind not in (0, 1) or type(kind) is not int:
+            raise FrameError(f"hello: unknown kind {kind!r:.20}")
+        return Hello(Kind(kind), _u64(ident, "hello id"))
+    if tag == _PING:
+        return Ping(_number(body[1], "ping time"))
+    if tag == _PONG:
+        return Pong(_number(body[1], "pong time"), _u64(body[2], "pong executed"))
+    if tag == _SUBMIT:
+        _, rid, cid, seq, payload, key, wait = body
+        if type(payload) is not bytes:
+            raise FrameError(f"submit payload must be bytes, got {type(payload).__name__}")
+        if len(payload) > COMMAND_BYTES_MAX:
+            raise FrameError(f"submit payload of {len(payload)} bytes exceeds {COMMAND_BYTES_MAX}")
+        if wait not in (0, 1) or type(wait) is not int:
+            raise FrameError(f"submit wait must be 0 or 1, got {wait!r:.20}")
+        return Submit(
+            _u64(rid, "request id"),
+            _u64(cid, "client id"),
+            _u64(seq, "seq"),
+            payload,
+            _opt_bytes(key, "key", KEY_BYTES_MAX),
+            wait,
+        )
+    if tag == _READ:
+        _, rid, key, request = body
+        return Read(
+            _u64(rid, "request id"),
+            _opt_bytes(key, "key", KEY_BYTES_MAX),
+            _opt_bytes(request, "read request", KEY_BYTES_MAX),
+        )
+    if tag == _STATUS:
+        return Status(_u64(body[1], "request id"))
+    if tag == _ADMIN:
+        _, rid, operation, argument = body
+        if type(operation) is not str:
+            raise FrameError("admin operation must be a string")
+        return Admin(_u64(rid, "request id"), operation, argument)
+    _, rid, code, value = body
+    if type(code) is not int or code not in Code._value2member_map_:
+        raise FrameError(f"unknown reply code {code!r:.20}")
+    return Reply(_u64(rid, "request id"), Code(code), value)

@@ -1,0 +1,1153 @@
+"""A replica as a running node: the core, its durable log, its connections.
+
+Embedding::
+
+    async with Node(config, MyStateMachine()) as node:
+        await node.submit(b"payload", key=b"k")              # ready: ordered
+        result = await node.submit(b"payload", wait="executed")
+        value = await node.read(b"k")                        # linearizable
+        print(node.status())
+
+**The driver loop** (one per node, on the event loop; the core never awaits):
+a peer's frame is decoded and each message stepped at once; a timer ticks
+the core every ``tick_ms``; and once per loop turn (``call_soon``) the node
+takes :meth:`Replica.ready` and carries it out in the durability order of
+:mod:`sdpaxos.core.ready`:
+
+1. its records (and snapshot) go to the durable log, on one worker thread, so
+   the event loop never waits on the disk. While a write is in flight, the
+   records of later batches gather and go in the next write: **group commit**,
+   one ``fsync`` for many batches;
+2. a batch's messages, replies and read results are held until every record of
+   that batch *and of every batch before it* is durable, then released in
+   batch order. A batch with no records whose predecessors are durable leaves
+   at once.
+
+**Messages** for one peer gathered in a loop turn go as one frame (a core
+batch), written once; the delay emulator, when configured, holds each frame
+for its link's delay (:mod:`sdpaxos.runtime.emulator`).
+
+**Exactly-once**: :meth:`Node.submit` numbers commands within a session
+(``client_id``, ``seq``); the core executes each ``(client_id, seq)`` once and
+answers a retry with the first result. Remote clients
+(:mod:`sdpaxos.runtime.client`) keep their session across reconnects and
+resubmit the same ``(client_id, seq)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from sdpaxos.core.errors import LocalProtocolError, Overloaded
+from sdpaxos.core.messages import Message
+from sdpaxos.core.ready import ReadResult, Ready, Reply, ReplyKind
+from sdpaxos.core.replica import Replica
+from sdpaxos.core.sessions import decode_session_id, registration
+from sdpaxos.core.storage import Record, Snapshot
+from sdpaxos.core.types import Command, ReplicaId, Wait
+from sdpaxos.runtime import frames as rf
+from sdpaxos.runtime.config import NodeConfig
+from sdpaxos.runtime.log import DurableLog
+from sdpaxos.runtime.tls import client_context, server_context
+from sdpaxos.runtime.transport import Connection
+from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError, decode_batch
+from sdpaxos.wire.codec import encode_batch as _encode_batch
+
+__all__ = ["Node", "NodeError", "NodeStatus", "PeerStatus", "Session", "SessionExpired"]
+
+logger = logging.getLogger(__name__)
+
+#: How often each connected peer is pinged (round trip and its executed slot).
+PING_INTERVAL_S = 1.0
+#: Reconnect backoff: first wait, cap (full jitter between 0 and the current step).
+RECONNECT_BACKOFF_MIN_S = 0.05
+RECONNECT_BACKOFF_MAX_S = 2.0
+#: A dial that has not connected (and finished its TLS handshake) by then is abandoned.
+DIAL_TIMEOUT_S = 5.0
+#: How often a dialler looks whether its connection is still up.
+_DIAL_CHECK_S = 0.05
+#: Idle local sessions kept for reuse by :meth:`Node.submit`.
+SESSIONS_IDLE_MAX = 4096
+#: Requests one client connection may have waiting before the node stops reading it.
+CLIENT_REQUESTS_PENDING_MAX = 8192
+#: A read the sequencer could not serve is asked again after this long ...
+READ_RETRY_S = 0.02
+#: ... until this long has passed; then the client is told to retry.
+READ_TIMEOUT_S = 5.0
+#: ``ready()`` calls in one flush before yielding to the loop (a batch may
+#: leave more deferred work, e.g. an execution that unblocks another).
+READY_CALLS_PER_FLUSH_MAX = 64
+#: A snapshot is requested when the log holds this many bytes (``None``: never).
+SNAPSHOT_LOG_BYTES_DEFAULT = 256 << 20
+#: Unsent bytes to a client above which its replies are dropped (it is not reading).
+_WaitName = Literal["ready", "executed"]
+
+
+class NodeError(Exception):
+    """The node cannot serve: not started, stopped, or its log failed."""
+
+
+class SessionExpired(Exception):
+    """The command's session expired before it executed; it was not applied."""
+
+
+class StateMachine(Protocol):
+    """What a node replicates (the core's protocol, plus an optional ``query``)."""
+
+    def apply(self, payload: bytes) -> bytes: ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatus:
+    """This node's view of one other replica."""
+
+    id: int
+    connected: bool
+    #: Latest measured round trip (ping/pong over the same connection), or None.
+    rtt_ms: float | None
+    #: The peer's executed prefix as of its last pong, and how far it trails ours.
+    executed_upto: int | None
+    lag_slots: int | None
+    #: Bytes queued to it (kernel send buffer not yet taken) and frames dropped.
+    queue_bytes: int
+    frames_dropped: int
+    frames_delayed: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """Where a node stands, for people (``python -m sdpaxos status``) and tests."""
+
+    id: int
+    address: str
+    region: str
+    view: int
+    sequencer: int | None
+    is_sequencer: bool
+    has_lease: bool
+    executed_upto: int
+    snapshot_slot: int
+    log_records: int
+    log_bytes: int
+    snapshot_bytes: int
+    fsyncs: int
+    records_written: int
+    frames_rejected: int
+    peers: tuple[PeerStatus, ...]
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class _Peer:
+    """Per-peer state: its connection, its delayed frames, its measurements."""
+
+    __slots__ = (
+        "conn",
+        "delayed",
+        "dial_task",
+        "executed",
+        "frames_delayed",
+        "id",
+        "rtt_ms",
+        "timer",
+    )
+
+    def __init__(self, peer_id: int) -> None:
+        self.id = peer_id
+        self.conn: Connection | None = None
+        self.rtt_ms: float | None = None
+        self.executed: int | None = None
+        #: Frames the emulator holds: (deliver at loop time s, framed bytes, count).
+        self.delayed: deque[tuple[float, bytes, int]] = deque()
+        self.timer: asyncio.TimerHandle | None = None
+        self.dial_task: asyncio.Task[None] | None = None
+        self.frames_delayed = 0
+
+
+class _Held:
+    """A batch's outputs waiting for its records to be durable."""
+
+    __slots__ = ("messages", "need", "reads", "replies")
+
+    def __init__(
+        self,
+        need: int,
+        messages: list[tuple[ReplicaId, Message]],
+        replies: list[Reply],
+        reads: list[ReadResult],
+    ) -> None:
+        self.need = need
+        self.messages = messages
+        self.replies = replies
+        self.reads = reads
+
+
+#: Called with the reply, or with None when the node stops before one came.
+Waiter = Callable[[Reply | None], None]
+
+
+class Session:
+    """A client session of a node: numbers its commands for exactly-once execution.
+
+    One command at a time (the core's session rule); :meth:`Node.submit` keeps a
+    pool of them, so callers need one only to control numbering themselves.
+    """
+
+    def __init__(self, node: Node, client_id: int) -> None:
+        self.node = node
+        self.client_id = client_id
+        self.seq = 0
+        self.busy = False
+
+    async def submit(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        wait: _WaitName = "ready",
+        timeout_s: float | None = None,
+    ) -> bytes | None:
+        """Propose ``payload`` as this session's next command and wait for it."""
+        if self.busy:
+            raise LocalProtocolError("a session has one command outstanding at a time")
+        self.busy = True
+        try:
+            self.seq += 1
+            cmd = Command(self.client_id, self.seq, payload, key)
+            reply = await self.node._propose(cmd, _wait_of(wait), timeout_s)
+        finally:
+            self.busy = False
+        if reply.kind == ReplyKind.SESSION_EXPIRED:
+            raise SessionExpired(f"session {self.client_id} expired; the command was not applied")
+        return reply.result
+
+
+def _wait_of(wait: str) -> Wait:
+    if wait == "ready":
+        return Wait.READY
+    if wait == "executed":
+        return Wait.EXECUTED
+    raise ValueError(f'wait must be "ready" or "executed", got {wait!r}')
+
+
+class Node:
+    """One replica, running: see the module docstring.
+
+    Args:
+        config: the cluster and this node (:func:`sdpaxos.runtime.config.load_config`).
+        state_machine: the application. If it has ``query(request: bytes) ->
+            bytes``, :meth:`read` and remote reads answer with it.
+        fsync: make records durable with ``fsync`` (off only for benchmarks and
+            tests that do not crash the machine: a process crash is still safe).
+        emulator: a :class:`~sdpaxos.runtime.emulator.LinkEmulator` for this
+            node's outgoing links, or None.
+        metrics: a :class:`~sdpaxos.runtime.metrics.NodeMetrics`, or None.
+        listen_host: where to listen (default: the host of this node's address).
+        snapshot_log_bytes: ask the core for a snapshot once the log holds this
+            many bytes (None: only by ``ClusterConfig.snapshot_slots_min``).
+        rng: randomness for the core and the reconnect jitter (default: seeded
+            from ``os.urandom``).
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        state_machine: StateMachine,
+        *,
+        fsync: bool = True,
+        emulator: Any = None,
+        metrics: Any = None,
+        listen_host: str | None = None,
+        snapshot_log_bytes: int | None = SNAPSHOT_LOG_BYTES_DEFAULT,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.id: ReplicaId = config.node_id
+        self.state_machine = state_machine
+        self.fsync = fsync
+        self.emulator = emulator
+        self.metrics = metrics
+        self.listen_host = listen_host
+        self.snapshot_log_bytes = snapshot_log_bytes
+        self._rng = rng if rng is not None else random.Random(os.urandom(16))
+        self.replica: Replica | None = None
+        self.log: DurableLog | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._io: concurrent.futures.ThreadPoolExecutor | None = None
+        self._server: asyncio.Server | None = None
+        self._peers: dict[int, _Peer] = {
+            r.id: _Peer(r.id) for r in config.replicas if r.id != config.node_id
+        }
+        self._clients: set[Connection] = set()
+        self._running = False
+        self._failed: BaseException | None = None
+        # Driver state.
+        self._flush_scheduled = False
+        self._tick_timer: asyncio.TimerHandle | None = None
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._records_seq = 0
+        self._durable_seq = 0
+        self._unsaved: list[Record] = []
+        self._unsaved_snapshot: Snapshot | None = None
+        self._writing = False
+        self._held: deque[_Held] = deque()
+        self._out: dict[int, list[Message]] = {}
+        self._dirty_conns: set[Connection] = set()
+        self._waiting: dict[tuple[int, int], list[Waiter]] = {}
+        self._reads: dict[int, Callable[[bool], None]] = {}
+        self._read_ids = 0
+        self._sessions: list[Session] = []
+        self._room: asyncio.Event | None = None
+        self._snapshot_asked = False
+        # Counters.
+        self.frames_rejected = 0
+        self.fsyncs = 0
+        self.records_written = 0
+        self.bound_port: int | None = None
+
+    # --------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Node:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the log, rebuild the replica from it, listen, and dial peers."""
+        if self._running:
+            raise NodeError("already started")
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._room = asyncio.Event()
+        self._io = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"sdpaxos-log-{self.id}"
+        )
+        cfg = self.config
+        self.log = await loop.run_in_executor(
+            self._io,
+            lambda: DurableLog(cfg.data_dir, cfg.cluster.replicas, fsync=self.fsync),
+        )
+        records = self.log.load()
+        snapshot = self.log.load_snapshot()
+        self.replica = Replica(
+            cfg.cluster,
+            self.id,
+            self.state_machine,
+            rng=random.Random(self._rng.getrandbits(64)),
+            records=records,
+            snapshot=snapshot,
+        )
+        if records or snapshot is not None:
+            logger.info(
+                "node %d: restarted from %d records%s",
+                self.id,
+                len(records),
+                f" and a snapshot at slot {snapshot.slot}" if snapshot is not None else "",
+            )
+        if cfg.tls is None:
+            logger.warning(
+                "node %d: TLS is off (insecure = true): peers and clients are not "
+                "authenticated and traffic is plaintext",
+                self.id,
+            )
+        me = cfg.me
+        host = self.listen_host if self.listen_host is not None else me.host
+        self._server = await loop.create_server(
+            lambda: Connection(self),
+            host,
+            me.port,
+            ssl=server_context(cfg.tls) if cfg.tls is not None else None,
+            reuse_address=True,
+        )
+        sockets = self._server.sockets
+        self.bound_port = sockets[0].getsockname()[1] if sockets else me.port
+        self._running = True
+        for peer in self._peers.values():
+            if peer.id > self.id:
+                peer.dial_task = loop.create_task(self._dial(peer))
+        self._tick_timer = loop.call_later(cfg.cluster.tick_ms / 1000, self._on_tick)
+        self._ping_timer = loop.call_later(PING_INTERVAL_S, self._on_ping)
+        logger.info("node %d: listening on %s:%d", self.id, host, self.bound_port)
+        self._kick()
+
+    async def stop(self) -> None:
+        """Stop serving: close connections, finish the log write in flight, close the log."""
+        if not self._running:
+            return
+        self._running = False
+        for timer in (self._tick_timer, self._ping_timer):
+            if timer is not None:
+                timer.cancel()
+        if self._server is not None:
+            self._server.close()
+        tasks = [p.dial_task for p in self._peers.values() if p.dial_task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for peer in self._peers.values():
+            if peer.timer is not None:
+                peer.timer.cancel()
+            if peer.conn is not None:
+                peer.conn.close()
+        for conn in list(self._clients):
+            conn.close()
+        loop = self._loop
+        assert loop is not None and self._io is not None
+        # Let a write in flight finish: its records may be acknowledged already.
+        log = self.log
+        if log is not None:
+            await loop.run_in_executor(self._io, log.close)
+        self._io.shutdown(wait=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        self._abandon_waiters()
+        logger.info("node %d: stopped", self.id)
+
+    def _fail(self, exc: BaseException) -> None:
+        """The log failed: stop acknowledging anything (never lose an acked write)."""
+        logger.error("node %d: durable log failed, stopping: %s", self.id, exc)
+        self._failed = exc
+        self._running = False
+        if self._server is not None:
+            self._server.close()
+        for peer in self._peers.values():
+            if peer.conn is not None:
+                peer.conn.close()
+        for conn in list(self._clients):
+            conn.close()
+        self._abandon_waiters()
+
+    def _abandon_waiters(self) -> None:
+        """Wake everyone still waiting: no answer will come from this node."""
+        waiting, self._waiting = self._waiting, {}
+        for waiters in waiting.values():
+            for w in waiters:
+                w(None)
+        reads, self._reads = self._reads, {}
+        for done in reads.values():
+            done(False)
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def _now_ms(self) -> float:
+        assert self._loop is not None
+        return self._loop.time() * 1000.0
+
+    # -------------------------------------------------------------- the driver
+
+    def _kick(self) -> None:
+        """Carry out ``ready()`` once this loop turn (coalesces many events)."""
+        if not self._flush_scheduled and self._running:
+            self._flush_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        replica = self.replica
+        if replica is None or not self._running:
+            return
+        for _ in range(READY_CALLS_PER_FLUSH_MAX):
+            rd = replica.ready()
+            if not rd:
+                break
+            self._carry_out(rd)
+        else:
+            self._kick()
+        self._send_out()
+        room = self._room
+        if (
+            room is not None
+            and not room.is_set()
+            and len(replica.command_leader.proposals) < (self.config.cluster.propose_queue_max // 2)
+        ):
+            room.set()
+
+    def _carry_out(self, rd: Ready) -> None:
+        if rd.persist or rd.snapshot is not None:
+            self._unsaved.extend(rd.persist)
+            if rd.snapshot is not None:
+                self._unsaved_snapshot = rd.snapshot
+            self._records_seq += 1
+            if not self._writing:
+                self._start_write()
+        if not rd.messages and not rd.replies and not rd.reads:
+            return
+        if not self._held and self._durable_seq >= self._records_seq:
+            self._release(rd.messages, rd.replies, rd.reads)
+        else:
+            self._held.append(_Held(self._records_seq, rd.messages, rd.replies, rd.reads))
+
+    def _start_write(self) -> None:
+        records, snapshot = self._unsaved, self._unsaved_snapshot
+        self._unsaved, self._unsaved_snapshot = [], None
+        seq = self._records_seq
+        self._writing = True
+        assert self._loop is not None and self._io is not None
+        future = self._loop.run_in_executor(self._io, self._write, records, snapshot)
+        future.add_done_callback(lambda f: self._written(f, seq, len(records)))
+
+    def _write(self, records: list[Record], snapshot: Snapshot | None) -> float:
+        """On the log thread: append (one fsync), then the snapshot. Returns seconds."""
+        log = self.log
+        assert log is not None
+        started = time.perf_counter()
+        if records:
+            log.append(records)
+        if snapshot is not None:
+            log.save_snapshot(snapshot)
+        return time.perf_counter() - started
+
+    def _written(self, future: asyncio.Future[float], seq: int, count: int) -> None:
+        self._writing = False
+        exc = future.exception()
+        if exc is not None:
+            self._fail(exc)
+            return
+        self.fsyncs += 1
+        self.records_written += count
+        if self.metrics is not None:
+            self.metrics.observe_fsync_s(future.result(), count)
+        self._durable_seq = seq
+        held = self._held
+        while held and held[0].need <= seq:
+            h = held.popleft()
+            self._release(h.messages, h.replies, h.reads)
+        if (self._unsaved or self._unsaved_snapshot is not None) and self._running:
+            self._start_write()
+        self._send_out()
+        self._maybe_snapshot()
+
+    def _release(
+        self,
+        messages: list[tuple[ReplicaId, Message]],
+        replies: list[Reply],
+        reads: list[ReadResult],
+    ) -> None:
+        out = self._out
+        for dst, msg in messages:
+            q = out.get(dst)
+            if q is None:
+                out[dst] = [msg]
+            else:
+                q.append(msg)
+        if replies:
+            waiting = self._waiting
+            for reply in replies:
+                waiters = waiting.pop((reply.client_id, reply.seq), None)
+                if waiters is not None:
+                    for w in waiters:
+                        w(reply)
+        for rr in reads:
+            done = self._reads.pop(rr.read_id, None)
+            if done is not None:
+                done(rr.ok)
+
+    def _send_out(self) -> None:
+        out = self._out
+        if out:
+            self._out = {}
+            for dst, msgs in out.items():
+                peer = self._peers.get(dst)
+                if peer is None:
+                    continue
+                for k in range(0, len(msgs), MESSAGES_PER_BATCH_MAX):
+                    for payload in _encode(msgs[k : k + MESSAGES_PER_BATCH_MAX]):
+                        self._send_peer(peer, payload)
+                self._flush_peer(peer)
+        dirty = self._dirty_conns
+        if dirty:
+            self._dirty_conns = set()
+            for conn in dirty:
+                conn.flush()
+
+    def _send_peer(self, peer: _Peer, payload: bytes) -> None:
+        conn = peer.conn
+        if conn is None:
+            return
+        conn.send(payload)
+
+    def _flush_peer(self, peer: _Peer) -> None:
+        conn = peer.conn
+        if conn is None or not conn.out:
+            return
+        emulator = self.emulator
+        if emulator is None or not emulator.active:
+            conn.flush()
+            return
+        out, conn.out = conn.out, []
+        data = b"".join(out)
+        assert self._loop is not None
+        now_s = self._loop.time()
+        at_ms = emulator.schedule(peer.id, len(data), now_s * 1000.0)
+        if at_ms is None:
+            conn.frames_dropped += len(out)
+            return
+        at_s = at_ms / 1000.0
+        if at_s <= now_s and not peer.delayed:
+            conn.write(data, len(out))
+            return
+        peer.frames_delayed += len(out)
+        peer.delayed.append((at_s, data, len(out)))
+        if peer.timer is None:
+            peer.timer = self._loop.call_at(peer.delayed[0][0], self._deliver_delayed, peer)
+
+    def _deliver_delayed(self, peer: _Peer) -> None:
+        """Write a link's frames that are due, in order (per-link order is the rule)."""
+        peer.timer = None
+        assert self._loop is not None
+        now_s = self._loop.time()
+        delayed = peer.delayed
+        while delayed and delayed[0][0] <= now_s:
+            _, data, count = delayed.popleft()
+            conn = peer.conn
+            if conn is not None:
+                conn.write(data, count)
+        if delayed:
+            peer.timer = self._loop.call_at(delayed[0][0], self._deliver_delayed, peer)
+
+    def _on_tick(self) -> None:
+        if not self._running or self.replica is None:
+            return
+        self.replica.tick(self._now_ms())
+        self._kick()
+        assert self._loop is not None
+        self._tick_timer = self._loop.call_later(self.config.cluster.tick_ms / 1000, self._on_tick)
+
+    def _on_ping(self) -> None:
+        if not self._running:
+            return
+        ping = rf.encode_runtime(rf.Ping(self._now_ms()))
+        for peer in self._peers.values():
+            if peer.conn is not None and peer.conn.kind is not None:
+                self._send_peer(peer, ping)
+                self._flush_peer(peer)
+        if self.metrics is not None:
+            self._update_metrics()
+        assert self._loop is not None
+        self._ping_timer = self._loop.call_later(PING_INTERVAL_S, self._on_ping)
+
+    def _maybe_snapshot(self) -> None:
+        log, limit, replica = self.log, self.snapshot_log_bytes, self.replica
+        if log is None or limit is None or replica is None:
+            return
+        if log.log_bytes >= limit and not self._snapshot_asked:
+            self._snapshot_asked = True
+            replica.request_snapshot()
+            self._kick()
+        elif log.log_bytes < limit // 2:
+            self._snapshot_asked = False
+
+    # ----------------------------------------------------------- connections
+
+    async def _dial(self, peer: _Peer) -> None:
+        """Keep one connection to ``peer`` open (we dial peers with higher ids)."""
+        cfg = self.config
+        address = cfg.replicas[peer.id]
+        ssl_ctx = client_context(cfg.tls) if cfg.tls is not None else None
+        loop = asyncio.get_running_loop()
+        backoff = RECONNECT_BACKOFF_MIN_S
+        hello = rf.Hello(rf.Kind.NODE, self.id)
+        while self._running:
+            conn = peer.conn
+            if conn is not None and conn.open:
+                backoff = RECONNECT_BACKOFF_MIN_S
+                await asyncio.sleep(_DIAL_CHECK_S)
+                continue
+            try:
+                await asyncio.wait_for(
+                    loop.create_connection(
+                        lambda: Connection(self, hello, peer.id),
+                        address.host,
+                        address.port,
+                        ssl=ssl_ctx,
+                        server_hostname=address.host if ssl_ctx is not None else None,
+                    ),
+                    DIAL_TIMEOUT_S,
+                )
+            except (TimeoutError, OSError) as exc:
+                logger.debug("node %d: dial %d failed: %s", self.id, peer.id, exc)
+            # Up or not, wait a jittered backoff before looking again: a peer
+            # that accepts and drops at once must not be dialled in a tight loop.
+            await asyncio.sleep(self._rng.uniform(0, backoff))
+            backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX_S)
+
+    def dialed(self, conn: Connection) -> bool:
+        peer = self._peers.get(conn.peer_id)
+        if peer is None or not self._running:
+            return False
+        if self.config.tls is not None and conn.identity != ("node", peer.id):
+            self.reject(conn, f"dialled node {peer.id}, certificate says {conn.identity}")
+            return False
+        conn.kind = rf.Kind.NODE
+        self._peer_up(peer, conn)
+        return True
+
+    def _peer_up(self, peer: _Peer, conn: Connection) -> None:
+        old = peer.conn
+        peer.conn = conn
+        if old is not None and old is not conn:
+            old.kind = None  # its close must not unset the new one
+            old.close()
+        logger.info("node %d: connected to node %d", self.id, peer.id)
+        if self.metrics is not None:
+            self.metrics.set_peer_connected(peer.id, True)
+
+    # ConnectionOwner ---------------------------------------------------------
+
+    def hello(self, conn: Connection, hello: rf.Hello, identity: tuple[str, int] | None) -> bool:
+        if not self._running:
+            return False
+        tls = self.config.tls is not None
+        if hello.kind == rf.Kind.NODE:
+            peer = self._peers.get(hello.id)
+            if peer is None:
+                self.reject(conn, f"hello from node {hello.id}, not a peer of node {self.id}")
+                return False
+            if tls and identity != ("node", hello.id):
+                self.reject(conn, f"hello says node {hello.id}, certificate says {identity}")
+                return False
+            conn.kind = rf.Kind.NODE
+            conn.peer_id = hello.id
+            self._peer_up(peer, conn)
+            return True
+        if tls and (identity is None or identity[0] != "client"):
+            self.reject(conn, f"a client hello needs a client certificate, got {identity}")
+            return False
+        conn.kind = rf.Kind.CLIENT
+        conn.peer_id = hello.id
+        self._clients.add(conn)
+        return True
+
+    def closed(self, conn: Connection) -> None:
+        if conn.kind == rf.Kind.NODE:
+            peer = self._peers.get(conn.peer_id)
+            if peer is not None and peer.conn is conn:
+                peer.conn = None
+                logger.info("node %d: lost node %d", self.id, peer.id)
+                if self.metrics is not None:
+                    self.metrics.set_peer_connected(peer.id, False)
+        else:
+            self._clients.discard(conn)
+            self._dirty_conns.discard(conn)
+
+    def reject(self, conn: Connection, reason: str) -> None:
+        self.frames_rejected += 1
+        logger.warning("node %d: dropped %s: %s", self.id, conn.describe(), reason)
+        if self.metrics is not None:
+            self.metrics.frame_rejected(reason.split(":", 1)[0][:40])
+
+    def frame(self, conn: Connection, payload: bytes) -> None:
+        replica = self.replica
+        if replica is None or not self._running:
+            return
+        if conn.kind == rf.Kind.NODE:
+            if payload[0] == VERSION:
+                msgs = decode_batch(payload)
+                src = conn.peer_id
+                for m in msgs:
+                    if m.src != src:
+                        raise rf.FrameError(
+                            f"wrong src: a message from node {m.src} on node {src}'s connection"
+                        )
+                now = self._now_ms()
+                step = replica.step
+                for m in msgs:
+                    step(m, now)
+                self._kick()
+                return
+            f = rf.decode_runtime(payload)
+            if isinstance(f, rf.Ping):
+                peer = self._peers[conn.peer_id]
+                self._send_peer(peer, rf.encode_runtime(rf.Pong(f.sent_ms, replica.executed_upto)))
+                self._flush_peer(peer)
+            elif isinstance(f, rf.Pong):
+                peer = self._peers[conn.peer_id]
+                rtt = max(0.0, self._now_ms() - f.sent_ms)
+                peer.rtt_ms = rtt
+                peer.executed = f.executed_upto
+                replica.observe_rtt(ReplicaId(peer.id), rtt)
+                if self.metrics is not None:
+                    self.metrics.set_peer_rtt_s(peer.id, rtt / 1000)
+            else:
+                raise rf.FrameError(f"a replica may not send {type(f).__name__}")
+            return
+        self._client_frame(conn, rf.decode_runtime(payload))
+
+    # --------------------------------------------------------------- clients
+
+    def _client_frame(self, conn: Connection, f: rf.RuntimeFrame) -> None:
+        if isinstance(f, rf.Submit):
+            self._client_submit(conn, f)
+        elif isinstance(f, rf.Read):
+            self._client_read(conn, f)
+        elif isinstance(f, rf.Status):
+            self._answer(conn, f.request_id, rf.Code.OK, self.status().to_dict())
+        elif isinstance(f, rf.Admin):
+            self._client_admin(conn, f)
+        else:
+            raise rf.FrameError(f"a client may not send {type(f).__name__}")
+
+    def _answer(self, conn: Connection, request_id: int, code: rf.Code, value: Any) -> None:
+        if not conn.open:
+            return
+        conn.send(rf.encode_runtime(rf.Reply(request_id, code, value)))
+        self._dirty_conns.add(conn)
+        self._kick_send()
+
+    def _kick_send(self) -> None:
+        # Replies produced outside a flush (status, refusals) go at the next flush.
+        self._kick()
+
+    def _client_submit(self, conn: Connection, f: rf.Submit) -> None:
+        if f.client_id == 0:
+            self._answer(conn, f.request_id, rf.Code.ERROR, "client_id 0: open a session first")
+            return
+        if f.seq == 0 and f.payload:
+            self._answer(conn, f.request_id, rf.Code.ERROR, "seq 0 is a registration: no payload")
+            return
+        wait = Wait.EXECUTED if f.wait == 1 or f.seq == 0 else Wait.READY
+        rid = f.request_id
+        started = self._now_ms()
+
+        def answer(reply: Reply | None) -> None:
+            if reply is None:
+                return  # the node stopped; the connection is closed too
+            code = (
+                rf.Code.SESSION_EXPIRED
+                if reply.kind == ReplyKind.SESSION_EXPIRED
+                else rf.Code.EXECUTED
+                if reply.kind == ReplyKind.EXECUTED
+                else rf.Code.READY
+            )
+            self._observe_latency(reply.kind, started)
+            self._answer(conn, rid, code, reply.result)
+
+        cmd = Command(f.client_id, f.seq, f.payload, f.key)
+        if not self._enqueue(cmd, wait, answer):
+            self._answer(conn, rid, rf.Code.RETRY, "overloaded: the proposal queue is full")
+
+    def _enqueue(self, cmd: Command, wait: Wait, waiter: Waiter) -> bool:
+        """Propose ``cmd`` (or join the proposal of the same ``(client_id, seq)``)."""
+        replica = self.replica
+        assert replica is not None
+        key = (cmd.client_id, cmd.seq)
+        waiters = self._waiting.get(key)
+        if waiters is not None:
+            waiters.append(waiter)
+            return True
+        try:
+            replica.propose(cmd, wait)
+        except Overloaded:
+            if self._room is not None:
+                self._room.clear()
+            return False
+        self._waiting[key] = [waiter]
+        self._kick()
+        return True
+
+    def _observe_latency(self, kind: ReplyKind, started_ms: float) -> None:
+        metrics = self.metrics
+        if metrics is None:
+            return
+        seconds = (self._now_ms() - started_ms) / 1000
+        if kind == ReplyKind.EXECUTED:
+            metrics.observe_execute_s(seconds)
+        else:
+            metrics.observe_commit_s(seconds)
+
+    def _client_read(self, conn: Connection, f: rf.Read) -> None:
+        rid = f.request_id
+
+        def done(ok: bool, value: bytes | None) -> None:
+            if ok:
+                self._answer(conn, rid, rf.Code.READ_OK, value)
+            else:
+                self._answer(conn, rid, rf.Code.RETRY, "no linearizable read in time")
+
+        self._start_read(f.key, f.request, self._now_ms() + READ_TIMEOUT_S * 1000, done)
+
+    def _start_read(
+        self,
+        key: bytes | None,
+        request: bytes | None,
+        deadline_ms: float,
+        done: Callable[[bool, bytes | None], None],
+    ) -> None:
+        replica = self.replica
+        if replica is None or not self._running:
+            done(False, None)
+            return
+        self._read_ids += 1
+        read_id = self._read_ids
+
+        def result(ok: bool) -> None:
+            if ok:
+                query = getattr(self.state_machine, "query", None)
+                value = query(request if request is not None else (key or b"")) if query else None
+                done(True, value)
+            elif self._running and self._now_ms() < deadline_ms:
+                assert self._loop is not None
+                self._loop.call_later(
+                    READ_RETRY_S, self._start_read, key, request, deadline_ms, done
+                )
+            else:
+                done(False, None)
+
+        self._reads[read_id] = result
+        replica.read(read_id, key, self._now_ms())
+        self._kick()
+
+    def _client_admin(self, conn: Connection, f: rf.Admin) -> None:
+        try:
+            value = self.admin(f.operation, f.argument)
+        except (ValueError, LocalProtocolError) as exc:
+            self._answer(conn, f.request_id, rf.Code.ERROR, str(exc))
+            return
+        self._answer(conn, f.request_id, rf.Code.OK, value)
+
+    def admin(self, operation: str, argument: Any) -> dict[str, Any]:
+        """Operations for operators and tests: ``snapshot``, ``transfer_sequencer``
+        (argument: a replica id), ``partition`` (argument: a spec like ``"0,1|2"``,
+        or nil to heal), ``emulator`` (its counters)."""
+        replica = self.replica
+        if replica is None:
+            raise ValueError("node not started")
+        if operation == "snapshot":
+            replica.request_snapshot()
+            self._kick()
+            return {"requested": True}
+        if operation == "transfer_sequencer":
+            if type(argument) is not int:
+                raise ValueError("transfer_sequencer needs a replica id")
+            replica.transfer_sequencer(ReplicaId(argument))
+            self._kick()
+            return {"target": argument}
+        if operation in ("partition", "emulator"):
+            emulator = self.emulator
+            if emulator is None:
+                raise ValueError("this node runs without the delay emulator")
+            if operation == "partition":
+                if argument is None:
+                    emulator.heal()
+                else:
+                    if type(argument) is not str:
+                        raise ValueError("partition needs a spec string like '0,1|2'")
+                    from sdpaxos.runtime.emulator import parse_partition
+
+                    emulator.partition(parse_partition(argument, self.config.cluster.replicas))
+            return {"links": _plain(emulator.counters())}
+        raise ValueError(f"unknown admin operation {operation!r}")
+
+    # ------------------------------------------------------------ public API
+
+    def _check_running(self) -> None:
+        if self._failed is not None:
+            raise NodeError(f"the node stopped after a log failure: {self._failed}")
+        if not self._running:
+            raise NodeError("the node is not running (use `async with Node(...)`)")
+
+    async def _propose(self, cmd: Command, wait: Wait, timeout_s: float | None) -> Reply:
+        self._check_running()
+        loop = self._loop
+        assert loop is not None
+        future: asyncio.Future[Reply] = loop.create_future()
+        started = self._now_ms()
+
+        def waiter(reply: Reply | None) -> None:
+            if future.done():
+                return
+            if reply is None:
+                future.set_exception(NodeError("the node stopped before the command was answered"))
+            else:
+                future.set_result(reply)
+
+        async def enqueue() -> Reply:
+            while not self._enqueue(cmd, wait, waiter):
+                assert self._room is not None
+                await self._room.wait()
+                self._check_running()
+            return await future
+
+        reply = await asyncio.wait_for(enqueue(), timeout_s)
+        self._observe_latency(reply.kind, started)
+        return reply
+
+    async def session(self) -> Session:
+        """A new session (registered through the log when sessions expire)."""
+        self._check_running()
+        if self.config.cluster.session_lifetime_slots is None:
+            return Session(self, self._rng.getrandbits(63) | 1)
+        nonce = self._rng.getrandbits(63) | 1
+        reply = await self._propose(registration(nonce), Wait.EXECUTED, None)
+        return Session(self, decode_session_id(reply.result))
+
+    async def submit(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        wait: _WaitName = "ready",
+        timeout_s: float | None = None,
+    ) -> bytes | None:
+        """Replicate ``payload``; return when it is ready (``None``) or executed
+        here (the state machine's result). ``key`` names what it writes, so that
+        reads of other keys need not wait for it."""
+        if type(payload) is not bytes:
+            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        if len(payload) > rf.COMMAND_BYTES_MAX:
+            raise ValueError(f"payload of {len(payload)} bytes exceeds {rf.COMMAND_BYTES_MAX}")
+        _wait_of(wait)
+        session = self._sessions.pop() if self._sessions else await self.session()
+        try:
+            result = await session.submit(payload, key=key, wait=wait, timeout_s=timeout_s)
+        except (TimeoutError, asyncio.CancelledError, SessionExpired):
+            raise  # the session may have a command in flight: do not reuse it
+        if len(self._sessions) < SESSIONS_IDLE_MAX:
+            self._sessions.append(session)
+        return result
+
+    async def read(
+        self,
+        key: bytes | None = None,
+        request: bytes | None = None,
+        *,
+        timeout_s: float = READ_TIMEOUT_S,
+    ) -> bytes | None:
+        """A linearizable read: waits until every write of ``key`` that was ready
+        before the call is applied here (the sequencer's lease answers; section
+        3.5), then answers with ``state_machine.query(request or key)`` (None if
+        the state machine has no ``query``). ``key=None`` waits for every write.
+
+        Raises:
+            TimeoutError: no safe answer within ``timeout_s`` (no sequencer with a lease).
+        """
+        self._check_running()
+        loop = self._loop
+        assert loop is not None
+        future: asyncio.Future[tuple[bool, bytes | None]] = loop.create_future()
+
+        def done(ok: bool, value: bytes | None) -> None:
+            if not future.done():
+                future.set_result((ok, value))
+
+        self._start_read(key, request, self._now_ms() + timeout_s * 1000, done)
+        ok, value = await future
+        if not ok:
+            self._check_running()
+            raise TimeoutError(f"no linearizable read of {key!r} within {timeout_s} s")
+        return value
+
+    def status(self) -> NodeStatus:
+        """Where this node stands (view, sequencer, executed slot, peers, log)."""
+        replica = self.replica
+        if replica is None:
+            raise NodeError("node not started")
+        st = replica.status()
+        now = self._now_ms() if self._loop is not None else 0.0
+        del now
+        peers = []
+        for peer in self._peers.values():
+            conn = peer.conn
+            peers.append(
+                PeerStatus(
+                    id=peer.id,
+                    connected=conn is not None and conn.open,
+                    rtt_ms=peer.rtt_ms,
+                    executed_upto=peer.executed,
+                    lag_slots=(
+                        max(0, st.executed_slots - peer.executed)
+                        if peer.executed is not None
+                        else None
+                    ),
+                    queue_bytes=conn.buffered_bytes() if conn is not None else 0,
+                    frames_dropped=conn.frames_dropped if conn is not None else 0,
+                    frames_delayed=peer.frames_delayed,
+                )
+            )
+        log = self.log
+        me = self.config.me
+        return NodeStatus(
+            id=self.id,
+            address=f"{me.host}:{self.bound_port or me.port}",
+            region=me.region,
+            view=st.view,
+            sequencer=st.sequencer,
+            is_sequencer=replica.is_sequencer,
+            has_lease=st.has_lease,
+            executed_upto=st.executed_slots,
+            snapshot_slot=st.snapshot_slot,
+            log_records=len(log) if log is not None else 0,
+            log_bytes=log.log_bytes if log is not None else 0,
+            snapshot_bytes=log.snapshot_bytes if log is not None else 0,
+            fsyncs=self.fsyncs,
+            records_written=self.records_written,
+            frames_rejected=self.frames_rejected,
+            peers=tuple(peers),
+            stats=dataclasses.asdict(replica.stats),
+        )
+
+    def _update_metrics(self) -> None:
+        metrics = self.metrics
+        replica = self.replica
+        if metrics is None or replica is None:
+            return
+        st = self.status()
+        metrics.update_from_status(
+            view=st.view,
+            executed_slot=st.executed_upto,
+            is_sequencer=st.is_sequencer,
+            log_bytes=st.log_bytes,
+            snapshot_bytes=st.snapshot_bytes,
+            view_changes=replica.stats.view_changes_started,
+            c_recoveries=replica.stats.c_recoveries_started,
+        )
+        for p in st.peers:
+            metrics.set_peer_queue(p.id, 0, p.queue_bytes)
+
+
+def _encode(msgs: list[Message]) -> list[bytes]:
+    """Encode ``msgs`` as few frames as fit (a batch too large is split in halves)."""
+    try:
+        return [_encode_batch(msgs)]
+    except CodecError:
+        if len(msgs) == 1:
+            logger.error("cannot encode %s: dropped", type(msgs[0]).__name__)
+            return []
+        half = len(msgs) // 2
+        return _encode(msgs[:half]) + _encode(msgs[half:])
+
+
+def _plain(value: Any) -> Any:
+    """Counters as msgpack-friendly plain values (dataclasses become maps)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

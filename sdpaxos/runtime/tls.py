@@ -1,0 +1,56 @@
+"""Mutual TLS contexts for nodes and clients, and who a connection's peer is.
+
+Both ends present a certificate signed by the cluster CA
+(:mod:`sdpaxos.runtime.certs`) and require one from the other
+(``CERT_REQUIRED`` on both sides). Identity is the certificate's common name
+(``node3``, ``client0``), read by :func:`peer_identity`; host names are not
+checked, because a replica is named by its certificate, not by the address it
+was dialled at (a node behind NAT, or a config that says ``127.0.0.1``, is
+still the node its certificate says). A peer without a certificate of the
+cluster CA fails the handshake and never sends a frame.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+from sdpaxos.runtime.certs import identity_of
+from sdpaxos.runtime.config import TlsFiles
+
+__all__ = ["client_context", "peer_identity", "server_context"]
+
+
+def _context(purpose: int, files: TlsFiles) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(purpose)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(files.cert, files.key)
+    ctx.load_verify_locations(files.ca)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def server_context(files: TlsFiles) -> ssl.SSLContext:
+    """For the listening side: requires the dialer's certificate from the cluster CA."""
+    return _context(ssl.PROTOCOL_TLS_SERVER, files)
+
+
+def client_context(files: TlsFiles) -> ssl.SSLContext:
+    """For the dialling side (a node dialling a peer, or a client)."""
+    return _context(ssl.PROTOCOL_TLS_CLIENT, files)
+
+
+def peer_identity(ssl_object: Any) -> tuple[str, int] | None:
+    """``("node", 2)`` or ``("client", 7)`` from the peer's verified certificate,
+    or None (no TLS, no certificate, or a common name that names nobody)."""
+    if ssl_object is None:
+        return None
+    cert = ssl_object.getpeercert()
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and isinstance(value, str):
+                return identity_of(value)
+    return None
