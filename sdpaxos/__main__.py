@@ -2,6 +2,8 @@
 
 * ``certs``: a cluster CA and node and client certificates for mutual TLS
   (:mod:`sdpaxos.runtime.certs`; ``python -m sdpaxos certs --help``).
+* ``node``, ``local``, ``status``, ``admin``: run and inspect nodes
+  (:mod:`sdpaxos.runtime.cli`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-_USAGE = "usage: python -m sdpaxos certs [--help | options]"
+_USAGE = "usage: python -m sdpaxos {certs,node,local,status,admin} [--help | options]"
+_RUNTIME_COMMANDS = frozenset({"node", "local", "status", "admin"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -18,6 +21,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sdpaxos.runtime.certs import main as certs_main
 
         return certs_main(args[1:])
+    if args and args[0] in _RUNTIME_COMMANDS:
+        from sdpaxos.runtime.cli import main as cli_main
+
+        return cli_main(args)
     print(_USAGE, file=sys.stderr)
     return 2
 

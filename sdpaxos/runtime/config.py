@@ -27,6 +27,11 @@ is a setting the operator believes in and does not have. A file looks like::
     key = "certs/node1.key"
     # insecure = true           # plaintext: only for a laboratory
 
+    [emulator]                  # optional: emulate wide-area links
+    profile = "paper5"          # or a JSON matrix file; replicas' regions pick rows
+    jitter_ms = 2
+    # bandwidth_bytes_per_s, loss_pct, rto_ms, jitter_distribution
+
 Relative paths are relative to the file's directory, and ``{id}`` in a path
 (``data_dir = "data/node{id}"``, ``cert = "certs/node{id}.pem"``) becomes the
 node's id, so that one file serves every node of a cluster.
@@ -43,13 +48,25 @@ from typing import Any
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.core.types import ReplicaId
+from sdpaxos.profiles import DelayProfile, ProfileError, builtin, load_json
+from sdpaxos.runtime.emulator import EmulatorSettings, profile_row_ms
 
-__all__ = ["NodeConfig", "ReplicaAddress", "TlsFiles", "load_config", "parse_config"]
+__all__ = [
+    "EmulatorConfig",
+    "NodeConfig",
+    "ReplicaAddress",
+    "TlsFiles",
+    "load_config",
+    "parse_config",
+]
 
 _PROTOCOL_FIELDS = frozenset(
     f.name for f in dataclasses.fields(ClusterConfig) if f.init and f.name not in ("replicas",)
 ) - {"sequencer"}
-_TOP_KEYS = frozenset({"cluster", "node", "tls"})
+_TOP_KEYS = frozenset({"cluster", "node", "tls", "emulator"})
+_EMULATOR_KEYS = frozenset(
+    {"profile", "jitter_ms", "jitter_distribution", "bandwidth_bytes_per_s", "loss_pct", "rto_ms"}
+)
 _CLUSTER_KEYS = frozenset({"replicas", "sequencer", "protocol"})
 _REPLICA_KEYS = frozenset({"id", "address", "region"})
 _NODE_KEYS = frozenset({"id", "data_dir"})
@@ -76,6 +93,15 @@ class TlsFiles:
 
 
 @dataclass(frozen=True, slots=True)
+class EmulatorConfig:
+    """The delay emulator's settings (``[emulator]``): a profile whose regions the
+    replicas' ``region`` names pick, and the link settings."""
+
+    profile: DelayProfile
+    settings: EmulatorSettings
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
     """Everything one node needs: the cluster, who it is, where it keeps its log.
 
@@ -87,6 +113,7 @@ class NodeConfig:
     node_id: ReplicaId
     data_dir: Path
     tls: TlsFiles | None
+    emulator: EmulatorConfig | None = None
 
     @property
     def me(self) -> ReplicaAddress:
@@ -194,4 +221,38 @@ def parse_config(
                 raise fail(f"tls.{name}", f"no such file: {file}")
             files[name] = file
         tls = TlsFiles(files["ca"], files["cert"], files["key"])
-    return NodeConfig(cluster_config, tuple(replicas), ReplicaId(me), base / data_dir, tls)
+    emulator = None
+    if "emulator" in top:
+        emulator = _emulator(
+            table(top["emulator"], "emulator", _EMULATOR_KEYS), replicas, base, fail
+        )
+    return NodeConfig(
+        cluster_config, tuple(replicas), ReplicaId(me), base / data_dir, tls, emulator
+    )
+
+
+def _emulator(
+    section: dict[str, Any],
+    replicas: list[ReplicaAddress],
+    base: Path,
+    fail: Any,
+) -> EmulatorConfig:
+    name = section.get("profile")
+    if not isinstance(name, str) or not name:
+        raise fail("emulator.profile", "expected a built-in profile name or a JSON file")
+    try:
+        profile = load_json(base / name) if name.endswith(".json") else builtin(name)
+    except ProfileError as exc:
+        raise fail("emulator.profile", str(exc)) from None
+    regions = [r.region for r in replicas]
+    try:
+        profile_row_ms(0, profile, regions)
+    except (ProfileError, ValueError) as exc:
+        raise fail("cluster.replicas", f"a region is not in profile {name!r}: {exc}") from None
+    kwargs = {k: v for k, v in section.items() if k != "profile"}
+    try:
+        settings = EmulatorSettings(**kwargs)
+    except (ValueError, TypeError) as exc:
+        key = str(exc).split(" ", 1)[0].strip(":")
+        raise fail(f"emulator.{key}" if key in _EMULATOR_KEYS else "emulator", str(exc)) from None
+    return EmulatorConfig(profile, settings)

@@ -62,11 +62,13 @@ def make_local_cluster(
     protocol: Mapping[str, Any] | None = None,
     host: str = "127.0.0.1",
     ports: Sequence[int] | None = None,
+    emulator: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write certificates, ``cluster.toml`` and data directories; return the file's path.
 
     ``regions``: each replica's region (names of a delay profile, for the
-    emulator); ``protocol``: any :class:`~sdpaxos.core.config.ClusterConfig` field.
+    emulator); ``protocol``: any :class:`~sdpaxos.core.config.ClusterConfig` field;
+    ``emulator``: the ``[emulator]`` section (``{"profile": "paper3", ...}``).
     """
     if not 1 <= replicas <= LOCAL_REPLICAS_MAX:
         raise ValueError(f"replicas must be in 1..{LOCAL_REPLICAS_MAX}, got {replicas}")
@@ -97,6 +99,9 @@ def make_local_cluster(
             'cert = "certs/node{id}.pem"',
             'key = "certs/node{id}.key"',
         ]
+    if emulator:
+        lines += ["", "[emulator]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in emulator.items()]
     path = root / "cluster.toml"
     path.write_text("\n".join(lines) + "\n")
     for k in range(replicas):

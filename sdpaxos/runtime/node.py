@@ -280,13 +280,23 @@ class Node:
     ) -> None:
         self.config = config
         self.id: ReplicaId = config.node_id
+        self._rng = rng if rng is not None else random.Random(os.urandom(16))
         self.state_machine = state_machine
         self.fsync = fsync
+        if emulator is None and config.emulator is not None:
+            from sdpaxos.runtime.emulator import LinkEmulator
+
+            emulator = LinkEmulator.from_profile(
+                config.node_id,
+                config.emulator.profile,
+                [r.region for r in config.replicas],
+                config.emulator.settings,
+                random.Random(self._rng.getrandbits(64)) if rng is not None else None,
+            )
         self.emulator = emulator
         self.metrics = metrics
         self.listen_host = listen_host
         self.snapshot_log_bytes = snapshot_log_bytes
-        self._rng = rng if rng is not None else random.Random(os.urandom(16))
         self.replica: Replica | None = None
         self.log: DurableLog | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -112,3 +112,39 @@ def test_id_in_paths_becomes_the_node_id(tmp_path):
     assert cfg.tls is not None and cfg.tls.cert == tmp_path / "node1.pem"
     with pytest.raises(ConfigError, match=r"tls\.cert: no such file: .*node2\.pem"):
         parse_config(raw, base_dir=tmp_path, node_id=2)
+
+
+def _emulated(section, regions=("CA", "OR", "OH")):
+    return {
+        "cluster": {
+            "replicas": [
+                {"address": f"127.0.0.1:{7000 + k}", "region": r} for k, r in enumerate(regions)
+            ]
+        },
+        "node": {"id": 0},
+        "tls": {"insecure": True},
+        "emulator": section,
+    }
+
+
+def test_emulator_section_builds_a_profile_and_settings():
+    cfg = parse_config(_emulated({"profile": "paper5", "jitter_ms": 2.5}))
+    assert cfg.emulator is not None
+    assert cfg.emulator.profile.name == "paper5"
+    assert cfg.emulator.settings.jitter_ms == 2.5
+    assert parse_config(_emulated({"profile": "paper3"})).emulator.settings.loss_pct == 0
+
+
+@pytest.mark.parametrize(
+    ("section", "regions", "match"),
+    [
+        ({}, ("CA", "OR", "OH"), r"emulator\.profile: expected"),
+        ({"profile": "paper9"}, ("CA", "OR", "OH"), r"emulator\.profile: unknown profile"),
+        ({"profile": "paper3"}, ("CA", "OR", "SEL"), r"cluster\.replicas: a region .*SEL"),
+        ({"profile": "paper5", "loss_pct": 99}, ("CA", "OR", "OH"), r"emulator\.loss_pct"),
+        ({"profile": "paper5", "jitter": 1}, ("CA", "OR", "OH"), r"emulator\.jitter: unknown key"),
+    ],
+)
+def test_emulator_section_errors_name_the_key(section, regions, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_config(_emulated(section, regions))

@@ -1,0 +1,404 @@
+"""``python -m sdpaxos node | local | status | admin``: run and inspect nodes.
+
+* ``node --config cluster.toml --id N``: one replica, until SIGINT or SIGTERM.
+* ``local --replicas 3 --profile paper3``: a whole cluster on this machine, as
+  separate processes (certificates made on the fly); prints where each node
+  listens and keeps its data; stops them all on Ctrl-C.
+* ``status --config cluster.toml [--json]``: every node's status as a table.
+* ``admin --config cluster.toml partition "0,1|2" | heal | snapshot |
+  transfer-sequencer T``: change a running cluster (partitions go through each
+  node's delay emulator).
+
+Only these commands configure logging (the library never does): one line per
+event, with the node's id and view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sdpaxos.core.errors import ConfigError
+from sdpaxos.profiles import ProfileError, builtin
+from sdpaxos.runtime.apps import APPS, load_app
+from sdpaxos.runtime.config import NodeConfig, TlsFiles, load_config
+
+__all__ = ["main"]
+
+T = TypeVar("T")
+
+#: How long ``local`` waits for its nodes to stop after SIGTERM before killing them.
+STOP_GRACE_S = 10.0
+#: How long ``status`` waits for each node.
+STATUS_TIMEOUT_S = 3.0
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on uvloop when it is installed (extra ``fast``), else asyncio.
+
+    A command's own loop only: the library never installs an event-loop policy.
+    """
+    try:
+        import uvloop  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return asyncio.run(coro)
+    result: T = uvloop.run(coro)
+    return result
+
+
+class _NodeContext(logging.Filter):
+    """Adds ``node`` and ``view`` to every log record of this process."""
+
+    def __init__(self, node_id: int) -> None:
+        super().__init__()
+        self.node_id = node_id
+        self.node: Any = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.node = self.node_id
+        replica = getattr(self.node, "replica", None)
+        record.view = replica.view if replica is not None else "-"
+        return True
+
+
+def _setup_logging(level: str, node_id: int | None) -> _NodeContext | None:
+    handler = logging.StreamHandler(sys.stderr)
+    context = None
+    if node_id is not None:
+        context = _NodeContext(node_id)
+        handler.addFilter(context)
+        fmt = "%(asctime)s node=%(node)s view=%(view)s %(levelname)s %(name)s: %(message)s"
+    else:
+        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(logging.Formatter(fmt))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    return context
+
+
+def _client_tls(config: NodeConfig, client: int) -> TlsFiles | None:
+    if config.tls is None:
+        return None
+    certs = config.tls.ca.parent
+    return TlsFiles(config.tls.ca, certs / f"client{client}.pem", certs / f"client{client}.key")
+
+
+# ------------------------------------------------------------------- node
+
+
+def _cmd_node(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, args.id)
+        app = load_app(args.app)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    context = _setup_logging(args.log_level, config.node_id)
+    return run_loop(_run_node(config, app, args, context))
+
+
+async def _run_node(
+    config: NodeConfig, app: Any, args: argparse.Namespace, context: _NodeContext | None
+) -> int:
+    from sdpaxos.runtime.node import Node
+
+    metrics = None
+    if args.metrics:
+        from sdpaxos.runtime.metrics import NodeMetrics
+
+        metrics = NodeMetrics(config.node_id)
+    node = Node(config, app, fsync=not args.no_fsync, metrics=metrics, listen_host=args.listen)
+    if context is not None:
+        context.node = node
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    server = None
+    async with node:
+        if metrics is not None:
+            host, _, port = args.metrics.rpartition(":")
+            server = await metrics.serve(host or "127.0.0.1", int(port))
+        print(
+            f"node {config.node_id} listening on {config.me.host}:{node.bound_port}, "
+            f"data in {config.data_dir}",
+            flush=True,
+        )
+        await stop.wait()
+    if server is not None:
+        await metrics.stop()  # type: ignore[union-attr]
+    return 0
+
+
+# ------------------------------------------------------------------ local
+
+
+def _cmd_local(args: argparse.Namespace) -> int:
+    from sdpaxos.runtime.local import make_local_cluster
+
+    profile = None
+    if args.profile != "none":
+        try:
+            profile = builtin(args.profile)
+        except ProfileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if profile.size < args.replicas:
+            print(
+                f"error: profile {profile.name} has {profile.size} regions, "
+                f"--replicas is {args.replicas}",
+                file=sys.stderr,
+            )
+            return 2
+    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sdpaxos-local-"))
+    regions = list(profile.regions[: args.replicas]) if profile is not None else None
+    try:
+        path = make_local_cluster(
+            root,
+            args.replicas,
+            insecure=args.insecure,
+            regions=regions,
+            emulator={"profile": profile.name} if profile is not None else None,
+            protocol={"rtt_ms": [list(r) for r in profile.subset(regions).replica_rtt_ms()]}
+            if profile is not None and regions is not None
+            else None,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    config = load_config(path, 0)
+    cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(path), "--app", args.app]
+    if args.no_fsync:
+        cmd.append("--no-fsync")
+    procs = []
+    for k in range(args.replicas):
+        procs.append(
+            subprocess.Popen(
+                [*cmd, "--id", str(k), "--log-level", args.log_level],
+                stdout=subprocess.DEVNULL,
+                stderr=open(root / f"node{k}.log", "ab"),  # noqa: SIM115 - the child owns it
+            )
+        )
+    print(f"cluster of {args.replicas} in {root} (profile {args.profile})")
+    print(f"{'id':>3}  {'region':<6}  {'address':<21}  data directory / log")
+    for r in config.replicas:
+        print(
+            f"{r.id:>3}  {r.region:<6}  {r.host + ':' + str(r.port):<21}  "
+            f"{root / f'node{r.id}'}  {root / f'node{r.id}.log'}"
+        )
+    print(f"status: python -m sdpaxos status --config {path}")
+    print("Ctrl-C stops the cluster.", flush=True)
+    reported: set[int] = set()
+
+    def _terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        while True:
+            for k, p in enumerate(procs):
+                if p.poll() is not None and k not in reported:
+                    reported.add(k)
+                    print(f"node {k} exited with status {p.returncode}; see {root}/node{k}.log")
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("stopping ...", flush=True)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(max(0.1, deadline - time.monotonic()))
+            if p.poll() is None:
+                p.kill()
+    print("stopped.")
+    return 0
+
+
+# ----------------------------------------------------------------- status
+
+
+async def _statuses(config: NodeConfig, client: int, timeout_s: float) -> list[dict[str, Any]]:
+    from sdpaxos.runtime.client import Client
+
+    async def one(k: int) -> dict[str, Any]:
+        r = config.replicas[k]
+        c = Client([(r.host, r.port)], tls=_client_tls(config, client), attempt_timeout_s=timeout_s)
+        try:
+            return await c.status(timeout_s)
+        except (TimeoutError, OSError, Exception) as exc:  # one node down is not an error
+            return {"id": k, "address": f"{r.host}:{r.port}", "down": str(exc) or "no answer"}
+        finally:
+            await c.close()
+
+    return list(await asyncio.gather(*(one(k) for k in range(len(config.replicas)))))
+
+
+def _format_table(rows: Sequence[dict[str, Any]]) -> str:
+    head = [
+        "id",
+        "address",
+        "region",
+        "view",
+        "seq",
+        "lease",
+        "executed",
+        "max lag",
+        "snapshot",
+        "log MB",
+        "rtt ms (peers)",
+    ]
+    lines = [head]
+    for s in rows:
+        if "down" in s:
+            lines.append([str(s["id"]), s["address"], "-", "down", "", "", "", "", "", "", ""])
+            continue
+        peers = s.get("peers", [])
+        lags = [p["lag_slots"] for p in peers if p.get("lag_slots") is not None]
+        rtts = " ".join(
+            f"{p['id']}:{p['rtt_ms']:.1f}" if p.get("rtt_ms") is not None else f"{p['id']}:-"
+            for p in peers
+        )
+        lines.append(
+            [
+                str(s["id"]),
+                s["address"],
+                s["region"],
+                str(s["view"]),
+                "-" if s["sequencer"] is None else str(s["sequencer"]),
+                "yes" if s["has_lease"] else "",
+                str(s["executed_upto"]),
+                str(max(lags)) if lags else "-",
+                str(s["snapshot_slot"]),
+                f"{s['log_bytes'] / 1e6:.1f}",
+                rtts,
+            ]
+        )
+    widths = [max(len(row[k]) for row in lines) for k in range(len(head))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines
+    )
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, 0)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows = run_loop(_statuses(config, args.client, args.timeout))
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        print(_format_table(rows))
+    return 0 if all("down" not in r for r in rows) else 1
+
+
+# ------------------------------------------------------------------ admin
+
+
+def _cmd_admin(args: argparse.Namespace) -> int:
+    from sdpaxos.runtime.client import Client, ClientError
+
+    try:
+        config = load_config(args.config, 0)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    op, arg = args.operation, args.argument
+    argument: Any = None
+    if op == "partition":
+        if arg is None:
+            print('error: partition needs groups, e.g. "0,1|2"', file=sys.stderr)
+            return 2
+        operation, argument = "partition", arg
+    elif op == "heal":
+        operation = "partition"
+    elif op == "snapshot":
+        operation = "snapshot"
+    else:
+        if arg is None or not arg.isdigit():
+            print("error: transfer-sequencer needs a replica id", file=sys.stderr)
+            return 2
+        operation, argument = "transfer_sequencer", int(arg)
+    targets = [args.id] if args.id is not None else list(range(len(config.replicas)))
+
+    async def run() -> int:
+        status = 0
+        for k in targets:
+            r = config.replicas[k]
+            c = Client([(r.host, r.port)], tls=_client_tls(config, args.client))
+            try:
+                value = await c.admin(operation, argument, STATUS_TIMEOUT_S)
+                print(f"node {k}: ok {json.dumps(value, default=str)[:200]}")
+            except (ClientError, TimeoutError, OSError) as exc:
+                print(f"node {k}: {exc}")
+                status = 1
+            finally:
+                await c.close()
+        return status
+
+    return run_loop(run())
+
+
+# ------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sdpaxos", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    n = sub.add_parser("node", help="run one replica")
+    n.add_argument("--config", required=True, help="the cluster's TOML file")
+    n.add_argument("--id", type=int, default=None, help="this node's id (else [node] id)")
+    n.add_argument("--app", default="digest", help=f"{', '.join(APPS)} or package.module:Class")
+    n.add_argument("--no-fsync", action="store_true", help="skip fsync (benchmarks only)")
+    n.add_argument("--listen", default=None, help="host to listen on (default: its address)")
+    n.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics here")
+    n.add_argument("--log-level", default="INFO")
+    n.set_defaults(func=_cmd_node)
+
+    loc = sub.add_parser("local", help="a cluster of node processes on this machine")
+    loc.add_argument("--replicas", type=int, default=3)
+    loc.add_argument("--profile", default="paper3", help="delay profile, or 'none'")
+    loc.add_argument("--dir", default=None, help="where to keep it (default: a new temp dir)")
+    loc.add_argument("--insecure", action="store_true", help="no TLS (a laboratory only)")
+    loc.add_argument("--app", default="digest")
+    loc.add_argument("--no-fsync", action="store_true")
+    loc.add_argument("--log-level", default="INFO")
+    loc.set_defaults(func=_cmd_local)
+
+    st = sub.add_parser("status", help="every node's status")
+    st.add_argument("--config", required=True)
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--client", type=int, default=0, help="client certificate number")
+    st.add_argument("--timeout", type=float, default=STATUS_TIMEOUT_S)
+    st.set_defaults(func=_cmd_status)
+
+    ad = sub.add_parser("admin", help="partition, heal, snapshot, transfer-sequencer")
+    ad.add_argument("--config", required=True)
+    ad.add_argument("--id", type=int, default=None, help="one node (default: every node)")
+    ad.add_argument("--client", type=int, default=0)
+    ad.add_argument("operation", choices=["partition", "heal", "snapshot", "transfer-sequencer"])
+    ad.add_argument("argument", nargs="?", default=None, help='e.g. "0,1|2", or a replica id')
+    ad.set_defaults(func=_cmd_admin)
+
+    args = p.parse_args(argv)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    code: int = args.func(args)
+    return code
