@@ -7,6 +7,9 @@ They are what tests, benchmarks and a first try run; an embedder brings its own
   of every payload in execution order and their count. Two replicas with equal
   digests executed the same commands in the same order, which is what the
   crash tests compare. ``apply`` answers the command's position (8 bytes).
+* :class:`PayloadLog` (``--app list``): keeps every payload in execution order;
+  ``query`` answers them all (msgpack array). For tests that must show that
+  each acknowledged command executed exactly once, in the same order everywhere.
 * :class:`KeyValue` (``--app kv``): a dictionary of byte strings. A payload is
   msgpack ``["set", key, value]`` or ``["del", key]``; ``query(key)`` reads.
 """
@@ -19,7 +22,7 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["APPS", "DigestLog", "KeyValue", "load_app"]
+__all__ = ["APPS", "DigestLog", "KeyValue", "PayloadLog", "load_app"]
 
 _COUNT_BYTES = 8
 
@@ -48,6 +51,26 @@ class DigestLog:
     def query(self, request: bytes) -> bytes:
         """Whatever the request: the count (8 bytes) and the digest (32)."""
         return self.snapshot()
+
+
+class PayloadLog:
+    """Every payload applied, in order (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+
+    def apply(self, payload: bytes) -> bytes:
+        self.payloads.append(payload)
+        return len(self.payloads).to_bytes(_COUNT_BYTES, "big")
+
+    def snapshot(self) -> bytes:
+        return bytes(msgpack.packb(self.payloads, use_bin_type=True))
+
+    def restore(self, data: bytes) -> None:
+        self.payloads = [bytes(p) for p in msgpack.unpackb(data, raw=False)]
+
+    def query(self, request: bytes) -> bytes:
+        return bytes(msgpack.packb(self.payloads, use_bin_type=True))
 
 
 class KeyValue:
@@ -88,7 +111,7 @@ class KeyValue:
         return self.data.get(key, b"")
 
 
-APPS: dict[str, type[Any]] = {"digest": DigestLog, "kv": KeyValue}
+APPS: dict[str, type[Any]] = {"digest": DigestLog, "list": PayloadLog, "kv": KeyValue}
 
 
 def load_app(name: str) -> Any:

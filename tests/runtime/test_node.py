@@ -1,0 +1,203 @@
+"""The asyncio Node in one process: replication, durability order, restart, reads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from sdpaxos.runtime import frames as rf
+from sdpaxos.runtime import node as node_module
+from sdpaxos.runtime.apps import PayloadLog
+from sdpaxos.runtime.client import Client
+from sdpaxos.runtime.local import client_tls, node_configs
+from sdpaxos.runtime.node import Node, NodeError
+
+from .helpers import eventually, in_process, payloads_of
+
+
+def _same_everywhere(nodes, count):
+    logs = [n.state_machine.payloads for n in nodes]
+    return all(len(p) == count for p in logs) and all(p == logs[0] for p in logs)
+
+
+@pytest.mark.parametrize(("replicas", "insecure"), [(3, False), (5, True)])
+def test_commands_submitted_at_every_replica_execute_in_one_order(tmp_path, replicas, insecure):
+    async def main():
+        async with in_process(tmp_path, replicas, PayloadLog, insecure=insecure) as (_, nodes):
+            sent = [b"c%d" % k for k in range(40 * replicas)]
+            await asyncio.gather(
+                *(nodes[k % replicas].submit(p, timeout_s=20) for k, p in enumerate(sent))
+            )
+            await eventually(lambda: _same_everywhere(nodes, len(sent)), what="all executed")
+            assert sorted(nodes[0].state_machine.payloads) == sorted(sent)
+            st = nodes[1].status()
+            assert st.view >= 0 and st.sequencer is not None
+            assert all(p.connected for p in st.peers) and len(st.peers) == replicas - 1
+
+    asyncio.run(main())
+
+
+def test_wait_executed_answers_the_state_machines_result(tmp_path):
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
+            first = await nodes[2].submit(b"a", wait="executed", timeout_s=20)
+            second = await nodes[1].submit(b"b", wait="executed", timeout_s=20)
+            assert int.from_bytes(first, "big") == 1
+            assert int.from_bytes(second, "big") == 2
+            with pytest.raises(ValueError, match="wait must be"):
+                await nodes[0].submit(b"c", wait="soon")  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="payload must be bytes"):
+                await nodes[0].submit("text")  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+def test_a_read_sees_every_write_ready_before_it(tmp_path):
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
+            for k in range(20):
+                await nodes[k % 3].submit(b"w%d" % k, timeout_s=20)
+                seen = await nodes[(k + 1) % 3].read(None)
+                assert b"w%d" % k in payloads_of(seen)
+
+    asyncio.run(main())
+
+
+def test_restart_rebuilds_the_state_from_the_durable_log(tmp_path):
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog, fsync=True) as (path, nodes):
+            for k in range(30):
+                await nodes[k % 3].submit(b"r%d" % k, timeout_s=20)
+            await eventually(lambda: _same_everywhere(nodes, 30), what="executed")
+            before = list(nodes[2].state_machine.payloads)
+            await nodes[2].stop()
+            again = Node(node_configs(path)[2], PayloadLog(), fsync=True)
+            await again.start()
+            nodes[2] = again  # the fixture stops it
+            await eventually(
+                lambda: again.state_machine.payloads == before, what="replayed after restart"
+            )
+            await nodes[0].submit(b"after", timeout_s=20)
+            await eventually(lambda: _same_everywhere(nodes, 31), what="caught up")
+
+    asyncio.run(main())
+
+
+def test_nothing_leaves_before_its_records_are_durable_and_writes_are_grouped(tmp_path):
+    """The durability gate: while the log thread is stuck, no reply comes and no
+    message of the stuck node reaches a peer; released, the batches that piled up
+    share few fsyncs (group commit)."""
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
+            await nodes[0].submit(b"warm", timeout_s=20)
+            await eventually(lambda: _same_everywhere(nodes, 1), what="warm-up")
+            gate = threading.Event()
+            stuck = nodes[1]
+            original = stuck._write
+
+            def slow_write(records, snapshot):
+                gate.wait()
+                return original(records, snapshot)
+
+            stuck._write = slow_write
+            steps_before = [n.replica.stats.steps for n in nodes]
+            fsyncs_before = stuck.fsyncs
+            pending = [
+                asyncio.ensure_future(stuck.submit(b"g%d" % k, timeout_s=20)) for k in range(30)
+            ]
+            await asyncio.sleep(0.5)
+            assert not any(p.done() for p in pending)
+            # Peers step nothing from the stuck node's new commands: its C-accepts
+            # are held (its records come first). Heartbeats of others may flow.
+            assert all(n.state_machine.payloads == [b"warm"] for n in nodes)
+            gate.set()
+            await asyncio.gather(*pending)
+            await eventually(lambda: _same_everywhere(nodes, 31), what="released")
+            assert stuck.fsyncs - fsyncs_before < 30
+            assert steps_before != [n.replica.stats.steps for n in nodes]
+
+    asyncio.run(main())
+
+
+def test_a_log_failure_stops_the_node_instead_of_acknowledging(tmp_path):
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
+            await nodes[0].submit(b"ok", timeout_s=20)
+
+            def broken(records, snapshot):
+                raise OSError(28, "No space left on device")
+
+            nodes[0]._write = broken
+            with pytest.raises(NodeError):
+                await nodes[0].submit(b"lost", timeout_s=20)
+            assert not nodes[0].running
+            with pytest.raises(NodeError, match="log failure"):
+                await nodes[0].submit(b"again")
+            await eventually(
+                lambda: all(b"lost" not in n.state_machine.payloads for n in nodes[1:]),
+                what="never acknowledged",
+            )
+
+    asyncio.run(main())
+
+
+def test_a_retry_at_another_node_is_answered_and_not_executed_twice(tmp_path):
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (path, nodes):
+            addrs = [(n.config.me.host, n.bound_port) for n in nodes]
+            one = Client([addrs[0]], tls=client_tls(path))
+            two = Client([addrs[2]], tls=client_tls(path))
+            session = await one._session()
+            cid = session.client_id
+
+            def submit(rid):
+                return rf.Submit(rid, cid, 1, b"once", None, 1)
+
+            first = await one._request(submit, 20)
+            retry = await two._request(submit, 20)
+            assert first.code == retry.code == rf.Code.EXECUTED
+            assert first.value == retry.value
+            await nodes[1].submit(b"after", timeout_s=20)
+            await eventually(lambda: _same_everywhere(nodes, 2), what="executed")
+            assert nodes[1].state_machine.payloads == [b"once", b"after"]
+            await one.close()
+            await two.close()
+
+    asyncio.run(main())
+
+
+def test_stop_wakes_a_waiting_submit_with_an_error(tmp_path):
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
+            await nodes[0].submit(b"x", timeout_s=20)
+            await nodes[1].stop()
+            await nodes[2].stop()
+            waiting = asyncio.ensure_future(nodes[0].submit(b"no quorum"))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await nodes[0].stop()
+            with pytest.raises(NodeError, match="stopped"):
+                await waiting
+
+    asyncio.run(main())
+
+
+def test_status_reports_round_trips_and_lag_per_peer(tmp_path, monkeypatch):
+    monkeypatch.setattr(node_module, "PING_INTERVAL_S", 0.05)
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
+            await nodes[0].submit(b"x", timeout_s=20)
+            await eventually(
+                lambda: all(p.rtt_ms is not None for p in nodes[0].status().peers),
+                what="pings answered",
+            )
+            st = nodes[0].status().to_dict()
+            assert {p["id"] for p in st["peers"]} == {1, 2}
+            assert all(p["lag_slots"] is not None for p in st["peers"])
+            assert st["log_bytes"] > 0 and st["log_records"] > 0
+
+    asyncio.run(main())
