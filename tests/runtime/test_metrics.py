@@ -255,7 +255,9 @@ async def _request(port: int, raw: bytes) -> tuple[int, dict[str, str], bytes]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(raw)
     await writer.drain()
-    response = await reader.read()
+    # A bound on a hung server, so that a broken one fails the test instead of
+    # stalling it; never reached by a working one.
+    response = await asyncio.wait_for(reader.read(), timeout=30)
     writer.close()
     await writer.wait_closed()
     head, _, body = response.partition(b"\r\n\r\n")
@@ -308,6 +310,8 @@ def test_http_refuses_garbage_and_keeps_serving(monkeypatch: pytest.MonkeyPatch)
             status, _, _ = await _request(port, b"\x00\xff\x16\x03 garbage\r\n\r\n")
             assert status == 400
             status, _, _ = await _request(port, b"GET /metrics\r\n\r\n")  # no version
+            assert status == 400
+            status, _, _ = await _request(port, b"GET /metrics SPDY/3\r\n\r\n")  # not HTTP/1.x
             assert status == 400
             # A head larger than the bound, with no end in sight.
             status, _, _ = await _request(port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000)
