@@ -130,8 +130,11 @@ async def _run_node(
     server = None
     async with node:
         if metrics is not None:
+            from sdpaxos.runtime.metrics import serve_metrics
+
             host, _, port = args.metrics.rpartition(":")
-            server = await metrics.serve(host or "127.0.0.1", int(port))
+            server = await serve_metrics(metrics, host or "127.0.0.1", int(port))
+            print(f"metrics at http://{host or '127.0.0.1'}:{server.port}/metrics", flush=True)
         print(
             f"node {config.node_id} listening on {config.me.host}:{node.bound_port}, "
             f"data in {config.data_dir}",
@@ -139,7 +142,7 @@ async def _run_node(
         )
         await stop.wait()
     if server is not None:
-        await metrics.stop()  # type: ignore[union-attr]
+        await server.close()
     return 0
 
 

@@ -228,10 +228,11 @@ class DurableLog:
     def load_snapshot(self) -> Snapshot | None:
         return self._snapshot
 
-    def append(self, records: list[Record]) -> None:
-        """Make ``records`` durable (one fsync for all of them) before returning."""
+    def append(self, records: list[Record]) -> int:
+        """Make ``records`` durable (one fsync for all of them) before returning;
+        returns the bytes written."""
         if not records:
-            return
+            return 0
         data = b"".join(_frame(encode_record(r)) for r in records)
         if self._segment is None or self._segment[2] + len(data) > self.segment_bytes_max:
             self._rotate(len(data))
@@ -245,6 +246,7 @@ class DurableLog:
         self._segment = (number, fd, pos + len(data))
         self.log_bytes += len(data)
         self._records.extend(records)
+        return len(data)
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Write ``snapshot`` crash-safely, then keep only the records it does not cover."""

@@ -59,6 +59,7 @@ from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.config import NodeConfig
 from sdpaxos.runtime.log import DurableLog
+from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.tls import client_context, server_context
 from sdpaxos.runtime.transport import Connection
 from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError, decode_batch
@@ -273,7 +274,7 @@ class Node:
         *,
         fsync: bool = True,
         emulator: Any = None,
-        metrics: Any = None,
+        metrics: Metrics | None = None,
         listen_host: str | None = None,
         snapshot_log_bytes: int | None = SNAPSHOT_LOG_BYTES_DEFAULT,
         rng: random.Random | None = None,
@@ -331,6 +332,7 @@ class Node:
         self.fsyncs = 0
         self.records_written = 0
         self.bound_port: int | None = None
+        self._ready_reported = 0
 
     # --------------------------------------------------------------- lifecycle
 
@@ -521,18 +523,19 @@ class Node:
         future = self._loop.run_in_executor(self._io, self._write, records, snapshot)
         future.add_done_callback(lambda f: self._written(f, seq, len(records)))
 
-    def _write(self, records: list[Record], snapshot: Snapshot | None) -> float:
-        """On the log thread: append (one fsync), then the snapshot. Returns seconds."""
+    def _write(self, records: list[Record], snapshot: Snapshot | None) -> tuple[float, int]:
+        """On the log thread: append (one fsync), then the snapshot.
+
+        Returns the seconds it took and the bytes appended."""
         log = self.log
         assert log is not None
         started = time.perf_counter()
-        if records:
-            log.append(records)
+        nbytes = log.append(records) if records else 0
         if snapshot is not None:
             log.save_snapshot(snapshot)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, nbytes
 
-    def _written(self, future: asyncio.Future[float], seq: int, count: int) -> None:
+    def _written(self, future: asyncio.Future[tuple[float, int]], seq: int, count: int) -> None:
         self._writing = False
         exc = future.exception()
         if exc is not None:
@@ -541,7 +544,8 @@ class Node:
         self.fsyncs += 1
         self.records_written += count
         if self.metrics is not None:
-            self.metrics.observe_fsync_s(future.result(), count)
+            seconds, nbytes = future.result()
+            self.metrics.observe_fsync_s(seconds, count, nbytes)
         self._durable_seq = seq
         held = self._held
         while held and held[0].need <= seq:
@@ -769,7 +773,7 @@ class Node:
         self.frames_rejected += 1
         logger.warning("node %d: dropped %s: %s", self.id, conn.describe(), reason)
         if self.metrics is not None:
-            self.metrics.frame_rejected(reason.split(":", 1)[0][:40])
+            self.metrics.frame_rejected(_reject_reason(reason))
 
     def frame(self, conn: Connection, payload: bytes) -> None:
         replica = self.replica
@@ -1138,6 +1142,23 @@ class Node:
         )
         for p in st.peers:
             metrics.set_peer_queue(p.id, 0, p.queue_bytes)
+        ready = replica.stats.commands_ready
+        metrics.commands_committed(ready - self._ready_reported)
+        self._ready_reported = ready
+
+
+def _reject_reason(reason: str) -> str:
+    """A refusal's message as one of a few metric labels (bounded cardinality)."""
+    text = reason.lower()
+    if "wrong src" in text:
+        return "wrong_src"
+    if "exceed" in text or "too large" in text:
+        return "oversized"
+    if "unknown" in text or "may not send" in text:
+        return "unknown"
+    if "hello" in text or "certificate" in text:
+        return "identity"
+    return "malformed"
 
 
 def _encode(msgs: list[Message]) -> list[bytes]:

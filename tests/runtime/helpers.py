@@ -103,8 +103,18 @@ class ProcessCluster:
 
     def start(self, k: int) -> None:
         cmd = [
-            sys.executable, "-m", "sdpaxos", "node", "--config", str(self.path),
-            "--id", str(k), "--app", self.app, "--log-level", "INFO",
+            sys.executable,
+            "-m",
+            "sdpaxos",
+            "node",
+            "--config",
+            str(self.path),
+            "--id",
+            str(k),
+            "--app",
+            self.app,
+            "--log-level",
+            "INFO",
         ]
         if not self.fsync:
             cmd.append("--no-fsync")
@@ -161,9 +171,7 @@ class ProcessCluster:
         while time.monotonic() < deadline:
             proc = self.procs.get(k)
             if proc is not None and proc.poll() is not None:
-                raise AssertionError(
-                    f"node {k} exited with {proc.returncode}:\n{self.log_tail(k)}"
-                )
+                raise AssertionError(f"node {k} exited with {proc.returncode}:\n{self.log_tail(k)}")
             st = await self.status(k, 0.5)
             if st is not None:
                 return st

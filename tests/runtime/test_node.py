@@ -201,3 +201,40 @@ def test_status_reports_round_trips_and_lag_per_peer(tmp_path, monkeypatch):
             assert st["log_bytes"] > 0 and st["log_records"] > 0
 
     asyncio.run(main())
+
+
+def test_a_nodes_metrics_follow_its_work(tmp_path, monkeypatch):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sdpaxos.runtime.metrics import NodeMetrics
+
+    monkeypatch.setattr(node_module, "PING_INTERVAL_S", 0.05)
+
+    def samples(metrics):
+        out = {}
+        for family in text_string_to_metric_families(metrics.render().decode()):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
+            metrics = NodeMetrics(0, peers=[1, 2])
+            nodes[0].metrics = metrics
+            for k in range(5):
+                await nodes[0].submit(b"m%d" % k, timeout_s=20)
+            await nodes[0].submit(b"e", wait="executed", timeout_s=20)
+            await eventually(
+                lambda: samples(metrics).get(("sdpaxos_commands_committed_total", (("node", "0"),)))
+                == 6,
+                what="committed counter (5 ready, 1 executed: each was committed)",
+            )
+            got = samples(metrics)
+            node0 = (("node", "0"),)
+            assert got[("sdpaxos_commit_latency_seconds_count", node0)] == 5
+            assert got[("sdpaxos_execute_latency_seconds_count", node0)] == 1
+            assert got[("sdpaxos_fsync_latency_seconds_count", node0)] >= 1
+            assert got[("sdpaxos_log_bytes", node0)] > 0
+            assert got[("sdpaxos_peer_rtt_seconds", (("node", "0"), ("peer", "1")))] > 0
+
+    asyncio.run(main())
