@@ -24,7 +24,7 @@ import itertools
 import logging
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sdpaxos.core.sessions import decode_session_id
 from sdpaxos.runtime import frames as rf
@@ -65,9 +65,9 @@ class _Conn(asyncio.Protocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.write(frame(rf.encode_runtime(self.hello)))
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.write(frame(rf.encode_runtime(self.hello)))
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -194,7 +194,6 @@ class Client:
                 ),
                 self.attempt_timeout_s,
             )
-            assert isinstance(proto, _Conn)
             self._conn = proto
             return proto
 

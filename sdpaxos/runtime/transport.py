@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.tls import peer_identity
@@ -101,15 +101,15 @@ class Connection(asyncio.Protocol):
     # --------------------------------------------------------------- asyncio
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self.transport = cast(asyncio.Transport, transport)
         self.open = True
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.identity = peer_identity(transport.get_extra_info("ssl_object"))
         if self.dialed is not None:
-            transport.write(frame(rf.encode_runtime(self.dialed)))
+            self.transport.write(frame(rf.encode_runtime(self.dialed)))
             if not self.owner.dialed(self):
                 self.close()
         else:

@@ -225,8 +225,10 @@ def test_a_nodes_metrics_follow_its_work(tmp_path, monkeypatch):
                 await nodes[0].submit(b"m%d" % k, timeout_s=20)
             await nodes[0].submit(b"e", wait="executed", timeout_s=20)
             await eventually(
-                lambda: samples(metrics).get(("sdpaxos_commands_committed_total", (("node", "0"),)))
-                == 6,
+                lambda: (
+                    samples(metrics).get(("sdpaxos_commands_committed_total", (("node", "0"),)))
+                    == 6
+                ),
                 what="committed counter (5 ready, 1 executed: each was committed)",
             )
             got = samples(metrics)
