@@ -1,8 +1,16 @@
-"""The runtime: what runs the pure core for real (issue 9, in progress).
+"""The runtime: what runs the pure core for real.
 
-So far: :mod:`sdpaxos.runtime.log`, the durable log (the core's ``Storage`` on
-disk); :mod:`sdpaxos.runtime.config`, a node's TOML configuration checked key
-by key; and :mod:`sdpaxos.runtime.certs` (``python -m sdpaxos certs``), the
-cluster CA and the node and client certificates for mutual TLS. The asyncio
-node, transport and embedding API come next.
+* :mod:`~sdpaxos.runtime.node`: :class:`Node`, one replica on an asyncio loop
+  (driver loop, group commit, connections), and its embedding API;
+* :mod:`~sdpaxos.runtime.client`: :class:`Client`, exactly-once across retries;
+* :mod:`~sdpaxos.runtime.sync`: :class:`SyncNode`, :class:`SyncClient` for code
+  without an event loop;
+* :mod:`~sdpaxos.runtime.log`: the durable log (the core's ``Storage`` on disk);
+* :mod:`~sdpaxos.runtime.transport`, :mod:`~sdpaxos.runtime.frames`,
+  :mod:`~sdpaxos.runtime.tls`: framed TCP with mutual TLS;
+* :mod:`~sdpaxos.runtime.emulator`: the network-delay emulator;
+* :mod:`~sdpaxos.runtime.metrics`: Prometheus metrics;
+* :mod:`~sdpaxos.runtime.config`, :mod:`~sdpaxos.runtime.local`,
+  :mod:`~sdpaxos.runtime.certs`, :mod:`~sdpaxos.runtime.cli`: configuration,
+  local clusters, certificates, and ``python -m sdpaxos``.
 """
