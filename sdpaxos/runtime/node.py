@@ -91,7 +91,10 @@ READ_TIMEOUT_S = 5.0
 READY_CALLS_PER_FLUSH_MAX = 64
 #: A snapshot is requested when the log holds this many bytes (``None``: never).
 SNAPSHOT_LOG_BYTES_DEFAULT = 256 << 20
-#: Unsent bytes to a client above which its replies are dropped (it is not reading).
+#: The emulator's timers: the most they are set early, and how fast the
+#: estimate of their lateness follows what is seen.
+_TIMER_LATE_MAX_S = 0.002
+_TIMER_LATE_GAIN = 0.1
 _WaitName = Literal["ready", "executed"]
 
 
@@ -168,6 +171,7 @@ class _Peer:
         "id",
         "rtt_ms",
         "timer",
+        "timer_at_s",
     )
 
     def __init__(self, peer_id: int) -> None:
@@ -178,6 +182,8 @@ class _Peer:
         #: Frames the emulator holds: (deliver at loop time s, framed bytes, count).
         self.delayed: deque[tuple[float, bytes, int]] = deque()
         self.timer: asyncio.TimerHandle | None = None
+        #: When the link's timer was asked to fire (to measure its lateness).
+        self.timer_at_s = 0.0
         self.dial_task: asyncio.Task[None] | None = None
         self.frames_delayed = 0
 
@@ -333,6 +339,8 @@ class Node:
         self.records_written = 0
         self.bound_port: int | None = None
         self._ready_reported = 0
+        #: How early the emulator's timers are set (see :meth:`_deliver_delayed`).
+        self._timer_late_s = 0.0
 
     # --------------------------------------------------------------- lifecycle
 
@@ -628,21 +636,38 @@ class Node:
         peer.frames_delayed += len(out)
         peer.delayed.append((at_s, data, len(out)))
         if peer.timer is None:
-            peer.timer = self._loop.call_at(peer.delayed[0][0], self._deliver_delayed, peer)
+            self._arm(peer)
 
     def _deliver_delayed(self, peer: _Peer) -> None:
-        """Write a link's frames that are due, in order (per-link order is the rule)."""
+        """Write a link's frames that are due, in order (per-link order is the rule).
+
+        Event-loop timers fire late (epoll and libuv round timeouts up to the
+        millisecond, and the loop's clock is read once per turn), and on a path
+        of several hops that lateness adds up. So the timer is set early by the
+        lateness seen so far (a moving average), and frames due within that
+        slack leave now: on average each frame leaves at its time.
+        """
         peer.timer = None
         assert self._loop is not None
         now_s = self._loop.time()
+        late_s = now_s - peer.timer_at_s
+        self._timer_late_s += (
+            min(max(late_s + self._timer_late_s, 0.0), _TIMER_LATE_MAX_S) - self._timer_late_s
+        ) * _TIMER_LATE_GAIN
+        due_s = now_s + self._timer_late_s
         delayed = peer.delayed
-        while delayed and delayed[0][0] <= now_s:
+        while delayed and delayed[0][0] <= due_s:
             _, data, count = delayed.popleft()
             conn = peer.conn
             if conn is not None:
                 conn.write(data, count)
         if delayed:
-            peer.timer = self._loop.call_at(delayed[0][0], self._deliver_delayed, peer)
+            self._arm(peer)
+
+    def _arm(self, peer: _Peer) -> None:
+        assert self._loop is not None
+        peer.timer_at_s = peer.delayed[0][0] - self._timer_late_s
+        peer.timer = self._loop.call_at(peer.timer_at_s, self._deliver_delayed, peer)
 
     def _on_tick(self) -> None:
         if not self._running or self.replica is None:

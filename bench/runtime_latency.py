@@ -1,0 +1,197 @@
+"""Per-region commit latency of real node processes under the delay emulator.
+
+The paper's wide-area claim, measured on the runtime rather than the
+simulator: ``--replicas`` node processes (``python -m sdpaxos node``) on
+loopback, each in one region of the profile (``paper5`` by default: CA, OR,
+OH, IRE, SEL, the paper's Table 1), the sequencer in CA, every link delayed by
+the emulator in the sending node's transport. One client per region talks to
+its region's node and submits one command at a time (light load); the commit
+latency is the client's time from sending a command to its READY reply (the
+client sits next to its node: loopback, no emulated delay).
+
+The paper's formula (section 3.4 / ``../shared/docs/PROTOCOL.md``): a command
+commits when its C-instance is accepted by a majority and its O-instance is
+too, in parallel; at light load with the sequencer in CA and thrifty quorums
+that gives CA 52, OR 68, OH 68, IRE 139, SEL 146 ms on ``paper5``. The bar is
+each region within 5 % of it.
+
+    python -m bench.runtime_latency                   # paper5, 60 commands per region
+    python -m bench.runtime_latency --quick --json out.json --plot latency.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sdpaxos.profiles import builtin
+from sdpaxos.runtime.client import Client
+from sdpaxos.runtime.local import client_tls, make_local_cluster, node_configs
+
+#: The paper's light-load commit latency per region (ms), sequencer in CA.
+PAPER_FORMULA_MS = {
+    "paper5": {"CA": 52.0, "OR": 68.0, "OH": 68.0, "IRE": 139.0, "SEL": 146.0},
+    "paper3": {"CA": 52.0, "OR": 68.0, "OH": 68.0},
+}
+TOLERANCE = 0.05
+STARTUP_TIMEOUT_S = 60.0
+
+
+async def _wait_up(path: Path, replicas: int) -> None:
+    cfg = node_configs(path)[0]
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    for r in cfg.replicas:
+        while True:
+            c = Client([(r.host, r.port)], tls=client_tls(path), attempt_timeout_s=1.0)
+            try:
+                st = await c.status(1.0)
+                if st.get("sequencer") is not None:
+                    break
+            except (TimeoutError, OSError, ConnectionError):
+                pass
+            finally:
+                await c.close()
+            if time.monotonic() > deadline:
+                raise SystemExit(f"node {r.id} did not come up")
+            await asyncio.sleep(0.1)
+
+
+async def _region(path: Path, k: int, warmup: int, commands: int) -> list[float]:
+    r = node_configs(path)[0].replicas[k]
+    client = Client([(r.host, r.port)], tls=client_tls(path))
+    try:
+        for j in range(warmup):
+            await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
+        samples = []
+        for j in range(commands):
+            started = time.perf_counter()
+            await client.submit(b"m%d-%d" % (k, j), timeout_s=30)
+            samples.append((time.perf_counter() - started) * 1000)
+            print(f"\r  region {r.region}: {j + 1}/{commands}", end="", file=sys.stderr)
+        return samples
+    finally:
+        await client.close()
+
+
+def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str, Any]:
+    profile = builtin(profile_name)
+    regions = list(profile.regions)
+    n = len(regions)
+    with tempfile.TemporaryDirectory(prefix="sdpaxos-lat-") as d:
+        path = make_local_cluster(
+            d,
+            n,
+            regions=regions,
+            sequencer=0,
+            emulator={"profile": profile_name},
+            protocol={"rtt_ms": [list(row) for row in profile.replica_rtt_ms()]},
+        )
+        cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(path), "--log-level", "WARNING"]
+        if not fsync:
+            cmd.append("--no-fsync")
+        procs = [
+            subprocess.Popen([*cmd, "--id", str(k)], stdout=subprocess.DEVNULL) for k in range(n)
+        ]
+        try:
+
+            async def main() -> list[list[float]]:
+                await _wait_up(path, n)
+                # One region at a time: "light load" means nothing else in flight.
+                out = []
+                for k in range(n):
+                    out.append(await _region(path, k, warmup, commands))
+                print(file=sys.stderr)
+                return out
+
+            samples = asyncio.run(main())
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(10)
+    formula = PAPER_FORMULA_MS.get(profile_name, {})
+    rows = []
+    for region, s in zip(regions, samples, strict=True):
+        mean = statistics.fmean(s)
+        target = formula.get(region)
+        rows.append(
+            {
+                "region": region,
+                "mean_ms": round(mean, 2),
+                "p50_ms": round(statistics.median(s), 2),
+                "p99_ms": round(sorted(s)[max(0, int(len(s) * 0.99) - 1)], 2),
+                "formula_ms": target,
+                "ratio": round(mean / target, 3) if target else None,
+                "within_5pct": abs(mean / target - 1) <= TOLERANCE if target else None,
+            }
+        )
+    return {"profile": profile_name, "commands_per_region": commands, "fsync": fsync, "rows": rows}
+
+
+def _table(result: dict[str, Any]) -> str:
+    lines = [
+        f"profile {result['profile']}, {result['commands_per_region']} commands per region, "
+        f"fsync {'on' if result['fsync'] else 'off'}",
+        "| region | mean ms | p50 ms | p99 ms | paper formula ms | mean / formula |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['region']} | {r['mean_ms']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
+            f"{r['formula_ms'] if r['formula_ms'] is not None else '-'} | "
+            f"{r['ratio'] if r['ratio'] is not None else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def _plot(result: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    xs = range(len(rows))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar([x - 0.2 for x in xs], [r["mean_ms"] for r in rows], 0.4, label="measured mean")
+    ax.bar([x + 0.2 for x in xs], [r["formula_ms"] or 0 for r in rows], 0.4, label="paper formula")
+    ax.set_xticks(list(xs), [r["region"] for r in rows])
+    ax.set_ylabel("commit latency (ms)")
+    ax.set_title(f"SDPaxos runtime, {result['profile']}, sequencer in CA, light load")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.runtime_latency", description=__doc__)
+    p.add_argument("--profile", default="paper5", choices=sorted(PAPER_FORMULA_MS))
+    p.add_argument("--commands", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="20 commands per region")
+    p.add_argument("--no-fsync", action="store_true")
+    p.add_argument("--json", default=None, help="write the result here")
+    p.add_argument("--plot", default=None, help="write a bar chart here (PNG)")
+    args = p.parse_args(argv)
+    commands = 20 if args.quick else args.commands
+    result = run(args.profile, commands, args.warmup, not args.no_fsync)
+    print(_table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    if args.plot:
+        _plot(result, Path(args.plot))
+    ok = all(r["within_5pct"] is not False for r in result["rows"])
+    print("every region within 5 % of the formula" if ok else "SOME REGION IS OFF BY MORE THAN 5 %")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
