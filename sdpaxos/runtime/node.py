@@ -840,6 +840,11 @@ class Node:
     # --------------------------------------------------------------- clients
 
     def _client_frame(self, conn: Connection, f: rf.RuntimeFrame) -> None:
+        # Every request gets exactly one answer (_answer counts it down): a
+        # client that pipelines more than the bound is not read until it drains.
+        conn.pending += 1
+        if conn.pending >= CLIENT_REQUESTS_PENDING_MAX:
+            conn.pause_reading()
         if isinstance(f, rf.Submit):
             self._client_submit(conn, f)
         elif isinstance(f, rf.Read):
@@ -852,6 +857,9 @@ class Node:
             raise rf.FrameError(f"a client may not send {type(f).__name__}")
 
     def _answer(self, conn: Connection, request_id: int, code: rf.Code, value: Any) -> None:
+        conn.pending -= 1
+        if conn.paused and conn.pending <= CLIENT_REQUESTS_PENDING_MAX // 2:
+            conn.resume_reading()
         if not conn.open:
             return
         conn.send(rf.encode_runtime(rf.Reply(request_id, code, value)))

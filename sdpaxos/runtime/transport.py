@@ -97,6 +97,8 @@ class Connection(asyncio.Protocol):
         #: Frames queued in this loop turn (written together by :meth:`flush`).
         self.out: list[bytes] = []
         self.paused = False
+        #: Requests of this (client) connection not answered yet.
+        self.pending = 0
 
     # --------------------------------------------------------------- asyncio
 

@@ -240,3 +240,31 @@ def test_a_nodes_metrics_follow_its_work(tmp_path, monkeypatch):
             assert got[("sdpaxos_peer_rtt_seconds", (("node", "0"), ("peer", "1")))] > 0
 
     asyncio.run(main())
+
+
+def test_a_client_that_pipelines_past_the_bound_is_not_read_until_it_drains(tmp_path, monkeypatch):
+    monkeypatch.setattr(node_module, "CLIENT_REQUESTS_PENDING_MAX", 4)
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (path, nodes):
+            await nodes[0].submit(b"warm", timeout_s=20)
+            gate = threading.Event()
+            original = nodes[0]._write
+            nodes[0]._write = lambda r, s: (gate.wait(), original(r, s))[1]
+            client = Client([(nodes[0].config.me.host, nodes[0].bound_port)], tls=client_tls(path))
+            sends = [
+                asyncio.ensure_future(client.submit(b"p%d" % k, timeout_s=30)) for k in range(10)
+            ]
+            try:
+                await eventually(
+                    lambda: any(c.paused for c in nodes[0]._clients), timeout_s=5, what="paused"
+                )
+                conn = next(iter(nodes[0]._clients))
+                assert conn.pending >= 4
+            finally:
+                gate.set()
+            await asyncio.gather(*sends)
+            assert not conn.paused and conn.pending == 0
+            await client.close()
+
+    asyncio.run(main())
