@@ -4,6 +4,8 @@
   (:mod:`sdpaxos.runtime.certs`; ``python -m sdpaxos certs --help``).
 * ``node``, ``local``, ``status``, ``admin``: run and inspect nodes
   (:mod:`sdpaxos.runtime.cli`).
+* ``fuzz``: throw random and mutated frames at a live node and check that it
+  keeps serving and agreeing with its peers (:mod:`sdpaxos.runtime.fuzz`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-_USAGE = "usage: python -m sdpaxos {certs,node,local,status,admin} [--help | options]"
+_USAGE = "usage: python -m sdpaxos {certs,node,local,status,admin,fuzz} [--help | options]"
 _RUNTIME_COMMANDS = frozenset({"node", "local", "status", "admin"})
 
 
@@ -21,6 +23,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sdpaxos.runtime.certs import main as certs_main
 
         return certs_main(args[1:])
+    if args and args[0] == "fuzz":
+        from sdpaxos.runtime.fuzz import main as fuzz_main
+
+        return fuzz_main(args[1:])
     if args and args[0] in _RUNTIME_COMMANDS:
         from sdpaxos.runtime.cli import main as cli_main
 

@@ -805,7 +805,7 @@ class Node:
         if replica is None or not self._running:
             return
         if conn.kind == rf.Kind.NODE:
-            if payload[0] == VERSION:
+            if payload and payload[0] == VERSION:  # an empty frame is refused below
                 msgs = decode_batch(payload)
                 src = conn.peer_id
                 for m in msgs:

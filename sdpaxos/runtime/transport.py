@@ -135,6 +135,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         was_open = self.open
+        if was_open and self.framer.buffered_bytes:
+            # The peer left in the middle of a frame: a truncated frame (rule 3).
+            self.owner.reject(self, f"truncated frame: {self.framer.buffered_bytes} bytes at close")
         self.open = False
         if self._hello_timer is not None:
             self._hello_timer.cancel()
