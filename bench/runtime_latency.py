@@ -94,7 +94,16 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
             emulator={"profile": profile_name},
             protocol={"rtt_ms": [list(row) for row in profile.replica_rtt_ms()]},
         )
-        cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(path), "--log-level", "WARNING"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sdpaxos",
+            "node",
+            "--config",
+            str(path),
+            "--log-level",
+            "WARNING",
+        ]
         if not fsync:
             cmd.append("--no-fsync")
         procs = [

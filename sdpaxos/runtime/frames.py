@@ -25,6 +25,7 @@ Every decoder here is strict: a wrong tag, arity, type or size raises
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -200,8 +201,8 @@ def _opt_bytes(value: object, what: str, limit: int) -> bytes | None:
 
 
 def _number(value: object, what: str) -> float:
-    if type(value) not in (int, float) or value != value:  # NaN is not a time
-        raise FrameError(f"{what} must be a number, got {value!r:.40}")
+    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+        raise FrameError(f"{what} must be a finite number, got {value!r:.40}")
     return float(value)  # type: ignore[arg-type]
 
 

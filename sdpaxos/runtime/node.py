@@ -91,6 +91,8 @@ READ_TIMEOUT_S = 5.0
 READY_CALLS_PER_FLUSH_MAX = 64
 #: A snapshot is requested when the log holds this many bytes (``None``: never).
 SNAPSHOT_LOG_BYTES_DEFAULT = 256 << 20
+#: A pong answering a ping older than this (or from the future) is a lie.
+_PONG_RTT_MS_MAX = 3_600_000.0
 #: The emulator's timers: the most they are set early, and how fast the
 #: estimate of their lateness follows what is seen.
 _TIMER_LATE_MAX_S = 0.002
@@ -826,7 +828,9 @@ class Node:
                 self._flush_peer(peer)
             elif isinstance(f, rf.Pong):
                 peer = self._peers[conn.peer_id]
-                rtt = max(0.0, self._now_ms() - f.sent_ms)
+                rtt = self._now_ms() - f.sent_ms
+                if not 0.0 <= rtt <= _PONG_RTT_MS_MAX:
+                    raise rf.FrameError(f"pong of a ping never sent ({rtt:.0f} ms ago)")
                 peer.rtt_ms = rtt
                 peer.executed = f.executed_upto
                 replica.observe_rtt(ReplicaId(peer.id), rtt)

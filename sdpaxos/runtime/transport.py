@@ -132,6 +132,9 @@ class Connection(asyncio.Protocol):
                 owner_frame(self, payload)
         except (CodecError, rf.FrameError) as exc:
             self.refuse(str(exc))
+        except Exception as exc:  # a bug of ours: never let a peer's frame crash the node
+            logger.exception("error handling a frame from %s", self.describe())
+            self.refuse(f"internal error: {type(exc).__name__}: {exc}")
 
     def connection_lost(self, exc: Exception | None) -> None:
         was_open = self.open

@@ -164,6 +164,7 @@ REFUSED_CASES: dict[str, tuple[str, bytes]] = {
         frame(bytes([VERSION]) + msgpack.packb([[len(MESSAGE_TYPES), 2, 0, 1, 2]])),
     ),
     "empty frame on a replica": ("node", frame(b"")),
+    "pong of an infinitely old ping": ("node", frame(rf.encode_runtime(rf.Pong(float("-inf"), 0)))),
     "core batch of a wrong type": ("node", frame(bytes([VERSION]) + msgpack.packb({"a": 1}))),
 }
 
@@ -183,6 +184,34 @@ def test_refused_frame_closes_only_its_connection(tmp_path: Path, case: str) -> 
             identity = ("node", 2) if role == "node" else ("client", 1)
             hello = _hello(kind, identity[1])
             closed, _ = await _send(_address(path), _context(path, identity), hello + bad)
+            assert closed
+            assert node.frames_rejected == before + 1
+            await _still_serving(path, node, client)
+
+    _run(tmp_path, body)
+
+
+def test_a_bug_handling_a_frame_closes_that_connection_not_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame that makes our own code raise (here: a planted bug on STATUS) is
+    refused like a bad frame: counted, its connection closed, the node serving."""
+    original = Node._client_frame
+
+    def buggy(self: Node, conn: Any, f: rf.RuntimeFrame) -> None:
+        if isinstance(f, rf.Status) and f.request_id == 666:
+            raise KeyError("planted")
+        original(self, conn, f)
+
+    monkeypatch.setattr(Node, "_client_frame", buggy)
+
+    async def body(path: Path, nodes: list[Node]) -> None:
+        node = nodes[0]
+        async with Client([_address(path)], tls=client_tls(path)) as client:
+            await client.submit(b"before", timeout_s=20.0)
+            before = node.frames_rejected
+            data = _hello(rf.Kind.CLIENT, 1) + frame(rf.encode_runtime(rf.Status(666)))
+            closed, _ = await _send(_address(path), _context(path, ("client", 1)), data)
             assert closed
             assert node.frames_rejected == before + 1
             await _still_serving(path, node, client)
