@@ -9,7 +9,7 @@ its region's node and submits one command at a time (light load); the commit
 latency is the client's time from sending a command to its READY reply (the
 client sits next to its node: loopback, no emulated delay).
 
-The paper's formula (section 3.4 / ``../shared/docs/PROTOCOL.md``): a command
+The paper's formula (``docs/protocol.md`` section 5.6): a command
 commits when its C-instance is accepted by a majority and its O-instance is
 too, in parallel; at light load with the sequencer in CA and thrifty quorums
 that gives CA 52, OR 68, OH 68, IRE 139, SEL 146 ms on ``paper5``. The bar is
