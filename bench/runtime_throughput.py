@@ -85,6 +85,32 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of all cores, from ``/proc/stat``."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+async def _fsyncs(path: Path) -> list[int]:
+    """Each node's fsync count (its status), -1 for a node that did not answer."""
+    from sdpaxos.runtime.client import Client
+
+    cfg = load_config(path, 0)
+    tls = client_tls(path, 0)
+    out = []
+    for r in cfg.replicas:
+        c = Client([(r.host, r.port)], tls=tls)
+        try:
+            out.append(int((await c.status(5.0))["fsyncs"]))
+        except Exception:
+            out.append(-1)
+        finally:
+            await c.close()
+    return out
+
+
 def _run_loop(coro: Any, fast: bool = False) -> Any:
     """Run ``coro``; on uvloop when ``fast`` and it is installed (the raw loader only:
     the runtime's ``Client`` asserts an ``asyncio.Transport``, which uvloop's is not)."""
@@ -386,6 +412,13 @@ class ModeResult:
     node_cpu_s_per_1000: list[float]
     loader_cpu_s: float
     loader_cpu_s_per_1000: float
+    #: Commands over the CPU time of the 3 nodes and the loaders together: what one
+    #: core does for the whole cluster (times the free cores: the ceiling here).
+    commands_per_cpu_s: float
+    #: Share of all cores' time busy during the window (every process, ours or not).
+    machine_busy: float
+    #: Log writes (one fsync each when fsync is on) per second, each node.
+    fsyncs_per_s: list[float]
     answered_total: int
     executed: list[int]
     digests: list[str]
@@ -513,7 +546,7 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
         for ld in loaders:
             ld.tell("go")
 
-        def snapshot() -> tuple[float, int, list[float], float]:
+        def snapshot() -> tuple[float, int, list[float], float, tuple[float, float]]:
             t = time.perf_counter()
             count = sum(ld.count for ld in loaders)
             return (
@@ -521,10 +554,12 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
                 count,
                 [cpu_seconds(p.pid) for p in nodes],
                 sum(cpu_seconds(ld.proc.pid) for ld in loaders),
+                machine_cpu(),
             )
 
         time.sleep(args.warmup)
-        t0, c0, n0, l0 = snapshot()
+        f0 = _run_loop(_fsyncs(path))
+        t0, c0, n0, l0, m0 = snapshot()
         last = t0
         while True:
             time.sleep(0.05)
@@ -539,7 +574,8 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
                 progress(
                     f"{label}: {now - t0:.1f} s, {count:,} committed, {count / (now - t0):,.0f}/s"
                 )
-        t1, c1, n1, l1 = snapshot()
+        t1, c1, n1, l1, m1 = snapshot()
+        f1 = _run_loop(_fsyncs(path))
         for ld in loaders:
             ld.tell("stop")
         for ld in loaders:
@@ -548,6 +584,8 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
         seconds, committed = t1 - t0, c1 - c0
         node_cpu = [b - a for a, b in zip(n0, n1, strict=True)]
         loader_cpu = l1 - l0
+        busy = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
+        fsyncs = [b - a for a, b in zip(f0, f1, strict=True)]
         executed, digests, statuses = _run_loop(_read_digests(path))
         problems = []
         answered = 0
@@ -578,6 +616,9 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
             node_cpu_s_per_1000=[c / per1000 for c in node_cpu],
             loader_cpu_s=loader_cpu,
             loader_cpu_s_per_1000=loader_cpu / per1000,
+            commands_per_cpu_s=committed / max(1e-9, sum(node_cpu) + loader_cpu),
+            machine_busy=busy,
+            fsyncs_per_s=[f / seconds for f in fsyncs],
             answered_total=answered,
             executed=executed,
             digests=digests,
@@ -611,14 +652,18 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
 
 def format_table(results: list[ModeResult]) -> str:
     head = (
-        "| fsync | commands/s | CPU s / 1000 cmds, node 0 / 1 / 2 | loader CPU s / 1000 | window |"
+        "| fsync | commands/s | CPU s / 1000 cmds, node 0 / 1 / 2 | loader CPU s / 1000 "
+        "| commands / CPU s (all 4) | machine busy | log writes/s, node 0 / 1 / 2 | window |"
     )
-    lines = [head, "|---|---:|---|---:|---|"]
+    lines = [head, "|---|---:|---|---:|---:|---:|---|---|"]
     for r in results:
         cpu = " / ".join(f"{c:.4f}" for c in r.node_cpu_s_per_1000)
         lines.append(
             f"| {'on' if r.fsync else 'off'} | {r.committed_per_s:,.0f} | {cpu} | "
-            f"{r.loader_cpu_s_per_1000:.4f} | {r.committed:,} in {r.seconds:.1f} s |"
+            f"{r.loader_cpu_s_per_1000:.4f} | {r.commands_per_cpu_s:,.0f} | "
+            f"{100 * r.machine_busy:.0f} % | "
+            f"{' / '.join(f'{f:,.0f}' for f in r.fsyncs_per_s)} | "
+            f"{r.committed:,} in {r.seconds:.1f} s |"
         )
     by = {r.fsync: r for r in results}
     if True in by and False in by and by[True].committed_per_s > 0:
