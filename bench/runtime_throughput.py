@@ -57,7 +57,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -160,17 +160,17 @@ class _RawConn(asyncio.Protocol):
         self._prefix = struct.Struct(">I").pack
 
     def _frame(self, body: list[Any]) -> bytes:
-        packed = b"\xc1" + self._pack(body)
+        packed: bytes = b"\xc1" + self._pack(body)
         return self._prefix(len(packed)) + packed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport
         out = [self._frame([0, rf.MAGIC, rf.PROTOCOL_VERSION, int(rf.Kind.CLIENT), 0])]
         for i in range(len(self.seqs)):
             # Distinct and odd (never 0): two registrations with one nonce would share a reply.
             nonce = (os.getpid() << 24 | self.loader << 20 | (self.base + i)) << 1 | 1
             out.append(self._frame([10, i << 32, nonce, 0, b"", None, 1]))
-        transport.write(b"".join(out))
+        self.transport.write(b"".join(out))
 
     def _submit(self, i: int) -> bytes:
         seq = self.seqs[i] + 1
@@ -462,7 +462,7 @@ async def _wait_up(path: Path, timeout_s: float) -> None:
     tls = client_tls(path, 0)
     deadline = time.monotonic() + timeout_s
     while True:
-        statuses = []
+        statuses: list[dict[str, Any] | None] = []
         for r in cfg.replicas:
             c = Client([(r.host, r.port)], tls=tls, attempt_timeout_s=1.0)
             try:
@@ -471,9 +471,10 @@ async def _wait_up(path: Path, timeout_s: float) -> None:
                 statuses.append(None)
             finally:
                 await c.close()
-        if all(s is not None for s in statuses):
-            connected = all(all(p["connected"] for p in s["peers"]) for s in statuses)  # type: ignore[index]
-            leased = any(s["is_sequencer"] and s["has_lease"] for s in statuses)  # type: ignore[index]
+        up = [s for s in statuses if s is not None]
+        if len(up) == len(statuses):
+            connected = all(all(p["connected"] for p in s["peers"]) for s in up)
+            leased = any(s["is_sequencer"] and s["has_lease"] for s in up)
             if connected and leased:
                 return
         if time.monotonic() > deadline:
