@@ -137,7 +137,14 @@ class _RawConn(asyncio.Protocol):
     session without a lookup table; a registration (seq 0) is ``index << 32``.
     """
 
-    def __init__(self, loader: int, base: int, sessions: int, registered: asyncio.Future[None]):
+    def __init__(
+        self,
+        loader: int,
+        base: int,
+        sessions: int,
+        registered: asyncio.Future[None],
+        batch: bool = False,
+    ):
         from sdpaxos.wire.framing import Framer
 
         self.loader = loader
@@ -148,6 +155,8 @@ class _RawConn(asyncio.Protocol):
         self.seqs = [0] * sessions
         self.to_register = sessions
         self.registered = registered
+        #: Submit with the prototype's batch frames (``bench.rt_batchnode``).
+        self.batch = batch
         self.running = False
         self.stopped = False
         self.outstanding = 0
@@ -178,11 +187,24 @@ class _RawConn(asyncio.Protocol):
         payload = _payload(self.loader, self.base + i, seq)
         return self._frame([10, i << 32 | seq, self.client_ids[i], seq, payload, None, 0])
 
+    def _submit_many(self, sessions: list[int]) -> bytes:
+        """The next command of each session, as frames or as one batch frame."""
+        if not self.batch:
+            return b"".join(self._submit(i) for i in sessions)
+        items = []
+        seqs, cids, loader, base = self.seqs, self.client_ids, self.loader, self.base
+        for i in sessions:
+            seq = seqs[i] + 1
+            seqs[i] = seq
+            items.append((i << 32 | seq, cids[i], seq, _payload(loader, base + i, seq)))
+        packed: bytes = b"\xc2" + self._pack(items)
+        return self._prefix(len(packed)) + packed
+
     def start(self) -> None:
         self.running = True
         assert self.transport is not None
         self.outstanding = len(self.seqs)
-        self.transport.write(b"".join(self._submit(i) for i in range(len(self.seqs))))
+        self.transport.write(self._submit_many(list(range(len(self.seqs)))))
 
     def stop(self) -> None:
         self.running = False
@@ -193,15 +215,25 @@ class _RawConn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         framer = self.framer
         framer.feed(data)
-        out: list[bytes] = []
+        out: list[int] = []
         unpack = self._unpack
         while (payload := framer.next_frame()) is not None:
+            if payload[0] == 0xC2:  # the prototype's batch of READY replies
+                items = unpack(payload[1:], use_list=False)
+                self.answered += len(items)
+                if self.running:
+                    out += [rid >> 32 for rid, _ in items]
+                else:
+                    self.outstanding -= len(items)
+                if any(code != 0 for _, code in items):
+                    self.failure = f"batch reply codes {sorted({c for _, c in items})}"
+                continue
             _, rid, code, value = unpack(payload[1:], use_list=False)
             i, seq = rid >> 32, rid & 0xFFFFFFFF
             if code == 0 and seq:  # READY
                 self.answered += 1
                 if self.running:
-                    out.append(self._submit(i))
+                    out.append(i)
                 else:
                     self.outstanding -= 1
             elif code in (0, 1) and seq == 0:  # a registration, executed
@@ -228,7 +260,7 @@ class _RawConn(asyncio.Protocol):
                 return
         if out:
             assert self.transport is not None
-            self.transport.write(b"".join(out))
+            self.transport.write(self._submit_many(out))
         if self.stopped and self.outstanding == 0 and not self.drained.done():
             self.drained.set_result(None)
 
@@ -295,7 +327,9 @@ async def _loader_raw(args: argparse.Namespace) -> dict[str, Any]:
         registered: asyncio.Future[None] = loop.create_future()
         b = base
         _, proto = await loop.create_connection(
-            lambda b=b, n=n, registered=registered: _RawConn(args.loader_index, b, n, registered),
+            lambda b=b, n=n, registered=registered: _RawConn(
+                args.loader_index, b, n, registered, batch=args.load == "batch"
+            ),
             r.host,
             r.port,
             ssl=ssl_ctx,
@@ -382,15 +416,15 @@ async def _loader_client(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _loader_main(args: argparse.Namespace) -> int:
-    run = _loader_raw if args.load == "raw" else _loader_client
+    run = _loader_client if args.load == "client" else _loader_raw
     if args.loader_profile:
         import cProfile
 
         prof = cProfile.Profile()
-        result = prof.runcall(_run_loop, run(args), args.load == "raw")
+        result = prof.runcall(_run_loop, run(args), args.load != "client")
         prof.dump_stats(args.loader_profile)
     else:
-        result = _run_loop(run(args), args.load == "raw")
+        result = _run_loop(run(args), args.load != "client")
     _say("done " + json.dumps(result))
     return 0
 
@@ -506,6 +540,8 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
     root = Path(tempfile.mkdtemp(prefix="sdpaxos-rtbench-"))
     path = make_local_cluster(root, REPLICAS, insecure=args.insecure)
     node_cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(path)]
+    if args.load == "batch":  # the prototype node (bench/rt_batchnode.py), for an estimate
+        node_cmd = [sys.executable, "-m", "bench.rt_batchnode", "--config", str(path)]
     node_cmd += ["--log-level", "WARNING"]
     if not fsync:
         node_cmd.append("--no-fsync")
@@ -522,8 +558,7 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
                     "-o",
                     f"{args.node_profile}.{label.replace(' ', '-')}.prof",
                     "-m",
-                    "sdpaxos",
-                    *cmd[3:],
+                    *cmd[2:],
                 ]
             with open(root / f"node{k}.log", "ab") as log:
                 nodes.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log))
@@ -683,7 +718,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=3.0, help="seconds not measured (default 3)")
     p.add_argument("--outstanding", type=int, default=3000, help="sessions in total")
     p.add_argument("--loaders", type=int, default=1, help="load-generator processes")
-    p.add_argument("--load", choices=["raw", "client"], default="raw")
+    p.add_argument(
+        "--load",
+        choices=["raw", "client", "batch"],
+        default="raw",
+        help="raw frames (default), the runtime's Client, or the batch-frame prototype",
+    )
     p.add_argument("--insecure", action="store_true", help="no TLS")
     only = p.add_mutually_exclusive_group()
     only.add_argument("--fsync-only", action="store_true")
