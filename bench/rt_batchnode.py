@@ -23,6 +23,7 @@ import asyncio
 import logging
 import signal
 import sys
+import zlib
 from functools import partial
 from typing import Any
 
@@ -37,6 +38,37 @@ from sdpaxos.runtime.node import Node
 from sdpaxos.runtime.transport import Connection
 
 BATCH_PREFIX = 0xC2
+_COUNT_BYTES = 8
+
+
+class CrcLog:
+    """A cheaper stand-in for the ``digest`` app, to see what the app costs: the
+    count and a CRC-32 chained over the payloads in execution order (weaker than
+    BLAKE2b, enough to see replicas diverge in a benchmark). ``query`` answers
+    like :class:`~sdpaxos.runtime.apps.DigestLog`: count (8 bytes) + 32 bytes.
+
+    ``python -m sdpaxos node --app bench.rt_batchnode:CrcLog``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.crc = 0
+
+    def apply(self, payload: bytes) -> bytes:
+        self.crc = zlib.crc32(payload, self.crc)
+        self.count += 1
+        return b""
+
+    def snapshot(self) -> bytes:
+        return self.count.to_bytes(_COUNT_BYTES, "big") + self.crc.to_bytes(4, "big") + bytes(28)
+
+    def restore(self, data: bytes) -> None:
+        self.count = int.from_bytes(data[:_COUNT_BYTES], "big")
+        self.crc = int.from_bytes(data[_COUNT_BYTES : _COUNT_BYTES + 4], "big")
+
+    def query(self, request: bytes) -> bytes:
+        return self.snapshot()
+
+
 _PREFIX = bytes([BATCH_PREFIX])
 
 
@@ -85,7 +117,7 @@ class BatchNode(Node):
 
 async def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.id)
-    node = BatchNode(config, load_app("digest"), fsync=not args.no_fsync)
+    node = BatchNode(config, load_app(args.app), fsync=not args.no_fsync)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -100,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True)
     p.add_argument("--id", type=int, required=True)
     p.add_argument("--no-fsync", action="store_true")
+    p.add_argument("--app", default="digest")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)

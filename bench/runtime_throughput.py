@@ -542,7 +542,7 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
     node_cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(path)]
     if args.load == "batch":  # the prototype node (bench/rt_batchnode.py), for an estimate
         node_cmd = [sys.executable, "-m", "bench.rt_batchnode", "--config", str(path)]
-    node_cmd += ["--log-level", "WARNING"]
+    node_cmd += ["--log-level", "WARNING", "--app", args.app]
     if not fsync:
         node_cmd.append("--no-fsync")
     nodes: list[subprocess.Popen[bytes]] = []
@@ -725,6 +725,11 @@ def main(argv: list[str] | None = None) -> int:
         help="raw frames (default), the runtime's Client, or the batch-frame prototype",
     )
     p.add_argument("--insecure", action="store_true", help="no TLS")
+    p.add_argument(
+        "--app",
+        default="digest",
+        help="the nodes' app: digest (default) or bench.rt_batchnode:CrcLog (cheaper)",
+    )
     only = p.add_mutually_exclusive_group()
     only.add_argument("--fsync-only", action="store_true")
     only.add_argument("--no-fsync-only", action="store_true")
@@ -759,7 +764,16 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_mode(args, fsync, progress) for fsync in modes]
     settings = {
         k: getattr(args, k)
-        for k in ("seconds", "commands", "warmup", "outstanding", "loaders", "load", "insecure")
+        for k in (
+            "seconds",
+            "commands",
+            "warmup",
+            "outstanding",
+            "loaders",
+            "load",
+            "insecure",
+            "app",
+        )
     }
     settings.update(replicas=REPLICAS, payload_bytes=PAYLOAD_BYTES, cores=os.cpu_count())
     if args.json:
