@@ -7,6 +7,7 @@ import os
 import pytest
 
 from bench import runtime_throughput as rt
+from bench.rt_batchnode import CrcLog
 
 
 def test_cpu_seconds_of_this_process_grows() -> None:
@@ -22,7 +23,17 @@ def test_split_spreads_evenly() -> None:
     assert sum(rt._split(3001, 2)) == 3001
 
 
-@pytest.mark.parametrize("load", ["raw", "client"])
+def test_crc_app_snapshot_round_trips() -> None:
+    app = CrcLog()
+    for k in range(5):
+        app.apply(bytes([k]) * 16)
+    other = CrcLog()
+    other.restore(app.snapshot())
+    assert other.query(b"") == app.query(b"")
+    assert len(app.query(b"")) == 40 and int.from_bytes(app.query(b"")[:8], "big") == 5
+
+
+@pytest.mark.parametrize("load", ["raw", "client", "batch"])
 def test_smallest_run_agrees_and_reports(load: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--insecure", "--no-fsync-only", "--json", "--load", load]
     argv += ["--commands", "2000", "--seconds", "60", "--warmup", "0.3", "--outstanding", "60"]
