@@ -23,6 +23,10 @@ Two load generators (``--load``):
   generator, are what is measured.
 * ``client``: :class:`sdpaxos.runtime.client.Client` (one per node), one task
   per session calling ``submit``.
+* ``batch``: an estimate, not the runtime: the nodes run as
+  :mod:`bench.rt_batchnode` (a ``Node`` subclass that takes many commands per
+  client frame and answers per flush), and the raw loader sends one such frame
+  per socket read.
 
 After ``--warmup`` seconds (not measured) the window opens: it lasts
 ``--seconds``, or until ``--commands`` READY replies came in it, whichever is
