@@ -44,6 +44,13 @@ RETRY_BACKOFF_MIN_S = 0.02
 RETRY_BACKOFF_MAX_S = 1.0
 #: Most sessions one client holds (each allows one outstanding command).
 SESSIONS_MAX = 4096
+#: How often a connection looks for requests past their deadline.
+_WATCHDOG_S = 0.05
+#: Bytes of payloads and keys per SUBMIT_MANY frame (a frame must stay under the
+#: node's RUNTIME_FRAME_BYTES_MAX; a single command up to COMMAND_BYTES_MAX
+#: always fits alone), and what each item adds beyond its bytes.
+_MANY_BYTES_MAX = rf.COMMAND_BYTES_MAX // 2
+_ITEM_OVERHEAD = 48
 #: Largest reply a client accepts (a status map, or a state machine's result).
 REPLY_FRAME_BYTES_MAX = rf.RUNTIME_FRAME_BYTES_MAX
 
@@ -57,12 +64,26 @@ class SessionExpired(ClientError):
 
 
 class _Conn(asyncio.Protocol):
+    """A client's connection to one node.
+
+    Requests sent in one loop turn leave together: the submits as one
+    SUBMIT_MANY frame (one TLS record, one system call), the rest beside it.
+    Each request has a deadline; one watchdog timer per connection fails the
+    overdue ones with :class:`TimeoutError`, instead of a timer per request.
+    """
+
     def __init__(self, hello: rf.Hello) -> None:
         self.hello = hello
         self.framer = Framer(REPLY_FRAME_BYTES_MAX)
         self.transport: asyncio.Transport | None = None
-        self.pending: dict[int, asyncio.Future[rf.Reply]] = {}
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()
+        #: request id -> (its future, the loop time it is overdue at)
+        self.pending: dict[int, tuple[asyncio.Future[rf.Reply], float]] = {}
+        self.lost: asyncio.Future[None] = self.loop.create_future()
+        self._submits: list[rf.Submit] = []
+        self._others: list[bytes] = []
+        self._flush_scheduled = False
+        self._watchdog: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, only alike.
@@ -74,35 +95,88 @@ class _Conn(asyncio.Protocol):
             self.framer.feed(data)
             while (payload := self.framer.next_frame()) is not None:
                 reply = rf.decode_runtime(payload)
-                if not isinstance(reply, rf.Reply):
+                if isinstance(reply, rf.Reply):
+                    self._resolve(reply)
+                elif isinstance(reply, rf.ReplyMany):
+                    for item in reply.items:
+                        self._resolve(item)
+                else:
                     raise rf.FrameError(f"a node sent {type(reply).__name__} to a client")
-                fut = self.pending.pop(reply.request_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(reply)
         except (CodecError, rf.FrameError) as exc:
             logger.warning("client: bad frame from node, reconnecting: %s", exc)
             self.close()
 
+    def _resolve(self, reply: rf.Reply) -> None:
+        entry = self.pending.pop(reply.request_id, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_result(reply)
+
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.lost.done():
             self.lost.set_result(None)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         pending, self.pending = self.pending, {}
-        for fut in pending.values():
+        for fut, _ in pending.values():
             if not fut.done():
                 fut.set_exception(ConnectionError("connection lost"))
 
-    def send(self, f: rf.RuntimeFrame, request_id: int) -> asyncio.Future[rf.Reply]:
-        fut: asyncio.Future[rf.Reply] = asyncio.get_running_loop().create_future()
+    def send(
+        self, f: rf.RuntimeFrame, request_id: int, timeout_s: float
+    ) -> asyncio.Future[rf.Reply]:
+        fut: asyncio.Future[rf.Reply] = self.loop.create_future()
         if self.transport is None or self.transport.is_closing():
             fut.set_exception(ConnectionError("not connected"))
             return fut
-        self.pending[request_id] = fut
-        self.transport.write(frame(rf.encode_runtime(f)))
+        self.pending[request_id] = (fut, self.loop.time() + timeout_s)
+        if isinstance(f, rf.Submit):
+            self._submits.append(f)
+        else:
+            self._others.append(frame(rf.encode_runtime(f)))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        if self._watchdog is None:
+            self._watchdog = self.loop.call_later(_WATCHDOG_S, self._watch)
         return fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._others = self._others, []
+        submits, self._submits = self._submits, []
+        chunk: list[rf.Submit] = []
+        size = 0
+        for f in submits:
+            item = len(f.payload) + (len(f.key) if f.key is not None else 0) + _ITEM_OVERHEAD
+            if chunk and (len(chunk) == rf.MANY_ITEMS_MAX or size + item > _MANY_BYTES_MAX):
+                out.append(_submits_frame(chunk))
+                chunk, size = [], 0
+            chunk.append(f)
+            size += item
+        if chunk:
+            out.append(_submits_frame(chunk))
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+    def _watch(self) -> None:
+        self._watchdog = None
+        now = self.loop.time()
+        overdue = [rid for rid, (fut, at) in self.pending.items() if at <= now or fut.done()]
+        for rid in overdue:
+            fut, _ = self.pending.pop(rid)
+            if not fut.done():
+                fut.set_exception(TimeoutError("no answer in time"))
+        if self.pending:
+            self._watchdog = self.loop.call_later(_WATCHDOG_S, self._watch)
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+def _submits_frame(chunk: list[rf.Submit]) -> bytes:
+    single = chunk[0] if len(chunk) == 1 else rf.SubmitMany(tuple(chunk))
+    return frame(rf.encode_runtime(single))
 
 
 class _Session:
@@ -223,7 +297,7 @@ class Client:
             try:
                 conn = await self._connection()
                 rid = next(self._request_ids)
-                reply = await asyncio.wait_for(conn.send(make(rid), rid), attempt)
+                reply = await conn.send(make(rid), rid, attempt)
             except (OSError, ConnectionError, TimeoutError) as exc:
                 self.retries += 1
                 logger.debug("client: attempt failed (%s), retrying", exc)

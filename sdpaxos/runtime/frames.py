@@ -13,7 +13,14 @@ the codec never starts with) followed by a msgpack array ``[tag, ...]``::
     READ    [11, request_id, key | nil, request | nil]
     STATUS  [12, request_id]
     ADMIN   [13, request_id, operation, argument]
+    SUBMIT_MANY [14, [[request_id, client_id, seq, payload, key | nil, wait], ...]]
     REPLY   [20, request_id, code, value]
+    REPLY_MANY  [21, [[request_id, code, value], ...]]
+
+``SUBMIT_MANY`` and ``REPLY_MANY`` carry many requests (answers) in one frame:
+a client with many commands in flight pays one frame, one TLS record and one
+system call per loop turn instead of one per command; each item is checked
+exactly as its single form is.
 
 Why a separate set from the core's messages: the core is pure and knows
 nothing of connections, clients or clocks; these frames are the runtime's
@@ -45,8 +52,10 @@ __all__ = [
     "Pong",
     "Read",
     "Reply",
+    "ReplyMany",
     "Status",
     "Submit",
+    "SubmitMany",
     "decode_runtime",
     "encode_runtime",
 ]
@@ -63,6 +72,8 @@ COMMAND_BYTES_MAX = 1 << 20
 KEY_BYTES_MAX = 1 << 16
 #: Largest runtime frame a node accepts from a client (a command and its key, framed).
 RUNTIME_FRAME_BYTES_MAX = COMMAND_BYTES_MAX + KEY_BYTES_MAX + 1024
+#: Most items in one SUBMIT_MANY or REPLY_MANY frame.
+MANY_ITEMS_MAX = 4096
 #: Request ids and client ids are unsigned 64-bit.
 _U64_MAX = (1 << 64) - 1
 
@@ -145,16 +156,26 @@ class Admin:
 
 
 @dataclass(frozen=True, slots=True)
+class SubmitMany:
+    items: tuple[Submit, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     request_id: int
     code: Code
     value: Any
 
 
-RuntimeFrame = Hello | Ping | Pong | Submit | Read | Status | Admin | Reply
+@dataclass(frozen=True, slots=True)
+class ReplyMany:
+    items: tuple[Reply, ...]
+
+
+RuntimeFrame = Hello | Ping | Pong | Submit | Read | Status | Admin | SubmitMany | Reply | ReplyMany
 
 _HELLO, _PING, _PONG = 0, 1, 2
-_SUBMIT, _READ, _STATUS, _ADMIN, _REPLY = 10, 11, 12, 13, 20
+_SUBMIT, _READ, _STATUS, _ADMIN, _SUBMIT_MANY, _REPLY, _REPLY_MANY = 10, 11, 12, 13, 14, 20, 21
 
 _packer = msgpack.Packer(use_bin_type=True)
 
@@ -178,6 +199,13 @@ def encode_runtime(frame: RuntimeFrame) -> bytes:
             body = [_ADMIN, rid, operation, argument]
         case Reply(rid, code, value):
             body = [_REPLY, rid, int(code), value]
+        case SubmitMany(items):
+            body = [
+                _SUBMIT_MANY,
+                [[i.request_id, i.client_id, i.seq, i.payload, i.key, i.wait] for i in items],
+            ]
+        case ReplyMany(items):
+            body = [_REPLY_MANY, [[i.request_id, int(i.code), i.value] for i in items]]
         case _:
             raise FrameError(f"not a runtime frame: {type(frame).__name__}")
     packed: bytes = _packer.pack(body)
@@ -214,7 +242,9 @@ _ARITY = {
     _READ: 4,
     _STATUS: 2,
     _ADMIN: 4,
+    _SUBMIT_MANY: 2,
     _REPLY: 4,
+    _REPLY_MANY: 2,
 }
 
 
@@ -232,7 +262,7 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
             strict_map_key=True,
             max_bin_len=RUNTIME_FRAME_BYTES_MAX,
             max_str_len=KEY_BYTES_MAX,
-            max_array_len=1024,
+            max_array_len=MANY_ITEMS_MAX,
             max_map_len=1024,
             max_ext_len=0,
         )
@@ -262,21 +292,11 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
     if tag == _PONG:
         return Pong(_number(body[1], "pong time"), _u64(body[2], "pong executed"))
     if tag == _SUBMIT:
-        _, rid, cid, seq, payload, key, wait = body
-        if type(payload) is not bytes:
-            raise FrameError(f"submit payload must be bytes, got {type(payload).__name__}")
-        if len(payload) > COMMAND_BYTES_MAX:
-            raise FrameError(f"submit payload of {len(payload)} bytes exceeds {COMMAND_BYTES_MAX}")
-        if wait not in (0, 1) or type(wait) is not int:
-            raise FrameError(f"submit wait must be 0 or 1, got {wait!r:.20}")
-        return Submit(
-            _u64(rid, "request id"),
-            _u64(cid, "client id"),
-            _u64(seq, "seq"),
-            payload,
-            _opt_bytes(key, "key", KEY_BYTES_MAX),
-            wait,
-        )
+        return _submit(body[1:])
+    if tag == _SUBMIT_MANY:
+        return SubmitMany(tuple(_submit(item) for item in _items(body[1], 6)))
+    if tag == _REPLY_MANY:
+        return ReplyMany(tuple(_reply(item) for item in _items(body[1], 3)))
     if tag == _READ:
         _, rid, key, request = body
         return Read(
@@ -291,7 +311,40 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
         if type(operation) is not str:
             raise FrameError("admin operation must be a string")
         return Admin(_u64(rid, "request id"), operation, argument)
-    _, rid, code, value = body
+    return _reply(body[1:])
+
+
+def _items(value: object, arity: int) -> tuple[tuple[Any, ...], ...]:
+    if type(value) is not tuple or not value:
+        raise FrameError("expected a non-empty array of items")
+    if len(value) > MANY_ITEMS_MAX:
+        raise FrameError(f"{len(value)} items exceed {MANY_ITEMS_MAX}")
+    for item in value:
+        if type(item) is not tuple or len(item) != arity:
+            raise FrameError(f"each item must be an array of {arity}")
+    return value
+
+
+def _submit(items: tuple[Any, ...]) -> Submit:
+    rid, cid, seq, payload, key, wait = items
+    if type(payload) is not bytes:
+        raise FrameError(f"submit payload must be bytes, got {type(payload).__name__}")
+    if len(payload) > COMMAND_BYTES_MAX:
+        raise FrameError(f"submit payload of {len(payload)} bytes exceeds {COMMAND_BYTES_MAX}")
+    if wait not in (0, 1) or type(wait) is not int:
+        raise FrameError(f"submit wait must be 0 or 1, got {wait!r:.20}")
+    return Submit(
+        _u64(rid, "request id"),
+        _u64(cid, "client id"),
+        _u64(seq, "seq"),
+        payload,
+        _opt_bytes(key, "key", KEY_BYTES_MAX),
+        wait,
+    )
+
+
+def _reply(items: tuple[Any, ...]) -> Reply:
+    rid, code, value = items
     if type(code) is not int or code not in Code._value2member_map_:
         raise FrameError(f"unknown reply code {code!r:.20}")
     return Reply(_u64(rid, "request id"), Code(code), value)

@@ -208,8 +208,11 @@ class _Held:
         self.reads = reads
 
 
-#: Called with the reply, or with None when the node stops before one came.
-Waiter = Callable[[Reply | None], None]
+_OVERLOADED = "overloaded: the proposal queue is full"
+#: Who waits for a command's reply: a local caller's callback (called with the
+#: reply, or with None when the node stops first), or a client connection's
+#: request ``(connection, request_id, started_ms)``.
+Waiter = Callable[[Reply | None], None] | tuple[Connection, int, float]
 
 
 class Session:
@@ -466,7 +469,8 @@ class Node:
         waiting, self._waiting = self._waiting, {}
         for waiters in waiting.values():
             for w in waiters:
-                w(None)
+                if not isinstance(w, tuple):
+                    w(None)  # a client's connection is closed: it retries elsewhere
         reads, self._reads = self._reads, {}
         for done in reads.values():
             done(False)
@@ -585,7 +589,10 @@ class Node:
                 waiters = waiting.pop((reply.client_id, reply.seq), None)
                 if waiters is not None:
                     for w in waiters:
-                        w(reply)
+                        if isinstance(w, tuple):
+                            self._answer_client(w, reply)
+                        else:
+                            w(reply)
         for rr in reads:
             done = self._reads.pop(rr.read_id, None)
             if done is not None:
@@ -607,6 +614,15 @@ class Node:
         if dirty:
             self._dirty_conns = set()
             for conn in dirty:
+                answers = conn.answers
+                if answers:
+                    conn.answers = []
+                    if len(answers) == 1:
+                        conn.send(rf.encode_runtime(answers[0]))
+                    else:
+                        for k in range(0, len(answers), rf.MANY_ITEMS_MAX):
+                            chunk = tuple(answers[k : k + rf.MANY_ITEMS_MAX])
+                            conn.send(rf.encode_runtime(rf.ReplyMany(chunk)))
                 conn.flush()
 
     def _send_peer(self, peer: _Peer, payload: bytes) -> None:
@@ -851,6 +867,12 @@ class Node:
             conn.pause_reading()
         if isinstance(f, rf.Submit):
             self._client_submit(conn, f)
+        elif isinstance(f, rf.SubmitMany):
+            conn.pending += len(f.items) - 1
+            for item in f.items:
+                self._client_submit(conn, item)
+            if conn.pending >= CLIENT_REQUESTS_PENDING_MAX:
+                conn.pause_reading()
         elif isinstance(f, rf.Read):
             self._client_read(conn, f)
         elif isinstance(f, rf.Status):
@@ -866,7 +888,9 @@ class Node:
             conn.resume_reading()
         if not conn.open:
             return
-        conn.send(rf.encode_runtime(rf.Reply(request_id, code, value)))
+        # Gathered per connection and sent at the end of the flush, as one
+        # REPLY_MANY when there are several.
+        conn.answers.append(rf.Reply(request_id, code, value))
         self._dirty_conns.add(conn)
         self._kick_send()
 
@@ -882,25 +906,24 @@ class Node:
             self._answer(conn, f.request_id, rf.Code.ERROR, "seq 0 is a registration: no payload")
             return
         wait = Wait.EXECUTED if f.wait == 1 or f.seq == 0 else Wait.READY
-        rid = f.request_id
-        started = self._now_ms()
-
-        def answer(reply: Reply | None) -> None:
-            if reply is None:
-                return  # the node stopped; the connection is closed too
-            code = (
-                rf.Code.SESSION_EXPIRED
-                if reply.kind == ReplyKind.SESSION_EXPIRED
-                else rf.Code.EXECUTED
-                if reply.kind == ReplyKind.EXECUTED
-                else rf.Code.READY
+        waiter = (conn, f.request_id, self._now_ms())
+        if not self._enqueue(Command(f.client_id, f.seq, f.payload, f.key), wait, waiter):
+            self._answer(
+                conn, f.request_id, rf.Code.RETRY, "overloaded: the proposal queue is full"
             )
-            self._observe_latency(reply.kind, started)
-            self._answer(conn, rid, code, reply.result)
 
-        cmd = Command(f.client_id, f.seq, f.payload, f.key)
-        if not self._enqueue(cmd, wait, answer):
-            self._answer(conn, rid, rf.Code.RETRY, "overloaded: the proposal queue is full")
+    def _answer_client(self, waiter: tuple[Connection, int, float], reply: Reply) -> None:
+        conn, request_id, started_ms = waiter
+        kind = reply.kind
+        if kind == ReplyKind.READY:
+            code = rf.Code.READY
+        elif kind == ReplyKind.EXECUTED:
+            code = rf.Code.EXECUTED
+        else:
+            code = rf.Code.SESSION_EXPIRED
+        if self.metrics is not None:
+            self._observe_latency(kind, started_ms)
+        self._answer(conn, request_id, code, reply.result)
 
     def _enqueue(self, cmd: Command, wait: Wait, waiter: Waiter) -> bool:
         """Propose ``cmd`` (or join the proposal of the same ``(client_id, seq)``)."""

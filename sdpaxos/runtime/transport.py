@@ -92,6 +92,7 @@ class Connection(asyncio.Protocol):
         self.identity: tuple[str, int] | None = None
         self.open = False
         self.frames_dropped = 0
+        self.frames_received = 0
         self.bytes_sent = 0
         self._hello_timer: asyncio.TimerHandle | None = None
         #: Frames queued in this loop turn (written together by :meth:`flush`).
@@ -99,6 +100,8 @@ class Connection(asyncio.Protocol):
         self.paused = False
         #: Requests of this (client) connection not answered yet.
         self.pending = 0
+        #: Answers to this client gathered in the current flush.
+        self.answers: list[rf.Reply] = []
 
     # --------------------------------------------------------------- asyncio
 
@@ -129,6 +132,7 @@ class Connection(asyncio.Protocol):
                 payload = framer.next_frame()
                 if payload is None:
                     break
+                self.frames_received += 1
                 owner_frame(self, payload)
         except (CodecError, rf.FrameError) as exc:
             self.refuse(str(exc))

@@ -268,3 +268,24 @@ def test_a_client_that_pipelines_past_the_bound_is_not_read_until_it_drains(tmp_
             await client.close()
 
     asyncio.run(main())
+
+
+def test_a_clients_concurrent_submits_travel_together(tmp_path):
+    """Commands submitted in one loop turn leave as SUBMIT_MANY frames and come
+    back as REPLY_MANY: far fewer frames than commands, every one answered."""
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (path, nodes):
+            address = (nodes[1].config.me.host, nodes[1].bound_port)
+            async with Client([address], tls=client_tls(path)) as client:
+                await client.submit(b"first", timeout_s=20)  # opens a session
+                conn = next(iter(nodes[1]._clients))
+                before = conn.frames_received
+                sent = [b"many%d" % k for k in range(300)]
+                await asyncio.gather(*(client.submit(p, timeout_s=30) for p in sent))
+                frames = conn.frames_received - before
+                assert frames < 60, frames  # 300 registrations and 300 commands
+            await eventually(lambda: _same_everywhere(nodes, 301), what="executed")
+            assert sorted(nodes[0].state_machine.payloads[1:]) == sorted(sent)
+
+    asyncio.run(main())
