@@ -23,10 +23,10 @@ Two load generators (``--load``):
   generator, are what is measured.
 * ``client``: :class:`sdpaxos.runtime.client.Client` (one per node), one task
   per session calling ``submit``.
-* ``batch``: an estimate, not the runtime: the nodes run as
-  :mod:`bench.rt_batchnode` (a ``Node`` subclass that takes many commands per
-  client frame and answers per flush), and the raw loader sends one such frame
-  per socket read.
+* ``batch``: the raw loader again, but the commands that one socket read
+  unblocks go out as one ``SUBMIT_MANY`` frame, and the node answers each flush
+  with one ``REPLY_MANY`` (what :class:`~sdpaxos.runtime.client.Client` does
+  for the submits of one loop turn).
 
 After ``--warmup`` seconds (not measured) the window opens: it lasts
 ``--seconds``, or until ``--commands`` READY replies came in it, whichever is
@@ -59,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -130,6 +131,37 @@ def _run_loop(coro: Any, fast: bool = False) -> Any:
 # ------------------------------------------------------------------ the loaders
 
 
+_COUNT_BYTES = 8
+
+
+class CrcLog:
+    """A cheaper stand-in for the ``digest`` app, to see what the app costs: the
+    count and a CRC-32 chained over the payloads in execution order (weaker than
+    BLAKE2b, enough to see replicas diverge in a benchmark). ``query`` answers
+    like :class:`~sdpaxos.runtime.apps.DigestLog`: count (8 bytes) + 32 bytes.
+
+    ``python -m sdpaxos node --app bench.runtime_throughput:CrcLog``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.crc = 0
+
+    def apply(self, payload: bytes) -> bytes:
+        self.crc = zlib.crc32(payload, self.crc)
+        self.count += 1
+        return b""
+
+    def snapshot(self) -> bytes:
+        return self.count.to_bytes(_COUNT_BYTES, "big") + self.crc.to_bytes(4, "big") + bytes(28)
+
+    def restore(self, data: bytes) -> None:
+        self.count = int.from_bytes(data[:_COUNT_BYTES], "big")
+        self.crc = int.from_bytes(data[_COUNT_BYTES : _COUNT_BYTES + 4], "big")
+
+    def query(self, request: bytes) -> bytes:
+        return self.snapshot()
+
+
 def _payload(loader: int, session: int, seq: int) -> bytes:
     return struct.pack(">HIxxQ", loader, session, seq)
 
@@ -159,7 +191,7 @@ class _RawConn(asyncio.Protocol):
         self.seqs = [0] * sessions
         self.to_register = sessions
         self.registered = registered
-        #: Submit with the prototype's batch frames (``bench.rt_batchnode``).
+        #: Submit many commands per SUBMIT_MANY frame.
         self.batch = batch
         self.running = False
         self.stopped = False
@@ -200,9 +232,11 @@ class _RawConn(asyncio.Protocol):
         for i in sessions:
             seq = seqs[i] + 1
             seqs[i] = seq
-            items.append((i << 32 | seq, cids[i], seq, _payload(loader, base + i, seq)))
-        packed: bytes = b"\xc2" + self._pack(items)
-        return self._prefix(len(packed)) + packed
+            items.append([i << 32 | seq, cids[i], seq, _payload(loader, base + i, seq), None, 0])
+        return b"".join(
+            self._frame([14, items[k : k + rf.MANY_ITEMS_MAX]])
+            for k in range(0, len(items), rf.MANY_ITEMS_MAX)
+        )
 
     def start(self) -> None:
         self.running = True
@@ -222,51 +256,46 @@ class _RawConn(asyncio.Protocol):
         out: list[int] = []
         unpack = self._unpack
         while (payload := framer.next_frame()) is not None:
-            if payload[0] == 0xC2:  # the prototype's batch of READY replies
-                items = unpack(payload[1:], use_list=False)
-                self.answered += len(items)
-                if self.running:
-                    out += [rid >> 32 for rid, _ in items]
-                else:
-                    self.outstanding -= len(items)
-                if any(code != 0 for _, code in items):
-                    self.failure = f"batch reply codes {sorted({c for _, c in items})}"
-                continue
-            _, rid, code, value = unpack(payload[1:], use_list=False)
-            i, seq = rid >> 32, rid & 0xFFFFFFFF
-            if code == 0 and seq:  # READY
-                self.answered += 1
-                if self.running:
-                    out.append(i)
-                else:
-                    self.outstanding -= 1
-            elif code in (0, 1) and seq == 0:  # a registration, executed
-                self.client_ids[i] = int.from_bytes(value, "big")
-                self.to_register -= 1
-                if self.to_register == 0 and not self.registered.done():
-                    self.registered.set_result(None)
-            elif code == rf.Code.RETRY:  # overloaded: the same command again, soon
-                self.retries += 1
-                body = (
-                    [10, rid, self.client_ids[i], seq, _payload(self.loader, self.base + i, seq)]
-                    if seq
-                    else None
-                )
-                if body is None:
-                    self.failure = f"registration refused: {value!r}"
-                else:
-                    frame = self._frame([*body, None, 0])
-                    asyncio.get_running_loop().call_later(0.01, self._resend, frame)
+            body = unpack(payload[1:], use_list=False)
+            if body[0] == 21:  # REPLY_MANY
+                for rid, code, value in body[1]:
+                    self._reply(rid, code, value, out)
             else:
-                self.failure = f"reply code {code} for session {i} seq {seq}: {value!r}"
-                if self.transport is not None:
-                    self.transport.close()
+                self._reply(body[1], body[2], body[3], out)
+            if self.failure is not None:
                 return
         if out:
             assert self.transport is not None
             self.transport.write(self._submit_many(out))
         if self.stopped and self.outstanding == 0 and not self.drained.done():
             self.drained.set_result(None)
+
+    def _reply(self, rid: int, code: int, value: Any, out: list[int]) -> None:
+        """One answer: READY frees its session for the next command (into ``out``)."""
+        i, seq = rid >> 32, rid & 0xFFFFFFFF
+        if code == 0 and seq:  # READY
+            self.answered += 1
+            if self.running:
+                out.append(i)
+            else:
+                self.outstanding -= 1
+        elif code in (0, 1) and seq == 0:  # a registration, executed
+            self.client_ids[i] = int.from_bytes(value, "big")
+            self.to_register -= 1
+            if self.to_register == 0 and not self.registered.done():
+                self.registered.set_result(None)
+        elif code == rf.Code.RETRY:  # overloaded: the same command again, soon
+            self.retries += 1
+            if not seq:
+                self.failure = f"registration refused: {value!r}"
+                return
+            payload = _payload(self.loader, self.base + i, seq)
+            frame = self._frame([10, rid, self.client_ids[i], seq, payload, None, 0])
+            asyncio.get_running_loop().call_later(0.01, self._resend, frame)
+        else:
+            self.failure = f"reply code {code} for session {i} seq {seq}: {value!r}"
+            if self.transport is not None:
+                self.transport.close()
 
     def _resend(self, frame: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -544,8 +573,6 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
     root = Path(tempfile.mkdtemp(prefix="sdpaxos-rtbench-"))
     path = make_local_cluster(root, REPLICAS, insecure=args.insecure)
     node_cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(path)]
-    if args.load == "batch":  # the prototype node (bench/rt_batchnode.py), for an estimate
-        node_cmd = [sys.executable, "-m", "bench.rt_batchnode", "--config", str(path)]
     node_cmd += ["--log-level", "WARNING", "--app", args.app]
     if not fsync:
         node_cmd.append("--no-fsync")
@@ -726,13 +753,13 @@ def main(argv: list[str] | None = None) -> int:
         "--load",
         choices=["raw", "client", "batch"],
         default="raw",
-        help="raw frames (default), the runtime's Client, or the batch-frame prototype",
+        help="raw frames (default), the runtime's Client, or raw SUBMIT_MANY frames",
     )
     p.add_argument("--insecure", action="store_true", help="no TLS")
     p.add_argument(
         "--app",
         default="digest",
-        help="the nodes' app: digest (default) or bench.rt_batchnode:CrcLog (cheaper)",
+        help="the nodes' app: digest (default) or bench.runtime_throughput:CrcLog (cheaper)",
     )
     only = p.add_mutually_exclusive_group()
     only.add_argument("--fsync-only", action="store_true")

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from bench import runtime_throughput as rt
-from bench.rt_batchnode import CrcLog
+from bench.runtime_throughput import CrcLog
 
 
 def test_cpu_seconds_of_this_process_grows() -> None:
