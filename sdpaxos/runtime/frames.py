@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -125,8 +125,9 @@ class Pong:
     executed_upto: int
 
 
-@dataclass(frozen=True, slots=True)
-class Submit:
+class Submit(NamedTuple):
+    """A command to replicate (a named tuple: one is built per command, cheaply)."""
+
     request_id: int
     client_id: int
     seq: int
@@ -160,8 +161,9 @@ class SubmitMany:
     items: tuple[Submit, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):
+    """An answer (a named tuple: one is built per command, cheaply)."""
+
     request_id: int
     code: Code
     value: Any
@@ -200,12 +202,9 @@ def encode_runtime(frame: RuntimeFrame) -> bytes:
         case Reply(rid, code, value):
             body = [_REPLY, rid, int(code), value]
         case SubmitMany(items):
-            body = [
-                _SUBMIT_MANY,
-                [[i.request_id, i.client_id, i.seq, i.payload, i.key, i.wait] for i in items],
-            ]
+            body = [_SUBMIT_MANY, items]
         case ReplyMany(items):
-            body = [_REPLY_MANY, [[i.request_id, int(i.code), i.value] for i in items]]
+            body = [_REPLY_MANY, items]  # named tuples pack as arrays; codes as ints
         case _:
             raise FrameError(f"not a runtime frame: {type(frame).__name__}")
     packed: bytes = _packer.pack(body)
