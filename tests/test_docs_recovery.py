@@ -162,8 +162,9 @@ def _replica_member(name: str) -> bool:
 
 
 def _members(cls: type) -> set[str]:
-    """Dataclass fields and properties of ``cls``."""
+    """Dataclass or named-tuple fields and properties of ``cls``."""
     names = {f.name for f in fields(cls)} if is_dataclass(cls) else set()
+    names |= set(getattr(cls, "_fields", ()))
     names |= {n for n, v in vars(cls).items() if isinstance(v, property)}
     return names
 
@@ -212,7 +213,7 @@ def _snake_names() -> set[str]:
     names = {f.name for f in fields(ClusterConfig)}
     names |= set(dir(Replica)) | set(vars(_replica()))
     for cls in _core_classes().values():
-        if is_dataclass(cls):
+        if is_dataclass(cls) or hasattr(cls, "_fields"):
             names |= _members(cls)
     for module in MODULES.values():
         names |= set(vars(module))

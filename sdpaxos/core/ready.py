@@ -16,6 +16,7 @@ Steps 2 and 3 may run in any order relative to each other, never before 1.
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 from sdpaxos.core.messages import Message
 from sdpaxos.core.storage import Record, Snapshot
@@ -38,9 +39,11 @@ class ReplyKind(IntEnum):
     SESSION_EXPIRED = 2
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """An answer for the client that proposed ``(client_id, seq)`` at this replica."""
+class Reply(NamedTuple):
+    """An answer for the client that proposed ``(client_id, seq)`` at this replica.
+
+    A named tuple: one is built per command (see :class:`~sdpaxos.core.types.Command`).
+    """
 
     client_id: int
     seq: int

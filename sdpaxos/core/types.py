@@ -53,9 +53,12 @@ def ballot_round(ballot: Ballot) -> int:
     return ballot // BALLOT_STRIDE
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
+class Command(NamedTuple):
     """One client command, opaque to the protocol.
+
+    A named tuple, not a frozen dataclass: one is built for every command a
+    replica proposes or receives, and a named tuple is immutable at half the
+    cost (the runtime's hot path; ``bench/README.md``).
 
     ``(client_id, seq)`` identifies it for exactly-once execution: a client
     session has at most one command outstanding and numbers them 1, 2, 3, ...

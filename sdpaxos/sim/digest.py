@@ -81,6 +81,10 @@ class RunDigest:
 def _plain(value: object) -> object:
     """``value`` with its meaning only: named tuples as tuples, dataclasses as
     (type name, fields), so that a refactor may name a tuple's fields."""
+    if isinstance(value, Command | Reply):
+        # Once frozen dataclasses, now named tuples for speed: kept in their
+        # dataclass form so that the kept digests still compare behaviour.
+        return (type(value).__name__, *(_plain(v) for v in value))
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
     if isinstance(value, list):

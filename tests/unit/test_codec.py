@@ -93,9 +93,11 @@ def strategy_for(annotation: Any) -> st.SearchStrategy[Any]:
             return st.lists(strategy_for(args[0]), max_size=6).map(tuple)
         return st.tuples(*(strategy_for(arg) for arg in args))
     if isinstance(annotation, type) and issubclass(annotation, tuple):
-        # A named tuple (VoteEntry, OCommitEntry): it travels as a plain array.
+        # A named tuple (Command, VoteEntry, OCommitEntry): built as one; the
+        # entries travel as plain arrays, a Command as its fields.
         hints = typing.get_type_hints(annotation)
-        return st.tuples(*(strategy_for(hints[name]) for name in annotation._fields))
+        fields = (strategy_for(hints[name]) for name in annotation._fields)
+        return st.tuples(*fields).map(annotation._make)
     if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         hints = typing.get_type_hints(annotation)
         fields = {f.name: strategy_for(hints[f.name]) for f in dataclasses.fields(annotation)}
