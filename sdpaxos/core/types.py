@@ -12,7 +12,6 @@ Pitfall 3 (``docs/protocol.md`` section 14), fixed once here: every counter is
 where ``k`` is the number of C-instances of ``n`` covered by slots ``0 .. j-1``.
 """
 
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple, NewType, TypeAlias
 
