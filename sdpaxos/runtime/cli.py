@@ -41,6 +41,8 @@ T = TypeVar("T")
 
 #: How long ``local`` waits for its nodes to stop after SIGTERM before killing them.
 STOP_GRACE_S = 10.0
+#: ``node``: allocations between young collections (Python's default is 700).
+GC_GEN0_DEFAULT = 50_000
 #: How long ``status`` waits for each node.
 STATUS_TIMEOUT_S = 3.0
 
@@ -107,7 +109,21 @@ def _cmd_node(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     context = _setup_logging(args.log_level, config.node_id)
+    _tune_gc(args.gc_gen0)
     return run_loop(_run_node(config, app, args, context))
+
+
+def _tune_gc(gen0: int) -> None:
+    """A node process allocates a few tuples per command and keeps almost none:
+    the cyclic collector's default (a young collection every 700 allocations)
+    then costs a tenth of the node's CPU for nothing. The command owns its
+    process, so it sets the threshold; the library never touches the collector."""
+    import gc
+
+    if gen0 > 0:
+        gc.freeze()  # what was built at start-up is never collected
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(gen0, gen1, gen2)
 
 
 async def _run_node(
@@ -374,6 +390,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     n.add_argument("--listen", default=None, help="host to listen on (default: its address)")
     n.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics here")
     n.add_argument("--log-level", default="INFO")
+    n.add_argument(
+        "--gc-gen0",
+        type=int,
+        default=GC_GEN0_DEFAULT,
+        help="allocations between young garbage collections (0: Python's default)",
+    )
     n.set_defaults(func=_cmd_node)
 
     loc = sub.add_parser("local", help="a cluster of node processes on this machine")
