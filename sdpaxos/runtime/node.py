@@ -174,6 +174,7 @@ class _Peer:
         "rtt_ms",
         "timer",
         "timer_at_s",
+        "timer_waited",
     )
 
     def __init__(self, peer_id: int) -> None:
@@ -183,9 +184,11 @@ class _Peer:
         self.executed: int | None = None
         #: Frames the emulator holds: (deliver at loop time s, framed bytes, count).
         self.delayed: deque[tuple[float, bytes, int]] = deque()
-        self.timer: asyncio.TimerHandle | None = None
-        #: When the link's timer was asked to fire (to measure its lateness).
+        self.timer: asyncio.Handle | None = None
+        #: When the link's timer was asked to fire (to measure its lateness),
+        #: and whether it waited (a call_soon says nothing about timers).
         self.timer_at_s = 0.0
+        self.timer_waited = False
         self.dial_task: asyncio.Task[None] | None = None
         self.frames_delayed = 0
 
@@ -642,7 +645,7 @@ class Node:
         out, conn.out = conn.out, []
         data = b"".join(out)
         assert self._loop is not None
-        now_s = self._loop.time()
+        now_s = time.monotonic()  # see _deliver_delayed: not the loop's clock
         at_ms = emulator.schedule(peer.id, len(data), now_s * 1000.0)
         if at_ms is None:
             conn.frames_dropped += len(out)
@@ -659,22 +662,26 @@ class Node:
     def _deliver_delayed(self, peer: _Peer) -> None:
         """Write a link's frames that are due, in order (per-link order is the rule).
 
-        Event-loop timers fire late (epoll and libuv round timeouts up to the
-        millisecond, and the loop's clock is read once per turn), and on a path
-        of several hops that lateness adds up. So the timer is set early by the
-        lateness seen so far (a moving average), and frames due within that
-        slack leave now: on average each frame leaves at its time.
+        Event-loop timers do not fire on time: asyncio's about a millisecond
+        late (epoll rounds its timeout up), uvloop's within a millisecond
+        either way (libuv counts whole milliseconds from a clock read once per
+        loop turn). On a path of several hops that error adds up. So each timer
+        is set early by the lateness seen so far (a moving average over the
+        timers that really waited); a timer that fires before its frame is due
+        gives way to the next loop turn until it is. Frames leave neither early
+        nor, on average, late: what the emulator adds is the profile's delay,
+        and what the processes add (processing, fsync) stays visible.
+
+        The emulator's times are on ``time.monotonic()``, not on the loop's
+        clock, which under uvloop counts whole milliseconds.
         """
         peer.timer = None
-        assert self._loop is not None
-        now_s = self._loop.time()
-        late_s = now_s - peer.timer_at_s
-        self._timer_late_s += (
-            min(max(late_s + self._timer_late_s, 0.0), _TIMER_LATE_MAX_S) - self._timer_late_s
-        ) * _TIMER_LATE_GAIN
-        due_s = now_s + self._timer_late_s
+        now_s = time.monotonic()
+        if peer.timer_waited:
+            late_s = min(max(now_s - peer.timer_at_s, -_TIMER_LATE_MAX_S), _TIMER_LATE_MAX_S)
+            self._timer_late_s += (late_s - self._timer_late_s) * _TIMER_LATE_GAIN
         delayed = peer.delayed
-        while delayed and delayed[0][0] <= due_s:
+        while delayed and delayed[0][0] <= now_s:
             _, data, count = delayed.popleft()
             conn = peer.conn
             if conn is not None:
@@ -683,9 +690,15 @@ class Node:
             self._arm(peer)
 
     def _arm(self, peer: _Peer) -> None:
-        assert self._loop is not None
-        peer.timer_at_s = peer.delayed[0][0] - self._timer_late_s
-        peer.timer = self._loop.call_at(peer.timer_at_s, self._deliver_delayed, peer)
+        loop = self._loop
+        assert loop is not None
+        peer.timer_at_s = peer.delayed[0][0] - max(self._timer_late_s, 0.0)
+        delay_s = peer.timer_at_s - time.monotonic()
+        peer.timer_waited = delay_s > 0
+        if peer.timer_waited:
+            peer.timer = loop.call_later(delay_s, self._deliver_delayed, peer)
+        else:
+            peer.timer = loop.call_soon(self._deliver_delayed, peer)
 
     def _on_tick(self) -> None:
         if not self._running or self.replica is None:
@@ -698,7 +711,7 @@ class Node:
     def _on_ping(self) -> None:
         if not self._running:
             return
-        ping = rf.encode_runtime(rf.Ping(self._now_ms()))
+        ping = rf.encode_runtime(rf.Ping(_clock_ms()))
         for peer in self._peers.values():
             if peer.conn is not None and peer.conn.kind is not None:
                 self._send_peer(peer, ping)
@@ -844,7 +857,7 @@ class Node:
                 self._flush_peer(peer)
             elif isinstance(f, rf.Pong):
                 peer = self._peers[conn.peer_id]
-                rtt = self._now_ms() - f.sent_ms
+                rtt = _clock_ms() - f.sent_ms
                 if not 0.0 <= rtt <= _PONG_RTT_MS_MAX:
                     raise rf.FrameError(f"pong of a ping never sent ({rtt:.0f} ms ago)")
                 peer.rtt_ms = rtt
@@ -906,7 +919,7 @@ class Node:
             self._answer(conn, f.request_id, rf.Code.ERROR, "seq 0 is a registration: no payload")
             return
         wait = Wait.EXECUTED if f.wait == 1 or f.seq == 0 else Wait.READY
-        waiter = (conn, f.request_id, self._now_ms())
+        waiter = (conn, f.request_id, _clock_ms())
         if not self._enqueue(Command(f.client_id, f.seq, f.payload, f.key), wait, waiter):
             self._answer(
                 conn, f.request_id, rf.Code.RETRY, "overloaded: the proposal queue is full"
@@ -948,7 +961,7 @@ class Node:
         metrics = self.metrics
         if metrics is None:
             return
-        seconds = (self._now_ms() - started_ms) / 1000
+        seconds = (_clock_ms() - started_ms) / 1000
         if kind == ReplyKind.EXECUTED:
             metrics.observe_execute_s(seconds)
         else:
@@ -1050,7 +1063,7 @@ class Node:
         loop = self._loop
         assert loop is not None
         future: asyncio.Future[Reply] = loop.create_future()
-        started = self._now_ms()
+        started = _clock_ms()
 
         def waiter(reply: Reply | None) -> None:
             if future.done():
@@ -1205,6 +1218,15 @@ class Node:
         ready = replica.stats.commands_ready
         metrics.commands_committed(ready - self._ready_reported)
         self._ready_reported = ready
+
+
+def _clock_ms() -> float:
+    """For what is measured (latencies, round trips): ``time.monotonic()`` in ms.
+
+    Not the loop's clock, which under uvloop counts whole milliseconds and is
+    read once per loop turn; the core's timers run on that one, which is fine
+    for timeouts but not for a 0.3 ms loopback round trip."""
+    return time.monotonic() * 1000.0
 
 
 def _reject_reason(reason: str) -> str:
