@@ -108,12 +108,14 @@ def test_nothing_leaves_before_its_records_are_durable_and_writes_are_grouped(tm
             pending = [
                 asyncio.ensure_future(stuck.submit(b"g%d" % k, timeout_s=20)) for k in range(30)
             ]
-            await asyncio.sleep(0.5)
-            assert not any(p.done() for p in pending)
-            # Peers step nothing from the stuck node's new commands: its C-accepts
-            # are held (its records come first). Heartbeats of others may flow.
-            assert all(n.state_machine.payloads == [b"warm"] for n in nodes)
-            gate.set()
+            try:
+                await asyncio.sleep(0.5)
+                assert not any(p.done() for p in pending)
+                # Peers execute nothing of the stuck node's new commands: its
+                # C-accepts are held (its records come first).
+                assert all(n.state_machine.payloads == [b"warm"] for n in nodes)
+            finally:
+                gate.set()  # else the stuck log thread would hang the teardown
             await asyncio.gather(*pending)
             await eventually(lambda: _same_everywhere(nodes, 31), what="released")
             assert stuck.fsyncs - fsyncs_before < 30
