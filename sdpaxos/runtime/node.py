@@ -93,8 +93,8 @@ READY_CALLS_PER_FLUSH_MAX = 64
 SNAPSHOT_LOG_BYTES_DEFAULT = 256 << 20
 #: A pong answering a ping older than this (or from the future) is a lie.
 _PONG_RTT_MS_MAX = 3_600_000.0
-#: The emulator's timers: the most they are set early, and how fast the
-#: estimate of their lateness follows what is seen.
+#: The emulator's timers: the bound on a lateness sample (either way), and how
+#: fast the estimate of their lateness follows what is seen.
 _TIMER_LATE_MAX_S = 0.002
 _TIMER_LATE_GAIN = 0.1
 _WaitName = Literal["ready", "executed"]
@@ -905,11 +905,7 @@ class Node:
         # REPLY_MANY when there are several.
         conn.answers.append(rf.Reply(request_id, code, value))
         self._dirty_conns.add(conn)
-        self._kick_send()
-
-    def _kick_send(self) -> None:
-        # Replies produced outside a flush (status, refusals) go at the next flush.
-        self._kick()
+        self._kick()  # answers given outside a flush (status, refusals) go at the next
 
     def _client_submit(self, conn: Connection, f: rf.Submit) -> None:
         if f.client_id == 0:
@@ -1155,8 +1151,6 @@ class Node:
         if replica is None:
             raise NodeError("node not started")
         st = replica.status()
-        now = self._now_ms() if self._loop is not None else 0.0
-        del now
         peers = []
         for peer in self._peers.values():
             conn = peer.conn
