@@ -12,5 +12,8 @@
 * :mod:`~sdpaxos.runtime.metrics`: Prometheus metrics;
 * :mod:`~sdpaxos.runtime.config`, :mod:`~sdpaxos.runtime.local`,
   :mod:`~sdpaxos.runtime.certs`, :mod:`~sdpaxos.runtime.cli`: configuration,
-  local clusters, certificates, and ``python -m sdpaxos``.
+  local clusters, certificates, and ``python -m sdpaxos``;
+* :mod:`~sdpaxos.runtime.apps`: state machines for ``node --app`` (and tests);
+* :mod:`~sdpaxos.runtime.fuzz`: ``python -m sdpaxos fuzz``, hostile frames at a
+  live node.
 """
