@@ -47,8 +47,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
+from sdpaxos.core.app import StateMachine
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
 from sdpaxos.core.messages import Message
 from sdpaxos.core.ready import ReadResult, Ready, Reply, ReplyKind
@@ -58,6 +59,7 @@ from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.config import NodeConfig
+from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
 from sdpaxos.runtime.log import DurableLog
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.tls import client_context, server_context
@@ -106,16 +108,6 @@ class NodeError(Exception):
 
 class SessionExpired(Exception):
     """The command's session expired before it executed; it was not applied."""
-
-
-class StateMachine(Protocol):
-    """What a node replicates (the core's protocol, plus an optional ``query``)."""
-
-    def apply(self, payload: bytes) -> bytes: ...
-
-    def snapshot(self) -> bytes: ...
-
-    def restore(self, data: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +279,7 @@ class Node:
         state_machine: StateMachine,
         *,
         fsync: bool = True,
-        emulator: Any = None,
+        emulator: LinkEmulator | None = None,
         metrics: Metrics | None = None,
         listen_host: str | None = None,
         snapshot_log_bytes: int | None = SNAPSHOT_LOG_BYTES_DEFAULT,
@@ -299,8 +291,6 @@ class Node:
         self.state_machine = state_machine
         self.fsync = fsync
         if emulator is None and config.emulator is not None:
-            from sdpaxos.runtime.emulator import LinkEmulator
-
             emulator = LinkEmulator.from_profile(
                 config.node_id,
                 config.emulator.profile,
@@ -1040,10 +1030,8 @@ class Node:
                 else:
                     if type(argument) is not str:
                         raise ValueError("partition needs a spec string like '0,1|2'")
-                    from sdpaxos.runtime.emulator import parse_partition
-
                     emulator.partition(parse_partition(argument, self.config.cluster.replicas))
-            return {"links": _plain(emulator.counters())}
+            return emulator.to_json()
         raise ValueError(f"unknown admin operation {operation!r}")
 
     # ------------------------------------------------------------ public API
@@ -1247,14 +1235,3 @@ def _encode(msgs: list[Message]) -> list[bytes]:
             return []
         half = len(msgs) // 2
         return _encode(msgs[:half]) + _encode(msgs[half:])
-
-
-def _plain(value: Any) -> Any:
-    """Counters as msgpack-friendly plain values (dataclasses become maps)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

@@ -15,9 +15,10 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from sdpaxos.core.app import StateMachine
 from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.config import NodeConfig
-from sdpaxos.runtime.node import Node, NodeError, NodeStatus, StateMachine
+from sdpaxos.runtime.node import Node, NodeError, NodeStatus
 
 __all__ = ["SyncClient", "SyncNode"]
 

@@ -291,3 +291,22 @@ def test_a_clients_concurrent_submits_travel_together(tmp_path):
             assert sorted(nodes[0].state_machine.payloads[1:]) == sorted(sent)
 
     asyncio.run(main())
+
+
+def test_a_log_past_its_byte_limit_asks_for_a_snapshot_and_is_truncated(tmp_path):
+    """``snapshot_log_bytes``: once the log holds that much, the node requests a
+    snapshot; it is saved and the log truncated behind it (README: "a node asks
+    for one when its log reaches" the limit)."""
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog, snapshot_log_bytes=1024) as (_, nodes):
+            for k in range(60):
+                await nodes[k % 3].submit(b"s%d" % k, timeout_s=20)
+            await eventually(
+                lambda: all(n.status().snapshot_bytes > 0 for n in nodes), what="snapshots"
+            )
+            st = nodes[0].status()
+            assert st.snapshot_slot > 0
+            assert st.stats["snapshots_taken"] >= 1
+
+    asyncio.run(main())
