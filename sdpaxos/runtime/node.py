@@ -1102,6 +1102,103 @@ class Node:
             self._sessions.append(session)
         return result
 
+    def submit_nowait(
+        self, payload: bytes, *, key: bytes | None = None, wait: _WaitName = "ready"
+    ) -> asyncio.Future[bytes | None]:
+        """:meth:`submit` without a coroutine per command: the future of its result.
+
+        For front ends that keep thousands of commands in flight (the kv-store's
+        Redis port answers a pipeline of them): a task per command costs more
+        than the protocol does. The command is proposed now when the proposal
+        queue has room, else as soon as it has. Cancelling the future does not
+        withdraw the command. No timeout: the caller decides how long to wait.
+        """
+        if type(payload) is not bytes:
+            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        if len(payload) > rf.COMMAND_BYTES_MAX:
+            raise ValueError(f"payload of {len(payload)} bytes exceeds {rf.COMMAND_BYTES_MAX}")
+        mode = _wait_of(wait)
+        self._check_running()
+        loop = self._loop
+        assert loop is not None
+        if self._sessions:
+            session = self._sessions.pop()
+        elif self.config.cluster.session_lifetime_slots is None:
+            session = Session(self, self._rng.getrandbits(63) | 1)
+        else:  # a session must be registered through the log first
+            return asyncio.ensure_future(self.submit(payload, key=key, wait=wait))
+        session.seq += 1
+        session.busy = True
+        cmd = Command(session.client_id, session.seq, payload, key)
+        future: asyncio.Future[bytes | None] = loop.create_future()
+        started = _clock_ms()
+
+        def waiter(reply: Reply | None) -> None:
+            if reply is None:
+                if not future.done():
+                    future.set_exception(
+                        NodeError("the node stopped before the command was answered")
+                    )
+                return
+            self._observe_latency(reply.kind, started)
+            session.busy = False
+            if reply.kind == ReplyKind.SESSION_EXPIRED:
+                if not future.done():
+                    future.set_exception(
+                        SessionExpired(
+                            f"session {session.client_id} expired; the command was not applied"
+                        )
+                    )
+                return
+            if len(self._sessions) < SESSIONS_IDLE_MAX:
+                self._sessions.append(session)
+            if not future.done():
+                future.set_result(reply.result)
+
+        if not self._enqueue(cmd, mode, waiter):
+
+            async def when_room() -> None:
+                while not self._enqueue(cmd, mode, waiter):
+                    assert self._room is not None
+                    await self._room.wait()
+                    self._check_running()
+
+            def failed(task: asyncio.Task[None]) -> None:
+                if not task.cancelled() and task.exception() is not None and not future.done():
+                    future.set_exception(task.exception())  # type: ignore[arg-type]
+
+            loop.create_task(when_room()).add_done_callback(failed)
+        return future
+
+    def read_nowait(
+        self,
+        key: bytes | None = None,
+        request: bytes | None = None,
+        *,
+        timeout_s: float = READ_TIMEOUT_S,
+    ) -> asyncio.Future[bytes | None]:
+        """:meth:`read` without a coroutine: the future of its answer (or of
+        :class:`TimeoutError`). For the same front ends as :meth:`submit_nowait`."""
+        self._check_running()
+        loop = self._loop
+        assert loop is not None
+        future: asyncio.Future[bytes | None] = loop.create_future()
+
+        def done(ok: bool, value: bytes | None) -> None:
+            if future.done():
+                return
+            if ok:
+                future.set_result(value)
+            elif not self._running:
+                future.set_exception(NodeError("the node stopped before the read was answered"))
+            else:
+                future.set_exception(
+                    TimeoutError(f"no linearizable read of {key!r} within {timeout_s} s")
+                )
+
+        self._start_read(key, request, self._now_ms() + timeout_s * 1000, done)
+        return future
+
     async def read(
         self,
         key: bytes | None = None,

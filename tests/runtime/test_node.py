@@ -14,7 +14,7 @@ from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.local import client_tls, node_configs
 from sdpaxos.runtime.node import Node, NodeError
 
-from .helpers import eventually, in_process, payloads_of
+from .helpers import FAST_PROTOCOL, eventually, in_process, payloads_of
 
 
 def _same_everywhere(nodes, count):
@@ -308,5 +308,51 @@ def test_a_log_past_its_byte_limit_asks_for_a_snapshot_and_is_truncated(tmp_path
             st = nodes[0].status()
             assert st.snapshot_slot > 0
             assert st.stats["snapshots_taken"] >= 1
+
+    asyncio.run(main())
+
+
+def test_submit_nowait_keeps_thousands_in_flight_and_reuses_sessions(tmp_path, monkeypatch):
+    # A small proposal queue, so that some commands wait for room (the path a
+    # Redis pipeline of thousands takes), and a result for each.
+    async def main():
+        protocol = {**FAST_PROTOCOL, "propose_queue_max": 64}
+        async with in_process(tmp_path, 3, PayloadLog, protocol=protocol) as (_, nodes):
+            sent = [b"n%d" % k for k in range(600)]
+            futures = [nodes[k % 3].submit_nowait(p, wait="executed") for k, p in enumerate(sent)]
+            assert all(isinstance(f, asyncio.Future) for f in futures)
+            results = await asyncio.wait_for(asyncio.gather(*futures), 30)
+            positions = sorted(int.from_bytes(r, "big") for r in results)
+            assert positions == list(range(1, len(sent) + 1))  # each executed once
+            await eventually(lambda: _same_everywhere(nodes, len(sent)), what="all executed")
+            # Sessions went back to the pool: a second wave draws no new ones.
+            idle = len(nodes[0]._sessions)
+            assert idle > 0
+            more = [nodes[0].submit_nowait(b"again%d" % k) for k in range(idle)]
+            assert len(nodes[0]._sessions) == 0
+            assert await asyncio.gather(*more) == [None] * idle  # READY answers nothing
+            assert len(nodes[0]._sessions) == idle
+            value = await nodes[1].read_nowait(None)
+            assert b"again0" in payloads_of(value)
+            with pytest.raises(TypeError, match="payload must be bytes"):
+                nodes[0].submit_nowait("text")  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+def test_submit_nowait_fails_its_future_when_the_node_stops(tmp_path):
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
+            await nodes[1].stop()
+            await nodes[2].stop()
+            waiting = nodes[0].submit_nowait(b"no quorum")
+            reading = nodes[0].read_nowait(b"k", timeout_s=30)
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await nodes[0].stop()
+            with pytest.raises(NodeError, match="stopped"):
+                await waiting
+            with pytest.raises(NodeError, match="stopped"):
+                await reading
 
     asyncio.run(main())
