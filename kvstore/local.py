@@ -1,0 +1,71 @@
+"""A kv-store cluster on this machine: the runtime's local cluster plus Redis ports.
+
+:func:`make_kv_cluster` writes what :func:`sdpaxos.runtime.local.make_local_cluster`
+writes (certificates, ``cluster.toml``, data directories) and adds the
+``[kvstore]`` section: a free Redis port per node on loopback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sdpaxos.profiles import builtin
+from sdpaxos.runtime.local import free_ports, make_local_cluster
+
+__all__ = ["make_kv_cluster"]
+
+
+def make_kv_cluster(
+    directory: Path | str,
+    replicas: int = 3,
+    *,
+    profile: str | None = "paper3",
+    insecure: bool = False,
+    redis_tls: bool = False,
+    users: Mapping[str, str] | None = None,
+    redis_ports: Sequence[int] | None = None,
+    protocol: Mapping[str, Any] | None = None,
+    sequencer: int = 0,
+    host: str = "127.0.0.1",
+) -> Path:
+    """Write a kv-store cluster's files; return the path of ``cluster.toml``.
+
+    ``profile``: a delay profile whose first ``replicas`` regions the nodes take
+    (the emulator delays their links), or None for none. ``redis_tls`` and
+    ``users`` make the Redis ports require TLS and AUTH.
+    """
+    regions = None
+    emulator = None
+    protocol = dict(protocol or {})
+    if profile is not None:
+        delays = builtin(profile)
+        if delays.size < replicas:
+            raise ValueError(f"profile {profile} has {delays.size} regions, not {replicas}")
+        regions = list(delays.regions[:replicas])
+        emulator = {"profile": profile}
+        protocol.setdefault("rtt_ms", [list(r) for r in delays.subset(regions).replica_rtt_ms()])
+    ports = list(redis_ports) if redis_ports is not None else free_ports(replicas, host)
+    if len(ports) != replicas:
+        raise ValueError(f"{len(ports)} Redis ports for {replicas} replicas")
+    path = make_local_cluster(
+        directory,
+        replicas,
+        insecure=insecure,
+        regions=regions,
+        sequencer=sequencer,
+        protocol=protocol or None,
+        host=host,
+        emulator=emulator,
+    )
+    lines = ["", "[kvstore]"]
+    lines.append("redis = [" + ", ".join(f'"{host}:{p}"' for p in ports) + "]")
+    if redis_tls:
+        lines.append("tls = true")
+    if users:
+        pairs = ", ".join(f'{u} = "{p}"' for u, p in users.items())
+        lines.append(f"users = {{ {pairs} }}")
+    with path.open("a") as f:
+        f.write("\n".join(lines) + "\n")
+    return path

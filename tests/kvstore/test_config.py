@@ -1,0 +1,67 @@
+"""The kv-store's configuration: the runtime's file plus [kvstore], every mistake named."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from kvstore.config import load_kv_config, parse_kv_config
+from kvstore.local import make_kv_cluster
+from sdpaxos.core.errors import ConfigError
+
+
+def test_a_local_cluster_file_loads_for_every_node(tmp_path):
+    path = make_kv_cluster(tmp_path, 3, users={"app": "pw"}, redis_tls=True)
+    configs = [load_kv_config(path, k) for k in range(3)]
+    addresses = {c.redis_address for c in configs}
+    assert len(addresses) == 3
+    assert configs[1].node.node_id == 1 and configs[1].tls and configs[1].users == {"app": "pw"}
+    assert configs[0].reads == "linearizable"
+    assert configs[0].node.emulator is not None  # paper3 by default
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda kv: kv.pop("redis"), "kvstore.redis: expected an array of 3"),
+        (lambda kv: kv.update(redis=["a:1", "b:2"]), "kvstore.redis: expected an array of 3"),
+        (
+            lambda kv: kv["redis"].__setitem__(1, "nohost"),
+            r"kvstore.redis\[1\]: expected host:port",
+        ),
+        (lambda kv: kv["redis"].__setitem__(2, kv["redis"][0]), r"redis\[2\]: same as replica 0"),
+        (lambda kv: kv.update(tls="yes"), "kvstore.tls: expected true or false"),
+        (lambda kv: kv.update(users={"app": ""}), "kvstore.users.app: expected a non-empty"),
+        (lambda kv: kv.update(users={}), "kvstore.users: expected a table"),
+        (lambda kv: kv.update(reads="eventual"), "kvstore.reads: expected"),
+        (lambda kv: kv.update(clients_max=0), "kvstore.clients_max: expected a positive"),
+        (lambda kv: kv.update(colour="blue"), "kvstore.colour: unknown key"),
+    ],
+)
+def test_each_mistake_names_its_key(tmp_path, change, message):
+    path = make_kv_cluster(tmp_path, 3, profile=None)
+    raw = tomllib.loads(path.read_text())
+    change(raw["kvstore"])
+    with pytest.raises(ConfigError, match=message):
+        parse_kv_config(raw, base_dir=path.parent, node_id=0)
+
+
+def test_a_missing_section_or_a_redis_port_on_a_peer_address_is_refused(tmp_path):
+    path = make_kv_cluster(tmp_path, 3, profile=None)
+    raw = tomllib.loads(path.read_text())
+    section = raw.pop("kvstore")
+    with pytest.raises(ConfigError, match="kvstore: missing"):
+        parse_kv_config(raw, base_dir=path.parent, node_id=0)
+    peer = raw["cluster"]["replicas"][0]["address"]
+    raw["kvstore"] = {**section, "redis": [peer, *section["redis"][1:]]}
+    with pytest.raises(ConfigError, match="replica's own"):
+        parse_kv_config(raw, base_dir=path.parent, node_id=0)
+
+
+def test_redis_tls_needs_the_cluster_certificates(tmp_path):
+    path = make_kv_cluster(tmp_path, 3, profile=None, insecure=True)
+    raw = tomllib.loads(path.read_text())
+    raw["kvstore"]["tls"] = True
+    with pytest.raises(ConfigError, match="kvstore.tls: needs the"):
+        parse_kv_config(raw, base_dir=path.parent, node_id=0)
