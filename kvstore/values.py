@@ -27,6 +27,6 @@ class Error(NamedTuple):
     text: str
 
 
-Value: TypeAlias = "bytes | int | None | Simple | Error | list[Value]"
+Value: TypeAlias = "bytes | int | Simple | Error | list[Value] | None"
 
 OK = Simple("OK")

@@ -63,5 +63,5 @@ def test_redis_tls_needs_the_cluster_certificates(tmp_path):
     path = make_kv_cluster(tmp_path, 3, profile=None, insecure=True)
     raw = tomllib.loads(path.read_text())
     raw["kvstore"]["tls"] = True
-    with pytest.raises(ConfigError, match="kvstore.tls: needs the"):
+    with pytest.raises(ConfigError, match=r"kvstore\.tls: needs the"):
         parse_kv_config(raw, base_dir=path.parent, node_id=0)
