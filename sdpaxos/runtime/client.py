@@ -371,10 +371,16 @@ class Client:
         return value if isinstance(value, bytes) else None
 
     async def read(
-        self, key: bytes | None = None, request: bytes | None = None, *, timeout_s: float = 10.0
+        self,
+        key: bytes | None = None,
+        request: bytes | None = None,
+        *,
+        stale: bool = False,
+        timeout_s: float = 10.0,
     ) -> bytes | None:
-        """A linearizable read at whichever node answers."""
-        reply = await self._request(lambda rid: rf.Read(rid, key, request), timeout_s)
+        """A linearizable read at whichever node answers; with ``stale=True``,
+        that node's state as it is (faster, may miss recent writes)."""
+        reply = await self._request(lambda rid: rf.Read(rid, key, request, stale), timeout_s)
         _check(reply)
         return reply.value if isinstance(reply.value, bytes) else None
 

@@ -10,7 +10,7 @@ the codec never starts with) followed by a msgpack array ``[tag, ...]``::
     PING    [1, sent_ms]                         a round trip, between replicas
     PONG    [2, sent_ms, executed_upto]          ... answered with how far we executed
     SUBMIT  [10, request_id, client_id, seq, payload, key | nil, wait]
-    READ    [11, request_id, key | nil, request | nil]
+    READ    [11, request_id, key | nil, request | nil, stale]
     STATUS  [12, request_id]
     ADMIN   [13, request_id, operation, argument]
     SUBMIT_MANY [14, [[request_id, client_id, seq, payload, key | nil, wait], ...]]
@@ -142,6 +142,8 @@ class Read:
     request_id: int
     key: bytes | None
     request: bytes | None
+    #: Answer from this node's state now, without the linearizable read's wait.
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +195,8 @@ def encode_runtime(frame: RuntimeFrame) -> bytes:
             body = [_PONG, float(sent_ms), executed_upto]
         case Submit(rid, cid, seq, payload, key, wait):
             body = [_SUBMIT, rid, cid, seq, payload, key, wait]
-        case Read(rid, key, request):
-            body = [_READ, rid, key, request]
+        case Read(rid, key, request, stale):
+            body = [_READ, rid, key, request, stale]
         case Status(rid):
             body = [_STATUS, rid]
         case Admin(rid, operation, argument):
@@ -238,7 +240,7 @@ _ARITY = {
     _PING: 2,
     _PONG: 3,
     _SUBMIT: 7,
-    _READ: 4,
+    _READ: 5,
     _STATUS: 2,
     _ADMIN: 4,
     _SUBMIT_MANY: 2,
@@ -297,11 +299,14 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
     if tag == _REPLY_MANY:
         return ReplyMany(tuple(_reply(item) for item in _items(body[1], 3)))
     if tag == _READ:
-        _, rid, key, request = body
+        _, rid, key, request, stale = body
+        if type(stale) is not bool:
+            raise FrameError(f"stale must be true or false, got {stale!r:.40}")
         return Read(
             _u64(rid, "request id"),
             _opt_bytes(key, "key", KEY_BYTES_MAX),
             _opt_bytes(request, "read request", KEY_BYTES_MAX),
+            stale,
         )
     if tag == _STATUS:
         return Status(_u64(body[1], "request id"))

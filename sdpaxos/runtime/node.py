@@ -962,7 +962,18 @@ class Node:
             else:
                 self._answer(conn, rid, rf.Code.RETRY, "no linearizable read in time")
 
+        if f.stale:
+            done(True, self._query(f.key, f.request))
+            return
         self._start_read(f.key, f.request, self._now_ms() + READ_TIMEOUT_S * 1000, done)
+
+    def _query(self, key: bytes | None, request: bytes | None) -> bytes | None:
+        """The state machine's answer to a read (None if it has no ``query``)."""
+        query = getattr(self.state_machine, "query", None)
+        if query is None:
+            return None
+        result: bytes | None = query(request if request is not None else (key or b""))
+        return result
 
     def _start_read(
         self,
@@ -980,9 +991,7 @@ class Node:
 
         def result(ok: bool) -> None:
             if ok:
-                query = getattr(self.state_machine, "query", None)
-                value = query(request if request is not None else (key or b"")) if query else None
-                done(True, value)
+                done(True, self._query(key, request))
             elif self._running and self._now_ms() < deadline_ms:
                 assert self._loop is not None
                 self._loop.call_later(

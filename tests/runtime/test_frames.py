@@ -15,6 +15,7 @@ ALL = [
     rf.Submit(1, 99, 3, b"payload", b"key", 1),
     rf.Submit(2, 99, 0, b"", None, 0),
     rf.Read(3, None, b"request"),
+    rf.Read(3, b"k", None, True),
     rf.Status(4),
     rf.Admin(5, "partition", "0|1,2"),
     rf.SubmitMany((rf.Submit(6, 1, 1, b"a", None, 0), rf.Submit(7, 2, 1, b"b", b"k", 1))),
@@ -36,6 +37,8 @@ def _raw(body):
     ("body", "match"),
     [
         ([14, []], "non-empty array of items"),
+        ([11, 1, None, None], "tag 11 needs 5 items"),
+        ([11, 1, None, None, 1], "stale must be true or false"),
         ([14, [[1, 2, 3]]], "array of 6"),
         ([14, [[1, 2, 3, "text", None, 0]]], "payload must be bytes"),
         ([14, [[1, 2, 3, b"x", None, 2]]], "wait must be 0 or 1"),

@@ -356,3 +356,23 @@ def test_submit_nowait_fails_its_future_when_the_node_stops(tmp_path):
                 await reading
 
     asyncio.run(main())
+
+
+def test_a_stale_read_answers_from_the_local_state_without_a_quorum(tmp_path):
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog) as (path, nodes):
+            await nodes[0].submit(b"before", wait="executed", timeout_s=20)
+            await nodes[1].stop()
+            await nodes[2].stop()
+            address = [(nodes[0].config.me.host, nodes[0].bound_port)]
+            async with Client(address, tls=client_tls(path)) as client:
+                seen = await client.read(None, stale=True, timeout_s=5)
+                assert payloads_of(seen) == [b"before"]
+                # Once the sequencer's lease has run out (lease_ms 300), the
+                # linearizable read has nothing to lean on: it is not answered.
+                await asyncio.sleep(1.0)
+                with pytest.raises(TimeoutError):
+                    await client.read(None, timeout_s=1.5)
+                assert payloads_of(await client.read(None, stale=True, timeout_s=5)) == [b"before"]
+
+    asyncio.run(main())
