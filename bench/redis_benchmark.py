@@ -210,11 +210,14 @@ def run_spread(
     client_split = _split(clients, len(addresses))
     request_split = _split(requests, len(addresses))
     merged: Results = {}
-    per_node: dict[str, Results] = {str(a): {} for a in addresses}
+    # One entry per address (a list, so the same address may be given twice).
+    per_node: list[dict[str, object]] = [{"address": str(a), "results": {}} for a in addresses]
     for test in tests:
-        procs: list[tuple[Address, int, subprocess.Popen[str]]] = []
+        procs: list[tuple[int, int, subprocess.Popen[str]]] = []
         try:
-            for address, c, n in zip(addresses, client_split, request_split, strict=True):
+            for i, (address, c, n) in enumerate(
+                zip(addresses, client_split, request_split, strict=True)
+            ):
                 argv = build_command(
                     address,
                     [test],
@@ -228,20 +231,21 @@ def run_spread(
                 proc = subprocess.Popen(
                     argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
                 )
-                procs.append((address, n, proc))
-            for address, _, proc in procs:
+                procs.append((i, n, proc))
+            by_test: dict[str, list[tuple[int, TestResult]]] = {}
+            for i, n, proc in procs:
                 out, err = proc.communicate(timeout=timeout_s)
                 if proc.returncode != 0:
                     raise RuntimeError(
-                        f"redis-benchmark against {address} exited {proc.returncode}: {err.strip()}"
+                        f"redis-benchmark against {addresses[i]} exited {proc.returncode}: "
+                        f"{err.strip()}"
                     )
                 parsed = parse_csv(out)
-                per_node[str(address)].update(parsed)
-            by_test: dict[str, list[tuple[int, TestResult]]] = {}
-            for address, n, _ in procs:
-                for name, result in per_node[str(address)].items():
-                    if name.lower().startswith(test.lower()):
-                        by_test.setdefault(name, []).append((n, result))
+                node_results = per_node[i]["results"]
+                assert isinstance(node_results, dict)
+                node_results.update(parsed)
+                for name, result in parsed.items():
+                    by_test.setdefault(name, []).append((n, result))
             for name, name_parts in by_test.items():
                 merged[name] = merge(name_parts)
         finally:
