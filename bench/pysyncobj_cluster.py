@@ -66,6 +66,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import hashlib
 import json
 import os
 import select
@@ -146,6 +147,14 @@ class _Load:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def _digest(store: Any) -> str:
+    """BLAKE2b of the dict's items in key order: equal only if the contents are equal."""
+    h = hashlib.blake2b(digest_size=16)
+    for key in sorted(store.keys()):
+        h.update(repr((key, store.get(key))).encode())
+    return h.hexdigest()
+
+
 def _node_main(args: argparse.Namespace) -> int:
     """Run one SyncObj node; obey JSON commands on stdin until ``quit``."""
     from pysyncobj import SyncObj, SyncObjConf
@@ -205,6 +214,8 @@ def _node_main(args: argparse.Namespace) -> int:
                     "commit_index": node.raftCommitIndex,
                     "keys": len(store),
                     "term": node.raftCurrentTerm,
+                    # Key count alone cannot tell replicas apart once every key was written.
+                    "digest": _digest(store) if cmd.get("digest") else None,
                 }
             )
         elif op == "load":
@@ -393,7 +404,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # Every replica must end with the same applied index and the same dict size.
         deadline = time.monotonic() + 30
         while True:
-            statuses = [cluster.call(i, {"op": "status"}) for i in range(3)]
+            statuses = [cluster.call(i, {"op": "status", "digest": True}) for i in range(3)]
             applied = {s["last_applied"] for s in statuses}
             if len(applied) == 1 or time.monotonic() > deadline:
                 break
@@ -422,10 +433,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "elections_during_run": max(s["term"] for s in statuses) - term_at_start,
             "left_outstanding": sum(s["left_outstanding"] for s in stops),
             "replicas": [
-                {k: s[k] for k in ("self", "is_leader", "last_applied", "keys", "term")}
+                {k: s[k] for k in ("self", "is_leader", "last_applied", "keys", "term", "digest")}
                 for s in statuses
             ],
-            "replicas_agree": len({(s["last_applied"], s["keys"]) for s in statuses}) == 1,
+            "replicas_agree": len({(s["last_applied"], s["keys"], s["digest"]) for s in statuses})
+            == 1,
         }
         return report
     finally:
