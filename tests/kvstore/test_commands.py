@@ -86,8 +86,7 @@ def test_unknown_command_lists_arguments_up_to_128_bytes_as_redis() -> None:
     # quotes and space), the second cut to the 25 bytes left, the third not listed.
     err = unknown_command([b"foo", b"x" * 100, b"y" * 50, b"zzz"])
     assert err == Error(
-        "ERR unknown command 'foo', with args beginning with: "
-        f"'{'x' * 100}' '{'y' * 25}' "
+        f"ERR unknown command 'foo', with args beginning with: '{'x' * 100}' '{'y' * 25}' "
     )
     long_name = unknown_command([b"n" * 300])
     assert long_name.text == f"ERR unknown command '{'n' * 128}', with args beginning with: "
