@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvstore import machine
 from kvstore.machine import (
     KVStore,
     compile_glob,
@@ -165,6 +166,18 @@ def test_append_strlen(kv: KVStore) -> None:
     assert run(kv, b"STRLEN", b"k") == 5
     assert run(kv, b"APPEND", b"e", b"") == 0
     assert run(kv, b"EXISTS", b"e") == 1  # APPEND creates the key even with nothing
+
+
+def test_append_refuses_to_grow_past_redis_max_string(
+    kv: KVStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machine, "MAX_STRING", 4)  # 512 MB for real: too big for a test
+    assert run(kv, b"APPEND", b"k", b"abc") == 3
+    assert run(kv, b"APPEND", b"k", b"d") == 4
+    assert run(kv, b"APPEND", b"k", b"e") == Error(
+        "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+    )
+    assert run(kv, b"GET", b"k") == b"abcd"
 
 
 def test_getset_getdel_setnx(kv: KVStore) -> None:
@@ -567,6 +580,18 @@ def test_snapshot_is_deterministic_whatever_the_insertion_order() -> None:
     assert restored.snapshot() == one.snapshot()
 
 
+def test_restore_replaces_the_whole_state() -> None:
+    source, target = KVStore(), KVStore()
+    run(source, b"MSET", b"a", b"1", b"b", b"2")
+    run(target, b"MSET", b"b", b"old", b"c", b"3")
+    run(target, b"KEYS", b"*")  # fills the sorted-key cache, which restore must drop
+    target.restore(source.snapshot())
+    assert target.items() == [(b"a", b"1"), (b"b", b"2")]
+    assert run(target, b"KEYS", b"*") == [b"a", b"b"]
+    target.restore(KVStore().snapshot())
+    assert run(target, b"DBSIZE") == 0
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -773,4 +798,7 @@ def test_kvstore_agrees_with_the_model_and_snapshots_faithfully(
         assert twin.apply(payload) == answer  # determinism, byte for byte
         assert decode_value(answer) == model.run(args), args
         assert kv.snapshot() == twin.snapshot()
+        # KEYS after every command: the sorted-key cache must follow every key that
+        # appears or goes (KEYS itself fills the cache for the next command to stale).
+        assert run(kv, b"KEYS", b"*") == sorted(model.d)
     assert kv.items() == sorted(model.d.items())
