@@ -7,8 +7,10 @@ order (``KEYS`` and ``SCAN`` walk the keys sorted), and no exception out of
 :meth:`KVStore.apply`, whatever the payload, since a payload that crashed one
 replica would crash them all.
 
-Semantics follow Redis 7.0 for strings (checked by hand against
-``redis-server`` 7.0.15), including its error texts. Differences, on purpose:
+Semantics follow Redis 7.0 for strings, including its error texts: checked by
+hand against ``redis-server`` 7.0.15, and by a one-off differential run of
+80,000 random commands (options, bad integers, glob quirks, arity errors) that
+answered identically (KEYS compared as sorted sets). Differences, on purpose:
 
 * ``SET`` refuses ``EX``/``PX``/``EXAT``/``PXAT``/``KEEPTTL`` with ``ERR expiry
   is not supported by this store`` (after Redis' own syntax checks).
