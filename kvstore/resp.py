@@ -488,7 +488,6 @@ class RespConnection(asyncio.Protocol):
         """Run one request; queue its reply (now, or when its awaitable finishes)."""
         self.server.stats["commands"] += 1
         state = self.state
-        resp3 = state.protocol == 3
         try:
             name = args[0].upper()
             handler = _FRONT.get(name)
@@ -502,6 +501,7 @@ class RespConnection(asyncio.Protocol):
             log.exception("command %r failed", args[:1])
             self.server.stats["internal_errors"] += 1
             result = Error("ERR internal error")
+        resp3 = state.protocol == 3  # after the command: HELLO answers in the new protocol
         if type(result) in _VALUE_TYPES:
             if not self.slots:
                 _encode(result, self.out, resp3)

@@ -56,14 +56,14 @@ class FakeBackend:
             return self.data.get(args[1])
         if name == b"DEL" and len(args) >= 2:
             return sum(self.data.pop(k, None) is not None for k in args[1:])
-        if name == b"INCR" and len(args) == 2:
+        if (name == b"INCR" and len(args) == 2) or (name == b"INCRBY" and len(args) == 3):
             try:
-                n = int(self.data.get(args[1], b"0")) + 1
+                n = int(self.data.get(args[1], b"0")) + (int(args[2]) if len(args) == 3 else 1)
             except ValueError:
                 return Error("ERR value is not an integer or out of range")
             self.data[args[1]] = b"%d" % n
             return n
-        if name in (b"SET", b"GET", b"DEL", b"INCR"):
+        if name in (b"SET", b"GET", b"DEL", b"INCR", b"INCRBY"):
             return Error(f"ERR wrong number of arguments for '{name.decode().lower()}' command")
         return Error(f"ERR unknown command '{args[0].decode(errors='replace')}'")
 
