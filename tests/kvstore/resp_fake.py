@@ -9,6 +9,7 @@ that replies still come back in request order.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import threading
 from collections.abc import Awaitable, Iterator, Mapping
@@ -82,7 +83,7 @@ class FakeBackend:
         batch, self.waiting = self.waiting, []
         order = list(range(len(batch)))
         self.rng.shuffle(order)
-        self.out_of_order += sum(1 for a, b in itertools_pairwise(order) if b < a)
+        self.out_of_order += sum(1 for a, b in itertools.pairwise(order) if b < a)
         for i in order:
             future, result = batch[i]
             if not future.done():
@@ -98,10 +99,6 @@ class FakeBackend:
             CommandSpec("del", -2, ("write",), 1, -1, 1, "Deletes keys."),
             CommandSpec("incr", 2, ("write", "fast"), 1, 1, 1, "Adds one to a key."),
         ]
-
-
-def itertools_pairwise(items: list[int]) -> Iterator[tuple[int, int]]:
-    return zip(items, items[1:], strict=False)
 
 
 class LoopThread:
