@@ -237,6 +237,18 @@ def _wire_len(args: list[bytes]) -> int:
     return 3 + len(str(len(args))) + 5 * len(args) + sum(lens) + sum(map(len, map(str, lens)))
 
 
+def _count_problem(data: bytes, limits: RespLimits) -> str | None:
+    """The Redis protocol error of a request's ``*N`` line at the front of ``data``."""
+    nl = data.find(b"\r\n", 0, HEADER_LINE_MAX + 2)
+    if nl < 0:
+        return None  # the walk checks it when the line is complete
+    try:
+        count = int(data[1:nl])
+    except ValueError:
+        return None  # hiredis reports it
+    return "invalid multibulk length" if count > limits.multibulk_max else None
+
+
 class _HeaderWalk:
     """Reads the header lines of the one incomplete request, to enforce the limits
     hiredis does not have, and skips bulk payloads without looking at them.
@@ -263,19 +275,21 @@ class _HeaderWalk:
                 pos += step
                 continue
             if not self.started or self.elements:
-                nl = bytes(data[pos : pos + HEADER_LINE_MAX + 2]).find(b"\r\n")
+                held = len(self.line)
+                window = self.line + bytes(data[pos : pos + HEADER_LINE_MAX + 2])
+                nl = window.find(b"\r\n")
                 if nl < 0:
-                    self.line += bytes(data[pos : pos + HEADER_LINE_MAX + 2])
-                    if len(self.line) > HEADER_LINE_MAX:
+                    self.line = window
+                    if len(window) > HEADER_LINE_MAX + 1:
                         return (
                             "too big mbulk count string"
                             if not self.started
                             else "too big bulk count string"
                         )
                     return None
-                header = self.line + bytes(data[pos : pos + nl])
+                header = window[:nl]
                 self.line = b""
-                pos += nl + 2
+                pos += nl + 2 - held
                 problem = self._header(header, limits)
                 if problem:
                     return problem
@@ -337,7 +351,6 @@ class RespConnection(asyncio.Protocol):
         # Stream accounting (bytes fed to hiredis) to find the incomplete request.
         self.fed = 0
         self.consumed = 0
-        self.uncounted: list[list[bytes]] = []
         self.last_data: bytes = b""
         self.walk: _HeaderWalk | None = None
         self.walked = 0
@@ -372,9 +385,18 @@ class RespConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        if self.inline is not None or (data[:1] != b"*" and not self.reader.has_data()):
+        at_boundary = self.consumed == self.fed  # hiredis holds no part of a request
+        if self.inline is not None or (at_boundary and data[:1] != b"*"):
             data = self._inline_received(data)
             if not data or self.closing:
+                self._flush()
+                return
+        if at_boundary:
+            # hiredis allocates a declared array as soon as it reads ``*N``: refuse a
+            # huge N here, before feeding it (the walk checks the requests after it).
+            problem = _count_problem(data, self.limits)
+            if problem:
+                self._protocol_error(problem)
                 self._flush()
                 return
         self.fed += len(data)
@@ -420,8 +442,13 @@ class RespConnection(asyncio.Protocol):
                 return
             try:
                 args = reader.gets()
-            except (_ProtocolError, MemoryError) as exc:
-                text = str(exc) or "out of memory"
+            except MemoryError:  # hiredis' PyList_New of a declared count
+                self._protocol_error("invalid multibulk length")
+                return
+            except _ProtocolError as exc:
+                if self._inline_follows():
+                    return
+                text = str(exc)
                 self._protocol_error(
                     _HIREDIS_MESSAGES.get(text, text.removeprefix("Protocol error, "))
                 )
@@ -429,31 +456,42 @@ class RespConnection(asyncio.Protocol):
             if args is False:
                 self._check_incomplete()
                 break
-            self.uncounted.append(args)
             if type(args) is not list:
                 if args is None:
+                    self.consumed += 5
                     continue  # ``*-1``: Redis ignores it
                 self._protocol_error(f"expected '*', got '{_TYPE_BYTES.get(type(args), '?')}'")
                 return
-            if not args:
-                continue  # ``*0``
             for a in args:
                 if type(a) is not bytes:
                     self._protocol_error(f"expected '$', got '{_TYPE_BYTES.get(type(a), '?')}'")
                     return
+            self.consumed += _wire_len(args)
+            if not args:
+                continue  # ``*0``
             self._start(args)
         self._update_reading()
 
+    def _inline_follows(self) -> bool:
+        """After complete requests, a line that is not ``*``: an inline command, as
+        Redis reads it. Start a fresh hiredis reader on it; False if it is not that."""
+        base = self.fed - len(self.last_data)
+        at = self.consumed - base
+        if at < 0 or self.last_data[at : at + 1] in (b"*", b""):
+            return False
+        rest = self.last_data[at:]
+        self.reader = hiredis.Reader(protocolError=_ProtocolError, replyError=_ReplyError)
+        self.fed = self.consumed = 0
+        self.last_data = b""
+        self.walk = None
+        self.data_received(rest)
+        return True
+
     def _check_incomplete(self) -> None:
         """hiredis wants more bytes: hold the incomplete request to the limits."""
-        if not self.reader.has_data():
-            self.consumed = self.fed
-            self.uncounted.clear()
+        if self.consumed == self.fed:
             self.walk = None
             return
-        if self.uncounted:
-            self.consumed += sum(_wire_len(a) if type(a) is list else 5 for a in self.uncounted)
-            self.uncounted.clear()
         limits = self.limits
         if self.fed - self.consumed > limits.request_bytes_max:
             self._protocol_error("too big request")
