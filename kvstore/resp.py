@@ -48,7 +48,7 @@ import ssl as _ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias, cast
 
 import hiredis
 
@@ -358,11 +358,11 @@ class RespConnection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self.transport = cast(asyncio.Transport, transport)
         self.server.connections.add(self)
         self.server.stats["connections_received"] += 1
-        peer, sock = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+        peer, sock = self.transport.get_extra_info("peername"), transport.get_extra_info("sockname")
         self.state.addr = _addr(peer)
         self.state.laddr = _addr(sock)
 

@@ -104,8 +104,13 @@ class FakeBackend:
 class LoopThread:
     """An event loop (uvloop if asked) on a daemon thread, with a RespServer on it."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(self, use_uvloop: bool = False) -> None:
+        if use_uvloop:
+            import uvloop
+
+            self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        else:
+            self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
@@ -126,9 +131,10 @@ def running_server(
     users: Mapping[str, str] | None = None,
     ssl: Any = None,
     limits: RespLimits | None = None,
+    use_uvloop: bool = False,
 ) -> Iterator[RespServer]:
     """A RespServer over ``backend`` on 127.0.0.1, a free port, on a loop thread."""
-    thread = LoopThread()
+    thread = LoopThread(use_uvloop)
     server = RespServer(backend or FakeBackend(), users=users, ssl=ssl, limits=limits)
     try:
         thread.run(server.start("127.0.0.1", 0))
