@@ -202,3 +202,28 @@ def test_a_bulk_longer_than_declared_is_framed_as_redis_frames_it() -> None:
         while data := sock.recv(65536):
             received += data
         assert received == b"$3\r\nabc\r\n-ERR unknown command 'f'\r\n+OK\r\n"
+
+
+def test_the_in_flight_bound_pauses_reading_and_resumes_when_answered() -> None:
+    """20 late-answered requests with room for 8: reading pauses at 8 in flight,
+    the rest stay in hiredis, and everything is answered in order once the
+    backend catches up."""
+
+    async def main() -> None:
+        server = RespServer(FakeBackend(seed=2), limits=RespLimits(pipeline_pending_max=8))
+        conn = RespConnection(server)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        conn.data_received(
+            b"".join(
+                b"*3\r\n$3\r\nSET\r\n$7\r\nslow:%02d\r\n$2\r\n%02d\r\n" % (i, i) for i in range(20)
+            )
+        )
+        assert transport.paused and len(conn.slots) == 8
+        assert transport.written == b""
+        for _ in range(20):  # let the fake release its batches
+            await asyncio.sleep(0)
+        assert not transport.paused
+        assert transport.written == b"+OK\r\n" * 20
+
+    asyncio.run(main())
