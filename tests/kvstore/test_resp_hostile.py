@@ -227,3 +227,16 @@ def test_the_in_flight_bound_pauses_reading_and_resumes_when_answered() -> None:
         assert transport.written == b"+OK\r\n" * 20
 
     asyncio.run(main())
+
+
+def test_a_bulk_over_the_limit_after_a_header_cut_between_reads() -> None:
+    """The walk resumes exactly after a header line cut in two by the reads."""
+    server = RespServer(FakeBackend(), limits=LIMITS)
+    conn = RespConnection(server)
+    transport = FakeTransport()
+    conn.connection_made(transport)
+    conn.data_received(b"*3\r\n$3\r\nGET\r\n$1")
+    conn.data_received(b"\r\nk\r\n$40000\r\n")
+    assert transport.written == b"-ERR Protocol error: invalid bulk length\r\n"
+    assert transport.closed
+    assert server.stats["protocol_errors"] == 1
