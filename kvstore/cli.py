@@ -80,8 +80,7 @@ async def _serve(config: KVConfig, args: argparse.Namespace, context: Any) -> in
 
             host, _, port = args.metrics.rpartition(":")
             server = await serve_metrics(metrics, host or "127.0.0.1", int(port))
-        if args.gc_gen0 > 0:
-            loop.create_task(keep_freezing())
+        freezer = loop.create_task(keep_freezing()) if args.gc_gen0 > 0 else None
         host, _ = config.redis_address
         print(
             f"kvstore node {config.node.node_id}: Redis at {host}:{kv.redis_port}, "
@@ -89,6 +88,8 @@ async def _serve(config: KVConfig, args: argparse.Namespace, context: Any) -> in
             flush=True,
         )
         await stop.wait()
+        if freezer is not None:
+            freezer.cancel()
     if server is not None:
         await server.close()
     return 0

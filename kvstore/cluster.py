@@ -100,7 +100,9 @@ class ProcessCluster:
         for k in range(self.size):
             self.start(k)
 
-    def wait_ready(self, nodes: Sequence[int] | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
+    def wait_ready(
+        self, nodes: Sequence[int] | None = None, timeout_s: float = START_TIMEOUT_S
+    ) -> None:
         """Wait until each node's Redis port answers PING; raise if one exited."""
         deadline = time.monotonic() + timeout_s
         for k in range(self.size) if nodes is None else nodes:

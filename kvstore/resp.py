@@ -82,6 +82,8 @@ REDIS_VERSION = "7.2.0"
 
 #: How many requests one connection may have started but not yet answered.
 PIPELINE_PENDING_MAX = 1024
+#: Client connections served at once (Redis' maxclients default).
+CLIENTS_MAX = 10_000
 #: The largest request (an incomplete one, while it is being received).
 REQUEST_BYTES_MAX = 8 * 1024 * 1024
 #: The largest bulk string in a request (Redis' proto-max-bulk-len is 512 MB).
@@ -341,7 +343,7 @@ class RespConnection(asyncio.Protocol):
         self.server = server
         self.limits = server.limits
         self.backend = server.backend
-        self.state = ConnState()
+        self.state = ConnState(stale_reads=server.stale_reads)
         if server.users is None:
             self.state.user = "default"
         self.transport: asyncio.Transport | None = None
@@ -366,8 +368,15 @@ class RespConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, only alike.
         self.transport = cast(asyncio.Transport, transport)
-        self.server.connections.add(self)
         self.server.stats["connections_received"] += 1
+        if len(self.server.connections) >= self.server.clients_max:
+            # Redis' answer and behaviour: say so, then close.
+            self.server.stats["rejected_connections"] += 1
+            self.closing = True
+            transport.write(b"-ERR max number of clients reached\r\n")  # type: ignore[attr-defined]
+            transport.close()
+            return
+        self.server.connections.add(self)
         peer, sock = self.transport.get_extra_info("peername"), transport.get_extra_info("sockname")
         self.state.addr = _addr(peer)
         self.state.laddr = _addr(sock)
@@ -1032,8 +1041,14 @@ class RespServer:
         ssl: _ssl.SSLContext | None = None,
         users: Mapping[str, str] | None = None,
         limits: RespLimits | None = None,
+        clients_max: int = CLIENTS_MAX,
+        stale_reads: bool = False,
     ) -> None:
         self.backend = backend
+        #: Connections served at once; one more is told so and closed.
+        self.clients_max = clients_max
+        #: The read mode of a new connection (READONLY / READWRITE change it).
+        self.stale_reads = stale_reads
         self.ssl = ssl
         self.users = dict(users) if users is not None else None
         self.limits = limits or RespLimits()
@@ -1042,6 +1057,7 @@ class RespServer:
             "commands": 0,
             "protocol_errors": 0,
             "internal_errors": 0,
+            "rejected_connections": 0,
         }
         self.connections: set[RespConnection] = set()
         self.server: asyncio.Server | None = None
@@ -1074,8 +1090,17 @@ async def serve_resp(
     ssl: _ssl.SSLContext | None = None,
     users: Mapping[str, str] | None = None,
     limits: RespLimits | None = None,
+    clients_max: int = CLIENTS_MAX,
+    stale_reads: bool = False,
 ) -> RespServer:
     """Start a :class:`RespServer` listening on ``host:port`` and answer it."""
-    server = RespServer(backend, ssl=ssl, users=users, limits=limits)
+    server = RespServer(
+        backend,
+        ssl=ssl,
+        users=users,
+        limits=limits,
+        clients_max=clients_max,
+        stale_reads=stale_reads,
+    )
     await server.start(host, port)
     return server

@@ -85,6 +85,8 @@ class KVBackend:
         self.node = node
         self.store = store
         self.read_timeout_s = read_timeout_s
+        #: Each connection's latest write not yet answered (connection id -> its future).
+        self._writing: dict[int, asyncio.Future[Value]] = {}
         self._routes: dict[bytes, _Route] = {}
         for spec in COMMANDS.values():
             route = _Route(spec)
@@ -115,15 +117,55 @@ class KVBackend:
             return wrong_arity(route.name)
         payload = encode_command(args)
         key = args[1] if route.single_key else None
-        node = self.node
         try:
             if route.write:
-                return _decoded(node.submit_nowait(payload, key=key, wait="executed"))
-            if conn.stale_reads:
-                return decode_value(self.store.query(payload))
-            return _decoded(node.read_nowait(key, payload, timeout_s=self.read_timeout_s))
+                return self._write(conn.id, payload, key)
+            prior = self._writing.get(conn.id)
+            if prior is None:
+                return self._read(conn.stale_reads, payload, key)
+            # A read pipelined behind this connection's own write waits for it,
+            # as Redis runs a connection's commands in order.
+            return self._after(prior, conn.stale_reads, payload, key)
         except NodeError:
             return _STOPPED
+
+    def _write(self, conn_id: int, payload: bytes, key: bytes | None) -> asyncio.Future[Value]:
+        future = _decoded(self.node.submit_nowait(payload, key=key, wait="executed"))
+        writing = self._writing
+        writing[conn_id] = future
+
+        def done(f: asyncio.Future[Value]) -> None:
+            if writing.get(conn_id) is f:
+                del writing[conn_id]
+
+        future.add_done_callback(done)
+        return future
+
+    def _read(
+        self, stale: bool, payload: bytes, key: bytes | None
+    ) -> Value | asyncio.Future[Value]:
+        if stale:
+            return decode_value(self.store.query(payload))
+        return _decoded(self.node.read_nowait(key, payload, timeout_s=self.read_timeout_s))
+
+    def _after(
+        self, prior: asyncio.Future[Value], stale: bool, payload: bytes, key: bytes | None
+    ) -> asyncio.Future[Value]:
+        out: asyncio.Future[Value] = prior.get_loop().create_future()
+
+        def start(_: asyncio.Future[Value]) -> None:
+            try:
+                answer = self._read(stale, payload, key)
+            except NodeError:
+                out.set_result(_STOPPED)
+                return
+            if isinstance(answer, asyncio.Future):
+                answer.add_done_callback(lambda f: out.set_result(f.result()))
+            else:
+                out.set_result(answer)
+
+        prior.add_done_callback(start)
+        return out
 
     def info(self, conn: ConnState) -> Mapping[str, Mapping[str, str | int]]:
         node = self.node
@@ -198,7 +240,12 @@ class KVNode:
         self.config = config
         self.store = KVStore()
         self.node = Node(
-            config.node, self.store, fsync=fsync, metrics=metrics, listen_host=listen_host, **node_kw
+            config.node,
+            self.store,
+            fsync=fsync,
+            metrics=metrics,
+            listen_host=listen_host,
+            **node_kw,
         )
         self.backend = KVBackend(self.node, self.store)
         self.listen_host = listen_host

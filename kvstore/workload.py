@@ -102,8 +102,9 @@ async def _client(
                 op: tuple[Any, ...] = ("put", key, value)
                 command: tuple[Any, ...] = ("SET", key, value)
             elif roll < workload.put_share + workload.cas_share:
-                old, new = f"{rng.randrange(max(1, client_id))}-{rng.randrange(1, n + 1)}", (
-                    f"{client_id}-{n}"
+                old, new = (
+                    f"{rng.randrange(max(1, client_id))}-{rng.randrange(1, n + 1)}",
+                    (f"{client_id}-{n}"),
                 )
                 op = ("cas", key, (old, new))
                 command = ("CAS", key, old, new)

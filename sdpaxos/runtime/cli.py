@@ -35,7 +35,17 @@ from sdpaxos.profiles import ProfileError, builtin
 from sdpaxos.runtime.apps import APPS, load_app
 from sdpaxos.runtime.config import NodeConfig, TlsFiles, load_config
 
-__all__ = ["main"]
+__all__ = [
+    "NodeContext",
+    "cluster_client_tls",
+    "format_table",
+    "keep_freezing",
+    "main",
+    "run_loop",
+    "setup_logging",
+    "statuses",
+    "tune_gc",
+]
 
 T = TypeVar("T")
 
@@ -62,7 +72,7 @@ def run_loop(coro: Coroutine[Any, Any, T]) -> T:
     return result
 
 
-class _NodeContext(logging.Filter):
+class NodeContext(logging.Filter):
     """Adds ``node`` and ``view`` to every log record of this process."""
 
     def __init__(self, node_id: int) -> None:
@@ -77,11 +87,11 @@ class _NodeContext(logging.Filter):
         return True
 
 
-def _setup_logging(level: str, node_id: int | None) -> _NodeContext | None:
+def setup_logging(level: str, node_id: int | None) -> NodeContext | None:
     handler = logging.StreamHandler(sys.stderr)
     context = None
     if node_id is not None:
-        context = _NodeContext(node_id)
+        context = NodeContext(node_id)
         handler.addFilter(context)
         fmt = "%(asctime)s node=%(node)s view=%(view)s %(levelname)s %(name)s: %(message)s"
     else:
@@ -93,7 +103,7 @@ def _setup_logging(level: str, node_id: int | None) -> _NodeContext | None:
     return context
 
 
-def _client_tls(config: NodeConfig, client: int) -> TlsFiles | None:
+def cluster_client_tls(config: NodeConfig, client: int) -> TlsFiles | None:
     if config.tls is None:
         return None
     certs = config.tls.ca.parent
@@ -110,12 +120,12 @@ def _cmd_node(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    context = _setup_logging(args.log_level, config.node_id)
-    _tune_gc(args.gc_gen0)
+    context = setup_logging(args.log_level, config.node_id)
+    tune_gc(args.gc_gen0)
     return run_loop(_run_node(config, app, args, context))
 
 
-async def _keep_freezing() -> None:
+async def keep_freezing() -> None:
     """Every :data:`GC_FREEZE_INTERVAL_S`, collect the young generations and
     freeze what survived.
 
@@ -135,7 +145,7 @@ async def _keep_freezing() -> None:
         gc.freeze()
 
 
-def _tune_gc(gen0: int) -> None:
+def tune_gc(gen0: int) -> None:
     """A node process allocates a few tuples per command and keeps almost none:
     the cyclic collector's default (a young collection every 700 allocations)
     then costs a tenth of the node's CPU for nothing. The command owns its
@@ -149,7 +159,7 @@ def _tune_gc(gen0: int) -> None:
 
 
 async def _run_node(
-    config: NodeConfig, app: Any, args: argparse.Namespace, context: _NodeContext | None
+    config: NodeConfig, app: Any, args: argparse.Namespace, context: NodeContext | None
 ) -> int:
     from sdpaxos.runtime.node import Node
 
@@ -174,7 +184,7 @@ async def _run_node(
             server = await serve_metrics(metrics, host or "127.0.0.1", int(port))
             print(f"metrics at http://{host or '127.0.0.1'}:{server.port}/metrics", flush=True)
         if args.gc_gen0 > 0:
-            asyncio.get_running_loop().create_task(_keep_freezing())
+            asyncio.get_running_loop().create_task(keep_freezing())
         print(
             f"node {config.node_id} listening on {config.me.host}:{node.bound_port}, "
             f"data in {config.data_dir}",
@@ -276,12 +286,14 @@ def _cmd_local(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------- status
 
 
-async def _statuses(config: NodeConfig, client: int, timeout_s: float) -> list[dict[str, Any]]:
+async def statuses(config: NodeConfig, client: int, timeout_s: float) -> list[dict[str, Any]]:
     from sdpaxos.runtime.client import Client
 
     async def one(k: int) -> dict[str, Any]:
         r = config.replicas[k]
-        c = Client([(r.host, r.port)], tls=_client_tls(config, client), attempt_timeout_s=timeout_s)
+        c = Client(
+            [(r.host, r.port)], tls=cluster_client_tls(config, client), attempt_timeout_s=timeout_s
+        )
         try:
             return await c.status(timeout_s)
         except (TimeoutError, OSError, Exception) as exc:  # one node down is not an error
@@ -292,7 +304,7 @@ async def _statuses(config: NodeConfig, client: int, timeout_s: float) -> list[d
     return list(await asyncio.gather(*(one(k) for k in range(len(config.replicas)))))
 
 
-def _format_table(rows: Sequence[dict[str, Any]]) -> str:
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
     head = [
         "id",
         "address",
@@ -344,11 +356,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rows = run_loop(_statuses(config, args.client, args.timeout))
+    rows = run_loop(statuses(config, args.client, args.timeout))
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
-        print(_format_table(rows))
+        print(format_table(rows))
     return 0 if all("down" not in r for r in rows) else 1
 
 
@@ -385,7 +397,7 @@ def _cmd_admin(args: argparse.Namespace) -> int:
         status = 0
         for k in targets:
             r = config.replicas[k]
-            c = Client([(r.host, r.port)], tls=_client_tls(config, args.client))
+            c = Client([(r.host, r.port)], tls=cluster_client_tls(config, args.client))
             try:
                 value = await c.admin(operation, argument, STATUS_TIMEOUT_S)
                 print(f"node {k}: ok {json.dumps(value, default=str)[:200]}")
