@@ -120,17 +120,26 @@ def test_resp3_nil_and_map_encoding() -> None:
     assert encode_reply(Simple("line\r\nbreak")) == b"+line  break\r\n"
 
 
+def _no_retry(**kw: object) -> redis.Redis:
+    """A client that reports a refused AUTH at once (redis-py 6+ retries a
+    connection error three times with backoff by default)."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return redis.Redis(retry=Retry(NoBackoff(), 0), **kw)
+
+
 def test_auth_required_wrong_password_and_noauth() -> None:
     with running_server(users={"default": "sesame", "alice": "wonder"}) as server:
-        anon = redis.Redis(port=server.port)
+        anon = _no_retry(port=server.port)
         with pytest.raises(redis.AuthenticationError):
             anon.get("k")  # NOAUTH Authentication required.
         with pytest.raises(redis.AuthenticationError):
-            redis.Redis(port=server.port, password="wrong").ping()
+            _no_retry(port=server.port, password="wrong").ping()
         with pytest.raises(redis.AuthenticationError):
-            redis.Redis(port=server.port, username="alice", password="sesame").ping()
-        assert redis.Redis(port=server.port, password="sesame").ping() is True
-        alice = redis.Redis(port=server.port, username="alice", password="wonder", protocol=3)
+            _no_retry(port=server.port, username="alice", password="sesame").ping()
+        assert _no_retry(port=server.port, password="sesame").ping() is True
+        alice = _no_retry(port=server.port, username="alice", password="wonder", protocol=3)
         assert alice.set("k", "v") is True
         assert alice.get("k") == b"v"
         # A raw connection sees Redis' exact words.

@@ -1,0 +1,302 @@
+"""``kvstore demo``: what the kv-store does, in about a minute, on this machine.
+
+1. starts a local cluster (3 node processes on the ``paper3`` delay profile:
+   each link delayed as between the paper's regions);
+2. runs a mixed workload (GET, SET, CAS, DEL on a few keys) from clients in
+   every region, each through redis-py to its region's node, with a progress bar;
+3. half-way, kills the sequencer with SIGKILL and restarts it a few seconds later;
+4. prints per-region latency and throughput, checks the recorded history for
+   linearizability (``sdpaxos.check``), writes the history (JSON lines), a
+   summary (JSON) and a latency plot (SVG), and exits 0 if it is linearizable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kvstore.cluster import ProcessCluster
+from kvstore.local import make_kv_cluster
+from kvstore.workload import Sample, Workload, run_clients
+from sdpaxos.check import KeyValue, check
+from sdpaxos.check.formats import write_jsonl
+
+__all__ = ["run_demo"]
+
+#: Clients per region (each one operation at a time).
+CLIENTS_PER_REGION = 4
+#: How long the killed sequencer stays down.
+DOWN_S = 3.0
+#: Protocol timers for a demo on loopback: a dead sequencer is noticed in about
+#: a second (the defaults are for a real wide-area network).
+DEMO_PROTOCOL = {
+    "heartbeat_ms": 200.0,
+    "lease_ms": 600.0,
+    "candidate_timeout_ms": 800.0,
+    "retransmit_ms": 300.0,
+    "learn_ms": 300.0,
+    "recover_ms": 600.0,
+}
+#: The linearizability check's time limit.
+CHECK_TIMEOUT_S = 60.0
+_BAR_WIDTH = 30
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _row(sample: Sample, seconds: float) -> dict[str, Any]:
+    every = sample.read_ms + sample.write_ms
+    return {
+        "region": sample.region,
+        "operations": len(every),
+        "ops_per_s": round(len(every) / seconds, 1),
+        "read_mean_ms": round(statistics.fmean(sample.read_ms), 1) if sample.read_ms else None,
+        "read_p99_ms": round(_percentile(sample.read_ms, 0.99), 1) if sample.read_ms else None,
+        "write_mean_ms": round(statistics.fmean(sample.write_ms), 1) if sample.write_ms else None,
+        "write_p50_ms": round(_percentile(sample.write_ms, 0.5), 1) if sample.write_ms else None,
+        "write_p99_ms": round(_percentile(sample.write_ms, 0.99), 1) if sample.write_ms else None,
+        "errors": sample.errors,
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = [
+        "region",
+        "ops",
+        "ops/s",
+        "read mean",
+        "read p99",
+        "write mean",
+        "write p50",
+        "write p99",
+    ]
+    keys = [
+        "region",
+        "operations",
+        "ops_per_s",
+        "read_mean_ms",
+        "read_p99_ms",
+        "write_mean_ms",
+        "write_p50_ms",
+        "write_p99_ms",
+    ]
+    lines = [head] + [["-" if r[k] is None else str(r[k]) for k in keys] for r in rows]
+    widths = [max(len(line[k]) for line in lines) for k in range(len(head))]
+    out = ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
+    return "\n".join(out) + "\n(latencies in ms)"
+
+
+def _svg(
+    rows: list[dict[str, Any]], timeline: list[tuple[float, float]], events: list[tuple[float, str]]
+) -> str:
+    """Two panels: mean and p99 write and read latency per region (bars), and
+    operations per second over time with the failover marked."""
+    w, h, pad = 760, 560, 50
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        'font-family="sans-serif" font-size="12">',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="15">'
+        "kvstore demo: latency per region, and throughput over time</text>",
+    ]
+    series = [
+        ("write_mean_ms", "write mean", "#1f77b4"),
+        ("write_p99_ms", "write p99", "#aec7e8"),
+        ("read_mean_ms", "read mean", "#ff7f0e"),
+        ("read_p99_ms", "read p99", "#ffbb78"),
+    ]
+    top, bottom = 40, 260
+    values = [r[k] for r in rows for k, _, _ in series if r[k] is not None]
+    vmax = max(values) * 1.1 if values else 1.0
+    group_w = (w - 2 * pad) / max(1, len(rows))
+    bar_w = group_w / (len(series) + 1)
+    parts.append(f'<line x1="{pad}" y1="{bottom}" x2="{w - pad}" y2="{bottom}" stroke="black"/>')
+    for frac in (0.25, 0.5, 0.75, 1.0):
+        y = bottom - frac * (bottom - top)
+        parts.append(f'<text x="{pad - 5}" y="{y + 4}" text-anchor="end">{vmax * frac:.0f}</text>')
+        parts.append(
+            f'<line x1="{pad}" y1="{y}" x2="{w - pad}" y2="{y}" stroke="#ddd" stroke-width="0.5"/>'
+        )
+    parts.append(
+        f'<text x="12" y="{(top + bottom) / 2}" transform="rotate(-90 12 '
+        f'{(top + bottom) / 2})" text-anchor="middle">ms</text>'
+    )
+    for i, r in enumerate(rows):
+        x0 = pad + i * group_w + bar_w / 2
+        for j, (k, _, colour) in enumerate(series):
+            v = r[k]
+            if v is None:
+                continue
+            bh = v / vmax * (bottom - top)
+            parts.append(
+                f'<rect x="{x0 + j * bar_w:.1f}" y="{bottom - bh:.1f}" width="{bar_w * 0.9:.1f}" '
+                f'height="{bh:.1f}" fill="{colour}"><title>{r["region"]} {k}: {v}</title></rect>'
+            )
+        parts.append(
+            f'<text x="{pad + (i + 0.5) * group_w:.1f}" y="{bottom + 15}" '
+            f'text-anchor="middle">{r["region"]}</text>'
+        )
+    for j, (_, label, colour) in enumerate(series):
+        x = pad + j * 150
+        parts.append(f'<rect x="{x}" y="{bottom + 25}" width="12" height="12" fill="{colour}"/>')
+        parts.append(f'<text x="{x + 16}" y="{bottom + 35}">{label}</text>')
+    # throughput over time
+    top2, bottom2 = 330, h - 40
+    if timeline:
+        tmax = max(t for t, _ in timeline) or 1.0
+        rmax = max(v for _, v in timeline) * 1.1 or 1.0
+        pts = " ".join(
+            f"{pad + t / tmax * (w - 2 * pad):.1f},{bottom2 - v / rmax * (bottom2 - top2):.1f}"
+            for t, v in timeline
+        )
+        parts.append(f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="1.5"/>')
+        parts.append(
+            f'<line x1="{pad}" y1="{bottom2}" x2="{w - pad}" y2="{bottom2}" stroke="black"/>'
+        )
+        parts.append(f'<text x="{pad - 5}" y="{top2 + 4}" text-anchor="end">{rmax:.0f}</text>')
+        parts.append(f'<text x="{pad - 5}" y="{bottom2 + 4}" text-anchor="end">0</text>')
+        parts.append(
+            f'<text x="{w / 2}" y="{bottom2 + 30}" text-anchor="middle">seconds '
+            f"(operations per second, all regions)</text>"
+        )
+        for t, label in events:
+            xe = pad + t / tmax * (w - 2 * pad)
+            parts.append(
+                f'<line x1="{xe:.1f}" y1="{top2}" x2="{xe:.1f}" y2="{bottom2}" stroke="red" '
+                'stroke-dasharray="4 3"/>'
+            )
+            parts.append(f'<text x="{xe + 3:.1f}" y="{top2 + 12}" fill="red">{label}</text>')
+        parts.append(f'<text x="{w - pad}" y="{bottom2 + 15}" text-anchor="end">{tmax:.0f}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def _timeline(samples: dict[str, Sample], seconds: float) -> list[tuple[float, float]]:
+    buckets = [0] * (int(seconds) + 1)
+    for s in samples.values():
+        for t in s.done_at_s:
+            if 0 <= t < len(buckets):
+                buckets[int(t)] += 1
+    return [(k + 0.5, float(n)) for k, n in enumerate(buckets[: int(seconds)])]
+
+
+def _sequencer_of(cluster: ProcessCluster) -> int | None:
+    """The sequencer, as the nodes' INFO says (the node most of them name)."""
+    import redis
+
+    named: dict[int, int] = {}
+    for k in range(cluster.size):
+        if not cluster.running(k):
+            continue
+        host, port = cluster.redis_address(k)
+        try:
+            info = redis.Redis(host=host, port=port, socket_timeout=1.0).info("replication")
+        except Exception:
+            continue
+        seq = int(info.get("sequencer", -1))
+        if seq >= 0:
+            named[seq] = named.get(seq, 0) + 1
+    return max(named, key=lambda s: named[s]) if named else None
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seconds = float(args.seconds)
+    with tempfile.TemporaryDirectory(prefix="kvstore-demo-") as d:
+        path = make_kv_cluster(
+            d,
+            args.replicas,
+            profile=None if args.profile == "none" else args.profile,
+            protocol=DEMO_PROTOCOL,
+        )
+        cluster = ProcessCluster(path)
+        with cluster:
+            print(
+                f"starting {args.replicas} kv-store nodes (profile {args.profile}) ...", flush=True
+            )
+            cluster.start_all()
+            cluster.wait_ready()
+            regions = [cfg.node.me.region for cfg in cluster.configs]
+            addresses = [cfg.redis_address for cfg in cluster.configs]
+            for k, (region, (host, port)) in enumerate(zip(regions, addresses, strict=True)):
+                print(f"  node {k} in {region}: redis://{host}:{port}")
+            events: list[tuple[float, str]] = []
+            state: dict[str, Any] = {"killed": None, "killed_at": None, "restarted": False}
+
+            def tick(elapsed: float, done: int) -> None:
+                if state["killed"] is None and elapsed >= seconds / 2:
+                    victim = _sequencer_of(cluster)
+                    victim = 0 if victim is None else victim
+                    cluster.kill(victim)
+                    state["killed"], state["killed_at"] = victim, elapsed
+                    events.append((elapsed, f"sequencer (node {victim}) killed"))
+                elif (
+                    state["killed"] is not None
+                    and not state["restarted"]
+                    and elapsed >= state["killed_at"] + DOWN_S
+                ):
+                    cluster.start(state["killed"])
+                    state["restarted"] = True
+                    events.append((elapsed, f"node {state['killed']} restarted"))
+                filled = int(_BAR_WIDTH * min(1.0, elapsed / seconds))
+                note = events[-1][1] if events else "running"
+                bar = "#" * filled + "." * (_BAR_WIDTH - filled)
+                sys.stderr.write(
+                    f"\r[{bar}] {elapsed:4.0f}/{seconds:.0f} s  {done:6d} ops  {note:<32}"
+                )
+                sys.stderr.flush()
+
+            result = asyncio.run(
+                run_clients(
+                    addresses,
+                    regions,
+                    clients_per_node=CLIENTS_PER_REGION,
+                    seconds=seconds,
+                    workload=Workload(),
+                    seed=args.seed,
+                    on_tick=tick,
+                )
+            )
+            sys.stderr.write("\n")
+    rows = [_row(result.samples[r], result.seconds) for r in regions]
+    history = result.recorder.history()
+    print()
+    print(_table(rows))
+    total = sum(r["operations"] for r in rows)
+    print(f"throughput: {total / result.seconds:.0f} operations/s over {result.seconds:.0f} s")
+    for t, label in events:
+        print(f"at {t:5.1f} s: {label}")
+    print(f"checking {len(history)} operations for linearizability ...", flush=True)
+    started = time.monotonic()
+    verdict = check(history, KeyValue(), timeout_s=CHECK_TIMEOUT_S)
+    print(verdict.describe().splitlines()[0], f"({time.monotonic() - started:.1f} s)")
+    write_jsonl(history, out / "history.jsonl")
+    timeline = _timeline(result.samples, result.seconds)
+    (out / "latency.svg").write_text(_svg(rows, timeline, events))
+    summary = {
+        "replicas": args.replicas,
+        "profile": args.profile,
+        "seconds": round(result.seconds, 1),
+        "rows": rows,
+        "events": events,
+        "operations": len(history),
+        "verdict": verdict.verdict.value,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {out / 'history.jsonl'}, {out / 'summary.json'}, {out / 'latency.svg'}")
+    if not verdict.ok:
+        print(verdict.describe())
+    return 0 if verdict.ok else 1

@@ -1,0 +1,139 @@
+"""Kv-store node processes: the commands, the demo, and a Jepsen-style run with a nemesis."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+
+from kvstore.cluster import ProcessCluster, redis_ping
+from kvstore.jepsen import run_jepsen
+from kvstore.local import make_kv_cluster
+
+from ..runtime.helpers import FAST_PROTOCOL
+
+
+def _kvstore(*args: str, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "kvstore", *args], capture_output=True, text=True, **kw
+    )
+
+
+def test_serve_and_status_show_every_node_and_its_redis_address(tmp_path):
+    path = make_kv_cluster(tmp_path, 3, profile=None, protocol=FAST_PROTOCOL)
+    with ProcessCluster(path) as cluster:
+        cluster.start_all()
+        cluster.wait_ready()
+        host, port = cluster.redis_address(1)
+        assert redis.Redis(host=host, port=port).set("hello", "world") is True
+        done = _kvstore("status", "--config", str(path), "--json", timeout=60)
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(done.stdout)
+        assert [r["redis"] for r in rows] == [f"{h}:{p}" for h, p in cluster.configs[0].redis]
+        assert all(r["sequencer"] == 0 for r in rows)
+        table = _kvstore("status", "--config", str(path), timeout=60)
+        assert "redis" in table.stdout.splitlines()[0]
+        assert f"{host}:{port}" in table.stdout
+        cluster.kill(2)
+        down = _kvstore("status", "--config", str(path), timeout=60)
+        assert down.returncode == 1 and "down" in down.stdout
+
+
+def test_serve_refuses_a_bad_config_with_the_key_named(tmp_path):
+    path = make_kv_cluster(tmp_path, 3, profile=None)
+    path.write_text(path.read_text().replace("[kvstore]", "[kvstore]\nreads = 'eventual'"))
+    done = _kvstore("serve", "--config", str(path), "--id", "0", timeout=60)
+    assert done.returncode == 2 and "kvstore.reads" in done.stderr
+
+
+def test_local_prints_the_redis_addresses_and_stops_on_interrupt(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvstore", "local", "--profile", "none", "--dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "Ctrl-C" in line or not line:
+                break
+        table = [ln.split() for ln in lines if ln.strip()[:1].isdigit()]
+        assert len(table) == 3, lines
+        for row in table:
+            host, port = row[2].rsplit(":", 1)
+            assert redis_ping(host, int(port)), row
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "stopped." in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_demo_runs_a_failover_and_finds_the_history_linearizable(tmp_path):
+    done = _kvstore(
+        "demo",
+        "--seconds",
+        "8",
+        "--out",
+        str(tmp_path / "out"),
+        timeout=240,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sequencer (node 0) killed" in done.stdout and "restarted" in done.stdout
+    assert "linearizable" in done.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["verdict"] == "linearizable"
+    assert {r["region"] for r in summary["rows"]} == {"CA", "OR", "OH"}
+    assert all(r["operations"] > 0 for r in summary["rows"])
+    assert (tmp_path / "out" / "latency.svg").read_text().startswith("<svg")
+    assert sum(1 for _ in (tmp_path / "out" / "history.jsonl").open()) == summary["operations"]
+
+
+def test_jepsen_short_run_kills_partitions_and_pauses_and_loses_nothing(tmp_path):
+    result = run_jepsen(tmp_path, seconds=20, seed=5, progress=False)
+    kinds = {what.split()[0] for _, what in result.faults}
+    assert {"kill", "partition", "pause"} <= kinds, result.faults
+    assert result.operations > 300
+    assert result.acknowledged > 20
+    assert result.lost == []
+    assert result.verdict == "linearizable", result.extra["describe"]
+
+
+@pytest.mark.slow
+def test_jepsen_long_run(tmp_path):
+    """``pytest -m slow -k jepsen_long``: five minutes of faults (see the README)."""
+    seconds = float(os.environ.get("KVSTORE_JEPSEN_SECONDS", "300"))
+    result = run_jepsen(tmp_path, seconds=seconds, seed=11, progress=False)
+    assert result.lost == []
+    assert result.verdict == "linearizable", result.extra["describe"]
+
+
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is not installed")
+def test_redis_cli_talks_to_a_node(tmp_path):
+    path = make_kv_cluster(tmp_path, 3, profile=None, protocol=FAST_PROTOCOL)
+    with ProcessCluster(path) as cluster:
+        cluster.start_all()
+        cluster.wait_ready()
+        _, port = cluster.redis_address(0)
+        cli = ["redis-cli", "-p", str(port)]
+        assert (
+            subprocess.run([*cli, "SET", "a", "1"], capture_output=True, text=True).stdout == "OK\n"
+        )
+        got = subprocess.run([*cli, "GET", "a"], capture_output=True, text=True).stdout
+        assert got == "1\n"
+        info = subprocess.run([*cli, "INFO", "replication"], capture_output=True, text=True)
+        assert "role:sequencer" in info.stdout

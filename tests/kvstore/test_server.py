@@ -1,0 +1,182 @@
+"""Kv-store nodes in one process, used through redis-py: replication, reads, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
+
+from kvstore.config import load_kv_config
+from kvstore.local import make_kv_cluster
+from kvstore.server import KVNode
+
+from ..runtime.helpers import FAST_PROTOCOL, eventually
+
+
+@contextlib.asynccontextmanager
+async def kv_cluster(
+    tmp_path: Path, replicas: int = 3, **cluster_kw: Any
+) -> AsyncIterator[list[KVNode]]:
+    path = make_kv_cluster(tmp_path, replicas, profile=None, protocol=FAST_PROTOCOL, **cluster_kw)
+    nodes = [KVNode(load_kv_config(path, k), fsync=False) for k in range(replicas)]
+    for n in nodes:
+        await n.start()
+    try:
+        yield nodes
+    finally:
+        for n in nodes:
+            await n.stop()
+
+
+def _client(node: KVNode, **kw: Any) -> aioredis.Redis:
+    """redis-py without its own retries (they would hide what the node answered)."""
+    host, _ = node.config.redis_address
+    return aioredis.Redis(
+        host=host, port=node.redis_port, protocol=2, retry=Retry(NoBackoff(), 0), **kw
+    )
+
+
+def test_a_write_at_one_node_is_read_at_every_other(tmp_path):
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            clients = [_client(n) for n in nodes]
+            for k in range(20):
+                assert await clients[k % 3].set(f"key{k}", f"v{k}") is True
+                # Linearizable: the next read anywhere sees it.
+                assert await clients[(k + 1) % 3].get(f"key{k}") == f"v{k}".encode()
+            assert await clients[0].incr("n") == 1
+            assert await clients[1].incrby("n", 5) == 6
+            assert await clients[2].mget("key0", "key1", "nothing") == [b"v0", b"v1", None]
+            assert await clients[0].execute_command("CAS", "key0", "v0", "w0") == 1
+            assert await clients[1].execute_command("CAS", "key0", "v0", "x0") == 0
+            assert await clients[2].get("key0") == b"w0"
+            with pytest.raises(ResponseError, match="not an integer"):
+                await clients[0].incr("key0")
+            with pytest.raises(ResponseError, match="unknown command"):
+                await clients[0].execute_command("LPUSH", "l", "x")
+            await eventually(
+                lambda: len({n.store.snapshot() for n in nodes}) == 1, what="same state"
+            )
+            for c in clients:
+                await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_concurrent_increments_from_every_node_all_count(tmp_path):
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            clients = [_client(n) for n in nodes]
+
+            async def bump(c: aioredis.Redis, times: int) -> None:
+                for _ in range(times):
+                    await c.incr("counter")
+
+            await asyncio.gather(*(bump(c, 30) for c in clients for _ in range(3)))
+            assert await clients[1].get("counter") == b"270"
+            for c in clients:
+                await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_pipeline_of_thousands_is_answered_in_order(tmp_path):
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            c = _client(nodes[1])
+            pipe = c.pipeline(transaction=False)
+            for k in range(3000):
+                pipe.set(f"p{k}", str(k))
+                if k % 3 == 0:
+                    pipe.get(f"p{k}")
+            results = await pipe.execute()
+            expected: list[Any] = []
+            for k in range(3000):
+                expected.append(True)
+                if k % 3 == 0:
+                    expected.append(str(k).encode())
+            assert results == expected
+            await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_readonly_reads_locally_and_info_names_the_sequencer(tmp_path):
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            c = _client(nodes[2])
+            await c.set("a", "1")
+            info = await c.info("replication")
+            assert info["sequencer"] == 0 and info["role"] == "replica"
+            assert "peer0" in info and info["view"] >= 0
+            assert (await _client(nodes[0]).info("replication"))["role"] == "sequencer"
+            # Stop the other two: a linearizable read has no lease to lean on,
+            # a READONLY connection still answers from this replica's state.
+            await nodes[0].stop()
+            await nodes[1].stop()
+            await asyncio.sleep(1.0)  # the lease (lease_ms 300) runs out
+            stale = _client(nodes[2])
+            assert await stale.execute_command("READONLY") in (True, b"OK")
+            assert await stale.get("a") == b"1"
+            fresh = _client(nodes[2])
+            nodes[2].backend.read_timeout_s = 0.5
+            with pytest.raises(ResponseError, match="no linearizable answer in time"):
+                await fresh.get("a")
+            for x in (c, stale, fresh):
+                await x.aclose()
+
+    asyncio.run(main())
+
+
+def test_auth_and_tls_when_configured(tmp_path):
+    async def main():
+        async with kv_cluster(tmp_path, users={"app": "s3cret"}, redis_tls=True) as nodes:
+            ca = str(nodes[0].config.node.tls.ca)
+            good = _client(
+                nodes[0],
+                username="app",
+                password="s3cret",
+                ssl=True,
+                ssl_ca_certs=ca,
+                ssl_check_hostname=False,
+            )
+            assert await good.set("x", "1") is True
+            no_auth = _client(nodes[0], ssl=True, ssl_ca_certs=ca, ssl_check_hostname=False)
+            with pytest.raises(Exception, match=r"NOAUTH|Authentication"):
+                await no_auth.get("x")
+            plain = _client(nodes[0], username="app", password="s3cret")
+            with pytest.raises(Exception):  # noqa: B017 - any failure: no TLS, no service
+                await asyncio.wait_for(plain.get("x"), 5)
+            assert await good.get("x") == b"1"
+            for x in (good, no_auth, plain):
+                with contextlib.suppress(Exception):
+                    await x.aclose()
+
+    asyncio.run(main())
+
+
+def test_garbage_on_one_connection_leaves_the_others_served(tmp_path):
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            host, _ = nodes[0].config.redis_address
+            s = socket.create_connection((host, nodes[0].redis_port), timeout=5)
+            s.sendall(b"*1\r\n$99999999999\r\n")
+            reply = await asyncio.to_thread(s.recv, 200)
+            assert reply.startswith(b"-ERR Protocol error")
+            assert await asyncio.to_thread(s.recv, 200) == b""  # closed
+            s.close()
+            c = _client(nodes[0])
+            assert await c.set("still", "here") is True
+            assert nodes[0].resp.stats["protocol_errors"] == 1
+            await c.aclose()
+
+    asyncio.run(main())
