@@ -1,15 +1,24 @@
 """Bytes for commands and results, as they travel through the replicated log.
 
 A command is a msgpack array of bin strings (``encode_command``); a result is
-msgpack too (``encode_value``/``decode_value``), with two extension types so
-that a status line and an error never read back as a bulk string:
+msgpack too (``encode_value``/``decode_value``), where a status line and an
+error never read back as a bulk string (bin):
 
-* ``ExtType(1, text)``: :class:`~kvstore.values.Simple` (UTF-8 text),
+* a msgpack **str** is a :class:`~kvstore.values.Simple` (``OK``): the
+  commonest answer of all, so it decodes without an extension hook (a hook
+  call costs more than the rest of decoding a batch's answer);
 * ``ExtType(2, text)``: :class:`~kvstore.values.Error` (UTF-8 text).
 
+A *batch* (``encode_batch``) is many commands replicated as one log command:
+``ExtType(3, array of commands)``. The node groups the writes that arrive in
+one event-loop turn into one batch, so the protocol's per-command work (a
+session, a log record, a slot in a C-instance) is paid once per batch; the
+store applies its commands in order and answers the array of their results.
+No Redis command can encode to it (a command is an array, never an extension).
+
 Bulk strings are bin, integers are msgpack ints (signed 64-bit only, as in
-Redis), nil is nil and arrays nest. Anything else (str, float, bool, map,
-another extension) is refused both ways, so that what a replica answers is
+Redis), nil is nil and arrays nest. Anything else (float, bool, map, another
+extension) is refused both ways, so that what a replica answers is
 exactly one :data:`~kvstore.values.Value`.
 """
 
@@ -19,24 +28,29 @@ from typing import Any
 
 import msgpack
 
-from kvstore.values import Error, Simple, Value
+from kvstore.values import OK, Error, Simple, Value
 
 __all__ = [
+    "EXT_BATCH",
     "EXT_ERROR",
     "EXT_SIMPLE",
     "INT_MAX",
     "INT_MIN",
     "codec_default",
     "decode_command",
+    "decode_results",
     "decode_value",
+    "encode_batch",
     "encode_command",
     "encode_value",
     "pack_trusted",
 ]
 
-#: msgpack extension codes of the two text replies.
+#: msgpack extension codes of an error reply and of a batch of commands (1, once
+#: the status reply's, is refused).
 EXT_SIMPLE = 1
 EXT_ERROR = 2
+EXT_BATCH = 3
 
 #: The integer range of a result (and of Redis' integers): signed 64-bit.
 INT_MAX = (1 << 63) - 1
@@ -49,6 +63,21 @@ def encode_command(args: list[bytes]) -> bytes:
         if type(arg) is not bytes:
             raise TypeError(f"a command argument must be bytes, not {type(arg).__name__}")
     packed: bytes = msgpack.packb(args, use_bin_type=True)
+    return packed
+
+
+def encode_batch(payloads: list[bytes]) -> bytes:
+    """Commands already encoded by :func:`encode_command`, as one payload (see above)."""
+    n = len(payloads)
+    if n < 16:
+        header = bytes([0x90 | n])
+    elif n < 1 << 16:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + n.to_bytes(4, "big")
+    packed: bytes = msgpack.packb(
+        msgpack.ExtType(EXT_BATCH, header + b"".join(payloads)), use_bin_type=True
+    )
     return packed
 
 
@@ -67,11 +96,11 @@ def decode_command(payload: bytes) -> list[bytes] | None:
     return args
 
 
-def codec_default(obj: object) -> msgpack.ExtType:
+def codec_default(obj: object) -> msgpack.ExtType | str:
     """msgpack's hook for what it cannot pack itself (with ``strict_types``,
     the two NamedTuples come here instead of being packed as arrays)."""
     if type(obj) is Simple:
-        return msgpack.ExtType(EXT_SIMPLE, obj.text.encode())
+        return obj.text
     if type(obj) is Error:
         return msgpack.ExtType(EXT_ERROR, obj.text.encode())
     raise TypeError(f"not a result value: {type(obj).__name__}")
@@ -107,18 +136,53 @@ def encode_value(value: Value) -> bytes:
     return pack_trusted(value)
 
 
-def _ext_hook(code: int, data: bytes) -> Simple | Error:
-    if code == EXT_SIMPLE:
-        return Simple(data.decode())
+def _ext_hook(code: int, data: bytes) -> Error:
     if code == EXT_ERROR:
         return Error(data.decode())
     raise ValueError(f"unknown msgpack extension type {code}")
 
 
+#: Status replies decode to these very objects (``decoded is OK`` holds).
+_SIMPLES: dict[str, Simple] = {"OK": OK}
+
+
+def _simple(text: str) -> Simple:
+    found = _SIMPLES.get(text)
+    return found if found is not None else Simple(text)
+
+
 def _checked(value: Any) -> Value:
+    """``value`` as unpacked, with str turned into Simple, checked to be a Value."""
+    kind = type(value)
+    if kind is str:
+        return _simple(value)
+    if kind is list:
+        return [_checked(item) for item in value]
     _check(value)
     result: Value = value
     return result
+
+
+def decode_results(data: bytes) -> list[Value]:
+    """The array of results a batch answers (:func:`encode_batch`), trusted: it
+    comes from this node's own state machine, so it is not checked item by
+    item (the hot path of every batched write). Raises ValueError if it is not
+    an array."""
+    try:
+        values = msgpack.unpackb(data, raw=False, ext_hook=_ext_hook)
+    except Exception as exc:
+        raise ValueError(f"not an encoded array of results: {exc}") from exc
+    if type(values) is not list:
+        raise ValueError("not an encoded array of results")
+    simples = _SIMPLES
+    for i, v in enumerate(values):
+        kind = type(v)
+        if kind is str:
+            found = simples.get(v)
+            values[i] = found if found is not None else Simple(v)
+        elif kind is list:
+            values[i] = _checked(v)
+    return values
 
 
 def decode_value(data: bytes) -> Value:

@@ -54,6 +54,7 @@ from collections.abc import Callable
 import msgpack
 
 from kvstore.codec import (
+    EXT_BATCH,
     INT_MAX,
     INT_MIN,
     codec_default,
@@ -286,6 +287,8 @@ class KVStore:
             args = msgpack.unpackb(payload)
         except Exception:
             return _MALFORMED_BYTES
+        if type(args) is msgpack.ExtType:
+            return self._batch(args, writes=True)
         result = self.execute(args)
         if result is OK:
             return _OK_BYTES
@@ -295,10 +298,46 @@ class KVStore:
 
     def query(self, request: bytes) -> bytes:
         """Answer a read command from local state (a write is refused, nothing changes)."""
+        try:
+            top = msgpack.unpackb(request)
+        except Exception:
+            return _MALFORMED_BYTES
+        if type(top) is msgpack.ExtType:
+            return self._batch(top, writes=False)
         args = decode_command(request)
         if args is None:
             return _MALFORMED_BYTES
         return self._pack(self.execute(args, writes=False))
+
+    def _batch(self, ext: msgpack.ExtType, writes: bool) -> bytes:
+        """A batch (:func:`kvstore.codec.encode_batch`): each command in order,
+        answered as the array of their results."""
+        if ext.code != EXT_BATCH:
+            return _MALFORMED_BYTES
+        try:
+            commands = msgpack.unpackb(ext.data)
+        except Exception:
+            return _MALFORMED_BYTES
+        if type(commands) is not list or not commands:
+            return _MALFORMED_BYTES
+        execute = self.execute
+        pack = self._pack
+        n = len(commands)
+        if n < 16:
+            out = [bytes([0x90 | n])]
+        elif n < 1 << 16:
+            out = [b"\xdc" + n.to_bytes(2, "big")]
+        else:
+            out = [b"\xdd" + n.to_bytes(4, "big")]
+        for args in commands:
+            result = execute(args, writes)
+            if result is OK:
+                out.append(_OK_BYTES)
+            elif result is None:
+                out.append(_NIL_BYTES)
+            else:
+                out.append(pack(result))
+        return b"".join(out)
 
     def snapshot(self) -> bytes:
         """The whole state as deterministic bytes: the items sorted by key, in msgpack."""

@@ -25,16 +25,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as _ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kvstore.codec import decode_value, encode_command
+from kvstore.codec import decode_results, decode_value, encode_batch, encode_command
 from kvstore.commands import COMMANDS, CommandSpec, unknown_command, wrong_arity
 from kvstore.config import KVConfig
 from kvstore.machine import KVStore
 from kvstore.resp import CommandSpec as RespSpec
 from kvstore.resp import ConnState, RespLimits, RespServer
 from kvstore.values import Error, Value
+from sdpaxos.runtime.frames import COMMAND_BYTES_MAX
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.node import Node, NodeError, SessionExpired
 
@@ -44,6 +45,11 @@ log = logging.getLogger(__name__)
 
 #: A read that finds no sequencer lease for this long answers TRYAGAIN.
 READ_TIMEOUT_S = 5.0
+#: Most commands, and bytes of them, replicated (or read) as one batch.
+BATCH_COMMANDS_MAX = 1024
+BATCH_BYTES_MAX = 256 * 1024
+#: Entries in the table of connections' last writes before answered ones are swept.
+WRITING_SWEEP_AT = 4096
 
 _TRYAGAIN = Error("TRYAGAIN no linearizable answer in time (no sequencer lease); try again")
 _STOPPED = Error("ERR this node is stopping; use another")
@@ -87,6 +93,12 @@ class KVBackend:
         self.read_timeout_s = read_timeout_s
         #: Each connection's latest write not yet answered (connection id -> its future).
         self._writing: dict[int, asyncio.Future[Value]] = {}
+        self._writes = _Batcher(
+            lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
+        )
+        self._reads = _Batcher(
+            lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s)
+        )
         self._routes: dict[bytes, _Route] = {}
         for spec in COMMANDS.values():
             route = _Route(spec)
@@ -116,12 +128,16 @@ class KVBackend:
         if (n != route.arity) if route.arity > 0 else (n < -route.arity):
             return wrong_arity(route.name)
         payload = encode_command(args)
+        if len(payload) > COMMAND_BYTES_MAX:
+            return Error(
+                f"ERR command of {len(payload)} bytes: the store takes at most {COMMAND_BYTES_MAX}"
+            )
         key = args[1] if route.single_key else None
         try:
             if route.write:
                 return self._write(conn.id, payload, key)
             prior = self._writing.get(conn.id)
-            if prior is None:
+            if prior is None or prior.done():
                 return self._read(conn.stale_reads, payload, key)
             # A read pipelined behind this connection's own write waits for it,
             # as Redis runs a connection's commands in order.
@@ -130,15 +146,13 @@ class KVBackend:
             return _STOPPED
 
     def _write(self, conn_id: int, payload: bytes, key: bytes | None) -> asyncio.Future[Value]:
-        future = _decoded(self.node.submit_nowait(payload, key=key, wait="executed"))
+        future = self._writes.add(payload, key)
         writing = self._writing
+        if conn_id not in writing and len(writing) >= WRITING_SWEEP_AT:
+            # Connections that closed with a write answered leave an entry: sweep.
+            for done in [c for c, f in writing.items() if f.done()]:
+                del writing[done]
         writing[conn_id] = future
-
-        def done(f: asyncio.Future[Value]) -> None:
-            if writing.get(conn_id) is f:
-                del writing[conn_id]
-
-        future.add_done_callback(done)
         return future
 
     def _read(
@@ -146,7 +160,7 @@ class KVBackend:
     ) -> Value | asyncio.Future[Value]:
         if stale:
             return decode_value(self.store.query(payload))
-        return _decoded(self.node.read_nowait(key, payload, timeout_s=self.read_timeout_s))
+        return self._reads.add(payload, key)
 
     def _after(
         self, prior: asyncio.Future[Value], stale: bool, payload: bytes, key: bytes | None
@@ -197,30 +211,116 @@ class KVBackend:
         return self._table
 
 
-def _decoded(future: asyncio.Future[bytes | None]) -> asyncio.Future[Value]:
-    """The future of the decoded answer; node failures become Redis errors."""
-    out: asyncio.Future[Value] = future.get_loop().create_future()
+def _failure(future: asyncio.Future[bytes | None]) -> Value | None:
+    """The Redis error for a node's failed future, or None if it succeeded."""
+    if future.cancelled():
+        return _STOPPED
+    exc = future.exception()
+    if exc is None:
+        return None
+    if isinstance(exc, TimeoutError):
+        return _TRYAGAIN
+    if isinstance(exc, (NodeError, SessionExpired)):
+        return _STOPPED
+    log.error("a command failed: %r", exc)
+    return Error("ERR internal error")
 
-    def done(f: asyncio.Future[bytes | None]) -> None:
-        if out.done():
+
+class _Batcher:
+    """Gathers the commands of one event-loop turn into one log command (or one read).
+
+    Every command the node replicates costs a session, a log record and a
+    slot in a C-instance, whatever its size; a Redis pipeline, or many clients
+    at once, bring hundreds of small commands per loop turn. So the commands
+    that arrive in one turn travel as one :func:`~kvstore.codec.encode_batch`
+    payload, and the array of results is handed back one by one. The batch
+    names a key only if all its commands name the same one. It is linearizable
+    still: the batch takes effect at one point, inside every command's
+    interval. A batch is sent early when it reaches :data:`BATCH_COMMANDS_MAX`
+    commands or :data:`BATCH_BYTES_MAX` bytes.
+    """
+
+    __slots__ = ("_bytes", "_items", "_scheduled", "_submit")
+
+    def __init__(
+        self, submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]]
+    ) -> None:
+        self._submit = submit
+        self._items: list[tuple[bytes, bytes | None, asyncio.Future[Value]]] = []
+        self._bytes = 0
+        self._scheduled = False
+
+    def add(self, payload: bytes, key: bytes | None) -> asyncio.Future[Value]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Value] = loop.create_future()
+        if self._items and self._bytes + len(payload) > BATCH_BYTES_MAX:
+            self.flush()  # a big command goes alone, never over the payload limit
+        items = self._items
+        items.append((payload, key, future))
+        self._bytes += len(payload)
+        if len(items) >= BATCH_COMMANDS_MAX or self._bytes >= BATCH_BYTES_MAX:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self.flush)
+        return future
+
+    def flush(self) -> None:
+        self._scheduled = False
+        items = self._items
+        if not items:
             return
-        if f.cancelled():
-            out.set_result(_STOPPED)
-            return
-        exc = f.exception()
-        if exc is None:
-            raw = f.result()
-            out.set_result(None if raw is None else decode_value(raw))
-        elif isinstance(exc, TimeoutError):
-            out.set_result(_TRYAGAIN)
-        elif isinstance(exc, (NodeError, SessionExpired)):
-            out.set_result(_STOPPED)
+        self._items = []
+        self._bytes = 0
+        if len(items) == 1:
+            payload, key, out = items[0]
         else:
-            log.error("a command failed: %r", exc)
-            out.set_result(Error("ERR internal error"))
+            payload = encode_batch([p for p, _, _ in items])
+            first = items[0][1]
+            key = first if all(k == first for _, k, _ in items) else None
+        try:
+            future = self._submit(payload, key)
+        except NodeError:
+            for _, _, out in items:
+                out.set_result(_STOPPED)
+            return
+        if len(items) == 1:
+            future.add_done_callback(lambda f: _answer_one(f, out))
+        else:
+            future.add_done_callback(lambda f: _answer_many(f, items))
 
-    future.add_done_callback(done)
-    return out
+
+def _answer_one(future: asyncio.Future[bytes | None], out: asyncio.Future[Value]) -> None:
+    if out.done():
+        return
+    failed = _failure(future)
+    if failed is not None:
+        out.set_result(failed)
+        return
+    raw = future.result()
+    out.set_result(None if raw is None else decode_value(raw))
+
+
+def _answer_many(
+    future: asyncio.Future[bytes | None],
+    items: list[tuple[bytes, bytes | None, asyncio.Future[Value]]],
+) -> None:
+    failed = _failure(future)
+    if failed is None:
+        raw = future.result()
+        try:
+            results: Value = None if raw is None else decode_results(raw)
+        except ValueError:
+            results = decode_value(raw) if raw is not None else None
+        if type(results) is list and len(results) == len(items):
+            for (_, _, out), value in zip(items, results, strict=True):
+                if not out.done():
+                    out.set_result(value)
+            return
+        failed = results if isinstance(results, Error) else Error("ERR malformed batch answer")
+    for _, _, out in items:
+        if not out.done():
+            out.set_result(failed)
 
 
 class KVNode:

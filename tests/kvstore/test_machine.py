@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvstore import machine
+from kvstore.codec import decode_results, encode_batch
+from kvstore.commands import wrong_arity
 from kvstore.machine import (
     KVStore,
     compile_glob,
@@ -544,7 +546,6 @@ def test_encode_value_refuses_what_is_not_a_value(bad: object) -> None:
     [
         b"",
         b"\xc1",
-        msgpack.packb("text"),
         msgpack.packb(1.5),
         msgpack.packb(True),
         msgpack.packb({b"a": 1}),
@@ -557,6 +558,18 @@ def test_encode_value_refuses_what_is_not_a_value(bad: object) -> None:
 def test_decode_value_refuses_garbage_with_value_error(data: bytes) -> None:
     with pytest.raises(ValueError):
         decode_value(data)
+
+
+def test_a_status_reply_travels_as_a_msgpack_string_and_ok_decodes_to_ok_itself() -> None:
+    assert encode_value(OK) == msgpack.packb("OK")
+    assert decode_value(msgpack.packb("OK")) is OK
+    assert decode_value(msgpack.packb("QUEUED")) == Simple("QUEUED")
+    assert decode_value(msgpack.packb([b"x", "OK", [None, "PONG"]])) == [
+        b"x",
+        OK,
+        [None, Simple("PONG")],
+    ]
+    assert type(decode_value(msgpack.packb(b"OK"))) is bytes  # a bulk string stays one
 
 
 def test_encode_command_refuses_non_bytes() -> None:
@@ -802,3 +815,53 @@ def test_kvstore_agrees_with_the_model_and_snapshots_faithfully(
         # appears or goes (KEYS itself fills the cache for the next command to stale).
         assert run(kv, b"KEYS", b"*") == sorted(model.d)
     assert kv.items() == sorted(model.d.items())
+
+
+def test_a_batch_applies_its_commands_in_order_and_answers_each() -> None:
+    store = KVStore()
+    batch = encode_batch(
+        [
+            encode_command([b"SET", b"a", b"1"]),
+            encode_command([b"INCR", b"a"]),
+            encode_command([b"INCR", b"nope", b"extra"]),
+            encode_command([b"GET", b"a"]),
+            encode_command([b"MGET", b"a", b"b"]),
+        ]
+    )
+    results = decode_results(store.apply(batch))
+    assert results == [OK, 2, wrong_arity("incr"), b"2", [b"2", None]]
+    assert results[0] is OK
+    assert decode_value(store.apply(batch)) == [OK, 2, wrong_arity("incr"), b"2", [b"2", None]]
+    # As a read (query), a batch answers its reads and refuses its writes.
+    read = encode_batch([encode_command([b"GET", b"a"]), encode_command([b"DEL", b"a"])])
+    before = store.snapshot()
+    answer = decode_results(store.query(read))
+    assert answer[0] == b"2" and isinstance(answer[1], Error)
+    assert store.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        msgpack.packb(msgpack.ExtType(3, b"\xc1")),  # not msgpack inside
+        msgpack.packb(msgpack.ExtType(3, msgpack.packb(b"x"))),  # not an array
+        msgpack.packb(msgpack.ExtType(3, msgpack.packb([]))),  # empty
+        msgpack.packb(msgpack.ExtType(7, msgpack.packb([[b"SET", b"a", b"1"]]))),  # other code
+    ],
+)
+def test_a_malformed_batch_changes_nothing(payload: bytes) -> None:
+    store = KVStore()
+    store.apply(encode_command([b"SET", b"k", b"v"]))
+    before = store.snapshot()
+    assert isinstance(decode_value(store.apply(payload)), Error)
+    assert isinstance(decode_value(store.query(payload)), Error)
+    assert store.snapshot() == before
+
+
+def test_a_batch_with_a_bad_command_inside_answers_it_and_runs_the_rest() -> None:
+    store = KVStore()
+    inner = msgpack.packb([[b"SET", b"a", b"1"], [b"SET", 5], "text", [b"GET", b"a"]])
+    payload = msgpack.packb(msgpack.ExtType(3, inner))
+    results = decode_results(store.apply(payload))
+    assert results[0] is OK and isinstance(results[1], Error) and isinstance(results[2], Error)
+    assert results[3] == b"1"

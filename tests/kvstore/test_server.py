@@ -180,3 +180,32 @@ def test_garbage_on_one_connection_leaves_the_others_served(tmp_path):
             await c.aclose()
 
     asyncio.run(main())
+
+
+def test_a_pipelines_writes_travel_as_few_log_commands(tmp_path):
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            node = nodes[0].node
+            proposals: list[bytes] = []
+            submit = node.submit_nowait
+
+            def counting(payload: bytes, **kw: Any):
+                proposals.append(payload)
+                return submit(payload, **kw)
+
+            node.submit_nowait = counting  # type: ignore[method-assign]
+            c = _client(nodes[0])
+            pipe = c.pipeline(transaction=False)
+            for k in range(500):
+                pipe.set(f"b{k}", str(k))
+            pipe.incr("b0")
+            assert await pipe.execute() == [True] * 500 + [1]
+            assert 1 <= len(proposals) <= 10  # batches, not one command each
+            other = _client(nodes[2])
+            assert await other.mget(*(f"b{k}" for k in range(1, 500))) == [
+                str(k).encode() for k in range(1, 500)
+            ]
+            for x in (c, other):
+                await x.aclose()
+
+    asyncio.run(main())
