@@ -94,6 +94,8 @@ ERR_CURSOR = Error("ERR invalid cursor")
 ERR_TOO_LONG = Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 
 _OK_BYTES = pack_trusted(OK)
+#: SET as clients spell it (any other case goes through the general dispatch).
+_PLAIN_SET = frozenset({b"SET", b"set", b"Set"})
 _NIL_BYTES = pack_trusted(None)
 _MALFORMED_BYTES = pack_trusted(ERR_MALFORMED)
 
@@ -330,6 +332,23 @@ class KVStore:
         else:
             out = [b"\xdd" + n.to_bytes(4, "big")]
         for args in commands:
+            # The commonest command, plain SET, without the general dispatch
+            # (every replica applies every command: this is the hot loop).
+            if (
+                writes
+                and type(args) is list
+                and len(args) == 3
+                and args[0] in _PLAIN_SET
+                and type(args[1]) is bytes
+                and type(args[2]) is bytes
+            ):
+                key = args[1]
+                data = self._data  # not hoisted: FLUSHDB replaces the dict
+                if self._sorted is not None and key not in data:
+                    self._sorted = None
+                data[key] = args[2]
+                out.append(_OK_BYTES)
+                continue
             result = execute(args, writes)
             if result is OK:
                 out.append(_OK_BYTES)

@@ -865,3 +865,30 @@ def test_a_batch_with_a_bad_command_inside_answers_it_and_runs_the_rest() -> Non
     results = decode_results(store.apply(payload))
     assert results[0] is OK and isinstance(results[1], Error) and isinstance(results[2], Error)
     assert results[3] == b"1"
+
+
+@settings(derandomize=True, max_examples=200)
+@given(
+    st.lists(
+        st.one_of(
+            command.map(list),
+            st.tuples(st.sampled_from([b"SET", b"set", b"SeT"]), key, value).map(list),
+            st.lists(st.binary(max_size=3), min_size=1, max_size=4),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 8),
+)
+def test_batches_answer_and_change_exactly_what_one_by_one_does(
+    commands: list[list[bytes]], size: int
+) -> None:
+    one_by_one, batched = KVStore(), KVStore()
+    expected = [decode_value(one_by_one.apply(encode_command(c))) for c in commands]
+    got: list[Value] = []
+    for start in range(0, len(commands), size):
+        chunk = commands[start : start + size]
+        got += decode_results(batched.apply(encode_batch([encode_command(c) for c in chunk])))
+    assert got == expected
+    assert batched.snapshot() == one_by_one.snapshot()
+    assert batched.execute([b"KEYS", b"*"]) == one_by_one.execute([b"KEYS", b"*"])
