@@ -65,6 +65,7 @@ __all__ = [
     "Backend",
     "CommandSpec",
     "ConnState",
+    "Deferred",
     "RespLimits",
     "RespServer",
     "serve_resp",
@@ -146,8 +147,9 @@ class CommandSpec(NamedTuple):
 class Backend(Protocol):
     """What the front end needs from the node (or from a test's fake)."""
 
-    def execute(self, args: list[bytes], conn: ConnState) -> Value | Awaitable[Value]:
-        """Run one data command; answer now, or with an awaitable that answers later.
+    def execute(self, args: list[bytes], conn: ConnState) -> Value | Deferred | Awaitable[Value]:
+        """Run one data command; answer now, or with a :class:`Deferred` or an
+        awaitable that answers later.
 
         Unknown commands get Redis' ``ERR unknown command ...`` from the backend.
         """
@@ -328,6 +330,44 @@ class _HeaderWalk:
 
 
 # A reply slot: encoded bytes (ready), or a pending marker the completion fills in.
+class Deferred:
+    """A reply known later: what a backend may answer instead of an awaitable.
+
+    Lighter than an :class:`asyncio.Future` (no event-loop hop per callback):
+    the node answers a batch of hundreds of commands at once, and each
+    future's callback would be one more turn of the loop's ready queue.
+    Callbacks run in :meth:`set`, on the loop's thread.
+    """
+
+    __slots__ = ("_callbacks", "done", "value")
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[Value], None]] | None = []
+        self.done = False
+        self.value: Value = None
+
+    def add_callback(self, fn: Callable[[Value], None]) -> None:
+        """Call ``fn(value)`` when the value is set (now, if it is)."""
+        if self._callbacks is None:
+            fn(self.value)
+        else:
+            self._callbacks.append(fn)
+
+    def set(self, value: Value) -> None:
+        """Set the value (once; later calls are ignored) and run the callbacks."""
+        callbacks = self._callbacks
+        if callbacks is None:
+            return
+        self._callbacks = None
+        self.done = True
+        self.value = value
+        for fn in callbacks:
+            try:
+                fn(value)
+            except Exception:
+                log.exception("a Deferred callback failed")
+
+
 class _Slot:
     __slots__ = ("data", "then_close")
 
@@ -574,6 +614,9 @@ class RespConnection(asyncio.Protocol):
             return
         slot = _Slot()
         self.slots.append(slot)
+        if type(result) is Deferred:
+            result.add_callback(lambda value: self._deliver(slot, value, resp3))
+            return
         try:
             future = asyncio.ensure_future(result)
         except TypeError:
@@ -595,6 +638,22 @@ class RespConnection(asyncio.Protocol):
             self.server.stats["internal_errors"] += 1
             data = [b"-ERR internal error\r\n"]
         slot.data = b"".join(data)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._late_flush)
+
+    def _deliver(self, slot: _Slot, value: Value, resp3: bool) -> None:
+        """A :class:`Deferred`'s reply is known: encode it into its slot."""
+        if self.lost:
+            return
+        data: list[bytes] = []
+        try:
+            _encode(value, data, resp3)
+        except Exception:
+            log.exception("a backend command answered what is not a reply value")
+            self.server.stats["internal_errors"] += 1
+            data = [b"-ERR internal error\r\n"]
+        slot.data = data[0] if len(data) == 1 else b"".join(data)
         if not self.flush_scheduled:
             self.flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._late_flush)

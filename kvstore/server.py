@@ -33,7 +33,7 @@ from kvstore.commands import COMMANDS, CommandSpec, unknown_command, wrong_arity
 from kvstore.config import KVConfig
 from kvstore.machine import KVStore
 from kvstore.resp import CommandSpec as RespSpec
-from kvstore.resp import ConnState, RespLimits, RespServer
+from kvstore.resp import ConnState, Deferred, RespLimits, RespServer
 from kvstore.values import Error, Value
 from sdpaxos.runtime.frames import COMMAND_BYTES_MAX
 from sdpaxos.runtime.metrics import Metrics
@@ -92,7 +92,7 @@ class KVBackend:
         self.store = store
         self.read_timeout_s = read_timeout_s
         #: Each connection's latest write not yet answered (connection id -> its future).
-        self._writing: dict[int, asyncio.Future[Value]] = {}
+        self._writing: dict[int, Deferred] = {}
         self._writes = _Batcher(
             lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
         )
@@ -118,7 +118,7 @@ class KVBackend:
             for spec in COMMANDS.values()
         ]
 
-    def execute(self, args: list[bytes], conn: ConnState) -> Value | asyncio.Future[Value]:
+    def execute(self, args: list[bytes], conn: ConnState) -> Value | Deferred:
         route = self._routes.get(args[0])
         if route is None:
             route = self._routes.get(args[0].lower())
@@ -137,7 +137,7 @@ class KVBackend:
             if route.write:
                 return self._write(conn.id, payload, key)
             prior = self._writing.get(conn.id)
-            if prior is None or prior.done():
+            if prior is None or prior.done:
                 return self._read(conn.stale_reads, payload, key)
             # A read pipelined behind this connection's own write waits for it,
             # as Redis runs a connection's commands in order.
@@ -145,40 +145,36 @@ class KVBackend:
         except NodeError:
             return _STOPPED
 
-    def _write(self, conn_id: int, payload: bytes, key: bytes | None) -> asyncio.Future[Value]:
+    def _write(self, conn_id: int, payload: bytes, key: bytes | None) -> Deferred:
         future = self._writes.add(payload, key)
         writing = self._writing
         if conn_id not in writing and len(writing) >= WRITING_SWEEP_AT:
             # Connections that closed with a write answered leave an entry: sweep.
-            for done in [c for c, f in writing.items() if f.done()]:
+            for done in [c for c, f in writing.items() if f.done]:
                 del writing[done]
         writing[conn_id] = future
         return future
 
-    def _read(
-        self, stale: bool, payload: bytes, key: bytes | None
-    ) -> Value | asyncio.Future[Value]:
+    def _read(self, stale: bool, payload: bytes, key: bytes | None) -> Value | Deferred:
         if stale:
             return decode_value(self.store.query(payload))
         return self._reads.add(payload, key)
 
-    def _after(
-        self, prior: asyncio.Future[Value], stale: bool, payload: bytes, key: bytes | None
-    ) -> asyncio.Future[Value]:
-        out: asyncio.Future[Value] = prior.get_loop().create_future()
+    def _after(self, prior: Deferred, stale: bool, payload: bytes, key: bytes | None) -> Deferred:
+        out = Deferred()
 
-        def start(_: asyncio.Future[Value]) -> None:
+        def start(_: Value) -> None:
             try:
                 answer = self._read(stale, payload, key)
             except NodeError:
-                out.set_result(_STOPPED)
+                out.set(_STOPPED)
                 return
-            if isinstance(answer, asyncio.Future):
-                answer.add_done_callback(lambda f: out.set_result(f.result()))
+            if type(answer) is Deferred:
+                answer.add_callback(out.set)
             else:
-                out.set_result(answer)
+                out.set(answer)  # type: ignore[arg-type]
 
-        prior.add_done_callback(start)
+        prior.add_callback(start)
         return out
 
     def info(self, conn: ConnState) -> Mapping[str, Mapping[str, str | int]]:
@@ -246,13 +242,12 @@ class _Batcher:
         self, submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]]
     ) -> None:
         self._submit = submit
-        self._items: list[tuple[bytes, bytes | None, asyncio.Future[Value]]] = []
+        self._items: list[tuple[bytes, bytes | None, Deferred]] = []
         self._bytes = 0
         self._scheduled = False
 
-    def add(self, payload: bytes, key: bytes | None) -> asyncio.Future[Value]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Value] = loop.create_future()
+    def add(self, payload: bytes, key: bytes | None) -> Deferred:
+        future = Deferred()
         if self._items and self._bytes + len(payload) > BATCH_BYTES_MAX:
             self.flush()  # a big command goes alone, never over the payload limit
         items = self._items
@@ -262,7 +257,7 @@ class _Batcher:
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
-            loop.call_soon(self.flush)
+            asyncio.get_running_loop().call_soon(self.flush)
         return future
 
     def flush(self) -> None:
@@ -282,7 +277,7 @@ class _Batcher:
             future = self._submit(payload, key)
         except NodeError:
             for _, _, out in items:
-                out.set_result(_STOPPED)
+                out.set(_STOPPED)
             return
         if len(items) == 1:
             future.add_done_callback(lambda f: _answer_one(f, out))
@@ -290,20 +285,18 @@ class _Batcher:
             future.add_done_callback(lambda f: _answer_many(f, items))
 
 
-def _answer_one(future: asyncio.Future[bytes | None], out: asyncio.Future[Value]) -> None:
-    if out.done():
-        return
+def _answer_one(future: asyncio.Future[bytes | None], out: Deferred) -> None:
     failed = _failure(future)
     if failed is not None:
-        out.set_result(failed)
+        out.set(failed)
         return
     raw = future.result()
-    out.set_result(None if raw is None else decode_value(raw))
+    out.set(None if raw is None else decode_value(raw))
 
 
 def _answer_many(
     future: asyncio.Future[bytes | None],
-    items: list[tuple[bytes, bytes | None, asyncio.Future[Value]]],
+    items: list[tuple[bytes, bytes | None, Deferred]],
 ) -> None:
     failed = _failure(future)
     if failed is None:
@@ -314,13 +307,11 @@ def _answer_many(
             results = decode_value(raw) if raw is not None else None
         if type(results) is list and len(results) == len(items):
             for (_, _, out), value in zip(items, results, strict=True):
-                if not out.done():
-                    out.set_result(value)
+                out.set(value)
             return
         failed = results if isinstance(results, Error) else Error("ERR malformed batch answer")
     for _, _, out in items:
-        if not out.done():
-            out.set_result(failed)
+        out.set(failed)
 
 
 class KVNode:

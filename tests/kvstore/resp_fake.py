@@ -17,17 +17,19 @@ from concurrent.futures import Future as ThreadFuture
 from contextlib import contextmanager
 from typing import Any
 
-from kvstore.resp import CommandSpec, ConnState, RespLimits, RespServer
+from kvstore.resp import CommandSpec, ConnState, Deferred, RespLimits, RespServer
 from kvstore.values import OK, Error, Value
 
 
 class FakeBackend:
     """GET/SET/DEL/INCR over a dict; ``slow:`` keys answer late and out of order."""
 
-    def __init__(self, seed: int = 7) -> None:
+    def __init__(self, seed: int = 7, deferred: bool = False) -> None:
+        #: Answer late with a kvstore.resp.Deferred (the node's way) instead of a future.
+        self.deferred = deferred
         self.data: dict[bytes, bytes] = {}
         self.rng = random.Random(seed)
-        self.waiting: list[tuple[asyncio.Future[Value], Value]] = []
+        self.waiting: list[tuple[asyncio.Future[Value] | Deferred, Value]] = []
         self.release_scheduled = False
         self.out_of_order = 0  # futures completed before an earlier-started one
         self.stale_seen: list[bool] = []
@@ -68,9 +70,11 @@ class FakeBackend:
             return Error(f"ERR wrong number of arguments for '{name.decode().lower()}' command")
         return Error(f"ERR unknown command '{args[0].decode(errors='replace')}'")
 
-    def _defer(self, result: Value) -> asyncio.Future[Value]:
+    def _defer(self, result: Value) -> asyncio.Future[Value] | Deferred:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Value] = loop.create_future()
+        future: asyncio.Future[Value] | Deferred = (
+            Deferred() if self.deferred else loop.create_future()
+        )
         self.waiting.append((future, result))
         if not self.release_scheduled:
             self.release_scheduled = True
@@ -86,7 +90,9 @@ class FakeBackend:
         self.out_of_order += sum(1 for a, b in itertools.pairwise(order) if b < a)
         for i in order:
             future, result = batch[i]
-            if not future.done():
+            if isinstance(future, Deferred):
+                future.set(result)
+            elif not future.done():
                 future.set_result(result)
 
     def info(self, conn: ConnState) -> Mapping[str, Mapping[str, str | int]]:

@@ -35,11 +35,12 @@ def test_ping_echo_set_get() -> None:
             r.execute_command("NOSUCH")
 
 
+@pytest.mark.parametrize("deferred", [False, True], ids=["futures", "deferred"])
 @pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
 def test_pipeline_of_1000_answers_in_order_while_the_backend_finishes_out_of_order(
-    use_uvloop: bool,
+    use_uvloop: bool, deferred: bool
 ) -> None:
-    backend = FakeBackend(seed=11)
+    backend = FakeBackend(seed=11, deferred=deferred)
     with running_server(backend, use_uvloop=use_uvloop) as server:
         r = redis.Redis(port=server.port)
         pipe = r.pipeline(transaction=False)
