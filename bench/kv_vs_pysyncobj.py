@@ -1,0 +1,190 @@
+"""The kv-store against PySyncObj 0.3.17, in one run, on this machine.
+
+    python -m bench.kv_vs_pysyncobj                 # about 3 minutes
+    python -m bench.kv_vs_pysyncobj --quick --out /tmp/kvbench
+
+1. **PySyncObj**: 3 processes on loopback, its ``ReplDict``, 5,000 writes
+   outstanding from inside the leader, memory only (no journal, so no fsync;
+   compaction effectively off: see ``bench/pysyncobj_cluster.py`` for every
+   setting and why). Writes per second, p50 and p99.
+2. **kv-store, fsync off** (the like-for-like comparison): 3 node processes on
+   loopback (TLS between them, as by default), no emulated delay;
+   ``redis-benchmark`` SET and GET with 16-byte values over 100,000 random
+   keys, spread over the 3 nodes, with pipelining (16 per connection, 313
+   connections: 5,008 outstanding) and without (5,001 connections, one each).
+3. **kv-store, fsync on**: SET, pipelined, the durable figure.
+
+Writes the JSON, a Markdown table and a PNG (writes/s and p99 side by side)
+to ``--out``; prints the table and the kv-store-over-PySyncObj ratio. Needs
+``redis-benchmark`` (Debian ``redis-tools``) and ``pip install
+'.[bench]'`` (PySyncObj, matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.redis_benchmark import Address, run_spread
+from kvstore.cluster import ProcessCluster
+from kvstore.local import make_kv_cluster
+
+#: Outstanding requests, as in the PySyncObj run (clients x pipeline).
+OUTSTANDING = 5000
+PIPELINED = (313, 16)
+UNPIPELINED = (5001, 1)
+#: Loopback, no emulated delay: the sequencer's heartbeat well inside its lease.
+PROTOCOL = {"heartbeat_ms": 100.0}
+
+
+def _log(text: str) -> None:
+    print(f"[kv-vs-pysyncobj] {text}", file=sys.stderr, flush=True)
+
+
+def run_pysyncobj(seconds: float, out: Path) -> dict[str, Any]:
+    path = out / "pysyncobj.json"
+    cmd = [
+        sys.executable,
+        str(Path(__file__).with_name("pysyncobj_cluster.py")),
+        "--outstanding",
+        str(OUTSTANDING),
+        "--seconds",
+        str(seconds),
+        "--json",
+        str(path),
+    ]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=seconds + 180)
+    report: dict[str, Any] = json.loads(path.read_text())
+    return report
+
+
+def run_kvstore(
+    fsync: bool, tests: list[str], shapes: list[tuple[int, int]], requests: int
+) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kv-bench-") as d:
+        path = make_kv_cluster(d, 3, profile=None, protocol=PROTOCOL)
+        with ProcessCluster(path, fsync=fsync) as cluster:
+            cluster.start_all()
+            cluster.wait_ready()
+            addresses = [cluster.redis_address(k) for k in range(3)]
+            for clients, pipeline in shapes:
+                _log(
+                    f"kv-store fsync {'on' if fsync else 'off'}: {tests} -c {clients} -P {pipeline}"
+                )
+                result = run_spread(
+                    [Address(h, p) for h, p in addresses],
+                    tests,
+                    data_size=16,
+                    pipeline=pipeline,
+                    clients=clients,
+                    requests=requests,
+                    keyspace=100_000,
+                )
+                for name, r in result["results"].items():  # type: ignore[union-attr]
+                    rows.append(
+                        {
+                            "system": f"kv-store (fsync {'on' if fsync else 'off'})",
+                            "test": name,
+                            "clients": clients,
+                            "pipeline": pipeline,
+                            "outstanding": clients * pipeline,
+                            "per_s": round(r["rps"]),
+                            "p50_ms": round(r["p50_ms"], 2),
+                            "p99_ms": round(r["p99_ms"], 2),
+                        }
+                    )
+    return rows
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = "| system | test | outstanding (clients x pipeline) | per second | p50 ms | p99 ms |"
+    lines = [head, "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(
+            f"| {r['system']} | {r['test']} | {r['outstanding']} ({r['clients']} x "
+            f"{r['pipeline']}) | {r['per_s']:,} | {r['p50_ms']} | {r['p99_ms']} |"
+        )
+    return "\n".join(lines)
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    writes = [r for r in rows if r["test"] in ("SET", "writes")]
+    labels = [f"{r['system']}\n{r['test']} -P {r['pipeline']}" for r in writes]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours = ["#d62728" if r["system"] == "PySyncObj" else "#1f77b4" for r in writes]
+    a.barh(labels, [r["per_s"] for r in writes], color=colours)
+    a.set_xlabel("writes per second (higher is better)")
+    b.barh(labels, [r["p99_ms"] for r in writes], color=colours)
+    b.set_xlabel("p99 latency, ms (lower is better)")
+    b.set_yticklabels([])
+    fig.suptitle("3 replicas on loopback, 16-byte values, ~5,000 writes outstanding")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.kv_vs_pysyncobj", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="shorter runs (about a minute)")
+    p.add_argument("--out", default="bench/results/kv_vs_pysyncobj")
+    p.add_argument("--skip-pysyncobj", action="store_true")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seconds = 8.0 if args.quick else 20.0
+    requests = 600_000 if args.quick else 2_000_000
+    started = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    if not args.skip_pysyncobj:
+        _log(f"PySyncObj, {OUTSTANDING} outstanding, {seconds:.0f} s")
+        pso = run_pysyncobj(seconds, out)
+        rows.append(
+            {
+                "system": "PySyncObj",
+                "test": "writes",
+                "clients": 1,
+                "pipeline": OUTSTANDING,
+                "outstanding": OUTSTANDING,
+                "per_s": round(pso["result"]["writes_per_s"]),
+                "p50_ms": round(pso["result"]["p50_ms"], 2),
+                "p99_ms": round(pso["result"]["p99_ms"], 2),
+            }
+        )
+    rows += run_kvstore(False, ["set", "get"], [PIPELINED, UNPIPELINED], requests)
+    rows += run_kvstore(True, ["set"], [PIPELINED], requests)
+    table = _table(rows)
+    pso_rows = [r for r in rows if r["system"] == "PySyncObj"]
+    kv = next(r for r in rows if r["system"] == "kv-store (fsync off)" and r["test"] == "SET")
+    lines = [table, ""]
+    if pso_rows:
+        ratio = kv["per_s"] / pso_rows[0]["per_s"]
+        lines.append(
+            f"kv-store SET (fsync off, pipelined) over PySyncObj: {ratio:.2f}x the writes per "
+            f"second; p99 {kv['p99_ms']} ms against {pso_rows[0]['p99_ms']} ms"
+        )
+    text = "\n".join(lines)
+    print(text)
+    (out / "results.md").write_text(text + "\n")
+    (out / "results.json").write_text(
+        json.dumps({"rows": rows, "seconds": round(time.monotonic() - started)}, indent=2) + "\n"
+    )
+    try:
+        _plot(rows, out / "kv_vs_pysyncobj.png")
+    except ImportError:
+        _log("matplotlib is not installed: no plot")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
