@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from sdpaxos.profiles import builtin
+from sdpaxos.runtime.config import TlsFiles
 from sdpaxos.runtime.local import free_ports, make_local_cluster
 
-__all__ = ["make_kv_cluster"]
+__all__ = ["kv_client_tls", "make_kv_cluster"]
 
 
 def make_kv_cluster(
@@ -69,3 +70,11 @@ def make_kv_cluster(
     with path.open("a") as f:
         f.write("\n".join(lines) + "\n")
     return path
+
+
+def kv_client_tls(path: Path | str, client: int = 0) -> TlsFiles | None:
+    """Client certificate ``client<N>`` of a local kv-store cluster (None when insecure)."""
+    from kvstore.config import load_kv_config
+    from sdpaxos.runtime.cli import cluster_client_tls
+
+    return cluster_client_tls(load_kv_config(path, 0).node, client)

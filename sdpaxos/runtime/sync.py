@@ -124,6 +124,11 @@ class SyncClient:
     def admin(self, operation: str, argument: Any = None) -> Any:
         return self._thread.call(self.client.admin(operation, argument))
 
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the client's loop and wait for it (for wrappers such
+        as the kv-store's synchronous client)."""
+        return self._thread.call(coro)
+
     def close(self) -> None:
         if self._closed:
             return
