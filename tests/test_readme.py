@@ -68,7 +68,7 @@ def test_the_readme_cluster_file_parses_and_its_commands_exist(tmp_path) -> None
     from sdpaxos.runtime.config import parse_config
 
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    (toml_text,) = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
+    toml_text, kv_text = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
     import tomllib
 
     certs = tmp_path / "certs"
@@ -79,10 +79,29 @@ def test_the_readme_cluster_file_parses_and_its_commands_exist(tmp_path) -> None
     assert [r.region for r in cfg.replicas] == ["CA", "OR", "OH"]
     assert str(cfg.data_dir) == "/var/lib/sdpaxos/node1"
     assert cfg.cluster.snapshot_slots_min == 100000
+    # The kv-store's section, added to the same file, parses too.
+    from kvstore.config import parse_kv_config
+
+    kv = parse_kv_config(tomllib.loads(toml_text + kv_text), base_dir=tmp_path, node_id=1)
+    assert kv.redis_address == ("10.0.0.2", 6379) and kv.tls and kv.users == {"app": "s3cret"}
     commands = set(re.findall(r"python -m sdpaxos (\w+)", text))
     assert commands >= {"local", "status", "admin", "fuzz", "certs", "node"}
     for command in commands - {"certs", "fuzz"}:
         try:
             cli_main([command, "--help"])
+        except SystemExit as exc:
+            assert exc.code == 0, command
+
+
+def test_the_readme_kvstore_commands_exist() -> None:
+    from kvstore.cli import main as kv_main
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    commands = set(re.findall(r"^kvstore (\w+)", text, flags=re.M))
+    commands |= set(re.findall(r"`kvstore (\w+)", text))
+    assert commands >= {"local", "status", "serve", "demo"}
+    for command in commands:
+        try:
+            kv_main([command, "--help"])
         except SystemExit as exc:
             assert exc.code == 0, command
