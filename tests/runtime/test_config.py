@@ -148,3 +148,14 @@ def test_emulator_section_builds_a_profile_and_settings():
 def test_emulator_section_errors_name_the_key(section, regions, match):
     with pytest.raises(ConfigError, match=match):
         parse_config(_emulated(section, regions))
+
+
+def test_the_sequencer_renews_its_lease_three_times_per_lease_unless_the_file_says(tmp_path):
+    path = _write(tmp_path, GOOD)
+    assert load_config(path).cluster.heartbeat_ms == 400  # the file's own
+    path.write_text(GOOD.replace("heartbeat_ms = 400\n", ""))
+    cfg = load_config(path).cluster
+    assert cfg.lease_ms == 400 and cfg.heartbeat_ms == pytest.approx(400 / 3)
+    path.write_text(GOOD.replace("heartbeat_ms = 400\nlease_ms = 400\n", ""))
+    cfg = load_config(path).cluster
+    assert cfg.lease_ms == 500 and cfg.heartbeat_ms == pytest.approx(500 / 3)
