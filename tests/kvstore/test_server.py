@@ -209,3 +209,22 @@ def test_a_pipelines_writes_travel_as_few_log_commands(tmp_path):
                 await x.aclose()
 
     asyncio.run(main())
+
+
+def test_an_oversized_command_is_refused_and_the_node_keeps_serving(tmp_path):
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            c = _client(nodes[0])
+            with pytest.raises(ResponseError, match="the store takes at most"):
+                await c.set("big", b"x" * (2 << 20))
+            # Just under the limit goes through, alone (never batched past it).
+            pipe = c.pipeline(transaction=False)
+            pipe.set("small", "1")
+            pipe.set("large", b"y" * ((1 << 20) - 64))
+            pipe.set("small2", "2")
+            assert await pipe.execute() == [True, True, True]
+            assert await _client(nodes[1]).strlen("large") == (1 << 20) - 64
+            assert await c.get("big") is None
+            await c.aclose()
+
+    asyncio.run(main())
