@@ -15,9 +15,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 
+from kvstore.codec import encode_command
 from kvstore.config import load_kv_config
 from kvstore.local import make_kv_cluster
 from kvstore.server import KVNode
+from sdpaxos.runtime.frames import COMMAND_BYTES_MAX
 
 from ..runtime.helpers import FAST_PROTOCOL, eventually
 
@@ -217,14 +219,44 @@ def test_an_oversized_command_is_refused_and_the_node_keeps_serving(tmp_path):
             c = _client(nodes[0])
             with pytest.raises(ResponseError, match="the store takes at most"):
                 await c.set("big", b"x" * (2 << 20))
-            # Just under the limit goes through, alone (never batched past it).
+            # One byte under the limit goes through, alone (never batched past it).
+            size = COMMAND_BYTES_MAX - 1
+            size -= len(encode_command([b"SET", b"large", b"y" * size])) - size
+            assert len(encode_command([b"SET", b"large", b"y" * size])) == COMMAND_BYTES_MAX - 1
             pipe = c.pipeline(transaction=False)
             pipe.set("small", "1")
-            pipe.set("large", b"y" * ((1 << 20) - 64))
+            pipe.set("large", b"y" * size)
             pipe.set("small2", "2")
             assert await pipe.execute() == [True, True, True]
-            assert await _client(nodes[1]).strlen("large") == (1 << 20) - 64
+            assert await _client(nodes[1]).strlen("large") == size
             assert await c.get("big") is None
             await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_the_batcher_never_builds_a_payload_past_the_limit():
+    from kvstore import server
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        sent: list[tuple[bytes, bytes | None]] = []
+
+        def submit(payload: bytes, key: bytes | None):
+            sent.append((payload, key))
+            future = loop.create_future()
+            future.set_result(None)
+            return future
+
+        batcher = server._Batcher(submit)
+        small = encode_command([b"SET", b"k", b"v"])
+        large = b"L" * (server.BATCH_BYTES_MAX - 10)
+        batcher.add(small, b"k")
+        batcher.add(large, b"k")  # would push the batch past BATCH_BYTES_MAX
+        batcher.add(small, b"k")
+        await asyncio.sleep(0)
+        assert [p for p, _ in sent[:1]] == [small]  # flushed alone, before the large one
+        assert all(len(p) <= server.BATCH_BYTES_MAX + len(small) + 16 for p, _ in sent)
+        assert sum(1 for p, _ in sent if p == large) == 1  # the large one went alone too
 
     asyncio.run(main())
