@@ -41,6 +41,7 @@ __all__ = [
     "decode_results",
     "decode_value",
     "encode_batch",
+    "encode_batch_args",
     "encode_command",
     "encode_value",
     "pack_trusted",
@@ -78,6 +79,16 @@ def encode_batch(payloads: list[bytes]) -> bytes:
     packed: bytes = msgpack.packb(
         msgpack.ExtType(EXT_BATCH, header + b"".join(payloads)), use_bin_type=True
     )
+    return packed
+
+
+def encode_batch_args(commands: list[list[bytes]]) -> bytes:
+    """The same bytes as ``encode_batch([encode_command(c) for c in commands])``
+    with one ``packb`` for the whole batch (a msgpack array is its header and
+    its items' encodings, back to back). The caller vouches that every
+    argument is bytes (the Redis front end checks each one as it parses)."""
+    inner = msgpack.packb(commands, use_bin_type=True)
+    packed: bytes = msgpack.packb(msgpack.ExtType(EXT_BATCH, inner), use_bin_type=True)
     return packed
 
 

@@ -54,6 +54,7 @@ import ssl as _ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple, Protocol, TypeAlias, cast
 
 import hiredis
@@ -63,9 +64,11 @@ from kvstore.values import OK, Error, Simple, Value
 __all__ = [
     "BENCH_NOTE",
     "Backend",
+    "BatchBackend",
     "CommandSpec",
     "ConnState",
     "Deferred",
+    "DeferredList",
     "RespLimits",
     "RespServer",
     "serve_resp",
@@ -164,6 +167,24 @@ class Backend(Protocol):
         ...
 
 
+class BatchBackend(Backend, Protocol):
+    """A backend that also takes many requests at once (the node is one).
+
+    The front end then hands each read's consecutive data commands to
+    :meth:`execute_many` in one call instead of one :meth:`Backend.execute`
+    per command: with pipelines of small commands the per-call overhead (and
+    one awaitable per command) was a large part of a node's CPU.
+    """
+
+    def execute_many(
+        self, requests: list[list[bytes]], conn: ConnState
+    ) -> list[Value | Deferred | DeferredList]:
+        """Run ``requests`` in order; answer in order: a value or a
+        :class:`Deferred` per request, or a :class:`DeferredList` standing for
+        its ``count`` consecutive requests. Every argument is bytes."""
+        ...
+
+
 class _Map(NamedTuple):
     """A map reply: RESP3 ``%``, a flat array in RESP2 (front-end use only)."""
 
@@ -245,6 +266,20 @@ def _wire_len(args: list[bytes]) -> int:
     request starts in the stream without parsing it."""
     lens = list(map(len, args))
     return 3 + len(str(len(args))) + 5 * len(args) + sum(lens) + sum(map(len, map(str, lens)))
+
+
+def _wire_total(requests: list[list[bytes]]) -> int:
+    """``sum(map(_wire_len, requests))`` in a few C-level passes over all their
+    arguments at once (the front end counts every request's bytes)."""
+    lens = list(map(len, itertools.chain.from_iterable(requests)))
+    counts = list(map(len, requests))
+    return (
+        sum(lens)
+        + sum(map(len, map(str, lens)))
+        + 5 * len(lens)
+        + 3 * len(counts)
+        + sum(map(len, map(str, counts)))
+    )
 
 
 def _count_problem(data: bytes, limits: RespLimits) -> str | None:
@@ -368,6 +403,20 @@ class Deferred:
                 log.exception("a Deferred callback failed")
 
 
+class DeferredList(Deferred):
+    """The replies of ``count`` consecutive requests, known later at once: its
+    value is the list of them, in request order (what a backend's
+    :meth:`~BatchBackend.execute_many` answers for a run of commands that
+    travel in one batch: one callback for the run instead of one per command).
+    """
+
+    __slots__ = ("count",)
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+
 class _Slot:
     __slots__ = ("data", "then_close")
 
@@ -383,6 +432,9 @@ class RespConnection(asyncio.Protocol):
         self.server = server
         self.limits = server.limits
         self.backend = server.backend
+        self.execute_many: Callable[[list[list[bytes]], ConnState], list[Any]] | None = getattr(
+            server.backend, "execute_many", None
+        )
         self.state = ConnState(stale_reads=server.stale_reads)
         if server.users is None:
             self.state.user = "default"
@@ -487,44 +539,75 @@ class RespConnection(asyncio.Protocol):
         return b""
 
     def _drain(self) -> None:
-        """Start every complete request hiredis holds, while the limits allow."""
+        """Start every complete request hiredis holds, while the limits allow.
+
+        Consecutive data commands are gathered into a run and handed to the
+        backend's ``execute_many`` in one call (when it has one); a connection
+        command, an unauthenticated connection, an error or the end of what
+        hiredis holds ends the run, which is started before anything after it.
+        """
         reader = self.reader
         slots = self.slots
         pending_max = self.limits.pipeline_pending_max
+        many = self.execute_many
+        state = self.state
+        front = _FRONT
+        run: list[list[bytes]] = []  # data commands not yet handed to the backend
+        got: list[list[bytes]] = []  # every request read, for the byte count
+        problem: str | None = None
+        hiredis_error: _ProtocolError | None = None
+        incomplete = False
         while not self.closing and not self.write_paused:
-            if len(slots) >= pending_max:
-                self._update_reading()
-                return
+            if len(slots) + len(run) >= pending_max:
+                break
             try:
                 args = reader.gets()
             except MemoryError:  # hiredis' PyList_New of a declared count
-                self._protocol_error("invalid multibulk length")
-                return
+                problem = "invalid multibulk length"
+                break
             except _ProtocolError as exc:
-                if self._inline_follows():
-                    return
-                text = str(exc)
-                self._protocol_error(
-                    _HIREDIS_MESSAGES.get(text, text.removeprefix("Protocol error, "))
-                )
-                return
+                hiredis_error = exc
+                break
             if args is False:
-                self._check_incomplete()
+                incomplete = True
                 break
             if type(args) is not list:
                 if args is None:
                     self.consumed += 5
                     continue  # ``*-1``: Redis ignores it
-                self._protocol_error(f"expected '*', got '{_TYPE_BYTES.get(type(args), '?')}'")
-                return
+                problem = f"expected '*', got '{_TYPE_BYTES.get(type(args), '?')}'"
+                break
             for a in args:
                 if type(a) is not bytes:
-                    self._protocol_error(f"expected '$', got '{_TYPE_BYTES.get(type(a), '?')}'")
-                    return
-            self.consumed += _wire_len(args)
+                    problem = f"expected '$', got '{_TYPE_BYTES.get(type(a), '?')}'"
+                    break
+            if problem is not None:
+                break
+            got.append(args)
             if not args:
                 continue  # ``*0``
-            self._start(args)
+            if many is None or state.user is None or args[0].upper() in front:
+                if run:
+                    self._start_many(run)
+                    run = []
+                self._start(args)
+                continue
+            run.append(args)
+        if got:
+            self.consumed += _wire_total(got)
+        if run:
+            self._start_many(run)
+        if problem is not None:
+            self._protocol_error(problem)
+            return
+        if hiredis_error is not None:
+            if self._inline_follows():
+                return
+            text = str(hiredis_error)
+            self._protocol_error(_HIREDIS_MESSAGES.get(text, text.removeprefix("Protocol error, ")))
+            return
+        if incomplete:
+            self._check_incomplete()
         self._update_reading()
 
     def _inline_follows(self) -> bool:
@@ -594,7 +677,32 @@ class RespConnection(asyncio.Protocol):
             log.exception("command %r failed", args[:1])
             self.server.stats["internal_errors"] += 1
             result = Error("ERR internal error")
-        resp3 = state.protocol == 3  # after the command: HELLO answers in the new protocol
+        # After the command: HELLO answers in the new protocol.
+        self._queue(result, state.protocol == 3, args)
+
+    def _start_many(self, run: list[list[bytes]]) -> None:
+        """Hand a run of data commands to the backend at once; queue their replies."""
+        assert self.execute_many is not None
+        self.server.stats["commands"] += len(run)
+        state = self.state
+        try:
+            answers = self.execute_many(run, state)
+        except Exception:
+            log.exception("commands %r... failed", run[0][:1])
+            self.server.stats["internal_errors"] += 1
+            answers = [Error("ERR internal error")] * len(run)
+        resp3 = state.protocol == 3
+        slots = self.slots
+        for answer in answers:
+            if type(answer) is DeferredList:
+                slot = _Slot()
+                slots.append(slot)
+                answer.add_callback(partial(self._deliver_many, slot, resp3, answer.count))
+            else:
+                self._queue(answer, resp3, run[0])
+
+    def _queue(self, result: Any, resp3: bool, args: list[bytes]) -> None:
+        """Queue one request's reply: encoded now, or when it is known."""
         if type(result) in _VALUE_TYPES:
             if not self.slots:
                 _encode(result, self.out, resp3)
@@ -654,6 +762,29 @@ class RespConnection(asyncio.Protocol):
             self.server.stats["internal_errors"] += 1
             data = [b"-ERR internal error\r\n"]
         slot.data = data[0] if len(data) == 1 else b"".join(data)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._late_flush)
+
+    def _deliver_many(self, slot: _Slot, resp3: bool, count: int, values: Value) -> None:
+        """A :class:`DeferredList`'s ``count`` replies are known: encode them all
+        into its slot (one slot, one join, one flush check for the run)."""
+        if self.lost:
+            return
+        data: list[bytes] = []
+        try:
+            if type(values) is not list or len(values) != count:
+                raise TypeError(f"{count} replies expected, got {values!r:.200}")
+            for value in values:
+                if value is OK:
+                    data.append(b"+OK\r\n")
+                else:
+                    _encode(value, data, resp3)
+        except Exception:
+            log.exception("a backend command answered what is not a list of reply values")
+            self.server.stats["internal_errors"] += 1
+            data = [b"-ERR internal error\r\n"] * count
+        slot.data = b"".join(data)
         if not self.flush_scheduled:
             self.flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._late_flush)

@@ -16,8 +16,13 @@ Where each Redis command goes:
   in the file) a read is answered from this replica's state at once: faster,
   and it may miss writes other nodes have acknowledged.
 
-Nothing here blocks: the front end hands a future per command and writes the
-answers of a pipeline in order.
+* a read pipelined behind a write of the same connection that is not answered
+  yet goes through the log with the writes (the state machine answers reads
+  in a batch too), so it sees that write and none of the connection's later
+  ones, as Redis runs a connection's commands in order.
+
+Nothing here blocks: the front end hands each read's run of data commands to
+:meth:`KVBackend.execute_many` and writes the answers of a pipeline in order.
 """
 
 from __future__ import annotations
@@ -28,12 +33,12 @@ import ssl as _ssl
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kvstore.codec import decode_results, decode_value, encode_batch, encode_command
+from kvstore.codec import decode_results, decode_value, encode_batch_args, encode_command
 from kvstore.commands import COMMANDS, CommandSpec, unknown_command, wrong_arity
 from kvstore.config import KVConfig
 from kvstore.machine import KVStore
 from kvstore.resp import CommandSpec as RespSpec
-from kvstore.resp import ConnState, Deferred, RespLimits, RespServer
+from kvstore.resp import ConnState, Deferred, DeferredList, RespLimits, RespServer
 from kvstore.values import Error, Value
 from sdpaxos.runtime.frames import COMMAND_BYTES_MAX
 from sdpaxos.runtime.metrics import Metrics
@@ -52,6 +57,7 @@ BATCH_BYTES_MAX = 256 * 1024
 WRITING_SWEEP_AT = 4096
 
 _TRYAGAIN = Error("TRYAGAIN no linearizable answer in time (no sequencer lease); try again")
+_MALFORMED_ANSWER = Error("ERR malformed batch answer")
 _STOPPED = Error("ERR this node is stopping; use another")
 
 
@@ -91,7 +97,7 @@ class KVBackend:
         self.node = node
         self.store = store
         self.read_timeout_s = read_timeout_s
-        #: Each connection's latest write not yet answered (connection id -> its future).
+        #: Each connection's latest write not yet answered (connection id -> its part).
         self._writing: dict[int, Deferred] = {}
         self._writes = _Batcher(
             lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
@@ -119,63 +125,115 @@ class KVBackend:
         ]
 
     def execute(self, args: list[bytes], conn: ConnState) -> Value | Deferred:
-        route = self._routes.get(args[0])
-        if route is None:
-            route = self._routes.get(args[0].lower())
-            if route is None:
-                return unknown_command(args)
-        n = len(args)
-        if (n != route.arity) if route.arity > 0 else (n < -route.arity):
-            return wrong_arity(route.name)
-        payload = encode_command(args)
-        if len(payload) > COMMAND_BYTES_MAX:
-            return Error(
-                f"ERR command of {len(payload)} bytes: the store takes at most {COMMAND_BYTES_MAX}"
-            )
-        key = args[1] if route.single_key else None
-        try:
-            if route.write:
-                return self._write(conn.id, payload, key)
-            prior = self._writing.get(conn.id)
-            if prior is None or prior.done:
-                return self._read(conn.stale_reads, payload, key)
-            # A read pipelined behind this connection's own write waits for it,
-            # as Redis runs a connection's commands in order.
-            return self._after(prior, conn.stale_reads, payload, key)
-        except NodeError:
-            return _STOPPED
+        """One command: :meth:`execute_many` of one, answered as one value."""
+        for arg in args:
+            if type(arg) is not bytes:
+                raise TypeError(f"a command argument must be bytes, not {type(arg).__name__}")
+        (answer,) = self.execute_many([args], conn)
+        if type(answer) is not DeferredList:
+            return answer
+        single = Deferred()
 
-    def _write(self, conn_id: int, payload: bytes, key: bytes | None) -> Deferred:
-        future = self._writes.add(payload, key)
+        def first(values: Value) -> None:
+            single.set(values[0] if type(values) is list and values else _MALFORMED_ANSWER)
+
+        answer.add_callback(first)
+        return single
+
+    def execute_many(
+        self, requests: list[list[bytes]], conn: ConnState
+    ) -> list[Value | Deferred | DeferredList]:
+        """Run the consecutive data commands of one read, in order (see
+        :meth:`kvstore.resp.Backend.execute_many`).
+
+        The front end hands every complete request of a read at once, so the
+        per-command work is one loop iteration here: the commands that go
+        through the log are appended, still as argument lists, to the loop
+        turn's batch (packed once, when it is sent), and a run of them answers
+        through one :class:`DeferredList`. A read that follows a write of this
+        connection still in flight goes through the log too, in the same batch
+        as its neighbours, so it sees that write and none after it (Redis runs
+        a connection's commands in order). Every argument must be bytes (the
+        front end checks it).
+        """
+        out: list[Value | Deferred | DeferredList] = []
+        routes = self._routes
+        writes = self._writes
+        prior = self._writing.get(conn.id)
+        logged = prior is not None and not prior.done  # a write of this connection in flight
+        opened = 0  # commands added to the write batch since its last part
+        try:
+            for args in requests:
+                name = args[0]
+                route = routes.get(name)
+                if route is None:
+                    route = routes.get(name.lower())
+                    if route is None:
+                        if opened:
+                            out.extend(writes.seal())
+                            opened = 0
+                        out.append(unknown_command(args))
+                        continue
+                n = len(args)
+                if (n != route.arity) if route.arity > 0 else (n < -route.arity):
+                    if opened:
+                        out.extend(writes.seal())
+                        opened = 0
+                    out.append(wrong_arity(route.name))
+                    continue
+                size = _packed_bound(args)
+                if size > COMMAND_BYTES_MAX:
+                    exact = len(encode_command(args))
+                    if exact > COMMAND_BYTES_MAX:
+                        if opened:
+                            out.extend(writes.seal())
+                            opened = 0
+                        out.append(
+                            Error(
+                                f"ERR command of {exact} bytes: the store takes at most "
+                                f"{COMMAND_BYTES_MAX}"
+                            )
+                        )
+                        continue
+                key = args[1] if route.single_key else None
+                if route.write or logged:
+                    writes.add(args, key, size)
+                    opened += 1
+                    logged = True
+                    continue
+                if opened:
+                    out.extend(writes.seal())
+                    opened = 0
+                out.append(self._read(conn.stale_reads, args, key, size))
+            if opened:
+                out.extend(writes.seal())
+        except NodeError:
+            writes.drop_open()
+            return [_STOPPED] * len(requests)
+        for answer in reversed(out):
+            if type(answer) is DeferredList:
+                self._note_write(conn.id, answer)
+                break
+        return out
+
+    def _note_write(self, conn_id: int, part: Deferred) -> None:
+        """Remember ``part`` as the connection's latest write (reads after it wait)."""
         writing = self._writing
         if conn_id not in writing and len(writing) >= WRITING_SWEEP_AT:
             # Connections that closed with a write answered leave an entry: sweep.
             for done in [c for c, f in writing.items() if f.done]:
                 del writing[done]
-        writing[conn_id] = future
-        return future
+        writing[conn_id] = part
 
-    def _read(self, stale: bool, payload: bytes, key: bytes | None) -> Value | Deferred:
+    def _read(
+        self, stale: bool, args: list[bytes], key: bytes | None, size: int
+    ) -> Value | DeferredList:
         if stale:
-            return decode_value(self.store.query(payload))
-        return self._reads.add(payload, key)
-
-    def _after(self, prior: Deferred, stale: bool, payload: bytes, key: bytes | None) -> Deferred:
-        out = Deferred()
-
-        def start(_: Value) -> None:
-            try:
-                answer = self._read(stale, payload, key)
-            except NodeError:
-                out.set(_STOPPED)
-                return
-            if type(answer) is Deferred:
-                answer.add_callback(out.set)
-            else:
-                out.set(answer)  # type: ignore[arg-type]
-
-        prior.add_callback(start)
-        return out
+            return decode_value(self.store.query(encode_command(args)))
+        reads = self._reads
+        reads.add(args, key, size)
+        (part,) = reads.seal()
+        return part
 
     def info(self, conn: ConnState) -> Mapping[str, Mapping[str, str | int]]:
         node = self.node
@@ -222,6 +280,13 @@ def _failure(future: asyncio.Future[bytes | None]) -> Value | None:
     return Error("ERR internal error")
 
 
+def _packed_bound(args: list[bytes]) -> int:
+    """An upper bound on ``len(encode_command(args))``: msgpack spends at most 5
+    header bytes on the array and on each bin string (an exact size would cost
+    a packb per command; the batch limits only need a bound)."""
+    return sum(map(len, args)) + 5 * len(args) + 5
+
+
 class _Batcher:
     """Gathers the commands of one event-loop turn into one log command (or one read).
 
@@ -229,74 +294,121 @@ class _Batcher:
     slot in a C-instance, whatever its size; a Redis pipeline, or many clients
     at once, bring hundreds of small commands per loop turn. So the commands
     that arrive in one turn travel as one :func:`~kvstore.codec.encode_batch`
-    payload, and the array of results is handed back one by one. The batch
-    names a key only if all its commands name the same one. It is linearizable
-    still: the batch takes effect at one point, inside every command's
-    interval. A batch is sent early when it reaches :data:`BATCH_COMMANDS_MAX`
-    commands or :data:`BATCH_BYTES_MAX` bytes.
+    payload (packed by one ``msgpack.packb`` of their argument lists when the
+    batch is sent), and the array of results is handed back in *parts*: a part
+    is a :class:`DeferredList` for a run of consecutive commands of one
+    connection (:meth:`add` them, then :meth:`seal`), so the answers cost one
+    callback per run, not per command. The batch names a key only if all its
+    commands name the same one. It is linearizable still: the batch takes
+    effect at one point, inside every command's interval. A batch is sent
+    early when it reaches :data:`BATCH_COMMANDS_MAX` commands or
+    :data:`BATCH_BYTES_MAX` bytes (counted with :func:`_packed_bound`).
     """
 
-    __slots__ = ("_bytes", "_items", "_scheduled", "_submit")
+    __slots__ = (
+        "_args",
+        "_bytes",
+        "_key",
+        "_keyed",
+        "_open",
+        "_parts",
+        "_scheduled",
+        "_sealed",
+        "_submit",
+    )
 
     def __init__(
         self, submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]]
     ) -> None:
         self._submit = submit
-        self._items: list[tuple[bytes, bytes | None, Deferred]] = []
+        self._args: list[list[bytes]] = []
+        #: (part, how many commands) in batch order; the open run is not in it yet.
+        self._parts: list[tuple[DeferredList, int]] = []
+        self._open = 0  # commands added since the last part was made
+        self._sealed: list[DeferredList] = []  # parts made for the caller's open run
         self._bytes = 0
+        self._key: bytes | None = None
+        self._keyed = True  # every command so far names self._key
         self._scheduled = False
 
-    def add(self, payload: bytes, key: bytes | None) -> Deferred:
-        future = Deferred()
-        if self._items and self._bytes + len(payload) > BATCH_BYTES_MAX:
+    def add(self, args: list[bytes], key: bytes | None, size: int) -> None:
+        """Append one command (``size``: its :func:`_packed_bound`); its answer
+        comes in the part :meth:`seal` makes."""
+        if self._args and self._bytes + size > BATCH_BYTES_MAX:
             self.flush()  # a big command goes alone, never over the payload limit
-        items = self._items
-        items.append((payload, key, future))
-        self._bytes += len(payload)
-        if len(items) >= BATCH_COMMANDS_MAX or self._bytes >= BATCH_BYTES_MAX:
+        batch = self._args
+        if not batch:
+            self._key, self._keyed = key, key is not None
+        elif self._keyed and key != self._key:
+            self._keyed = False
+        batch.append(args)
+        self._open += 1
+        self._bytes += size
+        if len(batch) >= BATCH_COMMANDS_MAX or self._bytes >= BATCH_BYTES_MAX:
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
-        return future
+
+    def _close_run(self) -> None:
+        if self._open:
+            part = DeferredList(self._open)
+            self._parts.append((part, self._open))
+            self._sealed.append(part)
+            self._open = 0
+
+    def seal(self) -> list[DeferredList]:
+        """The parts answering the commands added since the last seal, in order
+        (more than one if a batch was sent in between)."""
+        self._close_run()
+        sealed = self._sealed
+        self._sealed = []
+        return sealed
+
+    def drop_open(self) -> None:
+        """Forget the parts of an abandoned run (the node stopped while adding)."""
+        self._close_run()
+        for part in self._sealed:
+            part.set([_STOPPED] * part.count)
+        self._sealed = []
 
     def flush(self) -> None:
         self._scheduled = False
-        items = self._items
-        if not items:
+        batch = self._args
+        if not batch:
             return
-        self._items = []
+        self._close_run()
+        parts = self._parts
+        key = self._key if self._keyed else None
+        self._args = []
+        self._parts = []
         self._bytes = 0
-        if len(items) == 1:
-            payload, key, out = items[0]
-        else:
-            payload = encode_batch([p for p, _, _ in items])
-            first = items[0][1]
-            key = first if all(k == first for _, k, _ in items) else None
+        payload = encode_command(batch[0]) if len(batch) == 1 else encode_batch_args(batch)
         try:
             future = self._submit(payload, key)
         except NodeError:
-            for _, _, out in items:
-                out.set(_STOPPED)
+            for part, count in parts:
+                part.set([_STOPPED] * count)
             return
-        if len(items) == 1:
-            future.add_done_callback(lambda f: _answer_one(f, out))
+        if len(batch) == 1:
+            future.add_done_callback(lambda f: _answer_one(f, parts[0][0]))
         else:
-            future.add_done_callback(lambda f: _answer_many(f, items))
+            future.add_done_callback(lambda f: _answer_many(f, parts, len(batch)))
 
 
-def _answer_one(future: asyncio.Future[bytes | None], out: Deferred) -> None:
+def _answer_one(future: asyncio.Future[bytes | None], out: DeferredList) -> None:
     failed = _failure(future)
     if failed is not None:
-        out.set(failed)
+        out.set([failed])
         return
     raw = future.result()
-    out.set(None if raw is None else decode_value(raw))
+    out.set([None if raw is None else decode_value(raw)])
 
 
 def _answer_many(
     future: asyncio.Future[bytes | None],
-    items: list[tuple[bytes, bytes | None, Deferred]],
+    parts: list[tuple[DeferredList, int]],
+    total: int,
 ) -> None:
     failed = _failure(future)
     if failed is None:
@@ -305,13 +417,18 @@ def _answer_many(
             results: Value = None if raw is None else decode_results(raw)
         except ValueError:
             results = decode_value(raw) if raw is not None else None
-        if type(results) is list and len(results) == len(items):
-            for (_, _, out), value in zip(items, results, strict=True):
-                out.set(value)
+        if type(results) is list and len(results) == total:
+            if len(parts) == 1:
+                parts[0][0].set(results)
+                return
+            at = 0
+            for part, count in parts:
+                part.set(results[at : at + count])
+                at += count
             return
-        failed = results if isinstance(results, Error) else Error("ERR malformed batch answer")
-    for _, _, out in items:
-        out.set(failed)
+        failed = results if isinstance(results, Error) else _MALFORMED_ANSWER
+    for part, count in parts:
+        part.set([failed] * count)
 
 
 class KVNode:

@@ -17,7 +17,14 @@ from concurrent.futures import Future as ThreadFuture
 from contextlib import contextmanager
 from typing import Any
 
-from kvstore.resp import CommandSpec, ConnState, Deferred, RespLimits, RespServer
+from kvstore.resp import (
+    CommandSpec,
+    ConnState,
+    Deferred,
+    DeferredList,
+    RespLimits,
+    RespServer,
+)
 from kvstore.values import OK, Error, Value
 
 
@@ -105,6 +112,39 @@ class FakeBackend:
             CommandSpec("del", -2, ("write",), 1, -1, 1, "Deletes keys."),
             CommandSpec("incr", 2, ("write", "fast"), 1, 1, 1, "Adds one to a key."),
         ]
+
+
+class BatchFakeBackend(FakeBackend):
+    """The fake with ``execute_many`` (the node's way): records each run's
+    length; with ``deferred``, each stretch of answers known at once is handed
+    back as one DeferredList completed on a later loop turn."""
+
+    def __init__(self, seed: int = 7, deferred: bool = False) -> None:
+        super().__init__(seed, deferred)
+        self.runs: list[int] = []
+
+    def execute_many(
+        self, requests: list[list[bytes]], conn: ConnState
+    ) -> list[Value | Deferred | DeferredList | Awaitable[Value]]:
+        self.runs.append(len(requests))
+        out: list[Value | Deferred | DeferredList | Awaitable[Value]] = []
+        stretch: list[Value] = []
+        for args in requests:
+            answer = self.execute(args, conn)
+            if self.deferred and type(answer) in (bytes, int, type(None), Error, type(OK)):
+                stretch.append(answer)  # type: ignore[arg-type]
+                continue
+            self._close(stretch, out)
+            stretch = []
+            out.append(answer)
+        self._close(stretch, out)
+        return out
+
+    def _close(self, stretch: list[Value], out: list[Any]) -> None:
+        if stretch:
+            part = DeferredList(len(stretch))
+            asyncio.get_running_loop().call_soon(part.set, stretch)
+            out.append(part)
 
 
 class LoopThread:

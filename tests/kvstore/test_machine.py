@@ -892,3 +892,12 @@ def test_batches_answer_and_change_exactly_what_one_by_one_does(
     assert got == expected
     assert batched.snapshot() == one_by_one.snapshot()
     assert batched.execute([b"KEYS", b"*"]) == one_by_one.execute([b"KEYS", b"*"])
+
+
+def test_encode_batch_args_is_encode_batch_of_the_commands() -> None:
+    """The node packs a batch's argument lists at once: the same bytes."""
+    from kvstore.codec import encode_batch_args
+
+    for n in (2, 15, 16, 300, 70_000):
+        commands = [[b"SET", b"k%d" % i, b"v" * (i % 300)] for i in range(n)]
+        assert encode_batch_args(commands) == encode_batch([encode_command(c) for c in commands])

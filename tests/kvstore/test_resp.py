@@ -5,6 +5,7 @@ replication."""
 from __future__ import annotations
 
 import asyncio
+import random
 import shutil
 import socket
 import ssl
@@ -15,10 +16,10 @@ import pytest
 import redis
 import redis.asyncio
 
-from kvstore.resp import RespLimits, encode_reply
+from kvstore.resp import RespLimits, _wire_len, _wire_total, encode_reply
 from kvstore.values import OK, Error, Simple
 from sdpaxos.runtime.certs import make_cluster_certs
-from tests.kvstore.resp_fake import FakeBackend, running_server
+from tests.kvstore.resp_fake import BatchFakeBackend, FakeBackend, running_server
 
 
 def test_ping_echo_set_get() -> None:
@@ -35,12 +36,13 @@ def test_ping_echo_set_get() -> None:
             r.execute_command("NOSUCH")
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["execute", "execute_many"])
 @pytest.mark.parametrize("deferred", [False, True], ids=["futures", "deferred"])
 @pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
 def test_pipeline_of_1000_answers_in_order_while_the_backend_finishes_out_of_order(
-    use_uvloop: bool, deferred: bool
+    use_uvloop: bool, deferred: bool, batch: bool
 ) -> None:
-    backend = FakeBackend(seed=11, deferred=deferred)
+    backend = (BatchFakeBackend if batch else FakeBackend)(seed=11, deferred=deferred)
     with running_server(backend, use_uvloop=use_uvloop) as server:
         r = redis.Redis(port=server.port)
         pipe = r.pipeline(transaction=False)
@@ -64,6 +66,8 @@ def test_pipeline_of_1000_answers_in_order_while_the_backend_finishes_out_of_ord
                 expected.append(counter)
         assert replies == expected
         assert backend.out_of_order > 0  # the backend really did finish them shuffled
+        if isinstance(backend, BatchFakeBackend):
+            assert max(backend.runs) > 1  # runs really went through execute_many
 
 
 def test_pipeline_past_the_in_flight_bound_still_answers_everything_in_order() -> None:
@@ -287,3 +291,14 @@ def test_redis_cli_and_redis_benchmark() -> None:
         assert "SET:" in bench.stdout and "GET:" in bench.stdout
         assert "WARNING" not in bench.stdout + bench.stderr
         assert server.stats["protocol_errors"] == 0
+
+
+def test_wire_total_counts_what_wire_len_counts() -> None:
+    """The bulk byte count (every request of a read at once) is exact."""
+    rng = random.Random(5)
+    for _ in range(300):
+        requests = [
+            [b"x" * rng.choice([0, 1, 9, 10, 99, 100, 12345]) for _ in range(rng.randrange(0, 14))]
+            for _ in range(rng.randrange(0, 5))
+        ]
+        assert _wire_total(requests) == sum(map(_wire_len, requests))

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from kvstore.resp import RespConnection, RespLimits, RespServer
-from tests.kvstore.resp_fake import FakeBackend, running_server
+from tests.kvstore.resp_fake import BatchFakeBackend, FakeBackend, running_server
 
 LIMITS = RespLimits(
     request_bytes_max=64 * 1024, bulk_bytes_max=32 * 1024, multibulk_max=1000, inline_bytes_max=4096
@@ -165,8 +165,8 @@ PIPELINE = (
 EXPECTED = b"+PONG\r\n" + b"+OK\r\n" * 12 + b"$77\r\n" + b"v" * 77 + b"\r\n+OK\r\n"
 
 
-def feed(chunks: list[bytes]) -> FakeTransport:
-    server = RespServer(FakeBackend(), limits=LIMITS)
+def feed(chunks: list[bytes], backend: FakeBackend | None = None) -> FakeTransport:
+    server = RespServer(backend or FakeBackend(), limits=LIMITS)
     conn = RespConnection(server)
     transport = FakeTransport()
     conn.connection_made(transport)
@@ -183,11 +183,23 @@ def test_a_pipeline_fed_one_byte_at_a_time_is_framed_correctly() -> None:
     assert transport.closed
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["execute", "execute_many"])
 @pytest.mark.parametrize("cut", range(1, len(PIPELINE)))
-def test_a_pipeline_cut_anywhere_in_two_is_framed_correctly(cut: int) -> None:
-    transport = feed([PIPELINE[:cut], PIPELINE[cut:]])
+def test_a_pipeline_cut_anywhere_in_two_is_framed_correctly(cut: int, batch: bool) -> None:
+    backend = BatchFakeBackend() if batch else FakeBackend()
+    transport = feed([PIPELINE[:cut], PIPELINE[cut:]], backend)
     assert transport.written == EXPECTED
     assert transport.closed
+
+
+def test_execute_many_gets_each_reads_run_of_data_commands_in_one_call() -> None:
+    """PING, 12 SETs, ``*-1``, ``*0``, GET, QUIT in one read: the SETs and the
+    GET are one run (the empty requests do not end it); PING and QUIT are the
+    front end's."""
+    backend = BatchFakeBackend()
+    transport = feed([PIPELINE], backend)
+    assert transport.written == EXPECTED
+    assert backend.runs == [13]
 
 
 def test_a_bulk_longer_than_declared_is_framed_as_redis_frames_it() -> None:

@@ -260,3 +260,51 @@ def test_the_batcher_never_builds_a_payload_past_the_limit():
         assert sum(1 for p, _ in sent if p == large) == 1  # the large one went alone too
 
     asyncio.run(main())
+
+
+def test_a_read_pipelined_between_two_writes_sees_the_first_only(tmp_path):
+    """Redis runs a connection's commands in order: GET after SET k a and before
+    SET k b answers a, though all three arrive in one read (the read goes
+    through the log in the writes' batch, between them)."""
+
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            c = _client(nodes[1])
+            for i in range(20):
+                pipe = c.pipeline(transaction=False)
+                pipe.set("k", f"a{i}").get("k").set("k", f"b{i}").get("k")
+                assert await pipe.execute() == [True, f"a{i}".encode(), True, f"b{i}".encode()]
+            await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_mixed_pipeline_answers_every_command_in_order(tmp_path):
+    """execute_many's runs: errors (unknown, arity, type) and front-end commands
+    between data commands, reads after writes, each answered in its place."""
+
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            c = _client(nodes[0])
+            await c.set("pre", "0")
+            pipe = c.pipeline(transaction=False)
+            pipe.get("pre")
+            pipe.set("s", "x")
+            pipe.execute_command("NOSUCH", "a")
+            pipe.execute_command("GET")
+            pipe.incr("s")
+            pipe.ping()
+            pipe.incr("n")
+            pipe.mget("s", "n", "none")
+            pipe.echo("e")
+            pipe.delete("s")
+            pipe.exists("s", "n")
+            got = await pipe.execute(raise_on_error=False)
+            assert got[:2] == [b"0", True]
+            assert isinstance(got[2], ResponseError) and "unknown command" in str(got[2])
+            assert isinstance(got[3], ResponseError) and "wrong number" in str(got[3])
+            assert isinstance(got[4], ResponseError) and "not an integer" in str(got[4])
+            assert got[5:] == [True, 1, [b"x", b"1", None], b"e", 1, 1]
+            await c.aclose()
+
+    asyncio.run(main())
