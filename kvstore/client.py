@@ -108,7 +108,7 @@ class KVClient:
         spec, argv = parsed
         payload = encode_command(argv)
         if spec.kind == "write":
-            key = argv[1] if spec.first_key == 1 and spec.last_key == 1 else None
+            key = argv[1] if spec.single_key else None
             raw = await self.client.submit(
                 payload, key=key, wait="executed", timeout_s=self.timeout_s
             )
@@ -117,7 +117,7 @@ class KVClient:
                 raise ValueError(
                     f'consistency must be "linearizable" or "stale", not {consistency!r}'
                 )
-            key = argv[1] if spec.first_key == 1 and spec.last_key == 1 else None
+            key = argv[1] if spec.single_key else None
             raw = await self.client.read(
                 key, payload, stale=consistency == "stale", timeout_s=self.timeout_s
             )

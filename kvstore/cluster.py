@@ -151,6 +151,24 @@ class ProcessCluster:
                 proc.send_signal(signal.SIGCONT)
         self.paused.discard(k)
 
+    def sequencer(self) -> int | None:
+        """The sequencer as the running nodes' INFO names it (the one most name)."""
+        import redis
+
+        named: dict[int, int] = {}
+        for k in range(self.size):
+            if not self.running(k) or k in self.paused:
+                continue
+            host, port = self.redis_address(k)
+            try:
+                info = redis.Redis(host=host, port=port, socket_timeout=1.0).info("replication")
+            except Exception:  # a node that cannot answer names nobody
+                continue
+            seq = int(info.get("sequencer", -1))
+            if seq >= 0:
+                named[seq] = named.get(seq, 0) + 1
+        return max(named, key=lambda s: named[s]) if named else None
+
     def stop(self) -> None:
         """SIGTERM every node (resuming paused ones first); kill what lingers."""
         for k in list(self.paused):

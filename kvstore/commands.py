@@ -50,6 +50,12 @@ class CommandSpec(NamedTuple):
     flags: tuple[str, ...]
     summary: str
 
+    @property
+    def single_key(self) -> bool:
+        """Names exactly one key, its first argument (GET k, SET k v ...): the key
+        a write gives the sequencer's history table and a read asks it about."""
+        return self.first_key == 1 and self.last_key == 1
+
 
 def _spec(
     name: str,

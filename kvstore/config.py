@@ -16,13 +16,12 @@ mistake names the key, like the runtime's checks do.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from sdpaxos.core.errors import ConfigError
-from sdpaxos.runtime.config import NodeConfig, parse_config
+from sdpaxos.runtime.config import NodeConfig, parse_config, read_toml
 
 __all__ = ["KVConfig", "load_kv_config", "parse_kv_config"]
 
@@ -55,12 +54,7 @@ class KVConfig:
 def load_kv_config(path: Path | str, node_id: int | None = None) -> KVConfig:
     """Read and check the TOML file at ``path``; ``node_id`` overrides ``[node] id``."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    raw = read_toml(path)
     return parse_kv_config(raw, base_dir=path.parent, node_id=node_id, source=str(path))
 
 

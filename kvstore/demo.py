@@ -192,25 +192,6 @@ def _timeline(samples: dict[str, Sample], seconds: float) -> list[tuple[float, f
     return [(k + 0.5, float(n)) for k, n in enumerate(buckets[: int(seconds)])]
 
 
-def _sequencer_of(cluster: ProcessCluster) -> int | None:
-    """The sequencer, as the nodes' INFO says (the node most of them name)."""
-    import redis
-
-    named: dict[int, int] = {}
-    for k in range(cluster.size):
-        if not cluster.running(k):
-            continue
-        host, port = cluster.redis_address(k)
-        try:
-            info = redis.Redis(host=host, port=port, socket_timeout=1.0).info("replication")
-        except Exception:
-            continue
-        seq = int(info.get("sequencer", -1))
-        if seq >= 0:
-            named[seq] = named.get(seq, 0) + 1
-    return max(named, key=lambda s: named[s]) if named else None
-
-
 def run_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -238,7 +219,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
             def tick(elapsed: float, done: int) -> None:
                 if state["killed"] is None and elapsed >= seconds / 2:
-                    victim = _sequencer_of(cluster)
+                    victim = cluster.sequencer()
                     victim = 0 if victim is None else victim
                     cluster.kill(victim)
                     state["killed"], state["killed_at"] = victim, elapsed

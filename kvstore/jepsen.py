@@ -99,9 +99,7 @@ class _Nemesis:
                 client.close()
 
     def _sequencer(self) -> int:
-        from kvstore.demo import _sequencer_of
-
-        seq = _sequencer_of(self.cluster)
+        seq = self.cluster.sequencer()
         return 0 if seq is None else seq
 
     def tick(self, elapsed: float) -> None:

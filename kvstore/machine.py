@@ -285,31 +285,25 @@ class KVStore:
 
     def apply(self, payload: bytes) -> bytes:
         """Run one command from the log and answer its encoded result. Never raises."""
+        return self._run(payload, writes=True)
+
+    def query(self, request: bytes) -> bytes:
+        """Answer a read command from local state (a write is refused, nothing changes)."""
+        return self._run(request, writes=False)
+
+    def _run(self, payload: bytes, writes: bool) -> bytes:
         try:
             args = msgpack.unpackb(payload)
         except Exception:
             return _MALFORMED_BYTES
         if type(args) is msgpack.ExtType:
-            return self._batch(args, writes=True)
-        result = self.execute(args)
+            return self._batch(args, writes)
+        result = self.execute(args, writes)  # refuses anything but a list of bytes
         if result is OK:
             return _OK_BYTES
         if result is None:
             return _NIL_BYTES
         return self._pack(result)
-
-    def query(self, request: bytes) -> bytes:
-        """Answer a read command from local state (a write is refused, nothing changes)."""
-        try:
-            top = msgpack.unpackb(request)
-        except Exception:
-            return _MALFORMED_BYTES
-        if type(top) is msgpack.ExtType:
-            return self._batch(top, writes=False)
-        args = decode_command(request)
-        if args is None:
-            return _MALFORMED_BYTES
-        return self._pack(self.execute(args, writes=False))
 
     def _batch(self, ext: msgpack.ExtType, writes: bool) -> bytes:
         """A batch (:func:`kvstore.codec.encode_batch`): each command in order,

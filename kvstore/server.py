@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kvstore.codec import decode_results, decode_value, encode_batch_args, encode_command
-from kvstore.commands import COMMANDS, CommandSpec, unknown_command, wrong_arity
+from kvstore.commands import COMMANDS, parse
 from kvstore.config import KVConfig
 from kvstore.machine import KVStore
 from kvstore.resp import CommandSpec as RespSpec
@@ -76,20 +76,6 @@ def redis_server_context(config: KVConfig) -> _ssl.SSLContext:
     return ctx
 
 
-class _Route:
-    """What the backend needs of one command, worked out once per name."""
-
-    __slots__ = ("arity", "name", "single_key", "write")
-
-    def __init__(self, spec: CommandSpec) -> None:
-        self.name = spec.name
-        self.arity = spec.arity
-        self.write = spec.kind == "write"
-        # The key the sequencer's history table is asked about: a command that
-        # names exactly one key (GET k, SET k v ...); else None ("any key").
-        self.single_key = spec.first_key == 1 and spec.last_key == 1
-
-
 class KVBackend:
     """The Redis front end's :class:`~kvstore.resp.Backend`, over a node and its store."""
 
@@ -105,11 +91,6 @@ class KVBackend:
         self._reads = _Batcher(
             lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s)
         )
-        self._routes: dict[bytes, _Route] = {}
-        for spec in COMMANDS.values():
-            route = _Route(spec)
-            self._routes[spec.name.encode()] = route
-            self._routes[spec.name.upper().encode()] = route
         self._table = [
             RespSpec(
                 spec.name,
@@ -157,30 +138,20 @@ class KVBackend:
         front end checks it).
         """
         out: list[Value | Deferred | DeferredList] = []
-        routes = self._routes
         writes = self._writes
         prior = self._writing.get(conn.id)
         logged = prior is not None and not prior.done  # a write of this connection in flight
         opened = 0  # commands added to the write batch since its last part
         try:
             for args in requests:
-                name = args[0]
-                route = routes.get(name)
-                if route is None:
-                    route = routes.get(name.lower())
-                    if route is None:
-                        if opened:
-                            out.extend(writes.seal())
-                            opened = 0
-                        out.append(unknown_command(args))
-                        continue
-                n = len(args)
-                if (n != route.arity) if route.arity > 0 else (n < -route.arity):
+                parsed = parse(args)  # Redis' unknown-command and arity errors
+                if isinstance(parsed, Error):
                     if opened:
                         out.extend(writes.seal())
                         opened = 0
-                    out.append(wrong_arity(route.name))
+                    out.append(parsed)
                     continue
+                spec = parsed[0]
                 size = _packed_bound(args)
                 if size > COMMAND_BYTES_MAX:
                     exact = len(encode_command(args))
@@ -195,8 +166,8 @@ class KVBackend:
                             )
                         )
                         continue
-                key = args[1] if route.single_key else None
-                if route.write or logged:
+                key = args[1] if spec.single_key else None
+                if spec.kind == "write" or logged:
                     writes.add(args, key, size)
                     opened += 1
                     logged = True

@@ -79,7 +79,6 @@ async def _client(
     started: float,
     connect: Callable[[tuple[str, int]], Any],
 ) -> None:
-    import redis.asyncio as aioredis
     from redis.exceptions import ResponseError
 
     r = connect(address)
@@ -151,7 +150,6 @@ async def _client(
                 await asyncio.sleep(workload.think_s)
     finally:
         await r.aclose()
-    del aioredis
 
 
 def redis_connect(

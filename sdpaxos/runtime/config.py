@@ -58,6 +58,7 @@ __all__ = [
     "TlsFiles",
     "load_config",
     "parse_config",
+    "read_toml",
 ]
 
 _PROTOCOL_FIELDS = frozenset(
@@ -127,16 +128,21 @@ class NodeConfig:
         return self.replicas[self.node_id]
 
 
-def load_config(path: Path | str, node_id: int | None = None) -> NodeConfig:
-    """Read and check the TOML file at ``path``; ``node_id`` overrides ``[node] id``."""
+def read_toml(path: Path | str) -> dict[str, Any]:
+    """The TOML document at ``path``, or a :class:`ConfigError` naming the file."""
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    return parse_config(raw, base_dir=path.parent, node_id=node_id, source=str(path))
+
+
+def load_config(path: Path | str, node_id: int | None = None) -> NodeConfig:
+    """Read and check the TOML file at ``path``; ``node_id`` overrides ``[node] id``."""
+    path = Path(path)
+    return parse_config(read_toml(path), base_dir=path.parent, node_id=node_id, source=str(path))
 
 
 def parse_config(

@@ -38,6 +38,7 @@ def test_serve_and_status_show_every_node_and_its_redis_address(tmp_path):
         rows = json.loads(done.stdout)
         assert [r["redis"] for r in rows] == [f"{h}:{p}" for h, p in cluster.configs[0].redis]
         assert all(r["sequencer"] == 0 for r in rows)
+        assert cluster.sequencer() == 0  # what the demo and the nemesis aim at
         table = _kvstore("status", "--config", str(path), timeout=60)
         assert "redis" in table.stdout.splitlines()[0]
         assert f"{host}:{port}" in table.stdout
