@@ -10,6 +10,7 @@ nodes (:func:`load_config`).
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,15 +27,45 @@ LOCAL_REPLICAS_MAX = 16
 LOCAL_CLIENT_CERTS = 4
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` TCP ports free right now (the OS picks; a race is possible but rare)."""
-    sockets = []
+#: Where :func:`free_ports` looks when the kernel's ephemeral range is unknown.
+_EPHEMERAL_LOW_DEFAULT = 32768
+_PORT_LOW = 10000
+
+
+def _ephemeral_low() -> int:
     try:
-        for _ in range(count):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _EPHEMERAL_LOW_DEFAULT
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` TCP ports free right now, below the kernel's ephemeral range.
+
+    Not ports the OS picks for ``bind(0)``: those come from the ephemeral range,
+    which is also where outgoing connections take their source port, so a
+    node dialling a peer could take a port another node of the cluster is
+    about to listen on (seen: a Redis port taken by a peer connection).
+    """
+    rng = random.SystemRandom()
+    high = max(_PORT_LOW + count, _ephemeral_low())
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            port = rng.randrange(_PORT_LOW, high)
+            if port in ports:
+                continue
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
+            try:
+                s.bind((host, port))
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
+            ports.append(port)
+        return ports
     finally:
         for s in sockets:
             s.close()

@@ -159,3 +159,19 @@ def test_the_sequencer_renews_its_lease_three_times_per_lease_unless_the_file_sa
     path.write_text(GOOD.replace("heartbeat_ms = 400\nlease_ms = 400\n", ""))
     cfg = load_config(path).cluster
     assert cfg.lease_ms == 500 and cfg.heartbeat_ms == pytest.approx(500 / 3)
+
+
+def test_local_ports_are_free_and_below_the_ephemeral_range():
+    # Outgoing connections take source ports from the ephemeral range: a local
+    # cluster's listening ports must not come from it, or a node dialling a peer
+    # can take a port another node is about to listen on.
+    import socket
+
+    from sdpaxos.runtime.local import _ephemeral_low, free_ports
+
+    ports = free_ports(20)
+    assert len(set(ports)) == 20
+    assert all(p < _ephemeral_low() for p in ports)
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
