@@ -281,6 +281,9 @@ class SimCluster:
             (0: every clock reads virtual time).
         traced: build every replica with a tracer that feeds ``trace_listeners``
             (the real core only: ``replica_factory`` must be the default).
+        protocol: a name from :data:`sdpaxos.protocols.PROTOCOL_NAMES`; a
+            baseline brings its replica factory and its messages' codec (unless
+            ``replica_factory`` or ``codec`` is given).
     """
 
     def __init__(
@@ -304,7 +307,18 @@ class SimCluster:
         processing_us: int = 0,
         clock_drift_ppm: int = 0,
         traced: bool = False,
+        protocol: str = "sdpaxos",
     ) -> None:
+        if protocol != "sdpaxos":
+            # A baseline (sdpaxos.protocols): its replicas and its messages' codec.
+            from sdpaxos.protocols import protocol as get_protocol
+
+            spec = get_protocol(protocol)
+            if replica_factory is core_replica:
+                replica_factory = spec.make_replica
+            if codec is None:
+                codec = spec.codec
+        self.protocol = protocol
         if not tick_ms > 0:
             raise ValueError(f"tick_ms must be > 0, got {tick_ms}")
         if processing_us < 0:

@@ -91,6 +91,7 @@ def run_closed_loop(
     catch: bool = True,
     progress: Progress | None = None,
     cluster_hook: Callable[[SimCluster], None] | None = None,
+    protocol: str = "sdpaxos",
 ) -> RunResult:
     """Run closed-loop clients at every replica, then heal and drain.
 
@@ -113,6 +114,7 @@ def run_closed_loop(
         configured_proximity=configured_proximity,
         measured_proximity=measured_proximity,
         config_overrides=config_overrides,
+        protocol=protocol,
     )
     if cluster_hook is not None:
         cluster_hook(cluster)
@@ -180,6 +182,7 @@ def run_closed_loop(
         chosen_c=cluster.checker.chosen_c,
         chosen_o=cluster.checker.chosen_o,
         options={
+            "protocol": protocol,
             "commands_per_region": commands_per_region,
             "clients_per_region": clients_per_region,
             "tick_ms": tick_ms,

@@ -56,6 +56,7 @@ __all__ = [
     "MESSAGES_PER_BATCH_MAX",
     "VERSION",
     "CodecError",
+    "MessageCodec",
     "decode",
     "decode_batch",
     "encode",
@@ -574,3 +575,73 @@ def decode_batch(data: bytes) -> list[Message]:
         except CodecError as exc:
             raise CodecError(f"batch message {index}: {exc}") from exc
     return out
+
+
+class MessageCodec:
+    """The same wire format over another table of message classes.
+
+    Why: the baseline protocols (:mod:`sdpaxos.protocols`) have messages of
+    their own, and the simulator, the runtime and the fuzzer must carry them
+    with exactly the checks the SDPaxos messages get. ``classes`` plays the part
+    of :data:`~sdpaxos.core.messages.MESSAGE_TYPES` (a tag is an index into it,
+    so the table is append-only too); the module functions above stay the fast
+    path for SDPaxos itself.
+    """
+
+    __slots__ = ("_from_wire_table", "_tag_count", "_to_wire_table", "classes")
+
+    def __init__(self, classes: tuple[type, ...]) -> None:
+        if not classes:
+            raise ValueError("a MessageCodec needs at least one message class")
+        self.classes = classes
+        self._to_wire_table, self._from_wire_table = _build_tables(classes)
+        self._tag_count = len(self._from_wire_table)
+
+    def _to_wire(self, msg: object) -> object:
+        try:
+            to_wire = self._to_wire_table[type(msg)]
+        except KeyError:
+            raise CodecError(f"not a message type of this codec: {_short(msg)}") from None
+        return to_wire(msg)
+
+    def _from_wire(self, items: object) -> Any:
+        if type(items) is not tuple or not items:
+            raise CodecError(f"expected a non-empty array [tag, ...], got {_short(items)}")
+        tag = items[0]
+        if type(tag) is not int or not 0 <= tag < self._tag_count:
+            raise CodecError(f"unknown message tag {_short(tag)}")
+        return self._from_wire_table[tag](items)
+
+    def encode(self, msg: object) -> bytes:
+        """Encode one message (see :func:`encode`)."""
+        return _finish(self._to_wire(msg))
+
+    def encode_batch(self, msgs: Iterable[object]) -> bytes:
+        """Encode a batch for one peer (see :func:`encode_batch`)."""
+        body = [self._to_wire(msg) for msg in msgs]
+        if len(body) > MESSAGES_PER_BATCH_MAX:
+            raise CodecError(
+                f"{len(body)} messages exceed MESSAGES_PER_BATCH_MAX ({MESSAGES_PER_BATCH_MAX})"
+            )
+        return _finish(body)
+
+    def decode(self, data: bytes) -> Any:
+        """Decode one message; raises only :class:`CodecError`."""
+        return self._from_wire(_unpack_body(data))
+
+    def decode_batch(self, data: bytes) -> list[Any]:
+        """Decode a batch, all or nothing; raises only :class:`CodecError`."""
+        body = _unpack_body(data)
+        if type(body) is not tuple:
+            raise CodecError(f"expected a batch array, got {_short(body)}")
+        if len(body) > MESSAGES_PER_BATCH_MAX:
+            raise CodecError(
+                f"{len(body)} messages exceed MESSAGES_PER_BATCH_MAX ({MESSAGES_PER_BATCH_MAX})"
+            )
+        out: list[Any] = []
+        for index, items in enumerate(body):
+            try:
+                out.append(self._from_wire(items))
+            except CodecError as exc:
+                raise CodecError(f"batch message {index}: {exc}") from exc
+        return out
