@@ -192,6 +192,8 @@ class Prepare:
     owner: int
     start: int
     end: int
+    last_valued: int
+    next_own: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,6 +589,8 @@ class MenciusReplica:
     def _learn_facts(self, q: int, a: int, b: int) -> None:
         """Owner ``q``'s instances strictly between ``a`` and ``b`` are no-ops."""
         n = self.n
+        if b - n > self.max_known:
+            self.max_known = b - n  # (``a`` < ``b``; an instance we may need to learn)
         key = (q, a)
         start = self._filled.get(key, a)
         if b - n <= start:
@@ -596,8 +600,6 @@ class MenciusReplica:
         for x in range(start + n, b, n):
             if x not in chosen:
                 self._decide(x, NOOP)
-        if b - n > self.max_known:
-            self.max_known = b - n
 
     def _decide(self, x: int, value: tuple[Command, ...]) -> None:
         old = self.chosen.get(x)
@@ -924,7 +926,7 @@ class MenciusReplica:
             del self.revocations[q]
             return
         rev.promises[self.id] = mine
-        self._broadcast(Prepare(self.id, ballot, q, x, end))
+        self._broadcast(Prepare(self.id, ballot, q, x, end, self.last_valued, self.next_own))
 
     def _retransmit_revocation(self, rev: _Revocation) -> None:
         rev.sent_ms = self.now_ms
