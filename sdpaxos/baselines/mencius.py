@@ -1,0 +1,1029 @@
+"""Mencius (Mao, Junqueira, Marzullo, OSDI 2008) as a pure core, for the paper's comparison.
+
+The global instance sequence ``0, 1, 2, ...`` is partitioned round robin:
+instance ``i`` is owned by replica ``i mod N``. Every replica is the
+coordinator of its own instances (the paper's Coordinated Paxos):
+
+* **Propose.** A replica puts a batch of queued commands (at most
+  ``config.c_batch_max``, one instance per :meth:`ready` turn, at most
+  ``config.c_inflight_max`` in flight) in its next own instance at ballot 0 and
+  goes straight to phase 2: ``Accept`` to every peer (Mencius needs every
+  replica to hear of the instance, so there is no thrifty quorum). A majority
+  of ``Accepted`` makes it chosen; the owner sends ``Commit`` to everyone. With
+  N = 3 the owner's acceptance and one acceptor's are a majority already, so an
+  acceptor knows a ballot-0 value chosen as soon as it accepts it (plain Paxos:
+  the same ballot and value at a majority).
+* **Skip.** A replica that hears of instance ``j`` of another owner (its
+  ballot-0 ``Accept`` or a ``Commit``) beyond its own next index skips its own
+  instances below ``j``: they become no-ops, and its next index moves past
+  ``j`` (durably, :class:`OwnNext`, before anyone may hear of it). Skips travel
+  as two numbers on every message a replica sends, ``(last_valued,
+  next_own)``: "my instances strictly between these are no-ops"; an ``Accept``
+  of the owner's instance ``k`` also carries ``prev``, its previous valued
+  instance, so the instances between them are no-ops ("accept implies skip").
+  Only the owner ever proposes a value at ballot 0 and revocation proposes
+  only what it finds accepted, so a skipped instance can only ever be chosen
+  as a no-op: learning it from the owner is learning it chosen. An idle
+  replica sends an explicit :class:`Skip` when its skips moved, at most every
+  :data:`SKIP_INTERVAL_TICKS` ticks, and every ``heartbeat_ms / 2`` anyway (a
+  heartbeat for failure detection).
+* **Execution** runs instances strictly in order, a no-op executing nothing;
+  ``(client_id, seq)`` sessions (:mod:`sdpaxos.core.sessions`) make it
+  exactly-once. ``Executed.slot`` and ``Executed.c_index`` are the global
+  instance number, ``owner`` its owner.
+* **Ready.** A command is answered READY only when its instance is chosen and
+  every lower instance is decided (chosen or skipped), i.e. when its owner
+  executes it: before that, a command proposed later at a lagging owner could
+  still take a lower instance and break real-time order.
+* **Revocation.** A replica whose execution waits on an instance of an owner it
+  has heard nothing from for ``lease_ms + election_margin_ms`` plus a jitter
+  in ``[0, election_jitter_ms]`` (from the rng) runs phase 1 at a higher ballot
+  on that owner's instances ``[blocked, blocked + N * recovery_batch_max)``,
+  adopts the highest-ballot value any promise reports (a value some promiser
+  knows chosen wins outright), and otherwise proposes a no-op; chosen values go
+  out as ``Commit``. It repeats while the owner stays silent, so the others keep
+  executing. The owner, when it hears a ``Prepare`` or learns an own instance
+  decided without it, moves its next index past it and proposes again the
+  commands of any own instance that became a no-op. A restarted replica rebuilds
+  its acceptor state, its next index and its last valued instance from its
+  records (:class:`~sdpaxos.core.storage.CAccepted`,
+  :class:`~sdpaxos.core.storage.CPromised`, :class:`OwnNext`), drives its last
+  own instances again, and learns the rest (revoked instances included) with
+  ``LearnRequest``; it continues beyond all of it.
+* **Reads** go through the log in Mencius (no replica can serve a linearizable
+  local read without it): :meth:`MenciusReplica.read` always answers
+  ``ok=False``.
+
+**Latency.** The owner ``o`` of instance ``k`` answers once ``k`` is chosen
+(``M_o``, the round trip to its nearest majority, as for SDPaxos) and it knows
+every lower instance decided. For another owner ``q`` that means hearing that
+``q`` skipped or filled its instances below ``k``: at the latest ``q``'s answer
+to ``o``'s ``Accept``, one round trip ``RTT(o, q)``, often sooner, since a busy
+``q`` announces its skips on its own ``Accept`` messages. An instance ``q``
+filled below ``k`` was proposed before ``q`` heard of ``k`` (within
+``RTT(o, q) / 2``) and must be known chosen at ``o`` too: with N = 3 ``o`` knows
+it when it accepts it (the rule above), with N >= 5 from ``q``'s ``Commit``,
+``M_q`` plus a one-way delay after ``q`` proposed it. So without faults::
+
+    SDPaxos(o) <= latency(o) <= max(M_o, max over q != o of RTT(o, q) + [N > 3] * M_q)
+
+roughly ``max(M_o, the round trip to the farthest other owner)`` with three
+replicas; ``tests/baselines/test_mencius.py`` asserts both sides per region on
+paper3 and paper5. Under balanced load the owners run nearly in lockstep and
+every region sees about the same latency (simulator, one client per region:
+paper3 about 51 ms everywhere, paper5 about 166 ms).
+
+**Simplified, plainly:** no thrifty quorums (Mencius's skips need every replica
+to hear every instance); acknowledgements go to the coordinator only and the
+coordinator's ``Commit`` tells the others (Coordinated Paxos), so with N = 5 a
+replica waits for another owner's ``Commit`` of a lower instance, which puts
+the 5-replica latency above the paper's Fig. 12 values; no snapshots or log
+compaction (chosen values and skip marks are kept for learners, memory grows
+with the instances); revocation does not wait for the suspect to be "really"
+dead (a false suspicion costs the suspect's in-flight instances a retry, never
+safety); a revoked instance runs phase 1 even when its owner had skipped it.
+"""
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeAlias
+
+from sdpaxos.core.app import StateMachine
+from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.errors import LocalProtocolError, Overloaded
+from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
+from sdpaxos.core.sessions import Outcome, Sessions
+from sdpaxos.core.storage import CAccepted, CPromised
+from sdpaxos.core.types import (
+    BALLOT_STRIDE,
+    Ballot,
+    CIndex,
+    Command,
+    ReplicaId,
+    Slot,
+    Wait,
+    ballot_round,
+    make_ballot,
+)
+
+__all__ = [
+    "MESSAGE_TYPES",
+    "TITLE",
+    "Accept",
+    "Accepted",
+    "Commit",
+    "Decided",
+    "LearnRequest",
+    "MenciusReplica",
+    "MenciusStats",
+    "OwnNext",
+    "Prepare",
+    "Promise",
+    "Skip",
+    "make_replica",
+]
+
+TITLE = "Mencius"
+
+#: The value of a skipped (or revoked) instance: no command.
+NOOP: tuple[Command, ...] = ()
+#: An explicit Skip goes out at most this many ticks after a replica's skips moved.
+SKIP_INTERVAL_TICKS = 1
+#: A promise reports a value the promiser knows chosen at this ballot (above any real one).
+CHOSEN_BALLOT = 1 << 62
+
+
+# -- messages ----------------------------------------------------------------
+# Every message carries its sender's skips: ``(last_valued, next_own)``, its
+# instances strictly between the two are no-ops (``last_valued`` is
+# ``sender - N`` before its first valued instance).
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """Phase 2: accept ``commands`` for ``instance`` at ``ballot``. At ballot 0
+    only the owner sends it, and ``prev`` is its previous valued instance."""
+
+    sender: int
+    instance: int
+    ballot: int
+    commands: tuple[Command, ...]
+    prev: int
+    last_valued: int
+    next_own: int
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Answer to an :class:`Accept`: ``ok`` (accepted at ``ballot``) or refused
+    (``ballot`` is the higher one promised)."""
+
+    sender: int
+    instance: int
+    ballot: int
+    ok: bool
+    last_valued: int
+    next_own: int
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """``commands`` is chosen for ``instance`` (a no-op if empty)."""
+
+    sender: int
+    instance: int
+    commands: tuple[Command, ...]
+    last_valued: int
+    next_own: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Only the sender's skips (and a sign of life)."""
+
+    sender: int
+    last_valued: int
+    next_own: int
+
+
+@dataclass(frozen=True, slots=True)
+class Prepare:
+    """Revocation phase 1 on ``owner``'s instances ``start, start+N, ... < end``."""
+
+    sender: int
+    ballot: int
+    owner: int
+    start: int
+    end: int
+    last_valued: int
+    next_own: int
+
+
+@dataclass(frozen=True, slots=True)
+class Promise:
+    """Answer to a :class:`Prepare`. ``ok``: promised; ``accepted`` lists
+    ``(instance, ballot)`` of what the sender accepted (or knows chosen, at
+    :data:`CHOSEN_BALLOT`) in the range, ``values`` the values, in the same order.
+    Not ``ok``: ``ballot`` is a higher ballot promised."""
+
+    sender: int
+    ballot: int
+    owner: int
+    start: int
+    ok: bool
+    accepted: tuple[tuple[int, int], ...]
+    values: tuple[tuple[Command, ...] | None, ...]
+    last_valued: int
+    next_own: int
+
+
+@dataclass(frozen=True, slots=True)
+class LearnRequest:
+    """Execution is stuck at ``start``; the sender knows of instances up to ``upto``."""
+
+    sender: int
+    start: int
+    upto: int
+    last_valued: int
+    next_own: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """Answer to a :class:`LearnRequest`: ``values[k]`` is chosen for ``start + k``
+    (``None``: not known here)."""
+
+    sender: int
+    start: int
+    values: tuple[tuple[Command, ...] | None, ...]
+    last_valued: int
+    next_own: int
+
+
+#: Append-only: a message's wire tag is its index here.
+MESSAGE_TYPES: tuple[type, ...] = (
+    Accept,
+    Accepted,
+    Commit,
+    Skip,
+    Prepare,
+    Promise,
+    LearnRequest,
+    Decided,
+)
+
+Message: TypeAlias = Accept | Accepted | Commit | Skip | Prepare | Promise | LearnRequest | Decided
+
+
+# -- records -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OwnNext:
+    """This replica's next own instance is ``next_own``: those below it that
+    carry no value of its own are no-ops, and it never proposes in them."""
+
+    next_own: int
+
+
+@dataclass(slots=True)
+class MenciusStats:
+    """Counters (the simulator sums every int field over incarnations)."""
+
+    steps: int = 0
+    rejected: int = 0
+    stale: int = 0
+    instances_proposed: int = 0
+    instances_revoked: int = 0
+    revocations: int = 0
+    skips_sent: int = 0
+    learn_requests: int = 0
+    commands_executed: int = 0
+    commands_requeued: int = 0
+    invariant_alarms: int = 0
+
+
+class _Bad(Exception):
+    """A peer message that is malformed or impossible: ignored, counted."""
+
+
+@dataclass(slots=True)
+class _Own:
+    """One of our ballot-0 instances on its way to a majority."""
+
+    commands: tuple[Command, ...]
+    prev: int
+    acks: set[int]
+    sent_ms: float
+
+
+@dataclass(slots=True)
+class _Revocation:
+    owner: int
+    ballot: int
+    start: int
+    end: int
+    sent_ms: float
+    promises: dict[int, Promise] = field(default_factory=dict)
+    #: Phase 2: instance -> (value, acceptors).
+    accepts: dict[int, tuple[tuple[Command, ...], set[int]]] | None = None
+
+
+class MenciusReplica:
+    """One Mencius replica; the driving API of :class:`sdpaxos.core.replica.Replica`."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        replica_id: int,
+        state_machine: StateMachine,
+        rng: random.Random,
+        observe: bool = False,
+        records: list[Any] | None = None,
+    ) -> None:
+        if not isinstance(config, ClusterConfig):
+            raise LocalProtocolError("config must be a ClusterConfig")
+        if not 0 <= replica_id < config.replicas:
+            raise LocalProtocolError(f"replica_id {replica_id} is not in 0..{config.replicas - 1}")
+        self.config = config
+        self.n = n = config.replicas
+        self.id = me = replica_id
+        self.majority = config.majority
+        self.sm = state_machine
+        self.rng = rng
+        self.observe = observe
+        self.stats = MenciusStats()
+        self.sessions = Sessions(config.session_lifetime_slots, config.sessions_max)
+        # Acceptor.
+        self.promised: dict[int, int] = {}
+        self.accepted: dict[int, tuple[int, tuple[Command, ...]]] = {}
+        # Learner.
+        self.chosen: dict[int, tuple[Command, ...]] = {}
+        #: (owner, its last valued instance) -> no-ops already filled up to here.
+        self._filled: dict[tuple[int, int], int] = {}
+        self.exec_next = 0
+        self.max_known = -1
+        # Coordinator of our own instances.
+        self.next_own = me
+        self.last_valued = me - n
+        self._persisted_next = me
+        self.queue: deque[Command] = deque()
+        self.exec_waiters: set[tuple[int, int]] = set()
+        self.inflight: dict[int, _Own] = {}
+        #: Own instances this incarnation proposed for clients (answered on execution).
+        self.mine: dict[int, tuple[Command, ...]] = {}
+        # Failure detection and revocation.
+        self.now_ms = 0.0
+        self._started = False
+        self.last_heard = [0.0] * n
+        self.suspect_ms = [self._draw_suspect() for _ in range(n)]
+        self.round = 0
+        self.revocations: dict[int, _Revocation] = {}
+        #: Owner -> no revocation of ours before this time (someone else runs one).
+        self._hold_until: dict[int, float] = {}
+        # Skips told to each peer, and when we last sent it anything.
+        self._told = [me] * n
+        self._told_ms = [0.0] * n
+        self._skip_ticks = 0
+        # Learning.
+        self._blocked_since = 0.0
+        self._learn_sent_ms = -1e18
+        # Effects of the current batch.
+        self._persist: list[Any] = []
+        self._messages: list[tuple[ReplicaId, Any]] = []
+        self._replies: list[Reply] = []
+        self._executed: list[Executed] = []
+        self._reads: list[ReadResult] = []
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Accept: self._on_accept,
+            Accepted: self._on_accepted,
+            Commit: self._on_commit,
+            Skip: self._on_skip,
+            Prepare: self._on_prepare,
+            Promise: self._on_promise,
+            LearnRequest: self._on_learn_request,
+            Decided: self._on_decided,
+        }
+        if records:
+            self._restore(records)
+
+    # ------------------------------------------------------------------ API
+
+    def propose(self, command: Command, wait: Wait = Wait.READY) -> None:
+        """Queue ``command``; answered READY (or EXECUTED) when its owner executes it."""
+        if not isinstance(command, Command):
+            raise LocalProtocolError(f"propose() takes a Command, got {type(command).__name__}")
+        if len(self.queue) >= self.config.propose_queue_max:
+            raise Overloaded(f"{len(self.queue)} proposals are already queued")
+        self.queue.append(command)
+        if wait == Wait.EXECUTED:
+            self.exec_waiters.add((command.client_id, command.seq))
+
+    def step(self, message: Any, now_ms: float) -> None:
+        """Handle one peer message; bad input is counted (``stats.rejected``), never raised."""
+        self._clock(now_ms)
+        self.stats.steps += 1
+        handler = self._handlers.get(type(message))
+        try:
+            if handler is None:
+                raise _Bad(f"not a Mencius message: {type(message).__name__}")
+            sender = message.sender
+            if type(sender) is not int or not 0 <= sender < self.n or sender == self.id:
+                raise _Bad(f"unknown sender {sender!r}")
+            self._check_facts(sender, message)
+            self.last_heard[sender] = self.now_ms
+            handler(message)
+            self._learn_facts(sender, message.last_valued, message.next_own)
+        except _Bad:
+            self.stats.rejected += 1
+        self._execute()
+
+    def tick(self, now_ms: float) -> None:
+        """Timers: retransmission, explicit skips and heartbeats, learning, revocation."""
+        self._clock(now_ms)
+        now = self.now_ms
+        cfg = self.config
+        for k, own in self.inflight.items():
+            if now - own.sent_ms >= cfg.retransmit_ms:
+                own.sent_ms = now
+                for p in self._peers():
+                    if p not in own.acks:
+                        self._send(p, self._accept(k, 0, own.commands, own.prev))
+        # Explicit skips (when ours moved) and heartbeats.
+        self._skip_ticks += 1
+        moved = self._skip_ticks >= SKIP_INTERVAL_TICKS
+        if moved:
+            self._skip_ticks = 0
+        for p in self._peers():
+            if (moved and self._told[p] < self.next_own) or (
+                now - self._told_ms[p] >= cfg.heartbeat_ms / 2
+            ):
+                self.stats.skips_sent += 1
+                self._send(p, Skip(self.id, self.last_valued, self.next_own))
+        # Learning: execution waits on something we know is past.
+        x = self.exec_next
+        if x % self.n == self.id and x >= self.next_own and x < self.max_known:
+            self._heard_of(self.max_known)  # we hold the others back: skip
+            self._execute()
+            x = self.exec_next
+        if x <= self.max_known and x not in self.chosen:
+            if (
+                now - self._blocked_since >= cfg.learn_ms
+                and now - self._learn_sent_ms >= cfg.learn_ms
+            ):
+                self._learn_sent_ms = now
+                self.stats.learn_requests += 1
+                for p in self._peers():
+                    self._send(
+                        p,
+                        LearnRequest(self.id, x, self.max_known, self.last_valued, self.next_own),
+                    )
+            owner = x % self.n
+            if owner != self.id:
+                self._maybe_revoke(owner, x)
+        for rev in list(self.revocations.values()):
+            if now - rev.sent_ms >= cfg.retransmit_ms:
+                self._retransmit_revocation(rev)
+        self._execute()
+
+    def ready(self) -> Ready:
+        """Propose one batch if commands wait, then hand over the effects batch."""
+        self._execute()
+        if self.queue and len(self.inflight) < self.config.c_inflight_max:
+            self._propose_batch()
+        if self.next_own > self._persisted_next:
+            self._persisted_next = self.next_own
+            self._persist.append(OwnNext(self.next_own))
+        rd = Ready(
+            persist=self._persist,  # CAccepted, CPromised and OwnNext records
+            messages=self._messages,
+            replies=self._replies,
+            executed=self._executed,
+            reads=self._reads,
+        )
+        if rd:
+            self._persist, self._messages, self._replies = [], [], []
+            self._executed, self._reads = [], []
+        return rd
+
+    def observe_rtt(self, peer: ReplicaId, rtt_ms: float) -> None:
+        """Proximity does not matter: every instance goes to every replica."""
+
+    def read(self, read_id: int, key: bytes | None, now_ms: float) -> None:
+        """Never a local read: in Mencius reads go through the log (``ok=False``)."""
+        self._clock(now_ms)
+        self._reads.append(ReadResult(read_id, False))
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "next_own": self.next_own,
+            "last_valued": self.last_valued,
+            "exec_next": self.exec_next,
+            "max_known": self.max_known,
+            "inflight": len(self.inflight),
+            "queued": len(self.queue),
+            "revoking": sorted(self.revocations),
+        }
+
+    # ------------------------------------------------------------ internals
+
+    def _clock(self, now_ms: float) -> None:
+        if not self._started:
+            # Timers count from the first time the driver gives us.
+            self._started = True
+            self.now_ms = now_ms
+            self.last_heard = [now_ms] * self.n
+            self._told_ms = [now_ms] * self.n
+            self._blocked_since = now_ms
+        elif now_ms > self.now_ms:
+            self.now_ms = now_ms
+
+    def _draw_suspect(self) -> float:
+        cfg = self.config
+        return cfg.lease_ms + cfg.election_margin_ms + self.rng.uniform(0, cfg.election_jitter_ms)
+
+    def _peers(self) -> list[int]:
+        return [p for p in range(self.n) if p != self.id]
+
+    def _send(self, dst: int, message: Any) -> None:
+        self._messages.append((ReplicaId(dst), message))
+        self._told[dst] = self.next_own
+        self._told_ms[dst] = self.now_ms
+
+    def _broadcast(self, message: Any) -> None:
+        for p in range(self.n):
+            if p != self.id:
+                self._send(p, message)
+
+    def _accept(self, k: int, ballot: int, commands: tuple[Command, ...], prev: int) -> Accept:
+        return Accept(self.id, k, ballot, commands, prev, self.last_valued, self.next_own)
+
+    def _commit(self, k: int, commands: tuple[Command, ...]) -> Commit:
+        return Commit(self.id, k, commands, self.last_valued, self.next_own)
+
+    def _window_end(self) -> int:
+        return self.exec_next + self.n * self.config.c_index_window_max
+
+    def _check_instance(self, x: object) -> int:
+        if type(x) is not int or not 0 <= x < self._window_end():
+            raise _Bad(f"instance {x!r} out of range")
+        return x
+
+    def _check_facts(self, sender: int, m: Any) -> None:
+        a, b = m.last_valued, m.next_own
+        n = self.n
+        if (
+            type(a) is not int
+            or type(b) is not int
+            or a % n != sender
+            or b % n != sender
+            or not sender - n <= a < b <= self._window_end()
+        ):
+            raise _Bad(f"bad skips ({a!r}, {b!r}) from {sender}")
+
+    def _check_commands(self, commands: object) -> tuple[Command, ...]:
+        if type(commands) is not tuple or any(type(c) is not Command for c in commands):
+            raise _Bad("commands must be a tuple of Command")
+        if len(commands) > self.config.c_batch_max:
+            raise _Bad("more commands than c_batch_max")
+        return commands
+
+    def _check_ballot(self, sender: int, ballot: object) -> int:
+        if type(ballot) is not int or ballot < BALLOT_STRIDE or ballot % BALLOT_STRIDE != sender:
+            raise _Bad(f"bad ballot {ballot!r} from {sender}")
+        if ballot_round(Ballot(ballot)) > self.round:
+            self.round = ballot_round(Ballot(ballot))
+        return ballot
+
+    # -- skips and learning ------------------------------------------------
+
+    def _heard_of(self, j: int) -> None:
+        """Instance ``j`` of another owner exists: skip our own instances below it."""
+        if j > self.max_known:
+            self.max_known = j
+        if j > self.next_own:
+            n = self.n
+            new = j + 1 + ((self.id - j - 1) % n)
+            for x in range(self.next_own, new, n):
+                self._decide(x, NOOP)
+            self.next_own = new
+
+    def _learn_facts(self, q: int, a: int, b: int) -> None:
+        """Owner ``q``'s instances strictly between ``a`` and ``b`` are no-ops."""
+        n = self.n
+        if b - n > self.max_known:
+            self.max_known = b - n  # (``a`` < ``b``; an instance we may need to learn)
+        key = (q, a)
+        start = self._filled.get(key, a)
+        if b - n <= start:
+            return
+        self._filled[key] = b - n
+        chosen = self.chosen
+        for x in range(start + n, b, n):
+            if x not in chosen:
+                self._decide(x, NOOP)
+
+    def _decide(self, x: int, value: tuple[Command, ...]) -> None:
+        old = self.chosen.get(x)
+        if old is not None:
+            if old != value:
+                self.stats.invariant_alarms += 1
+            return
+        self.chosen[x] = value
+        if x > self.max_known:
+            self.max_known = x
+        if x % self.n == self.id:
+            if x >= self.next_own:
+                self.next_own = x + self.n
+            self.inflight.pop(x, None)
+            mine = self.mine.get(x)
+            if mine is not None and mine != value:
+                # Revoked while ours was in flight: propose those commands again.
+                del self.mine[x]
+                self.stats.commands_requeued += len(mine)
+                self.queue.extendleft(reversed(mine))
+
+    def _execute(self) -> None:
+        chosen = self.chosen
+        x = self.exec_next
+        if x not in chosen:
+            return
+        n = self.n
+        me = self.id
+        sessions = self.sessions
+        expiring = sessions.lifetime_slots is not None
+        apply = self.sm.apply
+        while x in chosen:
+            commands = chosen[x]
+            mine = self.mine.pop(x, None) if x % n == me else None
+            waiters = self.exec_waiters
+            for cmd in commands:
+                cid = cmd.client_id
+                if cid:
+                    result, outcome = sessions.run(cmd, x, apply)
+                else:
+                    result, outcome = apply(cmd.payload), Outcome.APPLIED
+                if mine is not None:
+                    key = (cid, cmd.seq)
+                    if key in waiters:
+                        waiters.discard(key)
+                        kind = (
+                            ReplyKind.SESSION_EXPIRED
+                            if outcome is Outcome.EXPIRED
+                            else ReplyKind.EXECUTED
+                        )
+                        self._replies.append(Reply(cid, cmd.seq, kind, result))
+                    else:
+                        self._replies.append(Reply(cid, cmd.seq, ReplyKind.READY))
+                if self.observe:
+                    self._executed.append(
+                        Executed(
+                            Slot(x),
+                            ReplicaId(x % n),
+                            x,
+                            cmd,
+                            result,
+                            outcome is Outcome.DUPLICATE,
+                            outcome is Outcome.EXPIRED,
+                        )
+                    )
+            self.stats.commands_executed += len(commands)
+            if expiring:
+                sessions.slot_executed(x)
+            x += 1
+        self.exec_next = x
+        self._blocked_since = self.now_ms
+
+    # -- proposing ----------------------------------------------------------
+
+    def _propose_batch(self) -> None:
+        n = self.n
+        k = self.next_own
+        while k in self.chosen or self.promised.get(k, 0) > 0:
+            k += n  # revoked (or being revoked): not ours to fill any more
+        size = min(len(self.queue), self.config.c_batch_max)
+        batch = tuple(self.queue.popleft() for _ in range(size))
+        prev = self.last_valued
+        self.last_valued = k
+        self.next_own = k + n
+        self.promised[k] = 0
+        self.accepted[k] = (0, batch)
+        self._persist.append(CAccepted(ReplicaId(self.id), CIndex(k), Ballot(0), batch))
+        self.mine[k] = batch
+        self.stats.instances_proposed += 1
+        if k > self.max_known:
+            self.max_known = k
+        if self.majority == 1:
+            self._decide(k, batch)
+            return
+        self.inflight[k] = _Own(batch, prev, {self.id}, self.now_ms)
+        self._broadcast(self._accept(k, 0, batch, prev))
+
+    # -- handlers -----------------------------------------------------------
+
+    def _on_accept(self, m: Accept) -> None:
+        k = self._check_instance(m.instance)
+        commands = self._check_commands(m.commands)
+        n = self.n
+        q = k % n
+        if m.ballot == 0:
+            if q != m.sender:
+                raise _Bad("a ballot-0 accept from another than the owner")
+            prev = m.prev
+            if type(prev) is not int or prev % n != q or not q - n <= prev < k:
+                raise _Bad(f"bad prev {prev!r}")
+            ballot = 0
+        else:
+            ballot = self._check_ballot(m.sender, m.ballot)
+        if k in self.chosen:
+            self._send(m.sender, self._commit(k, self.chosen[k]))
+            if ballot == 0:
+                self._learn_facts(q, m.prev, k)
+                self._heard_of(k)
+            return
+        promised = self.promised.get(k, 0)
+        if ballot < promised:
+            self.stats.stale += 1
+            self._send(
+                m.sender, Accepted(self.id, k, promised, False, self.last_valued, self.next_own)
+            )
+            return
+        if ballot == 0:
+            self._learn_facts(q, m.prev, k)
+        if self.accepted.get(k) != (ballot, commands):
+            self.promised[k] = ballot
+            self.accepted[k] = (ballot, commands)
+            self._persist.append(CAccepted(ReplicaId(q), CIndex(k), Ballot(ballot), commands))
+        if k > self.max_known:
+            self.max_known = k
+        if ballot == 0:
+            self._heard_of(k)
+        else:
+            self._hold_until[q] = self.now_ms + 2 * self.config.retransmit_ms
+        self._send(m.sender, Accepted(self.id, k, ballot, True, self.last_valued, self.next_own))
+        if ballot == 0 and self.majority <= 2:
+            # The owner accepted it at ballot 0 too: a majority (N <= 3), so chosen.
+            self._decide(k, commands)
+
+    def _on_accepted(self, m: Accepted) -> None:
+        k = self._check_instance(m.instance)
+        if type(m.ballot) is not int or type(m.ok) is not bool or m.ballot < 0:
+            raise _Bad("bad accepted")
+        own = self.inflight.get(k)
+        if own is not None and k % self.n == self.id:
+            if m.ok and m.ballot == 0:
+                own.acks.add(m.sender)
+                if len(own.acks) >= self.majority:
+                    del self.inflight[k]
+                    self._decide(k, own.commands)
+                    self._broadcast(self._commit(k, own.commands))
+            elif not m.ok:
+                # Revoked: stop driving it; its fate comes with a Commit (or a learn).
+                self.stats.stale += 1
+                del self.inflight[k]
+            return
+        rev = self.revocations.get(k % self.n)
+        if rev is None or rev.accepts is None or k not in rev.accepts:
+            return
+        if not m.ok:
+            if m.ballot > rev.ballot:
+                self.round = max(self.round, ballot_round(Ballot(m.ballot)))
+                del self.revocations[rev.owner]
+            return
+        if m.ballot != rev.ballot:
+            return
+        value, acks = rev.accepts[k]
+        acks.add(m.sender)
+        if len(acks) >= self.majority:
+            del rev.accepts[k]
+            self._decide(k, value)
+            self._broadcast(self._commit(k, value))
+            if not rev.accepts:
+                del self.revocations[rev.owner]
+
+    def _on_commit(self, m: Commit) -> None:
+        k = self._check_instance(m.instance)
+        commands = self._check_commands(m.commands)
+        self._decide(k, commands)
+        if commands:
+            self._heard_of(k)
+
+    def _on_skip(self, m: Skip) -> None:
+        pass  # the skips are learned for every message
+
+    def _on_prepare(self, m: Prepare) -> None:
+        ballot = self._check_ballot(m.sender, m.ballot)
+        q, start, end = self._check_range(m.owner, m.start, m.end)
+        if q != self.id:
+            self._hold_until[q] = self.now_ms + 2 * self.config.retransmit_ms
+        self._send(m.sender, self._promise(ballot, q, start, end))
+
+    def _check_range(self, owner: object, start: object, end: object) -> tuple[int, int, int]:
+        n = self.n
+        if type(owner) is not int or not 0 <= owner < n:
+            raise _Bad(f"bad owner {owner!r}")
+        s = self._check_instance(start)
+        if type(end) is not int or s % n != owner or end % n != owner:
+            raise _Bad("bad range")
+        if not s < end <= s + n * self.config.recovery_batch_max:
+            raise _Bad("bad range length")
+        return owner, s, end
+
+    def _promise(self, ballot: int, q: int, start: int, end: int) -> Promise:
+        n = self.n
+        chosen = self.chosen
+        for x in range(start, end, n):
+            if x not in chosen and self.promised.get(x, 0) > ballot:
+                self.stats.stale += 1
+                return Promise(
+                    self.id,
+                    self.promised[x],
+                    q,
+                    start,
+                    False,
+                    (),
+                    (),
+                    self.last_valued,
+                    self.next_own,
+                )
+        if q == self.id and end > self.next_own:
+            # Our own instances are being revoked: leave them, continue beyond.
+            self.next_own = end
+        accepted: list[tuple[int, int]] = []
+        values: list[tuple[Command, ...] | None] = []
+        for x in range(start, end, n):
+            if x in chosen:
+                accepted.append((x, CHOSEN_BALLOT))
+                values.append(chosen[x])
+                continue
+            if self.promised.get(x, 0) != ballot:
+                self.promised[x] = ballot
+                self._persist.append(CPromised(ReplicaId(q), CIndex(x), Ballot(ballot)))
+            acc = self.accepted.get(x)
+            if acc is not None:
+                accepted.append((x, acc[0]))
+                values.append(acc[1])
+        return Promise(
+            self.id,
+            ballot,
+            q,
+            start,
+            True,
+            tuple(accepted),
+            tuple(values),
+            self.last_valued,
+            self.next_own,
+        )
+
+    def _on_promise(self, m: Promise) -> None:
+        rev = self.revocations.get(m.owner) if type(m.owner) is int else None
+        if type(m.ballot) is not int or type(m.ok) is not bool:
+            raise _Bad("bad promise")
+        if not m.ok:
+            if rev is not None and m.ballot > rev.ballot:
+                self.round = max(self.round, ballot_round(Ballot(m.ballot)))
+                del self.revocations[rev.owner]
+            return
+        if rev is None or rev.ballot != m.ballot or rev.start != m.start or rev.accepts is not None:
+            return
+        if len(m.accepted) != len(m.values):
+            raise _Bad("promise entries and values differ in length")
+        for (x, b), v in zip(m.accepted, m.values, strict=True):
+            if type(x) is not int or type(b) is not int or v is None:
+                raise _Bad("bad promise entry")
+            if not rev.start <= x < rev.end or x % self.n != rev.owner:
+                raise _Bad("promise entry outside the range")
+            self._check_commands(v)
+        rev.promises[m.sender] = m
+        if len(rev.promises) >= self.majority:
+            self._revocation_phase2(rev)
+
+    def _on_learn_request(self, m: LearnRequest) -> None:
+        start = self._check_instance(m.start)
+        upto = m.upto
+        if type(upto) is not int or not -1 <= upto < self._window_end():
+            raise _Bad("bad upto")
+        self._heard_of(upto)
+        limit = min(start + self.n * self.config.learn_c_max, self.max_known + 1)
+        chosen = self.chosen
+        values = [chosen.get(x) for x in range(start, limit)]
+        while values and values[-1] is None:
+            values.pop()
+        if values:
+            self._send(
+                m.sender, Decided(self.id, start, tuple(values), self.last_valued, self.next_own)
+            )
+
+    def _on_decided(self, m: Decided) -> None:
+        start = self._check_instance(m.start)
+        if type(m.values) is not tuple or start + len(m.values) > self._window_end():
+            raise _Bad("bad decided")
+        for v in m.values:
+            if v is not None:
+                self._check_commands(v)
+        for i, v in enumerate(m.values):
+            if v is not None:
+                self._decide(start + i, v)
+                if v:
+                    self._heard_of(start + i)
+
+    # -- revocation ---------------------------------------------------------
+
+    def _maybe_revoke(self, q: int, x: int) -> None:
+        now = self.now_ms
+        if q in self.revocations or now < self._hold_until.get(q, -1e18):
+            return
+        if now - self.last_heard[q] < self.suspect_ms[q]:
+            return
+        self.suspect_ms[q] = self._draw_suspect()
+        self.round += 1
+        ballot = make_ballot(self.round, ReplicaId(self.id))
+        end = x + self.n * self.config.recovery_batch_max
+        rev = _Revocation(q, ballot, x, end, now)
+        self.revocations[q] = rev
+        self.stats.revocations += 1
+        mine = self._promise(ballot, q, x, end)
+        if not mine.ok:
+            self.round = max(self.round, ballot_round(Ballot(mine.ballot)))
+            del self.revocations[q]
+            return
+        rev.promises[self.id] = mine
+        self._broadcast(Prepare(self.id, ballot, q, x, end, self.last_valued, self.next_own))
+
+    def _retransmit_revocation(self, rev: _Revocation) -> None:
+        rev.sent_ms = self.now_ms
+        if rev.accepts is None:
+            # Phase 1 did not gather a majority: try again later, higher.
+            del self.revocations[rev.owner]
+            return
+        for x, (value, acks) in rev.accepts.items():
+            for p in self._peers():
+                if p not in acks:
+                    self._send(p, self._accept(x, rev.ballot, value, -1))
+
+    def _revocation_phase2(self, rev: _Revocation) -> None:
+        n = self.n
+        best: dict[int, tuple[int, tuple[Command, ...]]] = {}
+        for promise in rev.promises.values():
+            for (x, b), v in zip(promise.accepted, promise.values, strict=True):
+                assert v is not None
+                if x not in best or b > best[x][0]:
+                    best[x] = (b, v)
+        rev.accepts = {}
+        for x in range(rev.start, rev.end, n):
+            if x in self.chosen:
+                continue
+            b, value = best.get(x, (-1, NOOP))
+            if b == CHOSEN_BALLOT:
+                self._decide(x, value)
+                self._broadcast(self._commit(x, value))
+                continue
+            if self.promised.get(x, 0) > rev.ballot:
+                del self.revocations[rev.owner]
+                return
+            self.promised[x] = rev.ballot
+            self.accepted[x] = (rev.ballot, value)
+            self._persist.append(
+                CAccepted(ReplicaId(rev.owner), CIndex(x), Ballot(rev.ballot), value)
+            )
+            self.stats.instances_revoked += 1
+            rev.accepts[x] = (value, {self.id})
+            self._broadcast(self._accept(x, rev.ballot, value, -1))
+        rev.sent_ms = self.now_ms
+        if not rev.accepts:
+            del self.revocations[rev.owner]
+
+    # -- restart ------------------------------------------------------------
+
+    def _restore(self, records: list[Any]) -> None:
+        me, n = self.id, self.n
+        own: list[int] = []
+        for rec in records:
+            if isinstance(rec, CAccepted):
+                x = int(rec.index)
+                acc = self.accepted.get(x)
+                if acc is None or rec.ballot >= acc[0]:
+                    self.accepted[x] = (int(rec.ballot), rec.commands)
+                if rec.ballot >= self.promised.get(x, 0):
+                    self.promised[x] = int(rec.ballot)
+                if x % n == me and rec.ballot == 0 and rec.owner == me:
+                    own.append(x)
+                    self.last_valued = max(self.last_valued, x)
+                    self.next_own = max(self.next_own, x + n)
+            elif isinstance(rec, CPromised):
+                x = int(rec.index)
+                if rec.ballot > self.promised.get(x, 0):
+                    self.promised[x] = int(rec.ballot)
+                if x % n == me:
+                    self.next_own = max(self.next_own, x + n)
+            elif isinstance(rec, OwnNext):
+                self.next_own = max(self.next_own, rec.next_own)
+        if self.promised:
+            self.round = ballot_round(Ballot(max(self.promised.values())))
+        self._persisted_next = self.next_own
+        # Drive our last own instances again: they may be chosen nowhere yet.
+        for x in sorted(set(own))[-self.config.c_inflight_max :]:
+            acc = self.accepted[x]
+            if acc[0] == 0 and self.promised.get(x, 0) == 0:
+                prev = max((y for y in own if y < x), default=me - n)
+                self.inflight[x] = _Own(acc[1], prev, {me}, -1e18)
+        self._learn_sent_ms = -1e18
+
+
+def make_replica(
+    config: ClusterConfig,
+    replica_id: int,
+    state_machine: StateMachine,
+    rng: random.Random,
+    observe: bool,
+    records: list[Any] | None,
+) -> MenciusReplica:
+    """The registry's factory (:data:`sdpaxos.protocols.MakeReplica`)."""
+    return MenciusReplica(config, replica_id, state_machine, rng, observe, records)
+
+
+# Every counter is an int (the simulator sums them).
+assert all(f.type in (int, "int") for f in fields(MenciusStats))
