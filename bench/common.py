@@ -69,10 +69,8 @@ class Context:
         self.progress(f"{label} ...")
         out = engine.run(spec, progress=self.progress)
         tail = "" if out.ok else f" CHECKER: {out.verdict}"
-        self.progress(
-            f"{label}: {len(out.records)} ops, {out.virtual_ms / 1000:.2f} s virtual,"
-            f" {out.wall_s:.1f} s wall{tail}"
-        )
+        virtual = f" {out.virtual_ms / 1000:.2f} s virtual," if out.virtual_ms else ""
+        self.progress(f"{label}: {len(out.records)} ops,{virtual} {out.wall_s:.1f} s wall{tail}")
         return out
 
     def status(self, name: str) -> str:

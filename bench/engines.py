@@ -14,6 +14,7 @@ built" and skipped by the experiments rather than crashing them.
 
 from __future__ import annotations
 
+import functools
 import gc
 import random
 import time
@@ -199,7 +200,7 @@ class _SimClients:
                     rng=rng,
                 )
                 for at_us in times:
-                    self.cluster.call_at(at_us, lambda i=index: self._issue_now(i), "op")
+                    self.cluster.call_at(at_us, functools.partial(self._issue_now, index), "op")
 
     def _issue_now(self, index: int) -> None:
         self._issue(index, self.cluster.now_us)

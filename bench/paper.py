@@ -6,6 +6,8 @@ figures (approximate, "≈"), and several experiments and the report show them.
 
 from __future__ import annotations
 
+from typing import Any
+
 #: SDPaxos light-load commit latency per region (ms), sequencer in CA, from the
 #: formulas of the paper's section 3.2 and Table 1 (PROTOCOL.md section 8.4).
 FORMULA_MS: dict[str, dict[str, float]] = {
@@ -57,7 +59,7 @@ FIG11_FLAT_K: dict[str, dict[tuple[int, int], float]] = {
 }
 
 #: The throughput ratios the issue sets as the bar (SDPaxos over the other).
-PAPER_RATIOS: list[dict[str, object]] = [
+PAPER_RATIOS: list[dict[str, Any]] = [
     {"over": "multipaxos", "replicas": 5, "payload_bytes": 16, "conflict_pct": 0, "ratio": 2.1},
     {"over": "multipaxos", "replicas": 5, "payload_bytes": 1024, "conflict_pct": 0, "ratio": 6.1},
     {"over": "epaxos", "replicas": 5, "payload_bytes": 16, "conflict_pct": 5, "ratio": 1.7},

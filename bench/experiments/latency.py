@@ -242,7 +242,7 @@ def _formula_check(profile: DelayProfile, sd: dict[str, Any] | None) -> dict[str
 
 def _fmt_cell(cell: dict[str, Any], region: str) -> str:
     if "regions" not in cell:
-        return cell.get("status", "-").split(" (")[0]
+        return str(cell.get("status", "-")).split(" (")[0]
     s = cell["regions"][region]
     if s["mean_ms"] is None:
         return "no ops"

@@ -191,7 +191,7 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             payload_bytes=payload,
             read_pct=0.0,
             conflict_pct=float(conflict),
-        )  # type: ignore[arg-type]
+        )
         ratio = sd / other if sd and other else None
         out.append({**want, "measured": None if ratio is None else round(ratio, 2)})
     return out
