@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import subprocess
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +112,12 @@ async def _region(
         await client.close()
 
 
-def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str, Any]:
+@contextlib.contextmanager
+def local_nodes(profile_name: str, fsync: bool) -> Iterator[tuple[Path, list[int]]]:
+    """One node process per region of the profile (sequencer in CA), stopped on
+    exit; yields the cluster's config path and each node's metrics port. Shared
+    with ``python -m bench latency --engine runtime``; callers wait for the nodes
+    with :func:`_wait_up`."""
     profile = builtin(profile_name)
     regions = list(profile.regions)
     n = len(regions)
@@ -144,22 +151,65 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
             for k in range(n)
         ]
         try:
-
-            async def main() -> list[tuple[list[float], float]]:
-                await _wait_up(path, n)
-                # One region at a time: "light load" means nothing else in flight.
-                out = []
-                for k in range(n):
-                    out.append(await _region(path, k, warmup, commands, metrics_ports[k]))
-                print(file=sys.stderr)
-                return out
-
-            samples = asyncio.run(main())
+            yield path, metrics_ports
         finally:
             for p in procs:
                 p.terminate()
             for p in procs:
                 p.wait(10)
+
+
+def run_records(
+    profile_name: str,
+    commands: int,
+    warmup: int,
+    fsync: bool,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, list[tuple[float, float]]]:
+    """Per region, ``(invoke, complete)`` of each measured command, in seconds
+    from one origin (the client's view: loopback hop and TLS included)."""
+    regions = list(builtin(profile_name).regions)
+    origin = time.perf_counter()
+    out: dict[str, list[tuple[float, float]]] = {}
+    with local_nodes(profile_name, fsync) as (path, _ports):
+
+        async def main() -> None:
+            await _wait_up(path, len(regions))
+            for k, region in enumerate(regions):
+                r = node_configs(path)[0].replicas[k]
+                client = Client([(r.host, r.port)], tls=client_tls(path))
+                try:
+                    for j in range(warmup):
+                        await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
+                    samples = out.setdefault(region, [])
+                    for j in range(commands):
+                        t0 = time.perf_counter()
+                        await client.submit(b"m%d-%d" % (k, j), timeout_s=30)
+                        samples.append((t0 - origin, time.perf_counter() - origin))
+                finally:
+                    await client.close()
+                if progress is not None:
+                    progress(f"runtime: region {region} done ({commands} commands)")
+
+        asyncio.run(main())
+    return out
+
+
+def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str, Any]:
+    regions = list(builtin(profile_name).regions)
+    n = len(regions)
+    with local_nodes(profile_name, fsync) as (path, metrics_ports):
+
+        async def main() -> list[tuple[list[float], float]]:
+            await _wait_up(path, n)
+            # One region at a time: "light load" means nothing else in flight.
+            out = []
+            for k in range(n):
+                out.append(await _region(path, k, warmup, commands, metrics_ports[k]))
+            print(file=sys.stderr)
+            return out
+
+        samples = asyncio.run(main())
     formula = PAPER_FORMULA_MS.get(profile_name, {})
     rows = []
     for region, (s, node_mean) in zip(regions, samples, strict=True):

@@ -1,0 +1,126 @@
+"""``python -m bench <experiment>``: the paper's evaluation, protocol against protocol.
+
+Why a single entry point: every experiment takes the same options (``--quick``,
+``--out``, ``--engine``, ``--protocols``, ``--seed``) and writes the same files
+(``results.json``, ``results.md``, PNG plots), so a user measures their own
+deployment the same way the README's numbers were measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.common import RESULTS_ROOT, Context
+from sdpaxos.protocols import PROTOCOL_NAMES
+
+#: Each experiment: one line of help (``--help`` lists them).
+EXPERIMENTS: dict[str, str] = {
+    "latency": "per-region commit and read latency on paper3/paper5 (Figs. 12, 13)",
+    "throughput": "CPU per 1,000 commands and one-core-per-replica capacity (Fig. 11)",
+    "straggler": "throughput with one slow replica; SDPaxos moving a slow sequencer (Fig. 9)",
+    "failover": "throughput over time per replica when the sequencer/leader is killed (Fig. 14)",
+    "report": "runs the quick set and writes one self-contained HTML page",
+}
+#: Experiments the runtime engine can run (real processes run SDPaxos only, light load).
+RUNTIME_EXPERIMENTS = ("latency",)
+
+
+def _runner(name: str) -> Callable[[Context], int]:
+    """Import the experiment's module only when it runs (each pulls in its own deps)."""
+    if name == "latency":
+        from bench.experiments import latency
+
+        return latency.run
+    if name == "throughput":
+        from bench.experiments import throughput
+
+        return throughput.run
+    if name == "straggler":
+        from bench.experiments import straggler
+
+        return straggler.run
+    if name == "failover":
+        from bench.experiments import failover
+
+        return failover.run
+    from bench.experiments import report
+
+    return report.run
+
+
+def parser() -> argparse.ArgumentParser:
+    experiments = "\n".join(f"  {name:<11} {text}" for name, text in EXPERIMENTS.items())
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="The paper's evaluation (SDPaxos, Multi-Paxos, Mencius, EPaxos) on this code.",
+        epilog=f"experiments:\n{experiments}\n\nEach writes results.json, results.md and PNG"
+        " plots into --out (default bench/results/<experiment>/).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "experiment",
+        choices=list(EXPERIMENTS),
+        metavar="experiment",
+        help=f"one of: {', '.join(EXPERIMENTS)}",
+    )
+    p.add_argument("--quick", action="store_true", help="small runs (about a minute each)")
+    p.add_argument("--out", type=Path, default=None, help="output directory")
+    p.add_argument(
+        "--engine",
+        choices=("sim", "runtime"),
+        default="sim",
+        help="sim: the simulator in virtual time (default); runtime: real node processes"
+        " behind the delay emulator (latency, SDPaxos only)",
+    )
+    p.add_argument(
+        "--protocols",
+        default=",".join(PROTOCOL_NAMES),
+        help=f"comma-separated (default: {','.join(PROTOCOL_NAMES)}); those not built"
+        " yet are reported as 'not built'",
+    )
+    p.add_argument("--seed", type=int, default=1, help="seed of every workload and run (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    protocols = tuple(p.strip() for p in args.protocols.split(",") if p.strip())
+    unknown = [p for p in protocols if p not in PROTOCOL_NAMES]
+    if unknown or not protocols:
+        print(
+            f"unknown protocol(s) {', '.join(unknown) or '(none given)'}; choose from"
+            f" {', '.join(PROTOCOL_NAMES)}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.engine == "runtime" and args.experiment not in RUNTIME_EXPERIMENTS:
+        print(
+            f"runtime engine supports: {', '.join(RUNTIME_EXPERIMENTS)} with sdpaxos;"
+            f" run {args.experiment} with --engine sim",
+            file=sys.stderr,
+        )
+        return 2
+    if args.engine == "runtime" and "sdpaxos" not in protocols:
+        print("runtime engine supports: sdpaxos", file=sys.stderr)
+        return 2
+    out = args.out if args.out is not None else RESULTS_ROOT / args.experiment
+    ctx = Context(
+        args.experiment,
+        out,
+        quick=args.quick,
+        engine_name=args.engine,
+        protocols=protocols,
+        seed=args.seed,
+        quiet=args.quiet,
+    )
+    for name, why in ctx.skipped.items():
+        ctx.progress(f"skipping {name}: {why}")
+    return _runner(args.experiment)(ctx)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

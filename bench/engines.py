@@ -1,0 +1,428 @@
+"""Engines: run a workload on a protocol and return every operation it recorded.
+
+Why engines: the experiments say *what* to measure (regions, clients, faults,
+workload); an engine says *where*: in the simulator's virtual time
+(:class:`SimEngine`) or on real node processes behind the delay emulator
+(:class:`RuntimeEngine`). Both take a :class:`RunSpec` and return a
+:class:`RunOutput` holding per-operation records, so statistics, tables and
+histories are computed one way for both.
+
+Protocols are looked up by name in :mod:`sdpaxos.protocols`; a baseline whose
+module does not import yet is reported by :func:`protocol_status` as "not
+built" and skipped by the experiments rather than crashing them.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from bench.cputime import CpuMeter, TimedCodec, TimedReplica
+from bench.workloads import OpRecord, OpStream, Workload, arrivals_us
+from sdpaxos.core.ready import ReadResult, Reply, ReplyKind
+from sdpaxos.core.types import Command, Wait
+from sdpaxos.profiles import DelayProfile
+from sdpaxos.protocols import PROTOCOL_NAMES, ProtocolError, protocol
+from sdpaxos.sim.checkers import LivenessViolation, SafetyViolation
+from sdpaxos.sim.chooser import SeededChooser
+from sdpaxos.sim.cluster import SimCluster
+
+Progress = Callable[[str], None]
+
+#: Events one simulator run may process before it is declared runaway.
+RUN_EVENTS_MAX = 50_000_000
+#: Virtual time between two progress checks of a simulator run.
+STEP_MS = 100.0
+#: Client ids of one run's operations start here (0 is "no session" in the core).
+CLIENT_ID_BASE = 1
+
+
+class EngineUnsupported(RuntimeError):
+    """The engine cannot run this spec (e.g. the runtime and a baseline)."""
+
+
+def protocol_status(name: str) -> str | None:
+    """``None`` when ``name`` can run; otherwise why not (``"not built: ..."``).
+
+    Why catch ImportError: the baselines arrive as separate modules; until one
+    is merged, the experiments must still run every protocol that exists.
+    """
+    if name not in PROTOCOL_NAMES:
+        return f"unknown protocol (choose from {', '.join(PROTOCOL_NAMES)})"
+    try:
+        protocol(name)
+    except (ProtocolError, ImportError) as exc:
+        return f"not built ({type(exc).__name__}: {exc})"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Clients:
+    """Who issues operations: per replica, how many clients of which loop.
+
+    ``open``: each client issues at ``rate_per_s`` (Poisson or fixed interval)
+    whatever the answers (latency at a given load). ``closed``: each client
+    has one operation outstanding and issues the next one a client round trip
+    after the answer (peak throughput).
+    """
+
+    mode: Literal["open", "closed"]
+    per_region: tuple[int, ...]
+    rate_per_s: float = 0.0
+    poisson: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode == "open" and not self.rate_per_s > 0:
+            raise ValueError("open-loop clients need rate_per_s > 0")
+        if any(c < 0 for c in self.per_region):
+            raise ValueError("client counts must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One run: a protocol, a cluster, clients, a workload, a measured window, faults.
+
+    Times are from the start of the run. Operations invoked before
+    ``warmup_ms`` are warm-up; the window is ``[warmup_ms, warmup_ms +
+    duration_ms)``. ``slow``: ``(replica, factor, at_ms)`` makes that replica's
+    CPU ``factor`` times slower (needs ``processing_us``). ``kill``:
+    ``(replica, at_ms)`` crashes it for good. ``cpu``: time each replica's calls
+    (:mod:`bench.cputime`). ``sample_ms``: record the believed sequencer/leader
+    that often (straggler detection).
+    """
+
+    protocol: str
+    profile: DelayProfile
+    workload: Workload
+    clients: Clients
+    duration_ms: float
+    warmup_ms: float = 0.0
+    leader: int = 0
+    processing_us: int = 0
+    slow: tuple[int, float, float] | None = None
+    kill: tuple[int, float] | None = None
+    config_overrides: dict[str, Any] = field(default_factory=dict)
+    cpu: bool = False
+    sample_ms: float | None = None
+    drain_ms: float = 10_000.0
+    seed: int = 1
+    tick_ms: float = 10.0
+
+    @property
+    def window_us(self) -> tuple[int, int]:
+        start = round(self.warmup_ms * 1000)
+        return start, start + round(self.duration_ms * 1000)
+
+
+@dataclass(slots=True)
+class RunOutput:
+    """What a run recorded."""
+
+    spec: RunSpec
+    records: list[OpRecord]
+    ok: bool = True
+    verdict: str = "ok"
+    virtual_ms: float = 0.0
+    events: int = 0
+    wall_s: float = 0.0
+    cpu: CpuMeter | None = None
+    #: ``(time_us, believed leader)`` every ``spec.sample_ms``.
+    leader_samples: list[tuple[int, int | None]] = field(default_factory=list)
+
+    @property
+    def regions(self) -> list[str]:
+        return list(self.spec.profile.regions)
+
+
+class Engine(Protocol):
+    """Runs a :class:`RunSpec`; raises :class:`EngineUnsupported` when it cannot."""
+
+    name: str
+
+    def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput: ...
+
+
+# -- the simulator ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Pending:
+    record: OpRecord
+    replica: int
+    client: int  # index into _SimClients.clients
+    wait: ReplyKind
+
+
+class _SimClients:
+    """The clients of one simulator run; every operation becomes an :class:`OpRecord`.
+
+    Each operation is its own command with a fresh client id and ``seq`` 1, so
+    a client may have any number outstanding (open loop) without tripping the
+    core's one-outstanding-per-session rule. Latency is measured at the
+    replica, from ``propose`` (or ``read``) to READY (or the read's answer), as
+    ``sdpaxos.sim.workload`` does: the client hop is the profile's diagonal and
+    the paper's formula leaves it out.
+    """
+
+    def __init__(self, cluster: SimCluster, spec: RunSpec) -> None:
+        self.cluster = cluster
+        self.spec = spec
+        self.records: list[OpRecord] = []
+        self.by_cid: dict[int, _Pending] = {}
+        self.by_read: dict[int, _Pending] = {}
+        self.clients: list[tuple[int, OpStream]] = []  # (replica, stream)
+        self._next_cid = CLIENT_ID_BASE
+        self.end_us = spec.window_us[1]
+        for r, count in enumerate(spec.clients.per_region):
+            for _ in range(count):
+                self.clients.append((r, OpStream(spec.workload, len(self.clients))))
+        cluster.reply_listeners.append(self._on_reply)
+        cluster.read_listeners.append(self._on_read)
+
+    def start(self) -> None:
+        spec = self.spec
+        for index, (r, _) in enumerate(self.clients):
+            hop_us = self.cluster.profile.client_rtt_us(r) // 2
+            if spec.clients.mode == "closed":
+                self._issue(index, hop_us)
+            else:
+                rng = random.Random(f"{spec.workload.seed}:arrivals:{index}")
+                times = arrivals_us(
+                    spec.clients.rate_per_s,
+                    hop_us,
+                    self.end_us,
+                    poisson=spec.clients.poisson,
+                    rng=rng,
+                )
+                for at_us in times:
+                    self.cluster.call_at(at_us, functools.partial(self._issue_now, index), "op")
+
+    def _issue_now(self, index: int) -> None:
+        self._issue(index, self.cluster.now_us)
+
+    def _issue(self, index: int, at_us: int) -> None:
+        if at_us >= self.end_us:
+            return
+        r, stream = self.clients[index]
+        op = stream.next()
+        cid = self._next_cid
+        self._next_cid += 1
+        client = index + 1 if self.spec.clients.mode == "closed" else cid
+        rec = OpRecord(
+            op_id=len(self.records),
+            client=client,
+            region=self.cluster.profile.regions[r],
+            kind=op.kind,
+            key=op.key,
+            invoke_us=at_us,
+            value=f"v{cid}",
+        )
+        self.records.append(rec)
+        if op.kind == "write":
+            pending = _Pending(rec, r, index, ReplyKind.READY)
+            self.by_cid[cid] = pending
+            self.cluster.propose_at(at_us, r, Command(cid, 1, op.payload, op.key), Wait.READY)
+            return
+        replica = self.cluster.replicas[r]
+        if replica is not None and getattr(replica, "read", None) is not None:
+            rec.path = "local"
+            read_id = self.cluster.new_read_id()
+            self.by_read[read_id] = _Pending(rec, r, index, ReplyKind.READY)
+            self.cluster.read_at(at_us, r, read_id, op.key)
+        else:
+            self._read_through_log(_Pending(rec, r, index, ReplyKind.EXECUTED), at_us, cid)
+
+    def _read_through_log(self, pending: _Pending, at_us: int, cid: int | None = None) -> None:
+        if cid is None:
+            cid = self._next_cid
+            self._next_cid += 1
+        pending.record.path = "log"
+        pending.wait = ReplyKind.EXECUTED
+        self.by_cid[cid] = pending
+        command = Command(cid, 1, b"r" + pending.record.key, pending.record.key)
+        self.cluster.propose_at(at_us, pending.replica, command, Wait.EXECUTED)
+
+    def _on_reply(self, replica: int, reply: Reply, now_us: int) -> None:
+        pending = self.by_cid.get(reply.client_id)
+        if pending is None or reply.kind is not pending.wait or replica != pending.replica:
+            return
+        del self.by_cid[reply.client_id]
+        self._complete(pending, now_us)
+
+    def _on_read(self, replica: int, result: ReadResult, now_us: int) -> None:
+        pending = self.by_read.pop(result.read_id, None)
+        if pending is None:
+            return
+        if result.ok:
+            self._complete(pending, now_us)
+        else:
+            self._read_through_log(pending, now_us)
+
+    def _complete(self, pending: _Pending, now_us: int) -> None:
+        pending.record.complete_us = now_us
+        if self.spec.clients.mode == "closed":
+            rtt_us = self.cluster.profile.client_rtt_us(pending.replica)
+            self._issue(pending.client, now_us + rtt_us)
+
+    @property
+    def open_count(self) -> int:
+        return len(self.by_cid) + len(self.by_read)
+
+
+class SimEngine:
+    """The simulator (:class:`sdpaxos.sim.cluster.SimCluster`), in virtual time."""
+
+    name = "sim"
+
+    def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput:
+        proto = protocol(spec.protocol)
+        n = spec.profile.size
+        if len(spec.clients.per_region) != n:
+            raise ValueError(f"clients.per_region needs {n} entries")
+        meter: CpuMeter | None = None
+        extra: dict[str, Any] = {}
+        if spec.cpu:
+            meter = CpuMeter(n)
+            timed = meter
+
+            def factory(*args: Any) -> Any:
+                return TimedReplica(proto.make_replica(*args), args[1], timed)
+
+            extra = {"replica_factory": factory, "codec": TimedCodec(proto.codec, meter)}
+        started = time.perf_counter()
+        cluster = SimCluster(
+            spec.profile,
+            SeededChooser(random.Random(spec.seed)),
+            sequencer=spec.leader,
+            tick_ms=spec.tick_ms,
+            config_overrides=spec.config_overrides or None,
+            processing_us=spec.processing_us,
+            protocol=spec.protocol,
+            **extra,
+        )
+        clients = _SimClients(cluster, spec)
+        out = RunOutput(spec, clients.records, cpu=meter)
+        start_us, end_us = spec.window_us
+        if meter is not None and start_us > 0:
+            cluster.call_at(start_us, meter.reset, "warm-up over")
+        if spec.slow is not None:
+            victim, factor, at_ms = spec.slow
+            cluster.call_at(round(at_ms * 1000), lambda: cluster.slow(victim, factor), "slow")
+        if spec.kill is not None:
+            dead, kill_ms = spec.kill
+            cluster.call_at(round(kill_ms * 1000), lambda: cluster.crash(dead), "kill")
+        if spec.sample_ms is not None:
+            sample_us = round(spec.sample_ms * 1000)
+
+            def sample() -> None:
+                out.leader_samples.append((cluster.now_us, cluster.believed_sequencer()))
+                if cluster.now_us + sample_us < end_us:
+                    cluster.call_at(cluster.now_us + sample_us, sample, "sample")
+
+            cluster.call_at(0, sample, "sample")
+        clients.start()
+        # CPU-timed runs: no cyclic garbage collection while measuring. A
+        # collection is charged to whichever call happens to trigger it, which
+        # made one replica look several times busier than its peers in a short
+        # run; real nodes tune their collector down for the same reason
+        # (bench/README.md, "node processes: young GC generation ...").
+        gc_was_enabled = gc.isenabled()
+        if spec.cpu:
+            gc.collect()
+            gc.disable()
+        step_us = round(STEP_MS * 1000)
+        drain_end_us = end_us + (round(spec.drain_ms * 1000) if spec.clients.mode == "open" else 0)
+        next_report_us = 0
+        try:
+            while cluster.now_us < drain_end_us:
+                if cluster.now_us >= end_us and clients.open_count == 0:
+                    break
+                cluster.run_until(
+                    min(drain_end_us, cluster.now_us + step_us), events_max=RUN_EVENTS_MAX
+                )
+                if progress is not None and cluster.now_us >= next_report_us:
+                    progress(
+                        f"{spec.protocol}: {cluster.now_us / 1e6:.1f}/{end_us / 1e6:.1f} s virtual,"
+                        f" {len(clients.records)} ops"
+                    )
+                    next_report_us += max(step_us, end_us // 5)
+        except (SafetyViolation, LivenessViolation) as exc:
+            out.ok = False
+            out.verdict = f"{type(exc).__name__} at {cluster.now_us} us: {exc}"
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        out.virtual_ms = cluster.now_us / 1000
+        out.events = cluster.events_processed
+        out.wall_s = time.perf_counter() - started
+        return out
+
+
+# -- real processes ---------------------------------------------------------------
+
+
+class RuntimeEngine:
+    """Real ``python -m sdpaxos node`` processes on loopback, delayed by the emulator.
+
+    Why so narrow: the runtime runs only SDPaxos today, and the only runtime
+    measurement that exists is light-load commit latency
+    (:mod:`bench.runtime_latency`): one region at a time, one client submitting
+    writes one after another. This engine runs that and records every command;
+    anything else raises :class:`EngineUnsupported`.
+    """
+
+    name = "runtime"
+    PROTOCOLS = ("sdpaxos",)
+
+    def __init__(self, commands_per_region: int = 20, warmup: int = 3, fsync: bool = True) -> None:
+        self.commands_per_region = commands_per_region
+        self.warmup = warmup
+        self.fsync = fsync
+
+    def check(self, spec: RunSpec) -> None:
+        """Raise :class:`EngineUnsupported` unless this engine can run ``spec``."""
+        if spec.protocol not in self.PROTOCOLS:
+            raise EngineUnsupported(
+                f"runtime engine supports: {', '.join(self.PROTOCOLS)} (not {spec.protocol})"
+            )
+        if spec.workload.read_pct or spec.slow or spec.kill or spec.cpu:
+            raise EngineUnsupported("runtime engine supports light-load writes only")
+
+    def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput:
+        self.check(spec)
+        from bench import runtime_latency
+
+        started = time.perf_counter()
+        per_region = runtime_latency.run_records(
+            spec.profile.name,
+            self.commands_per_region,
+            self.warmup,
+            self.fsync,
+            progress=progress,
+        )
+        records: list[OpRecord] = []
+        for region, samples in per_region.items():
+            for invoke_s, complete_s in samples:
+                records.append(
+                    OpRecord(
+                        op_id=len(records),
+                        client=spec.profile.index(region) + 1,
+                        region=region,
+                        kind="write",
+                        key=b"",
+                        invoke_us=round(invoke_s * 1e6),
+                        complete_us=round(complete_s * 1e6),
+                        value=f"v{len(records)}",
+                    )
+                )
+        out = RunOutput(spec, records)
+        out.wall_s = time.perf_counter() - started
+        return out
+
+
+ENGINES: dict[str, Callable[[], Engine]] = {"sim": SimEngine, "runtime": RuntimeEngine}

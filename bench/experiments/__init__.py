@@ -1,0 +1,1 @@
+"""The experiments of ``python -m bench``, one module each."""

@@ -1,0 +1,405 @@
+"""``latency``: the paper's Figures 12 and 13, per-region commit and read latency.
+
+Setup (the paper's section 5.4): the ``paper3`` (CA, OR, OH) and ``paper5``
+(CA, OR, OH, IRE, SEL) profiles of Table 1, the SDPaxos sequencer and the
+Multi-Paxos leader in CA, open-loop clients co-located with every replica, each
+issuing Poisson arrivals at a fixed rate. Operations invoked during the
+warm-up are not counted. Latency is measured at the replica, from ``propose``
+to READY (commit) or from ``read`` to its answer; the client hop (the
+profile's diagonal) is left out, as in the paper's formula.
+
+Columns, as in Fig. 12: SDPaxos, Multi-Paxos, Mencius (balanced) and
+Mencius-imbalanced (one region, OH for 3 replicas and IRE for 5, with half the
+clients of the others), EPaxos at 0, 5 and 50 % conflict. SDPaxos is checked
+against the formula of PROTOCOL.md section 8.4 and flagged when any region is
+off by more than 5 %. Reads (Fig. 13): R/W 1:1 with uniform keys (quick), plus
+9:1 and 1:1 with zipfian keys (full), for every protocol; a protocol without a
+read path sends its reads through the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from bench import paper
+from bench.common import Context, md_table, save_plot, write_history_file, write_results
+from bench.engines import Clients, EngineUnsupported, RunOutput, RunSpec
+from bench.workloads import Workload, summarize
+from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile
+
+#: The region with half the clients in the imbalanced Mencius runs (the paper's choice).
+IMBALANCED_REGION = {"paper3": "OH", "paper5": "IRE"}
+PROFILES: tuple[DelayProfile, ...] = (PAPER3, PAPER5)
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One column of Fig. 12: a protocol under one workload and client placement."""
+
+    column: str
+    protocol: str
+    conflict_pct: float = 0.0
+    imbalanced: bool = False
+
+
+WRITE_VARIANTS: tuple[Variant, ...] = (
+    Variant("SDPaxos", "sdpaxos"),
+    Variant("Multi-Paxos", "multipaxos"),
+    Variant("Mencius", "mencius"),
+    Variant("Mencius-imbalanced", "mencius", imbalanced=True),
+    Variant("EPaxos-0%", "epaxos", 0.0),
+    Variant("EPaxos-5%", "epaxos", 5.0),
+    Variant("EPaxos-50%", "epaxos", 50.0),
+)
+
+#: Fig. 13's workloads: (label, read %, key distribution).
+READ_WORKLOADS_QUICK: tuple[tuple[str, float, str], ...] = (("1:1 uniform", 50.0, "uniform"),)
+READ_WORKLOADS_FULL: tuple[tuple[str, float, str], ...] = (
+    ("1:1 uniform", 50.0, "uniform"),
+    ("9:1 zipf", 90.0, "zipf"),
+    ("1:1 zipf", 50.0, "zipf"),
+)
+TITLES = {
+    "sdpaxos": "SDPaxos",
+    "multipaxos": "Multi-Paxos",
+    "mencius": "Mencius",
+    "epaxos": "EPaxos",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    clients_per_region: int
+    rate_per_s: float
+    warmup_ms: float
+    duration_ms: float
+
+
+QUICK = Settings(clients_per_region=2, rate_per_s=50.0, warmup_ms=500.0, duration_ms=2_000.0)
+FULL = Settings(clients_per_region=4, rate_per_s=50.0, warmup_ms=2_000.0, duration_ms=10_000.0)
+
+
+def _spec(
+    ctx: Context,
+    settings: Settings,
+    profile: DelayProfile,
+    proto: str,
+    workload: Workload,
+    imbalanced: bool,
+) -> RunSpec:
+    per_region = [settings.clients_per_region] * profile.size
+    if imbalanced:
+        per_region[profile.index(IMBALANCED_REGION[profile.name])] = max(
+            1, settings.clients_per_region // 2
+        )
+    return RunSpec(
+        protocol=proto,
+        profile=profile,
+        workload=workload,
+        clients=Clients("open", tuple(per_region), rate_per_s=settings.rate_per_s),
+        duration_ms=settings.duration_ms,
+        warmup_ms=settings.warmup_ms,
+        leader=profile.index("CA"),
+        seed=ctx.seed,
+    )
+
+
+def _measured(ctx: Context, out: RunOutput) -> list[Any]:
+    """The operations invoked in the measured window (the runtime engine has
+    already left its warm-up out)."""
+    if ctx.engine_name == "runtime":
+        return out.records
+    start, end = out.spec.window_us
+    return [r for r in out.records if start <= r.invoke_us < end]
+
+
+def run(ctx: Context) -> int:
+    settings = QUICK if ctx.quick else FULL
+    engine = ctx.engine()
+    read_workloads = READ_WORKLOADS_QUICK if ctx.quick else READ_WORKLOADS_FULL
+    outputs: list[RunOutput] = []
+    result: dict[str, Any] = {"settings": dataclasses.asdict(settings), "profiles": {}}
+    failures: list[str] = []
+    for profile in PROFILES:
+        regions = list(profile.regions)
+        commit: dict[str, dict[str, Any]] = {}
+        reads: dict[str, dict[str, Any]] = {}
+        for v in WRITE_VARIANTS:
+            if v.protocol not in ctx.protocols:
+                continue
+            workload = Workload(conflict_pct=v.conflict_pct, seed=ctx.seed)
+            commit[v.column] = _one(
+                ctx,
+                engine,
+                _spec(ctx, settings, profile, v.protocol, workload, v.imbalanced),
+                f"{profile.name} {v.column}",
+                "write",
+                regions,
+                outputs,
+                failures,
+            )
+        for label, read_pct, keys in read_workloads:
+            for proto in ctx.protocols:
+                workload = Workload(read_pct=read_pct, keys=keys, seed=ctx.seed)  # type: ignore[arg-type]
+                column = f"{TITLES.get(proto, proto)} {label}"
+                reads[column] = _one(
+                    ctx,
+                    engine,
+                    _spec(ctx, settings, profile, proto, workload, False),
+                    f"{profile.name} reads {column}",
+                    "read",
+                    regions,
+                    outputs,
+                    failures,
+                )
+        check = _formula_check(profile, commit.get("SDPaxos"))
+        if check["flagged"]:
+            failures.append(f"{profile.name}: SDPaxos off the formula by more than 5 %")
+        result["profiles"][profile.name] = {
+            "regions": regions,
+            "commit": commit,
+            "reads": reads,
+            "formula_check": check,
+        }
+    if outputs:
+        history = write_history_file(ctx, outputs)
+        ctx.progress(f"wrote {history}")
+    for profile in PROFILES:
+        _plot(ctx, profile, result["profiles"][profile.name])
+    result["failures"] = failures
+    write_results(ctx, result, _markdown(ctx, settings, result))
+    for f in failures:
+        ctx.progress(f"FLAGGED: {f}")
+    return 1 if failures else 0
+
+
+def _one(
+    ctx: Context,
+    engine: Any,
+    spec: RunSpec,
+    label: str,
+    kind: str,
+    regions: list[str],
+    outputs: list[RunOutput],
+    failures: list[str],
+) -> dict[str, Any]:
+    """Run one column; its per-region summaries, or why it did not run."""
+    why = ctx.status(spec.protocol)
+    if why:
+        return {"status": why}
+    check = getattr(engine, "check", None)  # only engines with limits have one
+    if check is not None:
+        try:
+            check(spec)
+        except EngineUnsupported as exc:
+            return {"status": f"not run: {exc}"}
+    out = ctx.run(engine, spec, label)
+    outputs.append(out)
+    if not out.ok:
+        failures.append(f"{label}: {out.verdict}")
+    measured = _measured(ctx, out)
+    stats = summarize(measured, regions, kind)  # type: ignore[arg-type]
+    unfinished = sum(1 for r in measured if r.complete_us is None)
+    paths: dict[str, int] = {}
+    for r in measured:
+        if r.kind == kind:
+            paths[r.path] = paths.get(r.path, 0) + 1
+    return {
+        "status": "ok" if out.ok else out.verdict,
+        "workload": spec.workload.to_json(),
+        "clients_per_region": list(spec.clients.per_region),
+        "regions": {r: s.to_json() for r, s in stats.items()},
+        "unfinished": unfinished,
+        "paths": paths,
+        "virtual_ms": out.virtual_ms,
+        "wall_s": round(out.wall_s, 2),
+    }
+
+
+def _formula_check(profile: DelayProfile, sd: dict[str, Any] | None) -> dict[str, Any]:
+    formula = paper.FORMULA_MS[profile.name]
+    rows = {}
+    flagged = False
+    for region, want in formula.items():
+        mean = None
+        if sd is not None and "regions" in sd:
+            mean = sd["regions"][region]["mean_ms"]
+        off = None if mean is None else mean / want - 1
+        bad = off is None or abs(off) > paper.FORMULA_TOLERANCE
+        if sd is not None and "regions" in sd:
+            flagged = flagged or bad
+        rows[region] = {
+            "formula_ms": want,
+            "mean_ms": mean,
+            "off": None if off is None else round(off, 4),
+            "within_5pct": not bad,
+        }
+    return {"rows": rows, "flagged": flagged, "measured": sd is not None and "regions" in sd}
+
+
+def _fmt_cell(cell: dict[str, Any], region: str) -> str:
+    if "regions" not in cell:
+        return str(cell.get("status", "-")).split(" (")[0]
+    s = cell["regions"][region]
+    if s["mean_ms"] is None:
+        return "no ops"
+    return f"{s['mean_ms']:.1f} / {s['p50_ms']:.1f} / {s['p99_ms']:.1f}"
+
+
+def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
+    lines = [
+        "# latency: per-region commit and read latency (the paper's Figs. 12 and 13)",
+        "",
+        f"Engine `{ctx.engine_name}`, seed {ctx.seed}{', quick' if ctx.quick else ''}."
+        f" Open-loop Poisson clients: {settings.clients_per_region} per region at"
+        f" {settings.rate_per_s:g} ops/s each (imbalanced: half in one region);"
+        f" warm-up {settings.warmup_ms:g} ms excluded, {settings.duration_ms:g} ms measured"
+        " (virtual time in the simulator). Sequencer / leader in CA. Latency at the replica,"
+        " ms: mean / p50 / p99.",
+        "",
+    ]
+    for name, prof in result["profiles"].items():
+        regions = prof["regions"]
+        lines += [f"## {name}: commit latency", ""]
+        check = prof["formula_check"]
+        fig12 = paper.FIG12_MS[name]
+        sd = prof["commit"].get("SDPaxos")
+        if sd is not None:
+            rows = []
+            for region in regions:
+                c = check["rows"][region]
+                s = sd["regions"][region] if "regions" in sd else None
+                rows.append(
+                    [
+                        region,
+                        c["formula_ms"],
+                        None if s is None else s["mean_ms"],
+                        None if s is None else s["p50_ms"],
+                        None if s is None else s["p99_ms"],
+                        "-"
+                        if c["off"] is None
+                        else f"{c['off'] * 100:+.1f} %"
+                        + ("" if c["within_5pct"] else " **FLAGGED**"),
+                        fig12["SDPaxos"].get(region),
+                    ]
+                )
+            lines += [
+                "SDPaxos against the formula (PROTOCOL.md 8.4) and the paper's Fig. 12:",
+                "",
+                md_table(
+                    [
+                        "region",
+                        "formula ms",
+                        "mean ms",
+                        "p50 ms",
+                        "p99 ms",
+                        "vs formula",
+                        "paper Fig. 12 ms",
+                    ],
+                    rows,
+                ),
+                "",
+            ]
+        columns = list(prof["commit"])
+        if columns:
+            header = ["region", *columns]
+            rows = [
+                [region, *(_fmt_cell(prof["commit"][c], region) for c in columns)]
+                for region in regions
+            ]
+            lines += [
+                "Every protocol (mean / p50 / p99 ms):",
+                "",
+                md_table(header, rows, "l" + "r" * len(columns)),
+                "",
+            ]
+            paper_cols = [c for c in columns if c in fig12]
+            if paper_cols:
+                rows = [[region, *(fig12[c].get(region) for c in paper_cols)] for region in regions]
+                lines += [
+                    "The paper's Fig. 12 (≈ mean ms, read off the plot):",
+                    "",
+                    md_table(["region", *paper_cols], rows),
+                    "",
+                ]
+        read_cols = list(prof["reads"])
+        if read_cols:
+            lines += [f"## {name}: read latency", ""]
+            rows = [
+                [region, *(_fmt_cell(prof["reads"][c], region) for c in read_cols)]
+                for region in regions
+            ]
+            lines += [md_table(["region", *read_cols], rows, "l" + "r" * len(read_cols)), ""]
+            paths = {
+                c: prof["reads"][c].get("paths") for c in read_cols if prof["reads"][c].get("paths")
+            }
+            if paths:
+                lines += [
+                    "How reads were served (local: the replica's read path; log: as a command): "
+                    + "; ".join(f"{c}: {p}" for c, p in paths.items()),
+                    "",
+                ]
+            sd_read = paper.FIG13_SDPAXOS_UNIFORM_MS[name]
+            lines += [
+                "The paper's Fig. 13, SDPaxos, uniform keys (≈ ms): "
+                + ", ".join(f"{r} {v:g}" for r, v in sd_read.items()),
+                "",
+            ]
+        for plot in ctx.plots:
+            if plot.startswith(f"latency_{name}"):
+                lines += [f"![{name}]({plot})", ""]
+    if ctx.skipped:
+        lines += ["## Not run", ""] + [f"- {p}: {why}" for p, why in ctx.skipped.items()] + [""]
+    if result["failures"]:
+        lines += ["## Flagged", ""] + [f"- {f}" for f in result["failures"]] + [""]
+    return "\n".join(lines)
+
+
+def _plot(ctx: Context, profile: DelayProfile, prof: dict[str, Any]) -> None:
+    regions = prof["regions"]
+    commit = {c: v for c, v in prof["commit"].items() if "regions" in v}
+    reads = {c: v for c, v in prof["reads"].items() if "regions" in v}
+    if not commit and not reads:
+        return
+
+    def bars(ax: Any, data: dict[str, Any], title: str, formula: dict[str, float] | None) -> None:
+        width = 0.8 / max(1, len(data))
+        for k, (column, cell) in enumerate(data.items()):
+            xs = [i + (k - (len(data) - 1) / 2) * width for i in range(len(regions))]
+            means = [cell["regions"][r]["mean_ms"] or math.nan for r in regions]
+            p99 = [cell["regions"][r]["p99_ms"] or math.nan for r in regions]
+            err = [max(0.0, p - m) for p, m in zip(p99, means, strict=True)]
+            ax.bar(xs, means, width, yerr=[[0] * len(err), err], capsize=2, label=column)
+        if formula:
+            ax.scatter(
+                range(len(regions)),
+                [formula[r] for r in regions],
+                marker="_",
+                s=400,
+                color="black",
+                zorder=3,
+                label="SDPaxos formula",
+            )
+        ax.set_xticks(range(len(regions)), regions)
+        ax.set_ylabel("latency (ms), bar mean, whisker p99")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+
+    def draw(plt: Any) -> None:
+        panels = [
+            p
+            for p in (
+                (commit, "commit latency", paper.FORMULA_MS[profile.name]),
+                (reads, "read latency", None),
+            )
+            if p[0]
+        ]
+        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+        for ax, (data, title, formula) in zip(axes[0], panels, strict=True):
+            bars(ax, data, f"{profile.name}: {title}", formula)
+        fig.suptitle(f"{ctx.engine_name} engine, sequencer/leader in CA")
+
+    save_plot(ctx, f"latency_{profile.name}.png", draw)

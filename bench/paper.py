@@ -1,0 +1,81 @@
+"""The paper's numbers, to print beside ours (``docs/PROTOCOL.md`` section 8 of the shared docs).
+
+Why here and not in the experiments: they are data read off the paper's
+figures (approximate, "≈"), and several experiments and the report show them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: SDPaxos light-load commit latency per region (ms), sequencer in CA, from the
+#: formulas of the paper's section 3.2 and Table 1 (PROTOCOL.md section 8.4).
+FORMULA_MS: dict[str, dict[str, float]] = {
+    "paper3": {"CA": 20.0, "OR": 20.0, "OH": 52.0},
+    "paper5": {"CA": 52.0, "OR": 68.0, "OH": 68.0, "IRE": 139.0, "SEL": 146.0},
+}
+#: The bar: SDPaxos within this share of the formula at every region.
+FORMULA_TOLERANCE = 0.05
+
+#: Fig. 12, average commit latency (ms) per region, by the paper's column name.
+FIG12_MS: dict[str, dict[str, dict[str, float]]] = {
+    "paper3": {
+        "SDPaxos": {"CA": 21, "OR": 21, "OH": 52.5},
+        "Mencius": {"CA": 37, "OR": 37, "OH": 53},
+        "Mencius-imbalanced": {"CA": 42, "OR": 43, "OH": 55},
+        "EPaxos-0%": {"CA": 22, "OR": 22, "OH": 52},
+    },
+    "paper5": {
+        "SDPaxos": {"CA": 52, "OR": 70, "OH": 70, "IRE": 138, "SEL": 148},
+        "Mencius": {"CA": 128, "OR": 122, "OH": 117, "IRE": 145, "SEL": 155},
+        "Mencius-imbalanced": {"CA": 133, "OR": 118, "OH": 143, "IRE": 130, "SEL": 228},
+        "EPaxos-0%": {"CA": 52, "OR": 70, "OH": 70, "IRE": 127, "SEL": 150},
+        "EPaxos-5%": {"CA": 53, "OR": 73, "OH": 76, "IRE": 140, "SEL": 185},
+        "EPaxos-50%": {"CA": 77, "OR": 110, "OH": 112, "IRE": 200, "SEL": 238},
+    },
+}
+
+#: Fig. 13, SDPaxos read latency (ms) with uniform keys, R/W 1:1 (the
+#: theoretical minimum: a round trip to the sequencer in CA).
+FIG13_SDPAXOS_UNIFORM_MS: dict[str, dict[str, float]] = {
+    "paper3": {"CA": 1.5, "OR": 21.5, "OH": 52},
+    "paper5": {"CA": 1, "OR": 22, "OH": 54, "IRE": 136, "SEL": 148},
+}
+
+#: Fig. 11, throughput (thousand req/s) against read share, no straggler, no
+#: conflict: SDPaxos per (replicas, payload bytes) at 0/25/50/75/100 % reads,
+#: and the flat lines of the others (write-only).
+FIG11_SDPAXOS_K: dict[tuple[int, int], tuple[float, ...]] = {
+    (3, 16): (122, 150, 178, 345, 490),
+    (5, 16): (120, 152, 195, 365, 550),
+    (3, 1024): (69, 73, 94, 132, 206),
+    (5, 1024): (69, 75, 109, 142, 221),
+}
+FIG11_READ_PCTS = (0, 25, 50, 75, 100)
+FIG11_FLAT_K: dict[str, dict[tuple[int, int], float]] = {
+    "mencius": {(3, 16): 115, (5, 16): 110, (3, 1024): 68, (5, 1024): 67},
+    "epaxos": {(3, 16): 92, (5, 16): 92, (3, 1024): 69, (5, 1024): 68},
+    "multipaxos": {(3, 16): 75, (5, 16): 57, (3, 1024): 19, (5, 1024): 11},
+}
+
+#: The throughput ratios the issue sets as the bar (SDPaxos over the other).
+PAPER_RATIOS: list[dict[str, Any]] = [
+    {"over": "multipaxos", "replicas": 5, "payload_bytes": 16, "conflict_pct": 0, "ratio": 2.1},
+    {"over": "multipaxos", "replicas": 5, "payload_bytes": 1024, "conflict_pct": 0, "ratio": 6.1},
+    {"over": "epaxos", "replicas": 5, "payload_bytes": 16, "conflict_pct": 5, "ratio": 1.7},
+    {"over": "epaxos", "replicas": 3, "payload_bytes": 16, "conflict_pct": 5, "ratio": 1.7},
+]
+
+#: Fig. 9(a), 3 replicas, 16 B writes: throughput (thousand req/s) with one
+#: straggler and the reduction from no straggler. "leader" is the sequencer for
+#: SDPaxos (SDPaxos-S) and the leader for Multi-Paxos.
+FIG9A_16B: dict[str, dict[str, tuple[float, float]]] = {
+    "multipaxos": {"leader": (24, -67.2)},
+    "mencius": {"other": (60, -47.7)},
+    "epaxos": {"other": (71, -21.7)},
+    "sdpaxos": {"leader": (88, -28.2), "other": (98, -20.0)},
+}
+#: Fig. 9(b): a slow sequencer is "detected within 2 seconds".
+STRAGGLER_DETECTION_S = 2.0
+#: Fig. 14: the OR and OH replicas stall about 300 and 400 ms after CA dies.
+FIG14_STALL_MS = {"OR": 300, "OH": 400}
