@@ -617,9 +617,7 @@ class EPaxosReplica:
             inst = self.logs[owner].get(index)
             if inst is not None and inst.status == COMMITTED:
                 self.stats.commits_resent += 1
-                self._send(
-                    m.src, Commit(self.id, owner, index, inst.seq, inst.deps, inst.commands)
-                )
+                self._send(m.src, Commit(self.id, owner, index, inst.seq, inst.deps, inst.commands))
 
     def _on_commit_upto(self, m: CommitUpto) -> None:
         owner = m.src
@@ -933,7 +931,7 @@ class EPaxosReplica:
 
     def _restore(self, records: list[Record]) -> None:
         latest: dict[tuple[int, int], InstanceRecord] = {}
-        for rec in records:
+        for rec in cast(list[object], records):  # our own record type, not the core's
             if not isinstance(rec, InstanceRecord):
                 continue
             key = (rec.owner, rec.index)
@@ -1018,4 +1016,3 @@ def make_replica(
 ) -> EPaxosReplica:
     """The registry's factory (:data:`sdpaxos.protocols.MakeReplica`)."""
     return EPaxosReplica(config, replica_id, state_machine, rng, observe, records)
-
