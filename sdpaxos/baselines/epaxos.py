@@ -612,8 +612,6 @@ class EPaxosReplica:
 
     def _on_commit_request(self, m: CommitRequest) -> None:
         for owner, index in m.instances[: self.config.learn_c_max]:
-            if not (0 <= owner < self.n and 0 <= index < INDEX_MAX):
-                continue
             inst = self.logs[owner].get(index)
             if inst is not None and inst.status == COMMITTED:
                 self.stats.commits_resent += 1
@@ -768,7 +766,12 @@ class EPaxosReplica:
             return type(m.index) is int and type(m.owner) is int
         if isinstance(m, CommitRequest):
             return isinstance(m.instances, tuple) and all(
-                isinstance(p, tuple) and len(p) == 2 and all(type(x) is int for x in p)
+                isinstance(p, tuple)
+                and len(p) == 2
+                and type(p[0]) is int
+                and 0 <= p[0] < n
+                and type(p[1]) is int
+                and 0 <= p[1] < INDEX_MAX
                 for p in m.instances
             )
         if isinstance(m, CommitUpto):
@@ -780,6 +783,20 @@ class EPaxosReplica:
     def _successors(self, v: _Inst, missing: dict[tuple[int, int], float]) -> list[_Inst] | None:
         """Committed, unexecuted instances ``v`` depends on; None if one is missing.
 
+        ``v`` depends on every instance ``(q, j)``, ``j <= deps[q]``, that
+        interferes with it. Each owner's instances are scanned downwards, and the
+        scan stops at the first interfering instance ``w`` that *covers* ``v``
+        (``w`` has no key, or holds every key of ``v``): ``w``'s own leader ``q``
+        made ``w`` depend on every earlier instance of ``q`` that interferes with
+        ``w``, hence on every one that interferes with ``v``, so those edges are
+        implied by ``v -> w`` (reachability, and so the components, are unchanged).
+        In its own owner's column an instance stops only at a *lower* covering
+        instance: then "``w`` reaches the earlier ones" holds by induction on the
+        instance number (a later instance of the same leader may depend on ``v``
+        and rely on ``v`` for the earlier ones: stopping there would make a cycle
+        that reaches none of them). That keeps a chain of commands on one key
+        linear instead of quadratic.
+
         Missing ones (unknown here, or interfering and not yet committed) go to
         ``missing`` (at most ``learn_c_max`` per owner), keeping the time they
         were first found missing.
@@ -788,10 +805,10 @@ class EPaxosReplica:
         blocked = False
         cap = self.config.learn_c_max
         for q in range(self.n):
-            top = v.deps[q]
             log = self.logs[q]
+            floor = self.exec_floor[q]
             lacking = 0
-            for j in range(self.exec_floor[q], top + 1):
+            for j in range(v.deps[q], floor - 1, -1):
                 w = log.get(j)
                 if w is not None and (w is v or w.executed or not _interferes(v, w)):
                     continue
@@ -802,6 +819,8 @@ class EPaxosReplica:
                         missing[(q, j)] = self._blocked.get((q, j), self.now_ms)
                     continue
                 out.append(w)
+                if (w.wild or (not v.wild and v.keys <= w.keys)) and (q != v.owner or j < v.index):
+                    break
         return None if blocked else out
 
     def _execute(self) -> None:
