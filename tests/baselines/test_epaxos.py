@@ -125,7 +125,7 @@ def test_latency_at_zero_conflict_is_the_fast_path(
 
 
 def test_conflicts_take_the_slow_path_and_cost_latency() -> None:
-    calm, calm_cluster = _run(PAPER5, commands_per_region=30, conflict_pct=0)
+    calm, _ = _run(PAPER5, commands_per_region=30, conflict_pct=0)
     busy, busy_cluster = _run(PAPER5, commands_per_region=30, conflict_pct=50)
     counters = busy_cluster.core_counters()
     assert counters["fast_commits"] > 0 and counters["slow_commits"] > 0
@@ -135,10 +135,10 @@ def test_conflicts_take_the_slow_path_and_cost_latency() -> None:
 
 
 def test_thrifty_off_asks_every_peer_and_keeps_the_fast_path() -> None:
-    result, cluster = _run(
+    result, _ = _run(
         PAPER5, commands_per_region=10, conflict_pct=0, config_overrides={"thrifty": False}
     )
-    thrifty, thrifty_cluster = _run(PAPER5, commands_per_region=10, conflict_pct=0)
+    thrifty, _ = _run(PAPER5, commands_per_region=10, conflict_pct=0)
     assert result.messages_sent > thrifty.messages_sent
     for r, stats in result.stats.items():
         assert stats.mean_ms == pytest.approx(_fast_path_ms(PAPER5, r), rel=0.05)
