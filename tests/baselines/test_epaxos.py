@@ -83,6 +83,39 @@ def test_safe_and_live_under_faults(
     assert len(digests) == 1  # the same final state everywhere
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", [PAPER3, PAPER5], ids=lambda p: p.name)
+@pytest.mark.parametrize("conflict_pct", [0, 5, 50, 100, None], ids=lambda c: f"conflict{c}")
+def test_sweep_with_crashes(profile: DelayProfile, conflict_pct: int | None) -> None:
+    """A longer sweep: more seeds and clients, heavier faults, two crash-restarts."""
+    for seed in range(200, 215):
+        rnd = random.Random(seed)
+
+        def hook(cluster: SimCluster, rnd: random.Random = rnd) -> None:
+            for _ in range(2):
+                r = rnd.randrange(profile.size)
+                at = rnd.randrange(100_000, 2_000_000)
+                cluster.call_at(at, lambda r=r: cluster.crash(r), "crash")
+                back = at + rnd.randrange(50_000, 800_000)
+                cluster.call_at(back, lambda r=r: cluster.restart(r), "restart")
+
+        result = run_closed_loop(
+            profile,
+            protocol="epaxos",
+            seed=seed,
+            commands_per_region=30,
+            clients_per_region=3,
+            client_retry_ms=700.0,
+            conflict_pct=conflict_pct,
+            network=NetworkConfig(
+                drop_probability=0.15, duplicate_probability=0.1, fifo=False, jitter_ms_max=50
+            ),
+            catch=False,
+            cluster_hook=hook,
+        )
+        assert result.ok, (seed, result.verdict)
+
+
 def test_waiting_for_execution_answers_with_the_result() -> None:
     cluster = SimCluster(PAPER3, SeededChooser(random.Random(3)), protocol="epaxos")
     clients = ClosedLoopClients(cluster, 10, wait=Wait.EXECUTED, conflict_pct=50)
@@ -230,6 +263,18 @@ def test_a_covering_instance_stands_in_for_the_ones_below_it() -> None:
     b = _commit(2, 1, 1, (-1, -1, -1), "b")
     replica, _ = _replica()
     assert _deliver(replica, [a, b]) == [b"b", b"a"]
+
+
+def test_a_later_instance_of_the_same_leader_does_not_stand_in_for_earlier_ones() -> None:
+    """b = (1,1) was pre-accepted somewhere after c = (1,2), so b depends on c
+    and c on b. c stands in for nothing below b in b's own column: b must still
+    wait for a = (1,0) (c's leader put a in c's deps through b, a cycle)."""
+    a = _commit(1, 0, 1, (-1, -1, -1), "a")
+    b = _commit(1, 1, 3, (-1, 2, -1), "b")
+    c = _commit(1, 2, 2, (-1, 1, -1), "c")
+    replica, _ = _replica()
+    assert _deliver(replica, [b, c]) == []
+    assert _deliver(replica, [a]) == [b"a", b"c", b"b"]
 
 
 def test_a_long_chain_needs_no_recursion() -> None:
