@@ -25,6 +25,7 @@ from sdpaxos.baselines.epaxos import (
     fast_quorum,
 )
 from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.errors import Overloaded
 from sdpaxos.core.ready import Executed, Reply, ReplyKind
 from sdpaxos.core.types import Command, ReplicaId, Slot, Wait
 from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile
@@ -549,3 +550,12 @@ def test_the_keyed_state_machine_depends_only_on_interfering_order() -> None:
     four = KeyedDigestRegister()
     four.restore(one.snapshot())
     assert four.digest() == one.digest() and four.apply(x1) == one.apply(x1)
+
+
+def test_reads_go_through_the_log_and_the_queue_is_bounded() -> None:
+    replica, _ = _replica(propose_queue_max=1)
+    replica.read(7, b"k", 0.0)
+    assert [(r.read_id, r.ok) for r in replica.ready().reads] == [(7, False)]
+    replica.propose(Command(1, 1, b"p", b"k"))
+    with pytest.raises(Overloaded):
+        replica.propose(Command(1, 2, b"q", b"k"))
