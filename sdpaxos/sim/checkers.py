@@ -37,6 +37,21 @@ Checked properties:
    promise (``ReadResult``): the embedder then reads its local state machine.
    Reads answered not-``ok`` are fine: the client falls back to the log.
 
+**Per-key order** (``Checker(n, per_key=True)``), for protocols that order
+only interfering commands (EPaxos): properties 2 and 4 become
+
+2'. **Prefix agreement per key.** For each key, the executed sequences of the
+   commands on that key (with the same fields as in 2, the slot left out: it is
+   a replica's own count) are prefixes of one another across replicas. A
+   command with no key writes every object: the sequences of those agree too,
+   and every keyed command is placed among them (how many of them executed
+   before it), so the order between a keyed and an unkeyed command agrees.
+4'. **Real-time order between interfering commands.** If ``a`` was READY before
+   ``b`` was proposed and they interfere (same key, or either has none), ``a``
+   executes before ``b`` on every replica.
+
+Integrity (3) is unchanged and read freshness (5) is judged as before.
+
 A command may be proposed at several replicas (a client that retries
 elsewhere): any of them may answer it, and it must still execute once.
 
@@ -88,6 +103,11 @@ class _Votes:
     chosen_by: tuple[int, ...] = ()
 
 
+#: Per-key mode: what must agree at one position of a key's executed sequence
+#: (for a keyed command, first how many unkeyed commands executed before it).
+KeyExecKey = tuple[object, ...]
+
+
 @dataclass(slots=True)
 class _ReplicaView:
     """What the checker knows of one replica's (volatile) execution."""
@@ -98,14 +118,25 @@ class _ReplicaView:
     settled: set[CommandKey] = field(default_factory=set)
     #: readies[0:covered] have all executed on this replica.
     covered: int = 0
+    #: Per-key mode: position in each key's sequence (``None``: unkeyed commands),
+    #: and how far each key's READY list has executed here.
+    key_position: dict[bytes | None, int] = field(default_factory=dict)
+    key_covered: dict[bytes | None, int] = field(default_factory=dict)
 
 
 class Checker:
     """Incremental checker of one cluster's history (replicas ``0 .. replicas-1``)."""
 
-    def __init__(self, replicas: int) -> None:
+    def __init__(self, replicas: int, *, per_key: bool = False) -> None:
         assert replicas >= 1
         self.replicas = replicas
+        #: Order per key (2', 4' in the module docstring) instead of one total order.
+        self.per_key = per_key
+        self._key_order: dict[bytes | None, list[KeyExecKey]] = {}
+        #: Per-key mode: READY commands per key (``None``: unkeyed), and for each
+        #: keyed proposal how many of its key's and of the unkeyed were READY then.
+        self._key_readies: dict[bytes | None, list[CommandKey]] = {}
+        self._key_needs: dict[CommandKey, tuple[int, int]] = {}
         self.majority = replicas // 2 + 1
         self._c_votes: dict[tuple[int, int], _Votes] = {}
         self._o_votes: dict[int, _Votes] = {}
@@ -141,6 +172,11 @@ class Checker:
             return  # a retry of the same command; the first proposal counts
         self._proposed[key] = (replica, command)
         self._readies_before[key] = len(self._readies)
+        if self.per_key and command.key is not None:
+            self._key_needs[key] = (
+                len(self._key_readies.get(command.key, ())),
+                len(self._key_readies.get(None, ())),
+            )
 
     def replied(self, replica: int, reply: Reply) -> None:
         """``replica`` (the command leader) answered a client."""
@@ -158,6 +194,9 @@ class Checker:
         if key not in self._ready_set:
             self._ready_set.add(key)
             self._readies.append(key)
+            if self.per_key:
+                written = self._proposed[key][1].key
+                self._key_readies.setdefault(written, []).append(key)
 
     def persisted(self, replica: int, records: Sequence[Record]) -> None:
         """``replica`` made ``records`` durable (``Ready.persist``)."""
@@ -209,7 +248,9 @@ class Checker:
                 f"replica {replica} position {view.position}"
                 f" (slot {e.slot}, C({e.owner},{e.c_index}))"
             )
-            if view.position < len(self._order):
+            if self.per_key:
+                self._check_key_order(view, cmd.key, ek, where)
+            elif view.position < len(self._order):
                 expected = self._order[view.position]
                 if expected != ek:
                     raise SafetyViolation(
@@ -392,9 +433,54 @@ class Checker:
         if not votes.chosen_by:
             votes.chosen, votes.chosen_ballot, votes.chosen_by = value, ballot, voters
 
+    def _check_key_order(
+        self, view: _ReplicaView, written: bytes | None, ek: ExecKey, where: str
+    ) -> None:
+        """2': ``ek`` (without its slot) continues ``written``'s sequence as on every replica."""
+        entry: KeyExecKey = ek[1:]
+        if written is not None:
+            entry = (view.key_position.get(None, 0), *entry)
+        order = self._key_order.setdefault(written, [])
+        position = view.key_position.get(written, 0)
+        if position < len(order):
+            expected = order[position]
+            if expected != entry:
+                raise SafetyViolation(
+                    f"executed sequences of key {written!r} diverge at {where} (position"
+                    f" {position} of that key): executed {_short(entry)} where another"
+                    f" replica executed {_short(expected)}"
+                )
+        else:
+            order.append(entry)
+        view.key_position[written] = position + 1
+
+    def _covered(self, view: _ReplicaView, written: bytes | None) -> int:
+        """How many of ``written``'s READY commands (in READY order) executed here."""
+        readies = self._key_readies.get(written, [])
+        covered = view.key_covered.get(written, 0)
+        while covered < len(readies) and readies[covered] in view.settled:
+            covered += 1
+        view.key_covered[written] = covered
+        return covered
+
     def _check_real_time(
         self, replica: int, view: _ReplicaView, key: CommandKey, where: str
     ) -> None:
+        if self.per_key:
+            written = self._proposed[key][1].key
+            if written is not None:  # 4': only the commands it interferes with
+                need_key, need_unkeyed = self._key_needs.get(key, (0, 0))
+                for group, need in ((written, need_key), (None, need_unkeyed)):
+                    covered = self._covered(view, group)
+                    if covered < need:
+                        first = self._key_readies[group][covered]
+                        raise SafetyViolation(
+                            f"real-time order broken at {where}: executed {key} before"
+                            f" {first}, which interferes with it and was READY before"
+                            f" {key} was proposed"
+                        )
+                return
+            # An unkeyed command interferes with everything: the total check below.
         readies = self._readies
         while view.covered < len(readies) and readies[view.covered] in view.settled:
             view.covered += 1

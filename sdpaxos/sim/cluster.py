@@ -74,7 +74,7 @@ from sdpaxos.sim.chooser import Chooser, derive_rng
 from sdpaxos.sim.driver import Outlet, carry_out
 from sdpaxos.sim.network import Network, NetworkConfig
 from sdpaxos.sim.scheduler import EVENTS_PENDING_MAX, Scheduler
-from sdpaxos.sim.statemachine import DigestRegister
+from sdpaxos.sim.statemachine import DigestRegister, KeyedDigestRegister
 
 #: Most ``ready()`` calls in one drain; a replica that never runs dry is a bug.
 READY_ROUNDS_MAX = 1000
@@ -90,6 +90,11 @@ SLOW_FACTOR_MAX = 1_000_000.0
 DROP = -1
 #: Longest a message rule may hold a message back, in microseconds.
 HOLD_US_MAX = 60_000_000
+#: Protocols that order only interfering commands (same key, or no key): their
+#: clusters check order per key (``Checker(per_key=True)``) and, by default, run
+#: a per-key state machine (:class:`KeyedDigestRegister`); clients then put the
+#: key in the payload (:func:`~sdpaxos.sim.statemachine.keyed_payload`).
+PER_KEY_ORDER_PROTOCOLS = frozenset({"epaxos"})
 
 
 class SimReplica(Protocol):
@@ -283,7 +288,9 @@ class SimCluster:
             (the real core only: ``replica_factory`` must be the default).
         protocol: a name from :data:`sdpaxos.protocols.PROTOCOL_NAMES`; a
             baseline brings its replica factory and its messages' codec (unless
-            ``replica_factory`` or ``codec`` is given).
+            ``replica_factory`` or ``codec`` is given). One of
+            :data:`PER_KEY_ORDER_PROTOCOLS` also gets the per-key checker and,
+            unless ``state_machine_factory`` is given, the per-key state machine.
     """
 
     def __init__(
@@ -319,6 +326,10 @@ class SimCluster:
             if codec is None:
                 codec = spec.codec
         self.protocol = protocol
+        #: Commands are ordered only against the ones they interfere with.
+        self.per_key_order = protocol in PER_KEY_ORDER_PROTOCOLS
+        if self.per_key_order and state_machine_factory is DigestRegister:
+            state_machine_factory = KeyedDigestRegister
         if not tick_ms > 0:
             raise ValueError(f"tick_ms must be > 0, got {tick_ms}")
         if processing_us < 0:
@@ -342,7 +353,7 @@ class SimCluster:
         assert self.tick_us >= 1 and self.probe_us >= 1
         self.network = Network(profile, network or NetworkConfig(), chooser)
         self.scheduler: Scheduler[Event] = Scheduler(events_pending_max=events_pending_max)
-        self.checker = checker if checker is not None else Checker(n)
+        self.checker = checker if checker is not None else Checker(n, per_key=self.per_key_order)
         self.codec: Codec = codec if codec is not None else WireCodec()
         self.observe = observe
         self._replica_factory = replica_factory

@@ -92,6 +92,7 @@ def run_closed_loop(
     progress: Progress | None = None,
     cluster_hook: Callable[[SimCluster], None] | None = None,
     protocol: str = "sdpaxos",
+    conflict_pct: int | None = None,
 ) -> RunResult:
     """Run closed-loop clients at every replica, then heal and drain.
 
@@ -101,6 +102,9 @@ def run_closed_loop(
 
     With ``catch`` a checker violation becomes the verdict; otherwise it raises
     (tests want the traceback). Core exceptions always propagate.
+
+    ``conflict_pct``: the clients' conflict rate (``ClosedLoopClients``); by
+    default every command has no key (every pair of commands interferes).
     """
     if chooser is None:
         chooser = SeededChooser(random.Random(seed))
@@ -123,6 +127,7 @@ def run_closed_loop(
         commands_per_region,
         clients_per_region=clients_per_region,
         retry_ms=client_retry_ms,
+        conflict_pct=conflict_pct,
     )
     total = clients.total
     if time_limit_ms is None:
@@ -192,5 +197,6 @@ def run_closed_loop(
             "duplicate_probability": net.duplicate_probability,
             "configured_proximity": configured_proximity,
             "measured_proximity": measured_proximity,
+            **({} if conflict_pct is None else {"conflict_pct": conflict_pct}),
         },
     )

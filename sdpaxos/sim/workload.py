@@ -35,6 +35,13 @@ read outstanding): at its own replica, at the current sequencer, or at a
 random replica, of a key or of everything. Reads never hold up writes; their
 results go to the checker (read freshness), and not-``ok`` answers (fall back
 to the log) are only counted.
+
+Conflict rate (``conflict_pct``, the EPaxos client's convention): each command
+writes the one hot key :data:`HOT_KEY` with probability ``conflict_pct`` %,
+otherwise a key of its own (unique per command). When the cluster orders only
+interfering commands (``SimCluster.per_key_order``, EPaxos), a command's key
+also travels in its payload (:func:`~sdpaxos.sim.statemachine.keyed_payload`),
+for the per-key state machine.
 """
 
 import math
@@ -44,6 +51,7 @@ from sdpaxos.core.ready import ReadResult, Reply, ReplyKind
 from sdpaxos.core.sessions import REGISTRATION_SEQ, decode_session_id, registration
 from sdpaxos.core.types import Command, Wait
 from sdpaxos.sim.cluster import SimCluster
+from sdpaxos.sim.statemachine import keyed_payload
 
 #: Most clients per region (a named limit on the workload's size).
 CLIENTS_PER_REGION_MAX = 1024
@@ -51,6 +59,8 @@ CLIENTS_PER_REGION_MAX = 1024
 KEYS_MAX = 1024
 #: A read unanswered this long (its replica crashed) no longer blocks the next one.
 READ_TIMEOUT_MS = 5_000.0
+#: The key a ``conflict_pct`` share of commands write.
+HOT_KEY = b"hot"
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -111,8 +121,8 @@ class ClosedLoopClients:
 
     ``commands_per_region`` is split between a region's clients as evenly as
     possible. ``payload_bytes`` pads each command's payload. ``keys``,
-    ``reads`` and ``retry_elsewhere``: see the module docstring; their choices
-    come from the cluster's chooser.
+    ``conflict_pct``, ``reads`` and ``retry_elsewhere``: see the module
+    docstring; their choices come from the cluster's chooser.
     """
 
     cluster: SimCluster
@@ -124,6 +134,7 @@ class ClosedLoopClients:
     retry_ms: float | None = None
     retry_elsewhere: bool = False
     keys: tuple[bytes, ...] = ()
+    conflict_pct: int | None = None
     reads: bool = False
     think_ms: float = 0.0
     retries: int = 0
@@ -156,6 +167,11 @@ class ClosedLoopClients:
             raise ValueError("commands_per_region must be >= 0")
         if len(self.keys) > KEYS_MAX or any(not k for k in self.keys):
             raise ValueError(f"keys: at most {KEYS_MAX}, none empty (None means no key)")
+        if self.conflict_pct is not None:
+            if type(self.conflict_pct) is not int or not 0 <= self.conflict_pct <= 100:
+                raise ValueError("conflict_pct must be an integer percentage in 0..100")
+            if self.keys:
+                raise ValueError("keys and conflict_pct exclude each other")
         if not self.think_ms >= 0:
             raise ValueError("think_ms must be >= 0")
         if self.retry_elsewhere and self.retry_ms is None:
@@ -206,8 +222,7 @@ class ClosedLoopClients:
         client.seq += 1
         client.proposed_us = -1
         body = f"c{client.client_id}s{client.seq}".encode()
-        payload = body.ljust(self.payload_bytes, b".")
-        command = Command(client.client_id, client.seq, payload, self._key())
+        command = self._command(client.client_id, client.seq, body)
         self._issued += 1
         self.cluster.propose_at(at_us, client.replica, command, self.wait)
         if self.retry_ms is not None:
@@ -288,8 +303,7 @@ class ClosedLoopClients:
         client.seq += 1
         client.proposed_us = -1
         body = f"c{client.client_id}n{client.issued}".encode()
-        payload = body.ljust(self.payload_bytes, b".")
-        command = Command(client.session, client.seq, payload, self._key())
+        command = self._command(client.session, client.seq, body)
         client.outstanding = command
         self._issued += 1
         self.cluster.propose_at(at_us, client.replica, command, Wait.EXECUTED)
@@ -339,6 +353,18 @@ class ClosedLoopClients:
             self._next(client, at_us)
         if self.reads:
             self._read(client, at_us)
+
+    def _command(self, client_id: int, seq: int, body: bytes) -> Command:
+        """The next command of a client: its key, and its payload padded."""
+        if self.conflict_pct is None:
+            key = self._key()
+        elif self.cluster.chooser.below(100) < self.conflict_pct:
+            key = HOT_KEY
+        else:
+            key = b"u" + body  # the body names client and command: unique
+        if key is not None and self.cluster.per_key_order:
+            body = keyed_payload(key, body)
+        return Command(client_id, seq, body.ljust(self.payload_bytes, b"."), key)
 
     def _key(self) -> bytes | None:
         """A key to write or read: one of ``keys``, or (draw 0) no named object."""
