@@ -185,6 +185,8 @@ class RoundResult:
     frames: int = 0
     wire_bytes: int = 0
     leaders: list[Any] = field(default_factory=list)
+    #: Rounds in which each replica took its turn.
+    turns: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -455,7 +457,8 @@ def run_with(
     cfg = d.config
     tick_ms = cfg.tick_ms
     slow_r, slow_every = spec.slow if spec.slow is not None else (-1, 1)
-    last_tick = [-tick_ms] * n  # every replica ticks in the first round it runs
+    last_tick = [-tick_ms] * n
+    turns = [0] * n  # every replica ticks in the first round it runs
     # Initial load: the first operation of every session.
     for s in d.sessions:
         d.next_ops[s.replica].append(s)
@@ -486,6 +489,7 @@ def run_with(
             for r in order:
                 if r == slow_r and rounds % slow_every:
                     continue
+                turns[r] += 1
                 rep = d.replicas[r]
                 sec = d.seconds[r]
                 if d.now_ms - last_tick[r] >= tick_ms:
@@ -518,6 +522,7 @@ def run_with(
                 measuring = True
                 start_round = rounds
                 start_completed = d.completed
+                d.limit = start_completed + spec.commands  # exactly ``commands`` measured
                 for r in range(n):
                     d.seconds[r] = dict.fromkeys(TIMED_CALLS, 0.0)
             if measuring and measured_at is None and d.completed >= d.limit:
@@ -557,6 +562,7 @@ def run_with(
     res.frames = d.frames
     res.wire_bytes = d.wire_bytes
     res.leaders = [getattr(rep, "sequencer", None) for rep in d.replicas]
+    res.turns = turns
     res.problems = d.problems
     res.problems.extend(verify(d))
     return res
