@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from bench.cputime import CpuMeter, TimedCodec, TimedReplica
+from bench.rounds import lease_overrides
 from bench.workloads import OpRecord, OpStream, Workload, arrivals_us
 from sdpaxos.core.ready import ReadResult, Reply, ReplyKind
 from sdpaxos.core.types import Command, Wait
@@ -300,7 +301,8 @@ class SimEngine:
             SeededChooser(random.Random(spec.seed)),
             sequencer=spec.leader,
             tick_ms=spec.tick_ms,
-            config_overrides=spec.config_overrides or None,
+            # Three heartbeats per lease, as the runtime's config (bench.rounds).
+            config_overrides=lease_overrides(spec.config_overrides),
             processing_us=spec.processing_us,
             protocol=spec.protocol,
             **extra,

@@ -30,7 +30,8 @@ from typing import Any
 from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
 from bench.engines import Clients, RunSpec
-from bench.workloads import Workload, completed_between
+from bench.rounds import RoundSpec, run_rounds
+from bench.workloads import Workload
 from sdpaxos.profiles import uniform
 
 TITLES = {
@@ -43,6 +44,8 @@ TITLES = {
 PROCESSING_US = 100
 SLOW_FACTOR = 3.0
 BIN_MS = 100
+#: Part 1: the straggler takes one round in this many, and its CPU counts this many times.
+ROUNDS_EVERY = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +58,14 @@ class Settings:
     detect_run_ms: float
     detect_clients_per_region: int
     detect_rate_per_s: float
+    #: Part 1 (the round driver): sessions per replica, warm-up and measured operations.
+    sessions: int
+    warmup: int
+    commands: int
 
 
-QUICK = Settings(20, 300.0, 1_500.0, 1_000.0, 6_000.0, 5, 100.0)
-FULL = Settings(20, 1_000.0, 5_000.0, 2_000.0, 10_000.0, 5, 100.0)
+QUICK = Settings(20, 300.0, 1_500.0, 1_000.0, 6_000.0, 5, 100.0, 1000, 5_000, 20_000)
+FULL = Settings(20, 1_000.0, 5_000.0, 2_000.0, 10_000.0, 5, 100.0, 2000, 20_000, 100_000)
 
 
 def run(ctx: Context) -> int:
@@ -74,28 +81,34 @@ def run(ctx: Context) -> int:
         if why:
             row["status"] = why
             continue
+        row["status"] = "ok"
         for case, slow in (
             ("none", None),
-            ("leader", (0, SLOW_FACTOR, 0.0)),
-            ("other", (1, SLOW_FACTOR, 0.0)),
+            ("leader", (0, ROUNDS_EVERY)),
+            ("other", (1, ROUNDS_EVERY)),
         ):
-            spec = RunSpec(
-                protocol=proto,
-                profile=profile,
-                workload=Workload(seed=ctx.seed),
-                clients=Clients("closed", (settings.clients_per_region,) * 3),
-                duration_ms=settings.duration_ms,
-                warmup_ms=settings.warmup_ms,
-                processing_us=PROCESSING_US,
+            spec = RoundSpec(
+                proto,
+                replicas=3,
+                sessions=settings.sessions,
+                commands=settings.commands,
+                warmup=settings.warmup,
+                clients_at="leader" if proto == "multipaxos" else "all",
                 slow=slow,
                 seed=ctx.seed,
             )
-            out = ctx.run(engine, spec, f"{proto}, straggler: {case}")
-            if not out.ok:
-                failures.append(f"{proto} {case}: {out.verdict}")
-            start, end = spec.window_us
-            row[case] = round(completed_between(out.records, start, end) / ((end - start) / 1e6), 1)
-        row["status"] = "ok"
+            res = run_rounds(spec, progress=ctx.progress)
+            if not res.ok:
+                failures.append(f"{proto} {case}: {'; '.join(res.problems[:3])}")
+                row["status"] = "FAILED"
+            row[case] = round(res.capacity_per_s, 1)
+            row[f"{case}_ops_per_round"] = round(res.ops_per_round, 1)
+            row[f"{case}_busiest"] = res.busiest
+            row[f"{case}_leaders_at_end"] = res.leaders
+            ctx.progress(
+                f"{proto}, straggler {case}: capacity {res.capacity_per_s:,.0f} ops/s"
+                f" (busiest r{res.busiest}), {res.ops_per_round:.0f} ops per round"
+            )
         for case in ("leader", "other"):
             row[f"{case}_reduction_pct"] = (
                 round((row[case] / row["none"] - 1) * 100, 1) if row["none"] else None
@@ -108,6 +121,8 @@ def run(ctx: Context) -> int:
         "settings": dataclasses.asdict(settings),
         "processing_us": PROCESSING_US,
         "slow_factor": SLOW_FACTOR,
+        "part1_driver": "bench.rounds: the straggler takes one round in"
+        f" {ROUNDS_EVERY} and its CPU counts {ROUNDS_EVERY}x in the capacity",
         "rows": rows,
         "detection": detection,
         "failures": failures,
@@ -164,12 +179,14 @@ def _markdown(
     lines = [
         "# straggler: one slow replica (the paper's Fig. 9)",
         "",
-        f"Engine `{ctx.engine_name}`, seed {ctx.seed}{', quick' if ctx.quick else ''}. 3 replicas,"
-        f" LAN, {PROCESSING_US} us of virtual CPU per message,"
-        f" the straggler {SLOW_FACTOR:g}x slower."
-        f" {settings.clients_per_region} closed-loop clients per replica, 16 B writes, warm-up"
-        f" {settings.warmup_ms:g} ms excluded, {settings.duration_ms:g} ms measured. Throughput in"
-        " ops/s of virtual time; the paper's Fig. 9(a) (16 B writes, thousand req/s) beside.",
+        f"Seed {ctx.seed}{', quick' if ctx.quick else ''}. Part 1: the round-based driver"
+        f" (`bench/rounds.py`), 3 replicas, {settings.sessions} closed-loop sessions per replica"
+        " (Multi-Paxos: at the leader), 16 B writes,"
+        f" {settings.warmup:,} operations of warm-up, {settings.commands:,} measured. The"
+        f" straggler takes its turn one round in {ROUNDS_EVERY} (its backlog waits) and its CPU"
+        f" counts {ROUNDS_EVERY}x: capacity = 1000 / max over replicas of (CPU s per 1,000 x"
+        " slowdown), ops/s with one core per replica (the straggler a third of one). The"
+        " paper's Fig. 9(a) (16 B writes, thousand req/s) beside.",
         "",
     ]
     table = []
@@ -184,7 +201,7 @@ def _markdown(
         table.append(
             [
                 row["column"],
-                row["none"],
+                f"{row['none']:,.0f}",
                 f"{row['leader']:,.0f} ({row['leader_reduction_pct']:+.1f}%)",
                 f"{row['other']:,.0f} ({row['other_reduction_pct']:+.1f}%)",
                 *paper_cells,

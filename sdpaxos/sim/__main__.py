@@ -53,6 +53,7 @@ from sdpaxos.profiles import (
     builtin,
     load_json,
 )
+from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot, run_failover
 from sdpaxos.sim.faults import FaultKind, parse_faults
 from sdpaxos.sim.network import NetworkConfig
@@ -149,6 +150,7 @@ MODE_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "matrix": ("--matrix", _CLUSTER),
     "sequencer": ("--sequencer", _CLUSTER),
     "tick_ms": ("--tick-ms", _CLUSTER),
+    "protocol": ("--protocol", _CLUSTER),
     "commands": ("--commands", (RUN, SWEEP)),
     "clients_per_region": ("--clients-per-region", (RUN,)),
     "client_retry_ms": ("--client-retry-ms", (RUN,)),
@@ -282,6 +284,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"virtual time per core tick, >= 0.001 (default {TICK_MS_DEFAULT:g})",
     )
 
+    cluster.add_argument(
+        "--protocol",
+        choices=PROTOCOL_NAMES,
+        help="the protocol the replicas run (default sdpaxos); a baseline's --sequencer is"
+        " its leader (Multi-Paxos) or view-0 coordinator",
+    )
     run = p.add_argument_group("a plain run (--commands: --sweep too)")
     run.add_argument(
         "--commands",
@@ -568,6 +576,7 @@ def _main_failover(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
             sequencer=sequencer,
             seed=args.seed,
             tick_ms=args.tick_ms,
+            protocol=args.protocol,
         )
         if args.json:
             print(json.dumps(result.to_json(), indent=2))
@@ -581,6 +590,7 @@ def _main_failover(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         kill_ms=args.kill_ms,
         seed=args.seed,
         tick_ms=args.tick_ms,
+        protocol=args.protocol,
     )
     if args.json:
         print(json.dumps(one.to_json(), indent=2))
@@ -605,6 +615,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check_mode(args, parser, mode)
     if args.tick_ms is None:
         args.tick_ms = TICK_MS_DEFAULT
+    if args.protocol is None:
+        args.protocol = "sdpaxos"
     if mode == SWEEP:
         return _main_sweep(args, parser)
     if mode in (FAILOVER, FAILOVER_SWEEP):
@@ -636,6 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         measured_proximity=args.measure_rtt,
         drain_ms=DRAIN_MS_DEFAULT if args.drain_ms is None else args.drain_ms,
         progress=None if args.quiet else _progress,
+        protocol=args.protocol,
     )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))

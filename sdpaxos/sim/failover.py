@@ -152,8 +152,14 @@ def run_failover(
     clients_per_region: int = CLIENTS_PER_REGION,
     seed: int = 1,
     tick_ms: float = 10.0,
+    protocol: str = "sdpaxos",
 ) -> FailoverResult:
-    """Kill the sequencer at ``kill_ms`` under closed-loop load; measure each survivor."""
+    """Kill the sequencer at ``kill_ms`` under closed-loop load; measure each survivor.
+
+    ``protocol``: a name from :data:`sdpaxos.protocols.PROTOCOL_NAMES` whose
+    replicas expose ``sequencer`` (the believed leader) and ``view`` (growing
+    with every leader change), e.g. ``"multipaxos"`` (its leader is killed).
+    """
     if not (kill_ms > 0 and after_ms > 0):
         raise ValueError("kill_ms and after_ms must be > 0")
     cluster = SimCluster(
@@ -162,6 +168,7 @@ def run_failover(
         sequencer=sequencer,
         tick_ms=tick_ms,
         config_overrides={"heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS},
+        protocol=protocol,
     )
     survivors = [r for r in range(profile.size) if r != sequencer]
     readies: dict[int, list[tuple[int, int]]] = {r: [] for r in survivors}

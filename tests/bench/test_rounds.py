@@ -1,0 +1,118 @@
+"""The round-based driver (bench/rounds.py), --protocol in the simulator CLI, and a
+Multi-Paxos failover: small runs, a few seconds of CPU in all."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bench.rounds import DigestMachine, RoundSpec, lease_overrides, run_rounds, run_with
+from sdpaxos.protocols import protocol
+from sdpaxos.sim import __main__ as sim_main
+from sdpaxos.sim.failover import run_failover
+
+SMALL: dict[str, Any] = {"sessions": 100, "commands": 2_000, "warmup": 400}
+
+
+def test_sdpaxos_batches_and_reports_cpu_per_replica() -> None:
+    res = run_rounds(RoundSpec("sdpaxos", replicas=3, read_pct=25.0, **SMALL))
+    assert res.ok, res.problems
+    assert res.commands_per_instance > 1.5  # batching happened
+    per = res.cpu_s_per_1000()
+    assert len(per) == 3 and all(v > 0 for v in per)
+    assert res.capacity_per_s == pytest.approx(1000 / max(per))
+    assert res.measured == 2_000
+    assert res.reads_ok > 0  # the sequencer's lease serves reads
+
+
+def test_multipaxos_at_the_leader_serves_reads_under_its_lease() -> None:
+    res = run_rounds(
+        RoundSpec("multipaxos", replicas=3, read_pct=50.0, clients_at="leader", **SMALL)
+    )
+    assert res.ok, res.problems
+    assert res.reads_ok > 0
+    assert res.commands_per_instance > 1.5
+    assert res.busiest == 0  # the leader
+
+
+class _LateMachine:
+    """Applies its 5th payload after its 6th: an executed order that diverges."""
+
+    def __init__(self, inner: DigestMachine) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.held: bytes | None = None
+
+    def apply(self, payload: bytes) -> bytes:
+        self.calls += 1
+        if self.calls == 5:
+            self.held = payload
+            self.inner.count += 1  # counted now, applied late
+            return b"ok"
+        out = self.inner.apply(payload)
+        if self.held is not None:
+            held, self.held = self.held, None
+            self.inner.count -= 1
+            self.inner.apply(held)
+        return out
+
+    def snapshot(self) -> bytes:
+        return self.inner.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.inner.restore(data)
+
+
+def test_a_replica_that_executes_in_another_order_is_caught() -> None:
+    spec = protocol("sdpaxos")
+
+    def make(config: Any, r: int, sm: Any, rng: Any, observe: bool, records: Any) -> Any:
+        return spec.make_replica(config, r, _LateMachine(sm) if r == 1 else sm, rng, False, None)
+
+    res = run_with(RoundSpec("sdpaxos", replicas=3, **SMALL), make, spec.codec)
+    assert not res.ok
+    assert any("diverge" in p for p in res.problems), res.problems
+
+
+def test_a_straggler_runs_one_round_in_three_and_costs_three_times() -> None:
+    res = run_rounds(RoundSpec("mencius", replicas=3, slow=(1, 3), **SMALL))
+    assert res.ok, res.problems
+    assert res.factors == [1, 3, 1]
+    assert res.turns[1] == res.rounds // 3 and res.turns[0] == res.turns[2] == res.rounds
+    per = res.cpu_s_per_1000()
+    assert res.capacity_per_s == pytest.approx(
+        1000 / max(p * f for p, f in zip(per, [1, 3, 1], strict=True))
+    )
+
+
+def test_lease_overrides_three_heartbeats_per_lease() -> None:
+    assert lease_overrides({})["heartbeat_ms"] == pytest.approx(500 / 3)
+    assert lease_overrides({"lease_ms": 300.0})["heartbeat_ms"] == pytest.approx(100.0)
+    assert lease_overrides({"heartbeat_ms": 500.0})["heartbeat_ms"] == 500.0
+
+
+def test_sim_cli_runs_a_baseline_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--profile", "paper3", "--commands", "5", "--quiet", "--json"]
+    assert sim_main.main([*argv, "--protocol", "multipaxos"]) == 0
+    mp = capsys.readouterr().out
+    assert sim_main.main(argv) == 0
+    sd = capsys.readouterr().out
+    assert json.loads(mp)["options"]["protocol"] == "multipaxos"
+    # Multi-Paxos at OR goes through the leader in CA: slower than SDPaxos there.
+    assert _mean(mp, "OR") > _mean(sd, "OR")
+    with pytest.raises(SystemExit):
+        sim_main.main([*argv, "--protocol", "nope"])
+
+
+def _mean(text: str, region: str) -> float:
+    return float(json.loads(text)["regions"][region]["mean_ms"])
+
+
+def test_multipaxos_failover_elects_a_new_leader() -> None:
+    res = run_failover(protocol="multipaxos", kill_ms=800.0, after_ms=1_500.0, clients_per_region=3)
+    assert res.checkers == "ok"
+    assert res.new_sequencer in ("OR", "OH")
+    assert res.new_view is not None and res.new_view >= 256  # a Multi-Paxos ballot: round*256+id
+    assert all(r.stall_ms is not None for r in res.regions)
