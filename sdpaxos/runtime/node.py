@@ -326,6 +326,9 @@ class Node:
         self._unsaved: list[Record] = []
         self._unsaved_snapshot: Snapshot | None = None
         self._writing = False
+        #: Append inline (on the loop) when the log does not fsync; a test that
+        #: holds the log thread back turns it off.
+        self.inline_writes = True
         self._held: deque[_Held] = deque()
         self._out: dict[int, list[Message]] = {}
         self._dirty_conns: set[Connection] = set()
@@ -531,7 +534,7 @@ class Node:
         seq = self._records_seq
         self._writing = True
         assert self._loop is not None and self._io is not None and self.log is not None
-        if not self.log.fsync and snapshot is None:
+        if self.inline_writes and not self.log.fsync and snapshot is None:
             # Without fsync an append is a buffered write of microseconds: the
             # hand-off to the log thread and back would cost more than it saves.
             future: asyncio.Future[tuple[float, int]] = self._loop.create_future()

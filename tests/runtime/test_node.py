@@ -103,6 +103,7 @@ def test_nothing_leaves_before_its_records_are_durable_and_writes_are_grouped(tm
                 return original(records, snapshot)
 
             stuck._write = slow_write
+            stuck.inline_writes = False  # the gate holds the log thread, not the loop
             steps_before = [n.replica.stats.steps for n in nodes]
             fsyncs_before = stuck.fsyncs
             pending = [
@@ -253,6 +254,7 @@ def test_a_client_that_pipelines_past_the_bound_is_not_read_until_it_drains(tmp_
             gate = threading.Event()
             original = nodes[0]._write
             nodes[0]._write = lambda r, s: (gate.wait(), original(r, s))[1]
+            nodes[0].inline_writes = False  # the gate holds the log thread, not the loop
             client = Client([(nodes[0].config.me.host, nodes[0].bound_port)], tls=client_tls(path))
             sends = [
                 asyncio.ensure_future(client.submit(b"p%d" % k, timeout_s=30)) for k in range(10)

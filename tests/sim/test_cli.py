@@ -392,6 +392,7 @@ OPTION_VALUE = {
     "--profile": ["paper3"],
     "--matrix": ["lab.json"],
     "--sequencer": ["CA"],
+    "--protocol": ["multipaxos"],
     "--tick-ms": ["5"],
     "--commands": ["3"],
     "--clients-per-region": ["2"],
