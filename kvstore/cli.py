@@ -30,6 +30,7 @@ from typing import Any
 from kvstore.config import KVConfig, load_kv_config
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.profiles import ProfileError, builtin
+from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.runtime.cli import (
     GC_GEN0_DEFAULT,
     STATUS_TIMEOUT_S,
@@ -111,7 +112,13 @@ def _cmd_local(args: argparse.Namespace) -> int:
             return 2
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="kvstore-local-"))
     try:
-        path = make_kv_cluster(root, args.replicas, profile=profile, insecure=args.insecure)
+        path = make_kv_cluster(
+            root,
+            args.replicas,
+            profile=profile,
+            insecure=args.insecure,
+            protocol={"name": args.protocol},
+        )
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -124,7 +131,10 @@ def _cmd_local(args: argparse.Namespace) -> int:
     try:
         cluster.start_all()
         cluster.wait_ready()
-        print(f"kv-store cluster of {args.replicas} in {root} (profile {args.profile})")
+        print(
+            f"kv-store cluster of {args.replicas} running {args.protocol} in {root}"
+            f" (profile {args.profile})"
+        )
         print(f"{'id':>3}  {'region':<6}  {'redis':<21}  {'peers':<21}  log")
         for k, cfg in enumerate(cluster.configs):
             me = cfg.node.me
@@ -196,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     loc.add_argument("--profile", default="paper3", help="delay profile, or 'none'")
     loc.add_argument("--dir", default=None, help="where to keep it (default: a new temp dir)")
     loc.add_argument("--insecure", action="store_true", help="no TLS between nodes (a lab only)")
+    loc.add_argument(
+        "--protocol", default="sdpaxos", choices=PROTOCOL_NAMES, help="the replication protocol"
+    )
     loc.add_argument("--no-fsync", action="store_true")
     loc.add_argument("--log-level", default="WARNING")
     st = sub.add_parser("status", help="every node's status")

@@ -11,7 +11,10 @@ Where each Redis command goes:
 * a **read** (GET, MGET, EXISTS, SCAN, ...) is a linearizable read
   (:meth:`Node.read_nowait`, the core's read path: it waits until every write of
   that key ready before it has executed here), answered by
-  :meth:`KVStore.query`; a multi-key read waits for every write;
+  :meth:`KVStore.query`; a multi-key read waits for every write. Under a
+  protocol whose reads do not serve at every replica
+  (:attr:`Node.reads_at_every_replica`: Multi-Paxos, Mencius) reads go through
+  the log as a batch, like writes;
 * on a connection switched to stale reads (``READONLY``, or ``reads = "stale"``
   in the file) a read is answered from this replica's state at once: faster,
   and it may miss writes other nodes have acknowledged.
@@ -88,9 +91,16 @@ class KVBackend:
         self._writes = _Batcher(
             lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
         )
-        self._reads = _Batcher(
-            lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s)
-        )
+        if node.reads_at_every_replica:
+            self._reads = _Batcher(
+                lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s)
+            )
+        else:
+            # The protocol has no read path at every replica: a batch of reads goes
+            # through the log like writes (a read changes nothing when applied).
+            self._reads = _Batcher(
+                lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
+            )
         self._table = [
             RespSpec(
                 spec.name,
@@ -212,17 +222,20 @@ class KVBackend:
             st = node.status()
         except NodeError:
             return {"replication": {"role": "stopped"}}
-        replication: dict[str, str | int] = {
+        fields: dict[str, str | int | None] = {
             "role": "sequencer" if st.is_sequencer else "replica",
+            "protocol": st.protocol,
             "replica_id": st.id,
             "region": st.region,
             "view": st.view,
             "sequencer": -1 if st.sequencer is None else st.sequencer,
-            "sequencer_lease": int(st.has_lease),
+            "sequencer_lease": None if st.has_lease is None else int(st.has_lease),
             "executed_slot": st.executed_upto,
             "snapshot_slot": st.snapshot_slot,
             "connected_peers": sum(1 for p in st.peers if p.connected),
         }
+        # What the protocol does not have (a view, a lease, snapshots) is left out.
+        replication = {k: v for k, v in fields.items() if v is not None}
         for p in st.peers:
             rtt = "" if p.rtt_ms is None else f",rtt_ms={p.rtt_ms:.2f}"
             lag = "" if p.lag_slots is None else f",lag={p.lag_slots}"

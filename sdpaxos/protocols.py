@@ -37,7 +37,8 @@ MakeReplica = Callable[
 ]
 
 #: Module of each baseline; it defines ``MESSAGE_TYPES`` (append-only tuple of
-#: message classes), ``make_replica`` (a :data:`MakeReplica`) and ``TITLE``.
+#: message classes), ``make_replica`` (a :data:`MakeReplica`) and ``TITLE``,
+#: and ``RECORD_TYPES`` if it persists records of its own.
 _BASELINE_MODULES = {
     "multipaxos": "sdpaxos.baselines.multipaxos",
     "mencius": "sdpaxos.baselines.mencius",
@@ -61,6 +62,10 @@ class ProtocolSpec:
     make_replica: MakeReplica
     message_types: tuple[type, ...]
     codec: MessageCodec = field(repr=False, compare=False)
+    #: Durable record classes of the protocol's own, beyond the shared ones of
+    #: :data:`sdpaxos.wire.records.RECORD_TYPES` (the runtime's log appends
+    #: them to that table: :class:`sdpaxos.wire.records.RecordCodec`).
+    record_types: tuple[type, ...] = ()
 
 
 def _make_sdpaxos(
@@ -99,7 +104,8 @@ def protocol(name: str) -> ProtocolSpec:
             title: str = module.TITLE
         except AttributeError as exc:
             raise ProtocolError(f"{module.__name__} does not define a protocol: {exc}") from exc
-        spec = ProtocolSpec(name, title, make, types, MessageCodec(types))
+        records: tuple[type, ...] = getattr(module, "RECORD_TYPES", ())
+        spec = ProtocolSpec(name, title, make, types, MessageCodec(types), records)
     else:
         raise ProtocolError(f"unknown protocol {name!r}; choose one of {', '.join(PROTOCOL_NAMES)}")
     _CACHE[name] = spec

@@ -79,6 +79,7 @@ def test_the_readme_cluster_file_parses_and_its_commands_exist(tmp_path) -> None
     assert [r.region for r in cfg.replicas] == ["CA", "OR", "OH"]
     assert str(cfg.data_dir) == "/var/lib/sdpaxos/node1"
     assert cfg.cluster.snapshot_slots_min == 100000
+    assert cfg.protocol == "sdpaxos"
     # The kv-store's section, added to the same file, parses too.
     from kvstore.config import parse_kv_config
 

@@ -268,6 +268,11 @@ class OwnNext:
     next_own: int
 
 
+#: Records of Mencius's own, beyond the shared ones (the runtime's log appends
+#: them to its table; append-only).
+RECORD_TYPES: tuple[type, ...] = (OwnNext,)
+
+
 @dataclass(slots=True)
 class MenciusStats:
     """Counters (the simulator sums every int field over incarnations)."""
@@ -390,6 +395,16 @@ class MenciusReplica:
             self._restore(records)
 
     # ------------------------------------------------------------------ API
+
+    @property
+    def executed_upto(self) -> int:
+        """Every instance below this is executed here (no-ops included)."""
+        return self.exec_next
+
+    @property
+    def proposals_waiting(self) -> int:
+        """Proposals queued here and not in an own instance yet (backpressure)."""
+        return len(self.queue)
 
     def propose(self, command: Command, wait: Wait = Wait.READY) -> None:
         """Queue ``command``; answered READY (or EXECUTED) when its owner executes it."""

@@ -476,6 +476,16 @@ class MultiPaxosReplica:
     def executed_upto(self) -> int:
         return self.exec_upto
 
+    @property
+    def is_sequencer(self) -> bool:
+        """Is this replica the leader (the runtime's and the simulator's name)?"""
+        return self.is_leader
+
+    @property
+    def proposals_waiting(self) -> int:
+        """Proposals queued here, not yet in an instance or forwarded (backpressure)."""
+        return len(self.queue)
+
     def has_lease(self) -> bool:
         return self.is_leader and self.now_ms < self.lease_valid_until_ms
 

@@ -250,6 +250,11 @@ class Replica:
         """Every slot below this has been executed here."""
         return self.ctx.progress.slot
 
+    @property
+    def proposals_waiting(self) -> int:
+        """Proposals queued here and not in a C-instance yet (a driver's backpressure)."""
+        return len(self._proposals)
+
     def has_lease(self) -> bool:
         """Does this replica hold a sequencer lease granted by a majority right now?
 

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.profiles import ProfileError, builtin
+from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.runtime.apps import APPS, load_app
 from sdpaxos.runtime.config import NodeConfig, TlsFiles, load_config
 
@@ -83,7 +84,8 @@ class NodeContext(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.node = self.node_id
         replica = getattr(self.node, "replica", None)
-        record.view = replica.view if replica is not None else "-"
+        # A protocol without views (Mencius) logs "-".
+        record.view = getattr(replica, "view", "-") if replica is not None else "-"
         return True
 
 
@@ -225,9 +227,14 @@ def _cmd_local(args: argparse.Namespace) -> int:
             insecure=args.insecure,
             regions=regions,
             emulator={"profile": profile.name} if profile is not None else None,
-            protocol={"rtt_ms": [list(r) for r in profile.subset(regions).replica_rtt_ms()]}
-            if profile is not None and regions is not None
-            else None,
+            protocol={
+                "name": args.protocol,
+                **(
+                    {"rtt_ms": [list(r) for r in profile.subset(regions).replica_rtt_ms()]}
+                    if profile is not None and regions is not None
+                    else {}
+                ),
+            },
         )
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -245,7 +252,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
                 stderr=open(root / f"node{k}.log", "ab"),  # noqa: SIM115 - the child owns it
             )
         )
-    print(f"cluster of {args.replicas} in {root} (profile {args.profile})")
+    print(f"{args.protocol} cluster of {args.replicas} in {root} (profile {args.profile})")
     print(f"{'id':>3}  {'region':<6}  {'address':<21}  data directory / log")
     for r in config.replicas:
         print(
@@ -304,6 +311,11 @@ async def statuses(config: NodeConfig, client: int, timeout_s: float) -> list[di
     return list(await asyncio.gather(*(one(k) for k in range(len(config.replicas)))))
 
 
+def _cell(value: object) -> str:
+    """A status field; ``-`` for one the node's protocol lacks (None)."""
+    return "-" if value is None else str(value)
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     head = [
         "id",
@@ -334,12 +346,12 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
                 str(s["id"]),
                 s["address"],
                 s["region"],
-                str(s["view"]),
-                "-" if s["sequencer"] is None else str(s["sequencer"]),
+                _cell(s["view"]),
+                _cell(s["sequencer"]),
                 "yes" if s["has_lease"] else "",
-                str(s["executed_upto"]),
+                _cell(s["executed_upto"]),
                 str(max(lags)) if lags else "-",
-                str(s["snapshot_slot"]),
+                _cell(s["snapshot_slot"]),
                 f"{s['log_bytes'] / 1e6:.1f}",
                 rtts,
             ]
@@ -441,6 +453,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     loc.add_argument("--dir", default=None, help="where to keep it (default: a new temp dir)")
     loc.add_argument("--insecure", action="store_true", help="no TLS (a laboratory only)")
     loc.add_argument("--app", default="digest")
+    loc.add_argument(
+        "--protocol", default="sdpaxos", choices=PROTOCOL_NAMES, help="the replication protocol"
+    )
     loc.add_argument("--no-fsync", action="store_true")
     loc.add_argument("--log-level", default="INFO")
     loc.set_defaults(func=_cmd_local)

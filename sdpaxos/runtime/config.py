@@ -14,6 +14,7 @@ is a setting the operator believes in and does not have. A file looks like::
     ]
 
     [cluster.protocol]          # any ClusterConfig field, e.g.
+    name = "sdpaxos"            # which protocol: sdpaxos (default), multipaxos, ...
     heartbeat_ms = 500
     snapshot_slots_min = 10000
 
@@ -35,6 +36,12 @@ is a setting the operator believes in and does not have. A file looks like::
 Relative paths are relative to the file's directory, and ``{id}`` in a path
 (``data_dir = "data/node{id}"``, ``cert = "certs/node{id}.pem"``) becomes the
 node's id, so that one file serves every node of a cluster.
+
+The protocol the nodes run is ``[cluster.protocol] name`` (one of
+:data:`sdpaxos.protocols.PROTOCOL_NAMES`, default ``"sdpaxos"``); with no
+other protocol setting, ``[cluster] protocol = "multipaxos"`` says the same.
+Every node of a cluster must run the same one: a node refuses a peer's hello
+that names another.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.core.types import ReplicaId
 from sdpaxos.profiles import DelayProfile, ProfileError, builtin, load_json
+from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.runtime.emulator import EmulatorSettings, profile_row_ms
 
 __all__ = [
@@ -122,6 +130,8 @@ class NodeConfig:
     data_dir: Path
     tls: TlsFiles | None
     emulator: EmulatorConfig | None = None
+    #: The replication protocol's name (:func:`sdpaxos.protocols.protocol`).
+    protocol: str = "sdpaxos"
 
     @property
     def me(self) -> ReplicaAddress:
@@ -195,7 +205,18 @@ def parse_config(
         other = seen.setdefault((r.host, r.port), r.id)
         if other != r.id:
             raise fail(f"cluster.replicas[{r.id}].address", f"same as replica {other}'s")
-    protocol = table(cluster.get("protocol", {}), "cluster.protocol", _PROTOCOL_FIELDS)
+    raw_protocol = cluster.get("protocol", {})
+    if isinstance(raw_protocol, str):  # `protocol = "name"`: the name alone
+        name_key, raw_protocol = "cluster.protocol", {"name": raw_protocol}
+    else:
+        name_key = "cluster.protocol.name"
+    protocol = dict(table(raw_protocol, "cluster.protocol", _PROTOCOL_FIELDS | {"name"}))
+    protocol_name = protocol.pop("name", "sdpaxos")
+    if protocol_name not in PROTOCOL_NAMES:
+        raise fail(
+            name_key,
+            f"unknown protocol {protocol_name!r}; choose one of {', '.join(PROTOCOL_NAMES)}",
+        )
     if "heartbeat_ms" not in protocol:
         protocol = {
             **protocol,
@@ -246,7 +267,13 @@ def parse_config(
             table(top["emulator"], "emulator", _EMULATOR_KEYS), replicas, base, fail
         )
     return NodeConfig(
-        cluster_config, tuple(replicas), ReplicaId(me), base / data_dir, tls, emulator
+        cluster_config,
+        tuple(replicas),
+        ReplicaId(me),
+        base / data_dir,
+        tls,
+        emulator,
+        protocol_name,
     )
 
 

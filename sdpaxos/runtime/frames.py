@@ -108,10 +108,18 @@ class Code(IntEnum):
     ERROR = 6
 
 
+#: Longest protocol name a hello may carry.
+PROTOCOL_NAME_MAX = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Hello:
     kind: Kind
     id: int
+    #: A node's hello names the replication protocol it runs (a hello without
+    #: one, as nodes sent before there was a choice, means ``"sdpaxos"``);
+    #: a client's names none.
+    protocol: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +195,10 @@ _packer = msgpack.Packer(use_bin_type=True)
 def encode_runtime(frame: RuntimeFrame) -> bytes:
     """The payload of one runtime frame (to be framed with its length prefix)."""
     match frame:
-        case Hello(kind, ident):
+        case Hello(kind, ident, protocol):
             body: list[Any] = [_HELLO, MAGIC, PROTOCOL_VERSION, int(kind), ident]
+            if protocol is not None:
+                body.append(protocol)
         case Ping(sent_ms):
             body = [_PING, float(sent_ms)]
         case Pong(sent_ms, executed_upto):
@@ -275,10 +285,10 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
     arity = _ARITY.get(tag) if type(tag) is int else None
     if arity is None:
         raise FrameError(f"unknown runtime frame tag {tag!r:.40}")
-    if len(body) != arity:
+    if len(body) != arity and not (tag == _HELLO and len(body) == arity + 1):
         raise FrameError(f"frame tag {tag} needs {arity} items, got {len(body)}")
     if tag == _HELLO:
-        _, magic, version, kind, ident = body
+        _, magic, version, kind, ident, *rest = body
         if magic != MAGIC:
             raise FrameError("hello: not an sdpaxos peer")
         if version != PROTOCOL_VERSION:
@@ -287,7 +297,12 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
             )
         if kind not in (0, 1) or type(kind) is not int:
             raise FrameError(f"hello: unknown kind {kind!r:.20}")
-        return Hello(Kind(kind), _u64(ident, "hello id"))
+        protocol = rest[0] if rest else None
+        if protocol is not None and (
+            type(protocol) is not str or not 0 < len(protocol) <= PROTOCOL_NAME_MAX
+        ):
+            raise FrameError(f"hello: protocol name {protocol!r:.40} is not a short string")
+        return Hello(Kind(kind), _u64(ident, "hello id"), protocol)
     if tag == _PING:
         return Ping(_number(body[1], "ping time"))
     if tag == _PONG:

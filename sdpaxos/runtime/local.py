@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.runtime.certs import make_cluster_certs
 from sdpaxos.runtime.config import NodeConfig, TlsFiles, load_config
 
@@ -98,9 +99,13 @@ def make_local_cluster(
     """Write certificates, ``cluster.toml`` and data directories; return the file's path.
 
     ``regions``: each replica's region (names of a delay profile, for the
-    emulator); ``protocol``: any :class:`~sdpaxos.core.config.ClusterConfig` field;
+    emulator); ``protocol``: any :class:`~sdpaxos.core.config.ClusterConfig`
+    field, and ``name``, the replication protocol (``"multipaxos"``, ...);
     ``emulator``: the ``[emulator]`` section (``{"profile": "paper3", ...}``).
     """
+    name = (protocol or {}).get("name", "sdpaxos")
+    if name not in PROTOCOL_NAMES:
+        raise ValueError(f"unknown protocol {name!r}; choose one of {', '.join(PROTOCOL_NAMES)}")
     if not 1 <= replicas <= LOCAL_REPLICAS_MAX:
         raise ValueError(f"replicas must be in 1..{LOCAL_REPLICAS_MAX}, got {replicas}")
     if regions is not None and len(regions) != replicas:

@@ -47,7 +47,7 @@ from sdpaxos.core.storage import (
     encode_snapshot,
 )
 from sdpaxos.wire.codec import CodecError
-from sdpaxos.wire.records import decode_record, encode_record
+from sdpaxos.wire.records import RecordCodec, decode_record, encode_record
 
 __all__ = ["SEGMENT_BYTES_MAX", "SNAPSHOT_FILE", "DurableLog", "LogCorrupted"]
 
@@ -97,13 +97,18 @@ class DurableLog:
         *,
         segment_bytes_max: int = SEGMENT_BYTES_MAX,
         fsync: bool = True,
+        records: RecordCodec | None = None,
     ) -> None:
+        """``records``: the codec of a protocol with records of its own
+        (default: SDPaxos's, :func:`~sdpaxos.wire.records.encode_record`)."""
         if segment_bytes_max < 1:
             raise ValueError(f"segment_bytes_max must be >= 1, got {segment_bytes_max}")
         self.directory = Path(directory)
         self.replicas = replicas
         self.segment_bytes_max = segment_bytes_max
         self.fsync = fsync
+        self._encode_record = records.encode if records is not None else encode_record
+        self._decode_record = records.decode if records is not None else decode_record
         self.directory.mkdir(parents=True, exist_ok=True)
         self._records: list[Record] = []
         self._snapshot: Snapshot | None = None
@@ -182,7 +187,7 @@ class DurableLog:
                 bad = "a record fails its checksum"
             else:
                 try:
-                    records.append(decode_record(payload))
+                    records.append(self._decode_record(payload))
                 except CodecError as exc:
                     bad = f"a record does not decode ({exc})"
             if bad is not None:
@@ -233,7 +238,7 @@ class DurableLog:
         returns the bytes written."""
         if not records:
             return 0
-        data = b"".join(_frame(encode_record(r)) for r in records)
+        data = b"".join(_frame(self._encode_record(r)) for r in records)
         if self._segment is None or self._segment[2] + len(data) > self.segment_bytes_max:
             self._rotate(len(data))
         assert self._segment is not None

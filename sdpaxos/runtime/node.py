@@ -47,7 +47,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, NoReturn, Protocol
 
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
@@ -57,6 +58,7 @@ from sdpaxos.core.replica import Replica
 from sdpaxos.core.sessions import decode_session_id, registration
 from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.types import Command, ReplicaId, Wait
+from sdpaxos.protocols import ProtocolError, ProtocolSpec, protocol
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.config import NodeConfig
 from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
@@ -64,8 +66,10 @@ from sdpaxos.runtime.log import DurableLog
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.tls import client_context, server_context
 from sdpaxos.runtime.transport import Connection
-from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError, decode_batch
+from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError
+from sdpaxos.wire.codec import decode_batch as _decode_batch
 from sdpaxos.wire.codec import encode_batch as _encode_batch
+from sdpaxos.wire.records import RecordCodec
 
 __all__ = ["Node", "NodeError", "NodeStatus", "PeerStatus", "Session", "SessionExpired"]
 
@@ -104,6 +108,42 @@ _TIMER_LATE_GAIN = 0.1
 #: frame waits out the rest turn by turn instead of leaving late.
 _TIMER_GUARD_S = 0.0012
 _WaitName = Literal["ready", "executed"]
+#: The file in a data directory that names the protocol whose records it holds.
+PROTOCOL_FILE = "protocol"
+#: Protocols whose ``read`` serves a linearizable read at every replica (SDPaxos:
+#: through the sequencer's lease, section 3.5). A baseline's answers at most at
+#: its leader (Multi-Paxos) or nowhere (Mencius): reads go through the log there.
+_READS_AT_EVERY_REPLICA = frozenset({"sdpaxos"})
+
+
+class CoreReplica(Protocol):
+    """What a node needs of any protocol's replica: the driving API of
+    :class:`~sdpaxos.core.replica.Replica` (:mod:`sdpaxos.protocols`).
+
+    Everything else is a capability the node looks up once, with a fallback,
+    so that a protocol without it still runs (see :meth:`Node.status`):
+
+    - ``proposals_waiting`` (int): proposals queued at this replica; the node
+      stops taking proposals while it is above half of ``propose_queue_max``.
+      Without it, the node takes them again at every loop turn and the core's
+      :class:`~sdpaxos.core.errors.Overloaded` refuses what does not fit.
+    - ``executed_upto``, ``view``, ``sequencer``, ``is_sequencer``,
+      ``has_lease()``: status fields, None when missing.
+    - ``request_snapshot()``: snapshots (by log size and by the ``snapshot``
+      admin operation); without it there are none and the log grows.
+    - ``transfer_sequencer(target)``: the ``transfer_sequencer`` admin operation.
+    """
+
+    def propose(self, command: Command, wait: Wait = Wait.READY) -> None: ...
+    def step(self, message: Any, now_ms: float) -> None: ...
+    def tick(self, now_ms: float) -> None: ...
+    def ready(self) -> Ready: ...
+    def read(self, read_id: int, key: bytes | None, now_ms: float) -> None: ...
+    def observe_rtt(self, peer: ReplicaId, rtt_ms: float) -> None: ...
+    def status(self) -> Any: ...
+
+    @property
+    def stats(self) -> Any: ...
 
 
 class NodeError(Exception):
@@ -138,12 +178,14 @@ class NodeStatus:
     id: int
     address: str
     region: str
-    view: int
+    #: Fields a protocol lacks are None (Mencius has no view, no sequencer, no
+    #: lease; no baseline has snapshots): see :meth:`Node.status`.
+    view: int | None
     sequencer: int | None
-    is_sequencer: bool
-    has_lease: bool
-    executed_upto: int
-    snapshot_slot: int
+    is_sequencer: bool | None
+    has_lease: bool | None
+    executed_upto: int | None
+    snapshot_slot: int | None
     log_records: int
     log_bytes: int
     snapshot_bytes: int
@@ -152,6 +194,10 @@ class NodeStatus:
     frames_rejected: int
     peers: tuple[PeerStatus, ...]
     stats: dict[str, int] = field(default_factory=dict)
+    #: The replication protocol (:data:`sdpaxos.protocols.PROTOCOL_NAMES`), and
+    #: whether this node takes snapshots (only SDPaxos has them).
+    protocol: str = "sdpaxos"
+    snapshots: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -306,7 +352,31 @@ class Node:
         self.metrics = metrics
         self.listen_host = listen_host
         self.snapshot_log_bytes = snapshot_log_bytes
-        self.replica: Replica | None = None
+        try:
+            self.protocol: ProtocolSpec = protocol(config.protocol)
+        except (ProtocolError, ImportError) as exc:
+            raise NodeError(f"protocol {config.protocol!r} cannot run here: {exc}") from exc
+        if self.protocol.name == "sdpaxos":  # the module functions: the fast path
+            self._encode_batch: Callable[[list[Any]], bytes] = _encode_batch
+            self._decode_batch: Callable[[bytes], list[Any]] = _decode_batch
+        else:
+            self._encode_batch = self.protocol.codec.encode_batch
+            self._decode_batch = self.protocol.codec.decode_batch
+        #: The message field naming the sender (``src``; Mencius says ``sender``).
+        self._src_field = (
+            "sender"
+            if self.protocol.message_types
+            and "sender" in getattr(self.protocol.message_types[0], "__dataclass_fields__", {})
+            else "src"
+        )
+        #: Commands waited for EXECUTED, for a core that answers READY first as
+        #: well (Multi-Paxos does; SDPaxos's core answers such a command once).
+        self._executed_waits: set[tuple[int, int]] | None = (
+            None if self.protocol.name == "sdpaxos" else set()
+        )
+        #: Whether this node takes snapshots: see :class:`CoreReplica`.
+        self.snapshots = False
+        self.replica: CoreReplica | None = None
         self.log: DurableLog | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: concurrent.futures.ThreadPoolExecutor | None = None
@@ -367,20 +437,44 @@ class Node:
             max_workers=1, thread_name_prefix=f"sdpaxos-log-{self.id}"
         )
         cfg = self.config
-        self.log = await loop.run_in_executor(
-            self._io,
-            lambda: DurableLog(cfg.data_dir, cfg.cluster.replicas, fsync=self.fsync),
-        )
+        spec = self.protocol
+        record_codec = RecordCodec(spec.record_types) if spec.record_types else None
+        try:
+            self.log = await loop.run_in_executor(
+                self._io,
+                lambda: _open_log(
+                    cfg.data_dir, spec.name, cfg.cluster.replicas, self.fsync, record_codec
+                ),
+            )
+        except BaseException:
+            self._io.shutdown(wait=False)
+            raise
         records = self.log.load()
         snapshot = self.log.load_snapshot()
-        self.replica = Replica(
-            cfg.cluster,
-            self.id,
-            self.state_machine,
-            rng=random.Random(self._rng.getrandbits(64)),
-            records=records,
-            snapshot=snapshot,
-        )
+        rng = random.Random(self._rng.getrandbits(64))
+        if spec.name == "sdpaxos":  # the one protocol with snapshots to restore
+            self.replica = Replica(
+                cfg.cluster,
+                self.id,
+                self.state_machine,
+                rng=rng,
+                records=records,
+                snapshot=snapshot,
+            )
+        else:
+            if snapshot is not None:
+                raise NodeError(f"{cfg.data_dir} holds a snapshot, which {spec.title} cannot use")
+            self.replica = spec.make_replica(
+                cfg.cluster, self.id, self.state_machine, rng, False, records or None
+            )
+        self.snapshots = callable(getattr(self.replica, "request_snapshot", None))
+        if spec.name != "sdpaxos" or not self.snapshots:
+            logger.info(
+                "node %d: runs %s%s",
+                self.id,
+                spec.title,
+                "" if self.snapshots else "; snapshots off (it has none): the log grows unbounded",
+            )
         if records or snapshot is not None:
             logger.info(
                 "node %d: restarted from %d records%s",
@@ -467,6 +561,8 @@ class Node:
     def _abandon_waiters(self) -> None:
         """Wake everyone still waiting: no answer will come from this node."""
         waiting, self._waiting = self._waiting, {}
+        if self._executed_waits is not None:
+            self._executed_waits.clear()
         for waiters in waiting.values():
             for w in waiters:
                 if not isinstance(w, tuple):
@@ -478,6 +574,17 @@ class Node:
     @property
     def running(self) -> bool:
         return self._running
+
+    @property
+    def reads_at_every_replica(self) -> bool:
+        """Does :meth:`read` serve a linearizable read at every replica?
+
+        Only SDPaxos's does (the sequencer's lease). Multi-Paxos answers at its
+        leader only, Mencius nowhere: elsewhere :meth:`read` retries until its
+        timeout. There, read through the log: submit a command that the state
+        machine answers without changing anything (the kv-store does).
+        """
+        return self.protocol.name in _READS_AT_EVERY_REPLICA
 
     def _now_ms(self) -> float:
         assert self._loop is not None
@@ -506,12 +613,10 @@ class Node:
             self._kick()
         self._send_out()
         room = self._room
-        if (
-            room is not None
-            and not room.is_set()
-            and len(replica.command_leader.proposals) < (self.config.cluster.propose_queue_max // 2)
-        ):
-            room.set()
+        if room is not None and not room.is_set():
+            waiting: int | None = getattr(replica, "proposals_waiting", None)
+            if waiting is None or waiting < self.config.cluster.propose_queue_max // 2:
+                room.set()
 
     def _carry_out(self, rd: Ready) -> None:
         if rd.persist or rd.snapshot is not None:
@@ -603,7 +708,14 @@ class Node:
                 q.append(msg)
         if replies:
             waiting = self._waiting
+            executed_waits = self._executed_waits
             for reply in replies:
+                if executed_waits is not None:
+                    key = (reply.client_id, reply.seq)
+                    if key in executed_waits:
+                        if reply.kind == ReplyKind.READY:
+                            continue  # the core says READY too; the EXECUTED follows
+                        executed_waits.discard(key)
                 waiters = waiting.pop((reply.client_id, reply.seq), None)
                 if waiters is not None:
                     for w in waiters:
@@ -625,7 +737,9 @@ class Node:
                 if peer is None:
                     continue
                 for k in range(0, len(msgs), MESSAGES_PER_BATCH_MAX):
-                    for payload in _encode(msgs[k : k + MESSAGES_PER_BATCH_MAX]):
+                    for payload in _encode(
+                        self._encode_batch, msgs[k : k + MESSAGES_PER_BATCH_MAX]
+                    ):
                         self._send_peer(peer, payload)
                 self._flush_peer(peer)
         dirty = self._dirty_conns
@@ -742,11 +856,11 @@ class Node:
 
     def _maybe_snapshot(self) -> None:
         log, limit, replica = self.log, self.snapshot_log_bytes, self.replica
-        if log is None or limit is None or replica is None:
+        if log is None or limit is None or replica is None or not self.snapshots:
             return
         if log.log_bytes >= limit and not self._snapshot_asked:
             self._snapshot_asked = True
-            replica.request_snapshot()
+            replica.request_snapshot()  # type: ignore[attr-defined]  # self.snapshots
             self._kick()
         elif log.log_bytes < limit // 2:
             self._snapshot_asked = False
@@ -760,7 +874,9 @@ class Node:
         ssl_ctx = client_context(cfg.tls) if cfg.tls is not None else None
         loop = asyncio.get_running_loop()
         backoff = RECONNECT_BACKOFF_MIN_S
-        hello = rf.Hello(rf.Kind.NODE, self.id)
+        # SDPaxos nodes say hello without a protocol name, as before there was a choice.
+        name = self.protocol.name
+        hello = rf.Hello(rf.Kind.NODE, self.id, None if name == "sdpaxos" else name)
         while self._running:
             conn = peer.conn
             if conn is not None and conn.open:
@@ -820,6 +936,15 @@ class Node:
             if tls and identity != ("node", hello.id):
                 self.reject(conn, f"hello says node {hello.id}, certificate says {identity}")
                 return False
+            theirs = hello.protocol or "sdpaxos"
+            if theirs != self.protocol.name:
+                # Its messages would decode as ours, or not at all: never let it in.
+                self.reject(
+                    conn,
+                    f"hello from node {hello.id} running protocol {theirs!r};"
+                    f" this node runs {self.protocol.name!r}",
+                )
+                return False
             conn.kind = rf.Kind.NODE
             conn.peer_id = hello.id
             self._peer_up(peer, conn)
@@ -856,13 +981,17 @@ class Node:
             return
         if conn.kind == rf.Kind.NODE:
             if payload and payload[0] == VERSION:  # an empty frame is refused below
-                msgs = decode_batch(payload)
+                msgs = self._decode_batch(payload)
                 src = conn.peer_id
-                for m in msgs:
-                    if m.src != src:
-                        raise rf.FrameError(
-                            f"wrong src: a message from node {m.src} on node {src}'s connection"
-                        )
+                field = self._src_field
+                if field == "src":  # SDPaxos and Multi-Paxos: a plain attribute, the fast path
+                    for m in msgs:
+                        if m.src != src:
+                            _wrong_src(m.src, src)
+                else:
+                    for m in msgs:
+                        if getattr(m, field) != src:
+                            _wrong_src(getattr(m, field), src)
                 now = self._now_ms()
                 step = replica.step
                 for m in msgs:
@@ -872,7 +1001,8 @@ class Node:
             f = rf.decode_runtime(payload)
             if isinstance(f, rf.Ping):
                 peer = self._peers[conn.peer_id]
-                self._send_peer(peer, rf.encode_runtime(rf.Pong(f.sent_ms, replica.executed_upto)))
+                executed = getattr(replica, "executed_upto", 0)
+                self._send_peer(peer, rf.encode_runtime(rf.Pong(f.sent_ms, executed)))
                 self._flush_peer(peer)
             elif isinstance(f, rf.Pong):
                 peer = self._peers[conn.peer_id]
@@ -969,6 +1099,8 @@ class Node:
                 self._room.clear()
             return False
         self._waiting[key] = [waiter]
+        if wait == Wait.EXECUTED and self._executed_waits is not None:
+            self._executed_waits.add(key)
         self._kick()
         return True
 
@@ -1049,13 +1181,19 @@ class Node:
         if replica is None:
             raise ValueError("node not started")
         if operation == "snapshot":
-            replica.request_snapshot()
+            request = getattr(replica, "request_snapshot", None)
+            if request is None:
+                raise ValueError(f"{self.protocol.title} has no snapshots")
+            request()
             self._kick()
             return {"requested": True}
         if operation == "transfer_sequencer":
+            transfer = getattr(replica, "transfer_sequencer", None)
+            if transfer is None:
+                raise ValueError(f"{self.protocol.title} has no sequencer to transfer")
             if type(argument) is not int:
                 raise ValueError("transfer_sequencer needs a replica id")
-            replica.transfer_sequencer(ReplicaId(argument))
+            transfer(ReplicaId(argument))
             self._kick()
             return {"target": argument}
         if operation in ("partition", "emulator"):
@@ -1273,7 +1411,8 @@ class Node:
         replica = self.replica
         if replica is None:
             raise NodeError("node not started")
-        st = replica.status()
+        core = replica.status()
+        executed: int | None = getattr(replica, "executed_upto", None)
         peers = []
         for peer in self._peers.values():
             conn = peer.conn
@@ -1284,8 +1423,8 @@ class Node:
                     rtt_ms=peer.rtt_ms,
                     executed_upto=peer.executed,
                     lag_slots=(
-                        max(0, st.executed_slots - peer.executed)
-                        if peer.executed is not None
+                        max(0, executed - peer.executed)
+                        if peer.executed is not None and executed is not None
                         else None
                     ),
                     queue_bytes=conn.buffered_bytes() if conn is not None else 0,
@@ -1299,12 +1438,12 @@ class Node:
             id=self.id,
             address=f"{me.host}:{self.bound_port or me.port}",
             region=me.region,
-            view=st.view,
-            sequencer=st.sequencer,
-            is_sequencer=replica.is_sequencer,
-            has_lease=st.has_lease,
-            executed_upto=st.executed_slots,
-            snapshot_slot=st.snapshot_slot,
+            view=getattr(replica, "view", None),
+            sequencer=getattr(replica, "sequencer", None),
+            is_sequencer=getattr(replica, "is_sequencer", None),
+            has_lease=_call(getattr(replica, "has_lease", None)),
+            executed_upto=executed,
+            snapshot_slot=getattr(core, "snapshot_slot", None),
             log_records=len(log) if log is not None else 0,
             log_bytes=log.log_bytes if log is not None else 0,
             snapshot_bytes=log.snapshot_bytes if log is not None else 0,
@@ -1312,7 +1451,9 @@ class Node:
             records_written=self.records_written,
             frames_rejected=self.frames_rejected,
             peers=tuple(peers),
-            stats=dataclasses.asdict(replica.stats),
+            stats=_counters(replica.stats),
+            protocol=self.protocol.name,
+            snapshots=self.snapshots,
         )
 
     def _update_metrics(self) -> None:
@@ -1321,18 +1462,22 @@ class Node:
         if metrics is None or replica is None:
             return
         st = self.status()
+        stats = replica.stats
+        # A protocol without a field reports 0; its nearest counters stand in
+        # for SDPaxos's (a leader election for a view change, a revocation for
+        # a C-recovery, executed commands for ready ones).
         metrics.update_from_status(
-            view=st.view,
-            executed_slot=st.executed_upto,
-            is_sequencer=st.is_sequencer,
+            view=st.view or 0,
+            executed_slot=st.executed_upto or 0,
+            is_sequencer=bool(st.is_sequencer),
             log_bytes=st.log_bytes,
             snapshot_bytes=st.snapshot_bytes,
-            view_changes=replica.stats.view_changes_started,
-            c_recoveries=replica.stats.c_recoveries_started,
+            view_changes=_counter(stats, "view_changes_started", "elections_started"),
+            c_recoveries=_counter(stats, "c_recoveries_started", "revocations"),
         )
         for p in st.peers:
             metrics.set_peer_queue(p.id, 0, p.queue_bytes)
-        ready = replica.stats.commands_ready
+        ready = _counter(stats, "commands_ready", "commands_executed")
         metrics.commands_committed(ready - self._ready_reported)
         self._ready_reported = ready
 
@@ -1344,6 +1489,29 @@ def _clock_ms() -> float:
     read once per loop turn; the core's timers run on that one, which is fine
     for timeouts but not for a 0.3 ms loopback round trip."""
     return time.monotonic() * 1000.0
+
+
+def _wrong_src(claimed: object, src: int) -> NoReturn:
+    raise rf.FrameError(f"wrong src: a message from node {claimed} on node {src}'s connection")
+
+
+def _call(method: Callable[[], bool] | None) -> bool | None:
+    return method() if method is not None else None
+
+
+def _counters(stats: object) -> dict[str, int]:
+    """A core's counters by name (a dataclass of ints; nothing otherwise)."""
+    if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
+        return {k: v for k, v in dataclasses.asdict(stats).items() if type(v) is int}
+    return {}
+
+
+def _counter(stats: object, name: str, fallback: str) -> int:
+    """Counter ``name`` of a core's stats, or its ``fallback`` counter, or 0."""
+    value = getattr(stats, name, None)
+    if value is None:
+        value = getattr(stats, fallback, 0)
+    return value if type(value) is int else 0
 
 
 def _reject_reason(reason: str) -> str:
@@ -1360,13 +1528,53 @@ def _reject_reason(reason: str) -> str:
     return "malformed"
 
 
-def _encode(msgs: list[Message]) -> list[bytes]:
+def _encode(encode_batch: Callable[[list[Any]], bytes], msgs: list[Message]) -> list[bytes]:
     """Encode ``msgs`` as few frames as fit (a batch too large is split in halves)."""
     try:
-        return [_encode_batch(msgs)]
+        return [encode_batch(msgs)]
     except CodecError:
         if len(msgs) == 1:
             logger.error("cannot encode %s: dropped", type(msgs[0]).__name__)
             return []
         half = len(msgs) // 2
-        return _encode(msgs[:half]) + _encode(msgs[half:])
+        return _encode(encode_batch, msgs[:half]) + _encode(encode_batch, msgs[half:])
+
+
+def _open_log(
+    data_dir: Path, name: str, replicas: int, fsync: bool, records: RecordCodec | None
+) -> DurableLog:
+    """The durable log of ``data_dir``, once it is sure to hold protocol ``name``'s records.
+
+    The directory names its protocol in :data:`PROTOCOL_FILE`, written before
+    the first record: another protocol would read those records as its own
+    (Multi-Paxos and SDPaxos both write ``CAccepted``, meaning different
+    things). A directory with a log and no such file is SDPaxos's, from
+    before there was a choice.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    marker = data_dir / PROTOCOL_FILE
+    try:
+        found: str | None = marker.read_text().strip()
+    except FileNotFoundError:
+        found = None
+    if found is not None and found != name:
+        raise NodeError(f"{data_dir} holds the log of protocol {found!r}; this node runs {name!r}")
+    log = DurableLog(data_dir, replicas, fsync=fsync, records=records)
+    if found is None and name != "sdpaxos" and (log.load() or log.load_snapshot() is not None):
+        log.close()
+        raise NodeError(f"{data_dir} holds the log of protocol 'sdpaxos'; this node runs {name!r}")
+    if not marker.exists():
+        tmp = data_dir / (PROTOCOL_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(name + "\n")
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, marker)
+        if fsync:
+            fd = os.open(data_dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    return log

@@ -24,7 +24,7 @@ from sdpaxos.core.storage import (
 )
 from sdpaxos.wire.codec import CodecError, _build_tables, _finish, _short, _unpack_body
 
-__all__ = ["RECORD_TYPES", "decode_record", "encode_record"]
+__all__ = ["RECORD_TYPES", "RecordCodec", "decode_record", "encode_record"]
 
 #: Every durable record class, in tag order. Append only: the index is the tag.
 RECORD_TYPES: tuple[type, ...] = (CAccepted, OAccepted, CPromised, ViewPromised, ViewEstablished)
@@ -52,3 +52,38 @@ def decode_record(data: bytes) -> Record:
         raise CodecError(f"unknown record tag {_short(tag)}")
     record: Record = _FROM_WIRE[tag](items)  # type: ignore[assignment]
     return record
+
+
+class RecordCodec:
+    """The same record format over :data:`RECORD_TYPES` and a protocol's own records.
+
+    Why: a baseline protocol (:mod:`sdpaxos.protocols`) may persist a record
+    class of its own (Mencius's next own instance). Its classes are appended
+    after :data:`RECORD_TYPES`, so the tags of the shared records do not move;
+    the module functions above stay the fast path for SDPaxos.
+    """
+
+    __slots__ = ("_from_wire", "_to_wire", "classes")
+
+    def __init__(self, extra: tuple[type, ...] = ()) -> None:
+        self.classes = RECORD_TYPES + tuple(extra)
+        self._to_wire, self._from_wire = _build_tables(self.classes)
+
+    def encode(self, record: Record) -> bytes:
+        """See :func:`encode_record`."""
+        try:
+            to_wire = self._to_wire[type(record)]
+        except KeyError:
+            raise CodecError(f"not a durable record type: {_short(record)}") from None
+        return _finish(to_wire(record))
+
+    def decode(self, data: bytes) -> Record:
+        """See :func:`decode_record`."""
+        items = _unpack_body(data)
+        if type(items) is not tuple or not items:
+            raise CodecError(f"expected a non-empty array [tag, ...], got {_short(items)}")
+        tag = items[0]
+        if type(tag) is not int or not 0 <= tag < len(self._from_wire):
+            raise CodecError(f"unknown record tag {_short(tag)}")
+        record: Record = self._from_wire[tag](items)  # type: ignore[assignment]
+        return record
