@@ -1,4 +1,4 @@
-"""The paper's numbers, to print beside ours (``docs/PROTOCOL.md`` section 8 of the shared docs).
+"""The paper's numbers, to print beside ours (the paper's section 5 and its figures).
 
 Why here and not in the experiments: they are data read off the paper's
 figures (approximate, "≈"), and several experiments and the report show them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 #: SDPaxos light-load commit latency per region (ms), sequencer in CA, from the
-#: formulas of the paper's section 3.2 and Table 1 (PROTOCOL.md section 8.4).
+#: formulas of the paper's section 3.2 and Table 1 (``docs/protocol.md`` section 5.6).
 FORMULA_MS: dict[str, dict[str, float]] = {
     "paper3": {"CA": 20.0, "OR": 20.0, "OH": 52.0},
     "paper5": {"CA": 52.0, "OR": 68.0, "OH": 68.0, "IRE": 139.0, "SEL": 146.0},

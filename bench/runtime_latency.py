@@ -23,7 +23,7 @@ each region within 5 % of it.
 Two configurations, one after the other: fsync off and fsync on. The bar is
 judged on fsync off, because that is how the paper measured: the authors'
 prototype never made its log durable (its ``-durable`` flag writes a file that
-is never read back; ``docs/PROTOCOL.md`` of the shared docs, section 6.2), so
+is never read back), so
 its Figure 12 contains no disk flush, and the formula none either. With fsync
 on, a flush at the command leader and one at the acceptor it waits for sit on
 the critical path; the table shows what they cost on this machine's disk.

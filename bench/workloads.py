@@ -6,7 +6,7 @@ from the same generators and records them the same way, so that two protocols
 are compared on exactly the same stream of operations, and a run's history can
 be written out and checked.
 
-Conventions (``docs/PROTOCOL.md`` section 8 and ``docs/PEERS.md`` section 5 of
+Conventions (the paper's section 5 and ``docs/PEERS.md`` section 5 of
 the shared docs):
 
 * **conflict rate** (``keys="conflict"``, the EPaxos client's ``-c``): each

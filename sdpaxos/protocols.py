@@ -2,7 +2,7 @@
 
 Why: the benchmarks compare SDPaxos with Multi-Paxos, Mencius and EPaxos on the
 same simulator, runtime, emulator and kv-store (the paper's evaluation, section
-8 of ``docs/PROTOCOL.md`` in the shared docs). Each protocol is a pure core with
+5 of the paper). Each protocol is a pure core with
 the driving API of :class:`sdpaxos.core.replica.Replica` (``propose``, ``step``,
 ``tick``, ``ready``, ``observe_rtt``; ``read`` where it has a read path) and a
 table of message classes the wire format carries

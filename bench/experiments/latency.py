@@ -11,7 +11,7 @@ profile's diagonal) is left out, as in the paper's formula.
 Columns, as in Fig. 12: SDPaxos, Multi-Paxos, Mencius (balanced) and
 Mencius-imbalanced (one region, OH for 3 replicas and IRE for 5, with half the
 clients of the others), EPaxos at 0, 5 and 50 % conflict. SDPaxos is checked
-against the formula of PROTOCOL.md section 8.4 and flagged when any region is
+against the formula of docs/protocol.md section 5.6 and flagged when any region is
 off by more than 5 %. Reads (Fig. 13): R/W 1:1 with uniform keys (quick), plus
 9:1 and 1:1 with zipfian keys (full), for every protocol; a protocol without a
 read path sends its reads through the log.
@@ -287,7 +287,7 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
                     ]
                 )
             lines += [
-                "SDPaxos against the formula (PROTOCOL.md 8.4) and the paper's Fig. 12:",
+                "SDPaxos against the formula (docs/protocol.md 5.6) and the paper's Fig. 12:",
                 "",
                 md_table(
                     [

@@ -1,6 +1,6 @@
 """EPaxos (Moraru, Andersen, Kaminsky, SOSP 2013), normal case, as a pure core.
 
-Why here: the paper's evaluation (section 8 of the shared ``PROTOCOL.md``)
+Why here: the paper's evaluation (the paper's section 5)
 measures SDPaxos against EPaxos on the same code; this module is that EPaxos,
 driven like :class:`sdpaxos.core.replica.Replica` (``propose``, ``step``,
 ``tick``, ``ready``, ``observe_rtt``, ``read``) and reached by name through

@@ -42,7 +42,7 @@ FAULTY = NetworkConfig(
     drop_probability=0.1, duplicate_probability=0.1, fifo=False, jitter_ms_max=30.0
 )
 
-#: SDPaxos's commit latency per region, sequencer in CA (docs/PROTOCOL.md 8.4).
+#: SDPaxos's commit latency per region, sequencer in CA (docs/protocol.md 5.6).
 SDPAXOS_MS = {
     "paper3": {"CA": 20, "OR": 20, "OH": 52},
     "paper5": {"CA": 52, "OR": 68, "OH": 68, "IRE": 139, "SEL": 146},
