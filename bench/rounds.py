@@ -54,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.core_micro import CountingStorage
 from bench.cputime import TIMED_CALLS
 from bench.workloads import OpStream, Workload
 from sdpaxos.core.config import ClusterConfig
@@ -113,27 +114,6 @@ class DigestMachine:
     def restore(self, data: bytes) -> None:
         self.count = int.from_bytes(data[:8], "big")
         self._state = data[8:]
-
-
-class _CountingStorage:
-    """Records counted, kept nowhere (storage is not what this measures)."""
-
-    __slots__ = ("records",)
-
-    def __init__(self) -> None:
-        self.records = 0
-
-    def append(self, records: list[Record]) -> None:
-        self.records += len(records)
-
-    def load(self) -> list[Record]:
-        return []
-
-    def save_snapshot(self, snapshot: Any) -> None:
-        """Nothing kept."""
-
-    def load_snapshot(self) -> None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +262,7 @@ class _Driver(Outlet):
         )
         self.config = cfg
         self.machines = [DigestMachine() for _ in range(n)]
-        self.storages = [_CountingStorage() for _ in range(n)]
+        self.storages = [CountingStorage() for _ in range(n)]
         self.replicas = [
             make(cfg, r, self.machines[r], random.Random(spec.seed * 1_000_003 + r), False, None)
             for r in range(n)
