@@ -16,7 +16,7 @@ from sdpaxos.core.messages import (
     CRequest,
     LeaseGrant,
     OAccept,
-    RReply,
+    RReplyBatch,
     RRequest,
     StragglerVote,
     Vote,
@@ -188,9 +188,11 @@ def test_reads_ask_the_sequencer_then_wait_for_the_slot(rec: Recorder) -> None:
     ctx = make_ctx(3, me=1, sequencer=0)
     reads = Reads(ctx, rec)
     reads.read(7, b"k")
-    assert kinds(ctx) == [(0, "RRequest")]
-    reads.handle_r_reply(RReply(0, 0, 7, 3, True))
-    assert reads.pending[7][0] == 3
+    assert kinds(ctx) == []  # asked at the next ready(), with the turn's other reads
+    reads.flush()
+    assert kinds(ctx) == [(0, "RRequestBatch")]
+    reads.handle_r_reply_batch(RReplyBatch(0, 0, (7,), (3,), (True,)))
+    assert reads.pending[7] == 3
     reads.serve()
     assert not ctx.out.reads  # slot 3 not executed yet
     ctx.progress.slot = 4
@@ -202,7 +204,9 @@ def test_reads_at_the_sequencer_answer_from_its_history(rec: Recorder) -> None:
     ctx = make_ctx(3, me=0, sequencer=0)
     reads = Reads(ctx, rec)
     reads.handle_r_request(RRequest(1, 0, 9, b"k"))
-    assert [(d, m.slot, m.ok) for d, m in ctx.out.messages] == [(1, 4, True)]
+    assert [(d, type(m).__name__, m.slot, m.ok) for d, m in ctx.out.messages] == [
+        (1, "RReply", 4, True)
+    ]
     with pytest.raises(LocalProtocolError):
         reads.read(3, b"k")
         reads.read(3, b"k")
