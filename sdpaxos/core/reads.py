@@ -54,6 +54,7 @@ class Reads:
         #: :data:`QUEUED`.
         #: Bounded by ``reads_pending_max``.
         self.pending: dict[int, int] = {}
+        self.pending_max = ctx.config.reads_pending_max
         #: Reads started since the last ``ready()``, to ask about in one batch.
         self.queued_ids: list[int] = []
         self.queued_keys: list[bytes] = []
@@ -73,7 +74,7 @@ class Reads:
         pending = self.pending
         if read_id in pending:
             raise LocalProtocolError(f"read {read_id} is already pending")
-        if len(pending) >= self.s.config.reads_pending_max:
+        if len(pending) >= self.pending_max:
             self.refuse(read_id)
             return
         pending[read_id] = QUEUED
@@ -111,25 +112,36 @@ class Reads:
                 self._trim_asked()
 
     def handle_r_reply_batch(self, m: RReplyBatch) -> None:
-        if m.src != self.s.views.sequencer:
+        s = self.s
+        if m.src != s.views.sequencer:
             return
         pending = self.pending
-        ids: list[int] = []
-        slots: list[Slot] = []
+        waiting = self.waiting
+        done = s.progress.slot
+        out = s.out.reads
+        tracer = s.out.tracer
+        served = 0
         refused: list[int] = []
-        trace = self.s.out.tracer is not None
         for rid, slot, ok in zip(m.read_ids, m.slots, m.oks, strict=True):
             if pending.get(rid) != ASKING:
                 continue  # not ours, answered already (a duplicate), or timed out
-            if trace:
-                self.s.out.trace("HandleRReply", src=m.src, read_id=rid, slot=slot, ok=ok)
-            if ok:
-                ids.append(rid)
-                slots.append(slot)
-            else:
+            if tracer is not None:
+                s.out.trace("HandleRReply", src=m.src, read_id=rid, slot=slot, ok=ok)
+            if not ok:
                 refused.append(rid)
-        if ids:
-            self._answered(tuple(ids), tuple(slots))
+            elif slot < done:  # executed already: served now (ServeRead)
+                del pending[rid]
+                out.append(ReadResult(rid, True))
+                served += 1
+            else:
+                pending[rid] = slot
+                readers = waiting.get(slot)
+                if readers is None:
+                    waiting[slot] = [rid]
+                    heapq.heappush(self.slots, slot)
+                else:
+                    readers.append(rid)
+        s.stats.reads_served += served
         if refused:
             self._refuse_all(refused)
 
@@ -138,7 +150,7 @@ class Reads:
         self.handle_r_reply_batch(RReplyBatch(m.src, m.view, (m.read_id,), (m.slot,), (m.ok,)))
 
     def _answered(self, ids: tuple[int, ...], slots: tuple[Slot, ...]) -> None:
-        """Asking reads ``ids`` may be served once ``slots`` have executed."""
+        """The sequencer's own reads ``ids`` may be served once ``slots`` have executed."""
         s = self.s
         done = s.progress.slot
         pending = self.pending
