@@ -26,8 +26,10 @@ per read; unanswered batches wait in :attr:`Reads.asked` in the order they were
 sent, so the timeout looks at the oldest only.
 """
 
+import functools
 import heapq
 from collections import deque
+from collections.abc import Callable
 
 from sdpaxos.core.context import Context
 from sdpaxos.core.errors import LocalProtocolError
@@ -35,6 +37,11 @@ from sdpaxos.core.messages import RReply, RReplyBatch, RRequest, RRequestBatch
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.ready import ReadResult
 from sdpaxos.core.types import ReplicaId, Slot
+
+#: ``ReadResult(read_id, ok)`` from the pair ``(read_id, ok)``, built in C: a
+#: named tuple's own constructor is a Python function, and one result is built
+#: per read.
+_result: Callable[[tuple[int, bool]], ReadResult] = functools.partial(tuple.__new__, ReadResult)
 
 #: :attr:`Reads.pending` value of a read asked about and not answered yet.
 ASKING = -2
@@ -131,7 +138,7 @@ class Reads:
                 refused.append(rid)
             elif slot < done:  # executed already: served now (ServeRead)
                 del pending[rid]
-                out.append(ReadResult(rid, True))
+                out.append(_result((rid, True)))
                 served += 1
             else:
                 pending[rid] = slot
@@ -160,7 +167,7 @@ class Reads:
         for rid, slot in zip(ids, slots, strict=True):
             if slot < done:
                 del pending[rid]
-                out.append(ReadResult(rid, True))
+                out.append(_result((rid, True)))
                 served += 1
                 continue
             pending[rid] = slot
@@ -187,7 +194,7 @@ class Reads:
         while heap and heap[0] < done:
             for rid in waiting.pop(heapq.heappop(heap)):
                 del pending[rid]
-                out.append(ReadResult(rid, True))
+                out.append(_result((rid, True)))
                 served += 1
         s.stats.reads_served += served
 
@@ -226,7 +233,7 @@ class Reads:
 
     def refuse(self, read_id: int) -> None:
         self.s.stats.reads_refused += 1
-        self.s.out.reads.append(ReadResult(read_id, False))
+        self.s.out.reads.append(_result((read_id, False)))
 
     def _refuse_all(self, ids: list[int]) -> None:
         pending = self.pending
