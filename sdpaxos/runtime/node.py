@@ -55,7 +55,7 @@ from sdpaxos.core.errors import LocalProtocolError, Overloaded
 from sdpaxos.core.messages import Message
 from sdpaxos.core.ready import ReadResult, Ready, Reply, ReplyKind
 from sdpaxos.core.replica import Replica
-from sdpaxos.core.sessions import decode_session_id, registration
+from sdpaxos.core.sessions import decode_session_id, encode_session_id, registration
 from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.protocols import ProtocolError, ProtocolSpec, protocol
@@ -114,6 +114,13 @@ PROTOCOL_FILE = "protocol"
 #: through the sequencer's lease, section 3.5). A baseline's answers at most at
 #: its leader (Multi-Paxos) or nowhere (Mencius): reads go through the log there.
 _READS_AT_EVERY_REPLICA = frozenset({"sdpaxos"})
+#: Protocols whose core keeps no session table (EPaxos remembers every executed
+#: ``(client_id, seq)`` for good and has no expiring sessions). A registration
+#: proposed there would reach the state machine as an empty command, and its
+#: "session id" would be whatever the state machine answered; the node answers
+#: it itself with a random id instead, as :meth:`Node.session` does whenever
+#: sessions do not expire.
+_NO_SESSION_TABLE = frozenset({"epaxos"})
 
 
 class CoreReplica(Protocol):
@@ -374,6 +381,8 @@ class Node:
         self._executed_waits: set[tuple[int, int]] | None = (
             None if self.protocol.name == "sdpaxos" else set()
         )
+        #: Whether this node answers registrations itself (no session table).
+        self._registers_locally = self.protocol.name in _NO_SESSION_TABLE
         #: Whether this node takes snapshots: see :class:`CoreReplica`.
         self.snapshots = False
         self.replica: CoreReplica | None = None
@@ -1062,6 +1071,10 @@ class Node:
             return
         if f.seq == 0 and f.payload:
             self._answer(conn, f.request_id, rf.Code.ERROR, "seq 0 is a registration: no payload")
+            return
+        if f.seq == 0 and self._registers_locally:  # no session table: see _NO_SESSION_TABLE
+            session_id = encode_session_id(self._rng.getrandbits(63) | 1)
+            self._answer(conn, f.request_id, rf.Code.EXECUTED, session_id)
             return
         wait = Wait.EXECUTED if f.wait == 1 or f.seq == 0 else Wait.READY
         waiter = (conn, f.request_id, _clock_ms())
