@@ -385,10 +385,13 @@ class RuntimeEngine:
     """
 
     name = "runtime"
+    #: fsync when the constructor is not told (``python -m bench --fsync`` sets it).
+    fsync_default = False
 
-    def __init__(self, fsync: bool = False, metrics: bool = False) -> None:
+    def __init__(self, fsync: bool | None = None, metrics: bool = False) -> None:
         from bench.runtime_engine import RuntimeRunner
 
+        fsync = self.fsync_default if fsync is None else fsync
         self._runner = RuntimeRunner(fsync=fsync, metrics=metrics)
 
     @property
