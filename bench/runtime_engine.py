@@ -115,6 +115,11 @@ READ_PATHS = {"sdpaxos": "every", "multipaxos": "leader"}
 #: Protocols that order every command (the order chain must be equal); the
 #: others (EPaxos) order conflicting commands only (the hot chain must be).
 TOTAL_ORDER = frozenset({"sdpaxos", "multipaxos", "mencius"})
+#: SDPaxos trace events the nodes keep in runs that sample their status: a
+#: command leader polls the others about a slow sequencer (``StragglerSuspect``),
+#: a majority agreed and a view change starts (``StragglerViewChange``), a new
+#: view is established (``Establish``).
+TRACE_EVENTS = ("StragglerSuspect", "StragglerViewChange", "Establish")
 #: Protocols with a single leader whose lease is awaited before load starts.
 LEADER_PROTOCOLS = frozenset({"sdpaxos", "multipaxos"})
 
@@ -175,11 +180,14 @@ class ClusterKey:
     overrides: tuple[tuple[str, Any], ...]
     fsync: bool
     metrics: bool
+    #: Keep the straggler detection's trace events (SDPaxos runs that sample).
+    trace: bool
 
     @classmethod
     def of(cls, spec: RunSpec, fsync: bool, metrics: bool) -> ClusterKey:
         overrides = tuple(sorted((k, _hashable(v)) for k, v in spec.config_overrides.items()))
-        return cls(spec.protocol, spec.profile, spec.leader, overrides, fsync, metrics)
+        trace = spec.sample_ms is not None and spec.protocol == "sdpaxos"
+        return cls(spec.protocol, spec.profile, spec.leader, overrides, fsync, metrics, trace)
 
 
 def _hashable(value: Any) -> Any:
@@ -255,6 +263,8 @@ class LocalCluster:
         cmd += ["--app", APP, "--log-level", "WARNING"]
         if not self.key.fsync:
             cmd.append("--no-fsync")
+        if self.key.trace:
+            cmd += ["--trace-events", ",".join(TRACE_EVENTS)]
         # The designated leader first, up and listening before the others start:
         # a Multi-Paxos follower that hears no leader in its first timeout runs
         # for election itself (on a busy machine, the leader may be slow to start).
@@ -638,6 +648,7 @@ class RuntimeRunner:
         regions = spec.profile.regions
         records: list[OpRecord] = []
         samples: dict[str, list[list[Any]]] = {}
+        events: list[tuple[int, str, str]] = []
         problems: list[str] = []
         answered_commands = 0
         for ld in loaders:
@@ -663,6 +674,7 @@ class RuntimeRunner:
                 if rec.complete_us is not None and rec.path != "local":
                     answered_commands += 1
             samples[region] = data["samples"]
+            events += [(t, name, region) for t, name in data.get("events", [])]
             failures = ld.result.get("failures", [])
             if ld.region in cluster.dead:  # its node was killed on purpose: expected
                 failures = [f for f in failures if not f.startswith("connection lost")]
@@ -676,6 +688,7 @@ class RuntimeRunner:
             "cluster_runs": cluster.runs,
             "loaders": {regions[ld.region]: ld.result for ld in loaders},
             "status_samples": samples,
+            "events": sorted(events),
         }
         extra.update(self._window_figures(cluster, spec, loaders, window, records))
         if duty is not None:

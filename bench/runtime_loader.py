@@ -120,6 +120,8 @@ class Load(asyncio.Protocol):
         #: request id -> (record, session, client, submit item or None)
         self.pending: dict[int, tuple[list[Any], _Session, _Client, list[Any] | None]] = {}
         self.samples: list[list[Any]] = []
+        #: Core trace events the node kept (``--trace-events``): (µs from t0, name).
+        self.events: set[tuple[int, str]] = set()
         self._status_rids: set[int] = set()
         self._rid = 0
         self._sessions = 0
@@ -279,6 +281,8 @@ class Load(asyncio.Protocol):
                 stats.get("view_changes_started", stats.get("elections_started")),
             ]
         )
+        for at_ms, name in value.get("events") or ():
+            self.events.add((int((at_ms / 1000 - self.t0) * 1e6), str(name)))
 
 
 async def _run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -384,7 +388,14 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     stopped.cancel()
     with open(spec["out"], "wb") as f:
         f.write(
-            msgpack.packb({"records": load.records, "samples": load.samples}, use_bin_type=True)
+            msgpack.packb(
+                {
+                    "records": load.records,
+                    "samples": load.samples,
+                    "events": sorted(load.events),
+                },
+                use_bin_type=True,
+            )
         )
     return {
         "sent": load.sent,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 
 import pytest
 import redis.asyncio as aioredis
@@ -325,3 +326,36 @@ def _fields(config):
     import dataclasses
 
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+
+
+def test_a_node_keeps_the_trace_events_it_is_asked_for(tmp_path):
+    """``trace_events`` (``python -m sdpaxos node --trace-events``): the named core
+    events, timed, in the status; none for a node that was not asked. The
+    benchmarks read the straggler detection's events so."""
+
+    async def main():
+        path = make_local_cluster(tmp_path, 3, insecure=True, protocol=FAST_PROTOCOL)
+        wanted = {"SequencerHandover", "Establish"}
+        nodes = [
+            Node(cfg, PayloadLog(), fsync=False, trace_events=wanted if k < 2 else ())
+            for k, cfg in enumerate(node_configs(path))
+        ]
+        for n in nodes:
+            await n.start()
+        try:
+            await nodes[1].submit(b"before", timeout_s=20)
+            before = time.monotonic() * 1000
+            nodes[0].admin("transfer_sequencer", 1)
+            await eventually(lambda: nodes[1].status().is_sequencer is True, what="handed over")
+            await nodes[2].submit(b"after", timeout_s=20)
+            # The old sequencer hands over, then follows the new view.
+            kept = nodes[0].status().events
+            assert [e for _, e in kept] == ["SequencerHandover", "Establish"]
+            assert before <= kept[0][0] <= kept[1][0] <= time.monotonic() * 1000
+            assert {e for _, e in nodes[1].status().events} <= wanted
+            assert nodes[2].status().events == ()
+        finally:
+            for n in nodes:
+                await n.stop()
+
+    asyncio.run(main())
