@@ -3,9 +3,11 @@
 Why engines: the experiments say *what* to measure (regions, clients, faults,
 workload); an engine says *where*: in the simulator's virtual time
 (:class:`SimEngine`) or on real node processes behind the delay emulator
-(:class:`RuntimeEngine`). Both take a :class:`RunSpec` and return a
-:class:`RunOutput` holding per-operation records, so statistics, tables and
-histories are computed one way for both.
+(:class:`RuntimeEngine`, :mod:`bench.runtime_engine`). Both take a
+:class:`RunSpec` and return a :class:`RunOutput` holding per-operation records,
+so statistics, tables and histories are computed one way for both. Their one
+difference in what a record means: the simulator measures latency at the
+replica, the runtime at the client (the loopback hop and TLS included).
 
 Protocols are looked up by name in :mod:`sdpaxos.protocols`; a baseline whose
 module does not import yet is reported by :func:`protocol_status` as "not

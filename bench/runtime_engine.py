@@ -96,7 +96,7 @@ APP = "bench.runtime_app:BenchLog"
 #: Processes may take this long to come up (TLS, imports, a leader's lease).
 STARTUP_TIMEOUT_S = 90.0
 #: Starts of a cluster whose leader did not end up where the spec put it.
-START_ATTEMPTS = 3
+START_ATTEMPTS = 5
 #: Loaders may take this long to connect.
 LOADER_READY_TIMEOUT_S = 60.0
 #: The origin is set this far after every loader is ready, so that all start together.
@@ -237,8 +237,8 @@ class LocalCluster:
     # ------------------------------------------------------------ processes
 
     def start(self) -> None:
-        """Start the nodes, the leader first; again (up to :data:`START_ATTEMPTS`
-        times) if another node took the lead while they came up."""
+        """Start the nodes; again (up to :data:`START_ATTEMPTS` times) if a node
+        other than the spec's leader took the lead while they came up."""
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 self._start_once()
@@ -265,18 +265,15 @@ class LocalCluster:
             cmd.append("--no-fsync")
         if self.key.trace:
             cmd += ["--trace-events", ",".join(TRACE_EVENTS)]
-        # The designated leader first, up and listening before the others start:
-        # a Multi-Paxos follower that hears no leader in its first timeout runs
-        # for election itself (on a busy machine, the leader may be slow to start).
-        order = [self.key.leader] + [k for k in range(self.n) if k != self.key.leader]
-        for i, k in enumerate(order):
+        # All at once: a Multi-Paxos follower that hears no leader within a lease
+        # of its start runs for election itself, so the leader must not start
+        # late; nor early (its dials back off while the others are not up yet).
+        for k in range(self.n):
             extra = ["--id", str(k)]
             if self.metrics_ports:
                 extra += ["--metrics", f"127.0.0.1:{self.metrics_ports[k]}"]
             with open(self.root / f"node{k}.log", "ab") as log:
                 self.nodes[k] = spawn([*cmd, *extra], stderr=log)
-            if i == 0:
-                asyncio.run(self._wait_listening(k))
         asyncio.run(self._wait_up())
 
     @property
@@ -328,14 +325,6 @@ class LocalCluster:
         for k, p in enumerate(self.nodes):
             if p is not None and p.poll() is not None and k not in self.dead:
                 raise RuntimeError(f"node {k} exited with {p.returncode}:\n{self.log_tail(k)}")
-
-    async def _wait_listening(self, k: int) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while await self.status(k, 1.0) is None:
-            self._check_exits()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"node {k} did not answer within {STARTUP_TIMEOUT_S:g} s")
-            await asyncio.sleep(0.05)
 
     async def _wait_up(self) -> None:
         """Every node answers and sees every peer; a leader protocol's leader holds its lease.
@@ -683,6 +672,8 @@ class RuntimeRunner:
         out = RunOutput(spec, records)
         extra: dict[str, Any] = {
             "engine": "runtime",
+            "node_pids": [p for p in cluster.pids if p is not None],
+            "loader_pids": [ld.lines.proc.pid for ld in loaders],
             "fsync": self.fsync,
             "emulated": cluster.emulated,
             "cluster_runs": cluster.runs,
@@ -783,6 +774,8 @@ class RuntimeRunner:
                         + (" in one order" if total else ", the hot key's in one order"),
                         "executed": answers[0][0],
                         "nodes": alive,
+                        # Who each node follows at the end (a fault may have moved it).
+                        "leaders": asyncio.run(_leaders_of(cluster, alive)),
                     }
             if time.monotonic() > deadline:
                 counts = {k: (v[0] if v else None) for k, v in got.items()}
@@ -794,6 +787,14 @@ class RuntimeRunner:
                     "nodes": alive,
                 }
             time.sleep(0.2)
+
+
+async def _leaders_of(cluster: LocalCluster, alive: list[int]) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    for k in alive:
+        st = await cluster.status(k, 2.0)
+        out[k] = None if st is None else st.get("sequencer")
+    return out
 
 
 def believed_leaders(

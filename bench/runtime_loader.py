@@ -312,6 +312,8 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     load.t0 = t0
     offset = loop.time() - time.monotonic()  # loop clock = monotonic + offset
     await asyncio.sleep(max(0.0, t0 - time.monotonic()))
+    while time.monotonic() < t0:  # uvloop's timers may fire up to a millisecond early
+        await asyncio.sleep(0)
     load.running = True
     timers: list[asyncio.TimerHandle] = []
     end_us = load.end_us

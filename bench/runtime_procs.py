@@ -163,7 +163,7 @@ class DutyCycle:
     this one is frozen for whole pauses, timers and sockets included.
     """
 
-    def __init__(self, pid: int, factor: float, period_s: float = 0.03) -> None:
+    def __init__(self, pid: int, factor: float, period_s: float = 0.009) -> None:
         if not factor >= 1:
             raise ValueError(f"a slowdown factor must be >= 1, got {factor}")
         self.pid = pid
