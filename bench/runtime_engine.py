@@ -55,7 +55,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -368,25 +367,14 @@ class LocalCluster:
 
     def commit_histograms(self) -> dict[int, tuple[float, float]]:
         """Each live node's ``sdpaxos_commit_latency_seconds`` (sum, count)."""
-        from prometheus_client.parser import text_string_to_metric_families
+        from bench.runtime_latency import commit_histogram
 
         out: dict[int, tuple[float, float]] = {}
         for k in self.alive():
-            url = f"http://127.0.0.1:{self.metrics_ports[k]}/metrics"
             try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    text = r.read().decode()
+                out[k] = commit_histogram(self.metrics_ports[k])
             except OSError:
                 continue
-            total = count = 0.0
-            for family in text_string_to_metric_families(text):
-                if family.name == "sdpaxos_commit_latency_seconds":
-                    for sample in family.samples:
-                        if sample.name.endswith("_sum"):
-                            total = sample.value
-                        elif sample.name.endswith("_count"):
-                            count = sample.value
-            out[k] = (total, count)
         return out
 
 
@@ -760,23 +748,18 @@ class RuntimeRunner:
         while True:
             got = asyncio.run(cluster.digests(alive))
             answers = [v for v in got.values() if v is not None]
-            if len(answers) == len(alive) and answers:
-                if total:
-                    same = len({(c, s, ch) for c, s, ch, _ in answers}) == 1
-                else:
-                    same = len({(c, s, h) for c, s, _, h in answers}) == 1
-                enough = answers[0][0] >= cluster.commands_answered
-                if same and enough:
-                    return {
-                        "ok": True,
-                        "verdict": f"{len(alive)} nodes executed the same"
-                        f" {answers[0][0]:,} commands"
-                        + (" in one order" if total else ", the hot key's in one order"),
-                        "executed": answers[0][0],
-                        "nodes": alive,
-                        # Who each node follows at the end (a fault may have moved it).
-                        "leaders": asyncio.run(_leaders_of(cluster, alive)),
-                    }
+            ok = answers and len(answers) == len(alive)
+            if ok and agree(answers, spec.protocol, cluster.commands_answered):
+                return {
+                    "ok": True,
+                    "verdict": f"{len(alive)} nodes executed the same"
+                    f" {answers[0][0]:,} commands"
+                    + (" in one order" if total else ", the hot key's in one order"),
+                    "executed": answers[0][0],
+                    "nodes": alive,
+                    # Who each node follows at the end (a fault may have moved it).
+                    "leaders": asyncio.run(_leaders_of(cluster, alive)),
+                }
             if time.monotonic() > deadline:
                 counts = {k: (v[0] if v else None) for k, v in got.items()}
                 return {
@@ -787,6 +770,17 @@ class RuntimeRunner:
                     "nodes": alive,
                 }
             time.sleep(0.2)
+
+
+def agree(answers: list[tuple[int, int, bytes, bytes]], protocol: str, answered: int) -> bool:
+    """Do these nodes' ``BenchLog`` answers show the same commands, at least the
+    ``answered`` ones, in the order ``protocol`` promises: every command's (total
+    order), or the hot key's (EPaxos orders only conflicting commands)?"""
+    if protocol in TOTAL_ORDER:
+        same = len({(count, total, chain) for count, total, chain, _ in answers}) == 1
+    else:
+        same = len({(count, total, hot) for count, total, _, hot in answers}) == 1
+    return same and answers[0][0] >= answered
 
 
 async def _leaders_of(cluster: LocalCluster, alive: list[int]) -> dict[int, Any]:

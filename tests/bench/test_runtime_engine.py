@@ -18,7 +18,7 @@ import pytest
 from bench import __main__ as cli
 from bench.engines import Clients, EngineUnsupported, RunOutput, RunSpec, RuntimeEngine
 from bench.runtime_app import HOT_MARK, BenchLog, parse_query
-from bench.runtime_engine import believed_leaders, check, read_path
+from bench.runtime_engine import agree, believed_leaders, check, read_path
 from bench.runtime_procs import DutyCycle, stop_processes
 from bench.workloads import HOT_KEY, Workload
 from sdpaxos.profiles import uniform
@@ -82,6 +82,8 @@ def test_every_operation_is_recorded_with_sane_times_and_reads_take_their_path()
         ("R1", "read", "log"),
         ("R2", "read", "log"),
     }
+    # ... directly: no read was refused by a read path and sent through the log after.
+    assert all(ld["fallbacks"] == 0 for ld in loaders.values())
     clients = {(r.region, r.client) for r in out.records}
     assert len(clients) == 9  # closed loop: three clients per region, one at a time each
     verify = out.extra["verify"]
@@ -265,3 +267,18 @@ def test_believed_leader_needs_a_majority() -> None:
     assert believed_leaders(samples, ("R0", "R1", "R2"), 100.0) == [(0, 0), (100_000, None)]
     samples["R2"][1][1] = 1
     assert believed_leaders(samples, ("R0", "R1", "R2"), 100.0) == [(0, 0), (100_000, 1)]
+
+
+def test_nodes_agree_only_on_what_their_protocol_promises() -> None:
+    h = [bytes([k]) * 16 for k in range(4)]
+    same = [(5, 77, h[0], h[1]), (5, 77, h[0], h[1])]
+    reordered = [(5, 77, h[0], h[1]), (5, 77, h[2], h[1])]  # other order, same hot order
+    hot_reordered = [(5, 77, h[0], h[1]), (5, 77, h[2], h[3])]
+    other_set = [(5, 77, h[0], h[1]), (5, 78, h[0], h[1])]
+    for proto in ("sdpaxos", "multipaxos", "mencius"):
+        assert agree(same, proto, 5)
+        assert not agree(reordered, proto, 5)
+    assert agree(reordered, "epaxos", 5)
+    assert not agree(hot_reordered, "epaxos", 5)
+    assert not agree(other_set, "epaxos", 5) and not agree(other_set, "sdpaxos", 5)
+    assert not agree(same, "sdpaxos", 6)  # fewer executed than the clients were answered
