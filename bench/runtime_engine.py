@@ -225,9 +225,13 @@ class LocalCluster:
             emulator=emulator,
         )
         self.emulated = emulator is not None
+        self.configs = node_configs(self.path)
+        self.tls = client_tls(self.path)
         self.nodes: list[subprocess.Popen[bytes] | None] = [None] * self.n
         self.metrics_ports = free_ports(self.n) if key.metrics else []
         self.dead: set[int] = set()
+        #: Each region's load generator (:meth:`loader`).
+        self.loaders: dict[int, ChildLines] = {}
         #: Commands every node should have executed so far (answered to loaders).
         self.commands_answered = 0
         self.runs = 0
@@ -291,7 +295,49 @@ class LocalCluster:
         self.dead.add(k)
         self.dirty = True
 
+    def loader(self, k: int) -> ChildLines:
+        """Region ``k``'s load generator: connected to node ``k`` once, kept for
+        every run on this cluster (starting a Python process per run cost seconds)."""
+        lines = self.loaders.get(k)
+        if lines is not None and not lines.finished.is_set():
+            return lines
+        node = self.configs[0].replicas[k]
+        tls = client_tls(self.path, k % LOCAL_CLIENT_CERTS)
+        conn = {
+            "host": node.host,
+            "port": node.port,
+            "tls": None if tls is None else [str(tls.ca), str(tls.cert), str(tls.key)],
+        }
+        spec_path = self.root / f"loader{k}.json"
+        spec_path.write_text(json.dumps(conn))
+        with open(self.root / f"loader{k}.log", "ab") as log:
+            proc = spawn(
+                [sys.executable, "-m", "bench.runtime_loader", str(spec_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        lines = ChildLines(proc)
+        self.loaders[k] = lines
+        if not lines.connected.wait(LOADER_READY_TIMEOUT_S):
+            raise RuntimeError(
+                f"the load generator of node {k} did not connect:\n{self.loader_log(k)}"
+            )
+        return lines
+
+    def loader_log(self, k: int) -> str:
+        path = self.root / f"loader{k}.log"
+        return path.read_text(errors="replace")[-2000:] if path.exists() else "(no log)"
+
+    def stop_loaders(self) -> None:
+        for lines in self.loaders.values():
+            lines.tell("quit")
+        stop_processes([lines.proc for lines in self.loaders.values()], timeout_s=5.0)
+        self.loaders.clear()
+
     def close(self) -> None:
+        self.stop_loaders()
         stop_processes([p for p in self.nodes if p is not None])
         self.nodes = [None] * self.n
         shutil.rmtree(self.root, ignore_errors=True)
@@ -307,8 +353,8 @@ class LocalCluster:
     def _client(self, k: int, timeout_s: float = 2.0) -> Any:
         from sdpaxos.runtime.client import Client
 
-        r = node_configs(self.path)[0].replicas[k]
-        return Client([(r.host, r.port)], tls=client_tls(self.path), attempt_timeout_s=timeout_s)
+        r = self.configs[0].replicas[k]
+        return Client([(r.host, r.port)], tls=self.tls, attempt_timeout_s=timeout_s)
 
     async def status(self, k: int, timeout_s: float = 2.0) -> dict[str, Any] | None:
         c = self._client(k, timeout_s)
@@ -418,9 +464,12 @@ def _close_all() -> None:
 
 @dataclass(slots=True)
 class _LoaderProc:
+    """One region's load generator in one run."""
+
     region: int
     lines: ChildLines
     out: Path
+    spec_path: Path
     result: dict[str, Any] | None = None
 
 
@@ -511,9 +560,6 @@ class RuntimeRunner:
             spec_path = cluster.root / f"run{cluster.runs}-load{r}.json"
             out_path = cluster.root / f"run{cluster.runs}-load{r}.msgpack"
             loader_spec = {
-                "config": str(cluster.path),
-                "node": r,
-                "tls_client": r % LOCAL_CLIENT_CERTS,
                 "region_index": r,
                 "clients": clients,
                 "mode": spec.clients.mode,
@@ -527,22 +573,21 @@ class RuntimeRunner:
                 "out": str(out_path),
             }
             spec_path.write_text(json.dumps(loader_spec))
-            proc = spawn(
-                [sys.executable, "-m", "bench.runtime_loader", str(spec_path)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            loaders.append(_LoaderProc(r, ChildLines(proc), out_path))
+            loaders.append(_LoaderProc(r, cluster.loader(r), out_path, spec_path))
         duty: DutyCycle | None = None
         timers: list[threading.Timer] = []
         window = _Window()
+        finished = False
         try:
             deadline = time.monotonic() + LOADER_READY_TIMEOUT_S
             for ld in loaders:
+                ld.lines.reset()
+                ld.lines.tell(f"run {ld.spec_path}")
+            for ld in loaders:
                 if not ld.lines.ready.wait(max(0.0, deadline - time.monotonic())):
                     raise RuntimeError(
-                        f"the load generator of {spec.profile.regions[ld.region]} did not connect"
+                        f"the load generator of {spec.profile.regions[ld.region]} did not"
+                        f" connect:\n{cluster.loader_log(ld.region)}"
                     )
             t0 = time.monotonic() + START_LEAD_S
             for ld in loaders:
@@ -577,12 +622,14 @@ class RuntimeRunner:
                 cluster.dirty = True
                 at(spec.slow[2] / 1000, duty.start)
             self._wait_loaders(spec, loaders, t0, end_us, drain_s, progress)
+            finished = True
         finally:
             for timer in timers:
                 timer.cancel()
             if duty is not None:
                 duty.stop()
-            stop_processes([ld.lines.proc for ld in loaders], timeout_s=5.0)
+            if not finished:  # a loader in the middle of a run is no use for the next
+                cluster.stop_loaders()
         return self._collect(cluster, spec, loaders, window, duty)
 
     def _wait_loaders(
@@ -596,7 +643,7 @@ class RuntimeRunner:
     ) -> None:
         hard_deadline = t0 + end_us / 1e6 + drain_s + 30.0
         next_report = time.monotonic() + 2.0
-        while not all(ld.lines.finished.is_set() for ld in loaders):
+        while not all(ld.lines.done_event.is_set() for ld in loaders):
             time.sleep(0.05)
             now = time.monotonic()
             if now > hard_deadline:

@@ -55,9 +55,6 @@ from bench.runtime_app import HOT_MARK
 from bench.runtime_procs import StdinWords, run_loop, say
 from bench.workloads import HOT_KEY, OpStream, Workload, arrivals_us
 from sdpaxos.runtime import frames as rf
-from sdpaxos.runtime.config import load_config
-from sdpaxos.runtime.local import client_tls
-from sdpaxos.wire.framing import Framer
 
 #: Operation kinds and paths in the records file (see :func:`bench.runtime_engine`).
 KIND_WRITE, KIND_READ = 0, 1
@@ -100,19 +97,34 @@ class _Client:
 
 
 class Load(asyncio.Protocol):
-    """The connection, the clients and every operation's record."""
+    """The connection (kept from run to run), and one run's clients and records."""
 
-    def __init__(self, spec: dict[str, Any], rng: random.Random) -> None:
-        self.spec = spec
+    def __init__(self, rng: random.Random) -> None:
         self.rng = rng
-        workload = Workload(**spec["workload"])
-        self.clients = [_Client(i, OpStream(workload, i)) for i in spec["clients"]]
-        self.closed = spec["mode"] == "closed"
-        self.read_local = spec["read_path"] == "local"
-        self.end_us: int = spec["end_us"]
-        self.region_index: int = spec["region_index"]
-        self.framer = Framer(rf.RUNTIME_FRAME_BYTES_MAX)
+        self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
+        self.lost = False
+        #: Request ids count on across runs: a late answer to an earlier run's
+        #: request names no request of this one.
+        self._rid = 0
+        self._sessions = 0
+        self._items: list[list[Any]] = []
+        self._frames: list[bytes] = []
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._prefix = struct.Struct(">I").pack
+        self.begin(None)
+
+    def begin(self, spec: dict[str, Any] | None) -> None:
+        """Forget the last run; set up the clients of ``spec`` (None: none)."""
+        self.spec = spec or {}
+        self.clients: list[_Client] = []
+        if spec is not None:
+            workload = Workload(**spec["workload"])
+            self.clients = [_Client(i, OpStream(workload, i)) for i in spec["clients"]]
+        self.closed = self.spec.get("mode") == "closed"
+        self.read_local = self.spec.get("read_path") == "local"
+        self.end_us: int = self.spec.get("end_us", 0)
+        self.region_index: int = self.spec.get("region_index", 0)
         self.t0 = 0.0
         self.running = False
         #: [client uid, kind, path, key, invoke_us, complete_us (-1: open)]
@@ -123,19 +135,14 @@ class Load(asyncio.Protocol):
         #: Core trace events the node kept (``--trace-events``): (µs from t0, name).
         self.events: set[tuple[int, str]] = set()
         self._status_rids: set[int] = set()
-        self._rid = 0
-        self._sessions = 0
-        self._items: list[list[Any]] = []
-        self._frames: list[bytes] = []
         self.completed = 0
         self.sent = 0
         self.retries = 0
         self.fallbacks = 0
         self.failures: list[str] = []
-        self.lost = False
         self.drained: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pack = msgpack.Packer(use_bin_type=True).pack
-        self._prefix = struct.Struct(">I").pack
+        if self.lost:
+            self.drained.set_result(None)
 
     # ---------------------------------------------------------------- frames
 
@@ -164,8 +171,8 @@ class Load(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.running = False
+        self.failures.append(f"connection lost: {exc}")
         if not self.drained.done():
-            self.failures.append(f"connection lost: {exc}")
             self.drained.set_result(None)
 
     # ---------------------------------------------------------------- operations
@@ -212,12 +219,29 @@ class Load(asyncio.Protocol):
         self._items.append(item)
         self.pending[rid] = (rec, session, client, item)
 
+    def _incoming(self, data: bytes) -> list[bytes]:
+        """The complete frames in what arrived (length-prefixed, as
+        :mod:`sdpaxos.wire.framing`; not imported: a loader starts faster without
+        the wire package)."""
+        buf = self.buffer
+        buf += data
+        out = []
+        at = 0
+        while len(buf) - at >= 4:
+            size = int.from_bytes(buf[at : at + 4], "big")
+            if size > rf.RUNTIME_FRAME_BYTES_MAX:
+                raise ValueError(f"a {size}-byte frame from the node")
+            if len(buf) - at - 4 < size:
+                break
+            out.append(bytes(buf[at + 4 : at + 4 + size]))
+            at += 4 + size
+        del buf[:at]
+        return out
+
     def data_received(self, data: bytes) -> None:
-        framer = self.framer
-        framer.feed(data)
         unpack = msgpack.unpackb
         now_us = self.now_us()
-        while (payload := framer.next_frame()) is not None:
+        for payload in self._incoming(data):
             body = unpack(payload[1:], use_list=False)
             if body[0] == _REPLY_MANY:
                 for rid, code, value in body[1]:
@@ -285,36 +309,60 @@ class Load(asyncio.Protocol):
             self.events.add((int((at_ms / 1000 - self.t0) * 1e6), str(name)))
 
 
-async def _run(spec: dict[str, Any]) -> dict[str, Any]:
+async def _connect(spec: dict[str, Any]) -> Load:
     loop = asyncio.get_running_loop()
-    config = Path(spec["config"])
-    cfg = load_config(config, 0)
-    node = cfg.replicas[spec["node"]]
-    tls = client_tls(config, spec.get("tls_client", 0))
+    host, port = spec["host"], spec["port"]
     ssl_ctx = None
-    if tls is not None:
+    if spec.get("tls") is not None:  # (ca, cert, key) of a client certificate
+        from sdpaxos.runtime.config import TlsFiles
         from sdpaxos.runtime.tls import client_context
 
-        ssl_ctx = client_context(tls)
+        ssl_ctx = client_context(TlsFiles(*(Path(f) for f in spec["tls"])))
     rng = random.Random(os.urandom(16))
     _, proto = await loop.create_connection(
-        lambda: Load(spec, rng),
-        node.host,
-        node.port,
+        lambda: Load(rng),
+        host,
+        port,
         ssl=ssl_ctx,
-        server_hostname=node.host if ssl_ctx is not None else None,
+        server_hostname=host if ssl_ctx is not None else None,
     )
     assert isinstance(proto, Load)
-    load = proto
+    return proto
+
+
+async def _serve(spec: dict[str, Any]) -> None:
+    """Connect once; then run what the parent asks (``run FILE``), one run after another,
+    until ``quit`` (or the end of input, or a lost connection)."""
+    load = await _connect(spec)
     stdin = StdinWords()
-    say("ready")
-    t0 = float(await stdin.expect("go"))
+    say("connected")
+    while True:
+        line = await stdin.queue.get()
+        word, _, rest = line.partition(" ")
+        if word != "run":
+            if word in ("quit", "stop"):
+                break
+            continue
+        run_spec = json.loads(Path(rest).read_text())
+        load.begin(run_spec)
+        say("ready")
+        t0 = float(await stdin.expect("go"))
+        result = await _run(load, run_spec, t0, stdin)
+        say("done " + json.dumps(result))
+        if load.lost:
+            break
+    if load.transport is not None:
+        load.transport.close()
+
+
+async def _run(load: Load, spec: dict[str, Any], t0: float, stdin: StdinWords) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
     load.t0 = t0
     offset = loop.time() - time.monotonic()  # loop clock = monotonic + offset
     await asyncio.sleep(max(0.0, t0 - time.monotonic()))
     while time.monotonic() < t0:  # uvloop's timers may fire up to a millisecond early
         await asyncio.sleep(0)
-    load.running = True
+    load.running = not load.lost
     timers: list[asyncio.TimerHandle] = []
     end_us = load.end_us
 
@@ -375,7 +423,7 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         if not ended.done():
             ended.set_result(None)
 
-    loop.call_at(t0 + end_us / 1e6 + offset, end)
+    timers.append(loop.call_at(t0 + end_us / 1e6 + offset, end))
     await report_until(t0 + end_us / 1e6 + 1.0, ended)
     load.running = False
     for t in timers:
@@ -385,8 +433,6 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     await report_until(time.monotonic() + spec["drain_s"], load.drained)
     say(f"count {load.completed}")
     open_ops = len(load.pending)
-    if load.transport is not None:
-        load.transport.close()
     stopped.cancel()
     with open(spec["out"], "wb") as f:
         f.write(
@@ -416,8 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m bench.runtime_loader SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(args[0]).read_text())
-    result = run_loop(_run(spec), fast=True)
-    say("done " + json.dumps(result))
+    run_loop(_serve(spec), fast=True)
     return 0
 
 

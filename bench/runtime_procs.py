@@ -243,16 +243,27 @@ class StdinWords:
 
 class ChildLines:
     """A child process's stdout lines, read by a thread: ``count N`` updates
-    :attr:`count`, ``ready`` sets :attr:`ready`, ``done JSON`` sets :attr:`done`."""
+    :attr:`count`, ``ready`` sets :attr:`ready`, ``connected`` sets
+    :attr:`connected`, ``done JSON`` sets :attr:`done` and :attr:`done_event`;
+    :attr:`finished` is set when the child's output ends."""
 
     def __init__(self, proc: subprocess.Popen[str], on_line: Callable[[str], None] | None = None):
         self.proc = proc
         self.count = 0
         self.ready = threading.Event()
+        self.connected = threading.Event()
         self.done: Any = None
+        self.done_event = threading.Event()
         self.finished = threading.Event()
         self._on_line = on_line
         threading.Thread(target=self._read, daemon=True).start()
+
+    def reset(self) -> None:
+        """Before the child's next run: no count, not ready, not done."""
+        self.count = 0
+        self.done = None
+        self.ready.clear()
+        self.done_event.clear()
 
     def _read(self) -> None:
         import json
@@ -265,13 +276,17 @@ class ChildLines:
                     self.count = int(rest)
                 elif word == "ready":
                     self.ready.set()
+                elif word == "connected":
+                    self.connected.set()
                 elif word == "done":
                     self.done = json.loads(rest)
+                    self.done_event.set()
                 elif self._on_line is not None:
                     self._on_line(line.rstrip("\n"))
         except (ValueError, OSError):
             pass
         self.finished.set()
+        self.done_event.set()  # no more lines: whoever waits for "done" waits no more
 
     def tell(self, line: str) -> None:
         assert self.proc.stdin is not None
