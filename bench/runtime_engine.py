@@ -268,15 +268,20 @@ class LocalCluster:
             cmd.append("--no-fsync")
         if self.key.trace:
             cmd += ["--trace-events", ",".join(TRACE_EVENTS)]
-        # All at once: a Multi-Paxos follower that hears no leader within a lease
-        # of its start runs for election itself, so the leader must not start
-        # late; nor early (its dials back off while the others are not up yet).
-        for k in range(self.n):
+        # A Multi-Paxos follower that hears no leader within a lease of its
+        # start runs for election itself. A node dials the peers above its id.
+        # So a leader with the highest id starts first: the others dial it as
+        # they come up. Any other leader starts with the rest: started first, it
+        # would dial peers that are not up yet and back off (up to seconds).
+        first = [self.key.leader] if self.key.leader == self.n - 1 else []
+        for k in first + [k for k in range(self.n) if k not in first]:
             extra = ["--id", str(k)]
             if self.metrics_ports:
                 extra += ["--metrics", f"127.0.0.1:{self.metrics_ports[k]}"]
             with open(self.root / f"node{k}.log", "ab") as log:
                 self.nodes[k] = spawn([*cmd, *extra], stderr=log)
+            if k in first:
+                asyncio.run(self._wait_listening(k))
         asyncio.run(self._wait_up())
 
     @property
@@ -370,6 +375,14 @@ class LocalCluster:
         for k, p in enumerate(self.nodes):
             if p is not None and p.poll() is not None and k not in self.dead:
                 raise RuntimeError(f"node {k} exited with {p.returncode}:\n{self.log_tail(k)}")
+
+    async def _wait_listening(self, k: int) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while await self.status(k, 1.0) is None:
+            self._check_exits()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {k} did not answer within {STARTUP_TIMEOUT_S:g} s")
+            await asyncio.sleep(0.05)
 
     async def _wait_up(self) -> None:
         """Every node answers and sees every peer; a leader protocol's leader holds its lease.

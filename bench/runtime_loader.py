@@ -66,6 +66,10 @@ REPORT_INTERVAL_S = 0.5
 #: Client ids this loader chooses have this bit set: never a registered id (those
 #: count up from 1) and never 0.
 _CHOSEN_ID_BIT = 1 << 62
+#: Bytes of payloads and keys per SUBMIT_MANY frame, and what an item adds
+#: beyond them (as :class:`sdpaxos.runtime.client.Client` splits its frames).
+_MANY_BYTES_MAX = rf.COMMAND_BYTES_MAX // 2
+_ITEM_OVERHEAD = 48
 #: Arrivals due within this much of a timer firing go out with it.
 _EARLY_US = 500
 
@@ -157,8 +161,18 @@ class Load(asyncio.Protocol):
         if len(items) == 1:
             frames.append(self._frame([_SUBMIT, *items[0]]))
         elif items:
-            for k in range(0, len(items), rf.MANY_ITEMS_MAX):
-                frames.append(self._frame([_SUBMIT_MANY, items[k : k + rf.MANY_ITEMS_MAX]]))
+            # At most MANY_ITEMS_MAX items and _MANY_BYTES_MAX bytes of payload per
+            # frame: a node closes a connection that sends a frame over its limit.
+            chunk: list[list[Any]] = []
+            size = 0
+            for item in items:
+                grow = len(item[3]) + len(item[4] or b"") + _ITEM_OVERHEAD
+                if chunk and (len(chunk) == rf.MANY_ITEMS_MAX or size + grow > _MANY_BYTES_MAX):
+                    frames.append(self._frame([_SUBMIT_MANY, chunk]))
+                    chunk, size = [], 0
+                chunk.append(item)
+                size += grow
+            frames.append(self._frame([_SUBMIT_MANY, chunk]))
         self._items, self._frames = [], []
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(frames))

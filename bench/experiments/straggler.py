@@ -309,6 +309,11 @@ class RuntimeSettings:
 
 RUNTIME_QUICK = RuntimeSettings(1000, 500.0, 1_500.0, 1_000.0, 6_000.0, 5, 0.5, (3.0, 10.0))
 RUNTIME_FULL = RuntimeSettings(1000, 1_000.0, 5_000.0, 2_000.0, 12_000.0, 5, 0.5, (3.0, 10.0))
+#: The sequencer / leader, and the other node slowed. The leader has the highest
+#: id: the others dial it as they start (a node dials the peers above it), so a
+#: Multi-Paxos follower hears from it at once instead of electing itself.
+RUNTIME_LEADER = 2
+RUNTIME_OTHER = 1
 #: Part 2's offered load is kept within these (ops/s).
 DETECT_LOAD_MIN_PER_S = 2_000.0
 DETECT_LOAD_MAX_PER_S = 30_000.0
@@ -337,18 +342,19 @@ def _runtime(ctx: Context, engine: Any) -> int:
             row["status"] = why
             continue
         row["status"] = "ok"
-        per_region = (
-            (3 * settings.sessions, 0, 0) if proto == "multipaxos" else (settings.sessions,) * 3
-        )
-        for case, slow in (("none", None), ("leader", 0), ("other", 1)):
+        per_region = [settings.sessions] * 3
+        if proto == "multipaxos":
+            per_region = [0, 0, 0]
+            per_region[RUNTIME_LEADER] = 3 * settings.sessions
+        for case, slow in (("none", None), ("leader", RUNTIME_LEADER), ("other", RUNTIME_OTHER)):
             spec = RunSpec(
                 protocol=proto,
                 profile=profile,
                 workload=Workload(seed=ctx.seed),
-                clients=Clients("closed", per_region),
+                clients=Clients("closed", tuple(per_region)),
                 duration_ms=settings.duration_ms,
                 warmup_ms=settings.warmup_ms,
-                leader=0,
+                leader=RUNTIME_LEADER,
                 slow=None if slow is None else (slow, SLOW_FACTOR, 0.0),
                 seed=ctx.seed,
             )
@@ -425,7 +431,8 @@ def _runtime_detection(
         workload=Workload(seed=ctx.seed),
         clients=Clients("open", (settings.detect_clients_per_region,) * 3, rate_per_s=per_client),
         duration_ms=settings.detect_run_ms,
-        slow=(0, factor, settings.slow_at_ms),
+        leader=RUNTIME_LEADER,
+        slow=(RUNTIME_LEADER, factor, settings.slow_at_ms),
         sample_ms=float(BIN_MS),
         drain_ms=2_000.0,
         seed=ctx.seed,
@@ -441,7 +448,12 @@ def _runtime_detection(
         return None if hit is None else ((hit[0] - slow_us) / 1000, hit[1])
 
     moved_us = next(
-        (t for t, leader in out.leader_samples if t >= slow_us and leader not in (0, None)), None
+        (
+            t
+            for t, leader in out.leader_samples
+            if t >= slow_us and leader not in (RUNTIME_LEADER, None)
+        ),
+        None,
     )
     new_leader = None if moved_us is None else dict(out.leader_samples)[moved_us]
     suspect, straggler_vc, established = (
@@ -517,7 +529,8 @@ def _runtime_markdown(
         f" {'on' if getattr(engine, 'fsync', False) else 'off'};"
         f" {settings.sessions} closed-loop clients per region (Multi-Paxos: all at the leader),"
         f" 16 B writes; warm-up {settings.warmup_ms:g} ms, window {settings.duration_ms:g} ms."
-        " The straggler (node 0, the sequencer / leader, or node 1) is slowed from the start"
+        f" The straggler (node {RUNTIME_LEADER}, the sequencer / leader, or node"
+        f" {RUNTIME_OTHER}) is slowed from the start"
         f" to 1/{SLOW_FACTOR:g} of the wall clock by a SIGSTOP/SIGCONT duty cycle (run 3 ms,"
         " stop 6 ms): the paper used CPU hogs to leave it about a third of a CPU, but on this"
         " shared 2-core machine a hog cannot be confined to the straggler's core, while a duty"
@@ -574,7 +587,7 @@ def _runtime_markdown(
     for row in rows:
         for case in ("leader", "other"):
             leaders = row.get(f"{case}_leaders_at_end")
-            if leaders and any(v not in (0, None) for v in leaders.values()):
+            if leaders and any(v not in (RUNTIME_LEADER, None) for v in leaders.values()):
                 lines.append(
                     f"- {row['column']}, {case} slow: at the end the nodes followed {leaders}"
                     " (the lead moved during the run)."
@@ -596,7 +609,7 @@ def _runtime_markdown(
             "## SDPaxos: a slow sequencer detected and replaced (Fig. 9(b))",
             "",
             f"Open-loop load of {d0['offered_per_s']:,.0f} ops/s (half of the unslowed"
-            " closed-loop rate above); the sequencer (node 0) slowed at"
+            f" closed-loop rate above); the sequencer (node {RUNTIME_LEADER}) slowed at"
             f" {d0['slow_at_ms']:g} ms to a third of the wall clock (the paper's) and, in a"
             " second run, to a tenth. Times after the slowdown, from the nodes' trace events"
             " (`--trace-events`) and their status sampled every"

@@ -92,7 +92,17 @@ def variants(ctx: Context, settings: Settings) -> list[Variant]:
     return out
 
 
-LEADER = 0
+def leader_of(n: int) -> int:
+    """The sequencer / leader: the highest id. The others dial it as they start (a
+    node dials the peers above it), so a Multi-Paxos follower hears from it at
+    once instead of electing itself on a busy machine."""
+    return n - 1
+
+
+def sessions_for(settings: Settings, payload: int) -> int:
+    """Closed-loop clients per region: a fifth for 1 KB commands (1,000 per node
+    meant 5 MB per round at 5 nodes, longer than a quick window here)."""
+    return settings.sessions if payload < 1024 else max(1, settings.sessions // 5)
 
 
 def run(ctx: Context) -> int:
@@ -118,6 +128,7 @@ def _run(ctx: Context, settings: Settings, engine: RuntimeEngine) -> int:
                 for read_pct in reads:
                     done += 1
                     row: dict[str, Any] = {
+                        "sessions_per_region": sessions_for(settings, payload),
                         "replicas": n,
                         "payload_bytes": payload,
                         "read_pct": read_pct,
@@ -131,10 +142,11 @@ def _run(ctx: Context, settings: Settings, engine: RuntimeEngine) -> int:
                     if why:
                         row["status"] = why
                         continue
-                    per_region = [settings.sessions] * n
+                    sessions = sessions_for(settings, payload)
+                    per_region = [sessions] * n
                     if v.clients_at == "leader":
                         per_region = [0] * n
-                        per_region[LEADER] = settings.sessions * n
+                        per_region[leader_of(n)] = sessions * n
                     # Keys of their own, but for EPaxos's share on the hot key (reads too).
                     workload = Workload(
                         conflict_pct=v.conflict_pct,
@@ -149,7 +161,7 @@ def _run(ctx: Context, settings: Settings, engine: RuntimeEngine) -> int:
                         clients=Clients("closed", tuple(per_region)),
                         duration_ms=settings.duration_ms,
                         warmup_ms=settings.warmup_ms,
-                        leader=LEADER,
+                        leader=leader_of(n),
                         seed=ctx.seed,
                     )
                     label = (
@@ -227,8 +239,9 @@ def _markdown(
         f"Engine `runtime`, seed {ctx.seed}{', quick' if ctx.quick else ''}. Per cell: 3 or 5"
         " `python -m sdpaxos node` processes, no emulated delay, TLS on, fsync"
         f" {'on' if fsync else 'off (as the paper prototype)'}; one raw-frame load generator"
-        f" per region, {settings.sessions} closed-loop clients per region (Multi-Paxos: all"
-        " at the leader; Multi-Paxos-fwd: at every node, forwarded); warm-up"
+        f" per region, {settings.sessions} closed-loop clients per region at 16 B and"
+        f" {sessions_for(settings, 1024)} at 1 KB (Multi-Paxos: all at the leader, node n-1;"
+        " Multi-Paxos-fwd: at every node, forwarded); warm-up"
         f" {settings.warmup_ms:g} ms, window {settings.duration_ms:g} ms (wall clock).",
         "",
         f"Machine: {os.cpu_count()} cores shared by the nodes, the loaders and other jobs;"
