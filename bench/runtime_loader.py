@@ -1,6 +1,6 @@
 """One region's load generator for ``--engine runtime`` (a process of its own).
 
-``python -m bench.runtime_loader SPEC.json`` is started by
+``python -m bench.runtime_loader CONN.json`` is started by
 :mod:`bench.runtime_engine`, one per region with clients. It opens one
 connection (TLS, like any client) to its region's node and speaks the runtime's
 client frames itself (:mod:`sdpaxos.runtime.frames`), as
@@ -29,11 +29,15 @@ refused. Every operation is recorded, with its invoke and complete times in
 microseconds of ``time.monotonic()`` from the origin the parent gives (the
 same clock in every process of this machine).
 
-Protocol with the parent, one line each: the loader says ``ready`` once
-connected; the parent says ``go T0`` (the origin, a ``time.monotonic()``
-value); the loader says ``count N`` (operations completed) every half second
-and ``done {...}`` at the end, after writing its records (msgpack) to the
-spec's ``out`` file; ``stop`` from the parent ends the run early.
+Protocol with the parent, one line each. The loader is started once per
+cluster and region (``python -m bench.runtime_loader CONN.json``: the node's
+address and a client certificate), connects, and says ``connected``. For each
+run the parent says ``run RUN.json`` (the clients, workload, window and where
+to write the records); the loader says ``ready``; the parent says ``go T0``
+(the origin, a ``time.monotonic()`` value); the loader says ``count N``
+(operations completed) every half second and ``done {...}`` at the end, after
+writing its records (msgpack) to the run's ``out`` file. ``stop`` ends a run
+early; ``quit`` (or the end of input, or a lost connection) ends the loader.
 """
 
 from __future__ import annotations
@@ -473,7 +477,7 @@ async def _run(load: Load, spec: dict[str, Any], t0: float, stdin: StdinWords) -
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m bench.runtime_loader SPEC.json", file=sys.stderr)
+        print("usage: python -m bench.runtime_loader CONN.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(args[0]).read_text())
     run_loop(_serve(spec), fast=True)

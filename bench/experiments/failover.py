@@ -8,6 +8,10 @@ bins (the paper's resolution) and the stall, the number of empty bins from the
 kill on times 100 ms (how the paper reads its figure). Only protocols with a
 single leader take part (SDPaxos and Multi-Paxos); ``sdpaxos.sim.failover``
 has the exact-stall and sweep-over-phases version for SDPaxos.
+
+With ``--engine runtime`` the same spec runs on three node processes behind the
+delay emulator; CA's process is SIGKILLed, and the new leader is read from the
+survivors' status, sampled every 100 ms.
 """
 
 from __future__ import annotations

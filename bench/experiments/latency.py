@@ -15,6 +15,11 @@ against the formula of docs/protocol.md section 5.6 and flagged when any region 
 off by more than 5 %. Reads (Fig. 13): R/W 1:1 with uniform keys (quick), plus
 9:1 and 1:1 with zipfian keys (full), for every protocol; a protocol without a
 read path sends its reads through the log.
+
+With ``--engine runtime`` (:mod:`bench.runtime_engine`): one node process per
+region behind the delay emulator, one load generator per region, a lighter load
+(:data:`RUNTIME_QUICK`), latency measured at the client (loopback hop and TLS
+included) and, for the formula, each node's own commit-latency histogram.
 """
 
 from __future__ import annotations

@@ -19,6 +19,13 @@ down with the sequencer, so the command leaders never see it fall behind and
 never suspect it). Throughput in 100 ms bins, the believed sequencer sampled
 every 100 ms, and the detection time: from the slowdown to the first sample
 showing another sequencer.
+
+With ``--engine runtime`` (:func:`_run_runtime`): three node processes on
+loopback, the straggler slowed by a SIGSTOP/SIGCONT duty cycle to a third of
+the wall clock; part 1 measures closed-loop throughput and CPU, part 2 an
+open-loop SDPaxos run with the sequencer slowed, timed by the nodes' trace
+events (``StragglerSuspect``, ``StragglerViewChange``, ``Establish``) and their
+sampled status.
 """
 
 from __future__ import annotations
