@@ -263,7 +263,19 @@ def _one(
         cell["load_average"] = cpu.get("load_average")
         cell["node_cpu_s_per_1000"] = cpu.get("node_cpu_s_per_1000")
         cell["loader_cpu_s_per_1000"] = cpu.get("loader_cpu_s_per_1000")
-        cell["verify"] = (out.extra.get("verify") or {}).get("verdict")
+        verify = out.extra.get("verify") or {}
+        cell["verify"] = verify.get("verdict")
+        # Who the nodes followed at the end: a leader protocol's lead may have
+        # moved during the run (a busy machine delays heartbeats).
+        leaders = {str(k): v for k, v in (verify.get("leaders") or {}).items()}
+        cell["leaders_at_end"] = leaders
+        if spec.protocol in ("sdpaxos", "multipaxos") and any(
+            v != spec.leader for v in leaders.values()
+        ):
+            regions_of = spec.profile.regions
+            cell["lead_moved"] = sorted(
+                {regions_of[v] if isinstance(v, int) else str(v) for v in leaders.values()}
+            )
     return cell
 
 
@@ -463,6 +475,16 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
         for plot in ctx.plots:
             if plot.startswith(f"latency_{name}"):
                 lines += [f"![{name}]({plot})", ""]
+    moved = [
+        f"- {name} {column}: at the end the nodes followed {', '.join(cell['lead_moved'])}"
+        " (the lead moved during the run, so its latencies are not those of a leader in CA)"
+        for name, prof in result["profiles"].items()
+        for group in ("commit", "reads")
+        for column, cell in prof[group].items()
+        if cell.get("lead_moved")
+    ]
+    if moved:
+        lines += ["## The lead moved", "", *moved, ""]
     if ctx.skipped:
         lines += ["## Not run", ""] + [f"- {p}: {why}" for p, why in ctx.skipped.items()] + [""]
     if result["failures"]:

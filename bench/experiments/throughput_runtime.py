@@ -220,6 +220,7 @@ def _figures(out: Any) -> dict[str, Any]:
         "reads_via_log": sum(1 for r in reads if r.path == "log"),
         "executed": verify.get("executed"),
         "verify": verify.get("verdict"),
+        "leaders_at_end": {str(k): v for k, v in (verify.get("leaders") or {}).items()},
     }
 
 
@@ -329,6 +330,17 @@ def _markdown(
                     ),
                     "",
                 ]
+    moved = [
+        f"- {r['replicas']} nodes, {r['payload_bytes']} B, {r['read_pct']:g}% reads,"
+        f" {r['column']}: the nodes followed {sorted(set(r['leaders_at_end'].values()))} at the"
+        f" end, not node {leader_of(r['replicas'])} (the lead moved during the run)"
+        for r in rows
+        if r["protocol"] in ("sdpaxos", "multipaxos")
+        and r.get("leaders_at_end")
+        and any(v != leader_of(r["replicas"]) for v in r["leaders_at_end"].values())
+    ]
+    if moved:
+        lines += ["## The lead moved", "", *moved, ""]
     for plot in ctx.plots:
         lines += [f"![{plot}]({plot})", ""]
     if ctx.skipped:
