@@ -741,6 +741,12 @@ class RuntimeRunner:
             extra["killed"] = sorted(cluster.dead)
         if spec.sample_ms is not None:
             out.leader_samples = believed_leaders(samples, regions, spec.sample_ms)
+        for k, p in enumerate(cluster.nodes):
+            if p is not None and p.poll() is not None and k not in cluster.dead:
+                cluster.dirty = True
+                problems.append(
+                    f"node {k} exited with {p.returncode} during the run:\n{cluster.log_tail(k)}"
+                )
         verify = self._verify(cluster, spec)
         extra["verify"] = verify
         if not verify["ok"]:

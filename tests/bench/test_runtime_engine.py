@@ -19,7 +19,7 @@ from bench import __main__ as cli
 from bench.engines import Clients, EngineUnsupported, RunOutput, RunSpec, RuntimeEngine
 from bench.runtime_app import HOT_MARK, BenchLog, parse_query
 from bench.runtime_engine import agree, believed_leaders, check, read_path
-from bench.runtime_procs import DutyCycle, stop_processes
+from bench.runtime_procs import DutyCycle, cpu_seconds, cpu_seconds_fine, stop_processes
 from bench.workloads import HOT_KEY, Workload
 from sdpaxos.profiles import uniform
 
@@ -180,6 +180,22 @@ def test_a_duty_cycle_stops_a_process_two_thirds_of_the_time_and_then_lets_it_go
     finally:
         stop_processes([proc], timeout_s=2.0)
     assert proc.poll() is not None
+
+
+def test_fine_cpu_time_agrees_with_the_ticks_and_grows() -> None:
+    """A busy child's CPU by schedstat (ns) and by stat's ticks (10 ms) agree."""
+    code = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        first = cpu_seconds_fine(proc.pid)
+        time.sleep(0.3)
+        fine, ticks = cpu_seconds_fine(proc.pid), cpu_seconds(proc.pid)
+        assert fine > first
+        assert abs(fine - ticks) < 0.05, (fine, ticks)
+    finally:
+        stop_processes([proc], timeout_s=2.0)
+    with pytest.raises(ProcessLookupError):
+        cpu_seconds_fine(proc.pid)
 
 
 def test_ctrl_c_during_a_run_leaves_no_process() -> None:
