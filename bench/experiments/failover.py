@@ -112,8 +112,13 @@ def _run(ctx: Context, engine: Any) -> int:
             ),
             None,
         )
+        before = [lead for t, lead in out.leader_samples if t <= settings.kill_ms * 1000]
         runs[proto] = {
             "status": "ok" if out.ok else out.verdict,
+            # Who led just before the kill (a busy machine can move the lead early).
+            "leader_before_kill": (
+                profile.regions[before[-1]] if before and before[-1] is not None else None
+            ),
             "stall_ms": stalls,
             "new_leader": None if new_leader is None else profile.regions[new_leader],
             "bins": {r: b for r, b in bins.items() if profile.index(r) != leader},
@@ -177,6 +182,8 @@ def _markdown(ctx: Context, settings: Settings, runs: dict[str, dict[str, Any]])
         leader = r["new_leader"] or "none seen"
         if r.get("new_leader_after_ms") is not None:
             leader += f" ({r['new_leader_after_ms']} ms after the kill)"
+        if r.get("leader_before_kill") not in (None, "CA"):
+            leader += f"; the lead was in {r['leader_before_kill']} before the kill"
         table.append(
             [TITLES.get(proto, proto), leader, r["stall_ms"].get("OR"), r["stall_ms"].get("OH")]
         )
