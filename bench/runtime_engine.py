@@ -747,6 +747,9 @@ class RuntimeRunner:
                 problems.append(
                     f"node {k} exited with {p.returncode} during the run:\n{cluster.log_tail(k)}"
                 )
+        cpu = extra.get("cpu")
+        if cpu and not cpu["completed_in_window"] and sum(spec.clients.per_region):
+            problems.append("no operation completed in the measured window")
         verify = self._verify(cluster, spec)
         extra["verify"] = verify
         if not verify["ok"]:
