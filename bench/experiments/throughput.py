@@ -81,6 +81,8 @@ def _variants(ctx: Context, settings: Settings) -> list[Variant]:
 
 
 def run(ctx: Context) -> int:
+    if ctx.engine_name == "runtime":
+        return _run_runtime(ctx)
     settings = QUICK if ctx.quick else FULL
     variants = _variants(ctx, settings)
     rows: list[dict[str, Any]] = []
@@ -349,3 +351,10 @@ def _plot(
         fig.suptitle("capacity from CPU time per operation (round-based driver, batched)")
 
     save_plot(ctx, "throughput.png", draw)
+
+
+def _run_runtime(ctx: Context) -> int:
+    """``--engine runtime``: real node processes (:mod:`bench.experiments.throughput_runtime`)."""
+    from bench.experiments import throughput_runtime
+
+    return throughput_runtime.run(ctx)

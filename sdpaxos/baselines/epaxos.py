@@ -217,6 +217,10 @@ class InstanceRecord:
     commands: tuple[Command, ...]
 
 
+#: The records the runtime's durable log must carry for EPaxos (append-only).
+RECORD_TYPES: tuple[type, ...] = (InstanceRecord,)
+
+
 # -- state ------------------------------------------------------------------------
 
 
