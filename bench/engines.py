@@ -34,6 +34,7 @@ from sdpaxos.protocols import PROTOCOL_NAMES, ProtocolError, protocol
 from sdpaxos.sim.checkers import LivenessViolation, SafetyViolation
 from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.cluster import SimCluster
+from sdpaxos.sim.statemachine import keyed_payload
 
 Progress = Callable[[str], None]
 
@@ -208,6 +209,17 @@ class _SimClients:
                 for at_us in times:
                     self.cluster.call_at(at_us, functools.partial(self._issue_now, index), "op")
 
+    def _payload(self, key: bytes, body: bytes) -> bytes:
+        """``body`` as the cluster's state machine must see it.
+
+        A protocol that orders only interfering commands (EPaxos) runs the
+        per-key state machine, which must be told the key in the payload
+        (:func:`~sdpaxos.sim.statemachine.keyed_payload`); otherwise it treats
+        the command as writing every object, whose result then depends on the
+        order of commands on other keys, which such a protocol leaves free.
+        """
+        return keyed_payload(key, body) if self.cluster.per_key_order else body
+
     def _issue_now(self, index: int) -> None:
         self._issue(index, self.cluster.now_us)
 
@@ -232,7 +244,8 @@ class _SimClients:
         if op.kind == "write":
             pending = _Pending(rec, r, index, ReplyKind.READY)
             self.by_cid[cid] = pending
-            self.cluster.propose_at(at_us, r, Command(cid, 1, op.payload, op.key), Wait.READY)
+            payload = self._payload(op.key, op.payload)
+            self.cluster.propose_at(at_us, r, Command(cid, 1, payload, op.key), Wait.READY)
             return
         replica = self.cluster.replicas[r]
         if replica is not None and getattr(replica, "read", None) is not None:
@@ -250,7 +263,8 @@ class _SimClients:
         pending.record.path = "log"
         pending.wait = ReplyKind.EXECUTED
         self.by_cid[cid] = pending
-        command = Command(cid, 1, b"r" + pending.record.key, pending.record.key)
+        key = pending.record.key
+        command = Command(cid, 1, self._payload(key, b"r" + key), key)
         self.cluster.propose_at(at_us, pending.replica, command, Wait.EXECUTED)
 
     def _on_reply(self, replica: int, reply: Reply, now_us: int) -> None:
