@@ -296,11 +296,11 @@ class _Bad(Exception):
 
 @dataclass(slots=True)
 class _Own:
-    """One of our ballot-0 instances on its way to a majority."""
+    """One of our ballot-0 instances on its way to a majority (its acceptors are
+    counted in :attr:`MenciusReplica.acks`, as every learner counts them)."""
 
     commands: tuple[Command, ...]
     prev: int
-    acks: set[int]
     sent_ms: float
 
 
@@ -346,6 +346,9 @@ class MenciusReplica:
         self.accepted: dict[int, tuple[int, tuple[Command, ...]]] = {}
         # Learner.
         self.chosen: dict[int, tuple[Command, ...]] = {}
+        #: Ballot-0 instances not decided here -> the acceptors heard of (their
+        #: ``Accepted``, and the owner, whose acceptance any of them implies).
+        self.acks: dict[int, set[int]] = {}
         #: (owner, its last valued instance) -> no-ops already filled up to here.
         self._filled: dict[tuple[int, int], int] = {}
         self.exec_next = 0
@@ -443,8 +446,9 @@ class MenciusReplica:
         for k, own in self.inflight.items():
             if now - own.sent_ms >= cfg.retransmit_ms:
                 own.sent_ms = now
+                acks = self.acks.get(k, ())
                 for p in self._peers():
-                    if p not in own.acks:
+                    if p not in acks:
                         self._send(p, self._accept(k, 0, own.commands, own.prev))
         # Explicit skips (when ours moved) and heartbeats.
         self._skip_ticks += 1
@@ -628,6 +632,7 @@ class MenciusReplica:
                 self.stats.invariant_alarms += 1
             return
         self.chosen[x] = value
+        self.acks.pop(x, None)
         if x > self.max_known:
             self.max_known = x
         if x % self.n == self.id:
@@ -714,7 +719,8 @@ class MenciusReplica:
         if self.majority == 1:
             self._decide(k, batch)
             return
-        self.inflight[k] = _Own(batch, prev, {self.id}, self.now_ms)
+        self.inflight[k] = _Own(batch, prev, self.now_ms)
+        self.acks[k] = {self.id}
         self._broadcast(self._accept(k, 0, batch, prev))
 
     # -- handlers -----------------------------------------------------------
@@ -754,31 +760,38 @@ class MenciusReplica:
             self._persist.append(CAccepted(ReplicaId(q), CIndex(k), Ballot(ballot), commands))
         if k > self.max_known:
             self.max_known = k
-        if ballot == 0:
-            self._heard_of(k)
-        else:
+        if ballot != 0:
+            # A revocation: answer its coordinator, which tells everyone the outcome.
             self._hold_until[q] = self.now_ms + 2 * self.config.retransmit_ms
-        self._send(m.sender, Accepted(self.id, k, ballot, True, self.last_valued, self.next_own))
-        if ballot == 0 and self.majority <= 2:
-            # The owner accepted it at ballot 0 too: a majority (N <= 3), so chosen.
+            self._send(m.sender, Accepted(self.id, k, ballot, True, self.last_valued, self.next_own))
+            return
+        self._heard_of(k)  # rule 2: skip ours below k first, so the answer carries it
+        ok = Accepted(self.id, k, 0, True, self.last_valued, self.next_own)
+        if self.majority <= 2:
+            # The owner accepted it at ballot 0 too: with ours a majority (N <= 3),
+            # so chosen here now; only the owner needs our answer.
+            self._send(q, ok)
             self._decide(k, commands)
+        else:
+            # Every replica counts the acceptances itself and learns the
+            # decision without waiting for the owner (optimization 3).
+            self._broadcast(ok)
+            self._count(k, self.id)
 
     def _on_accepted(self, m: Accepted) -> None:
         k = self._check_instance(m.instance)
         if type(m.ballot) is not int or type(m.ok) is not bool or m.ballot < 0:
             raise _Bad("bad accepted")
-        own = self.inflight.get(k)
-        if own is not None and k % self.n == self.id:
-            if m.ok and m.ballot == 0:
-                own.acks.add(m.sender)
-                if len(own.acks) >= self.majority:
-                    del self.inflight[k]
-                    self._decide(k, own.commands)
-                    self._broadcast(self._commit(k, own.commands))
-            elif not m.ok:
-                # Revoked: stop driving it; its fate comes with a Commit (or a learn).
-                self.stats.stale += 1
-                del self.inflight[k]
+        if m.ok and m.ballot == 0:
+            if k % self.n != self.id:
+                self._heard_of(k)  # another owner's instance k exists (rule 2)
+            self._count(k, m.sender)
+            return
+        if k in self.inflight:
+            # Our ballot-0 instance is being revoked: stop driving it; its fate
+            # comes with a Commit (or a learn).
+            self.stats.stale += 1
+            del self.inflight[k]
             return
         rev = self.revocations.get(k % self.n)
         if rev is None or rev.accepts is None or k not in rev.accepts:
@@ -798,6 +811,22 @@ class MenciusReplica:
             self._broadcast(self._commit(k, value))
             if not rev.accepts:
                 del self.revocations[rev.owner]
+
+    def _count(self, k: int, acceptor: int) -> None:
+        """``acceptor`` accepted the owner's ballot-0 value of ``k``: at a majority
+        it is chosen (only the owner proposes at ballot 0, so there is one such
+        value), and decided here once we hold it (we accepted it ourselves)."""
+        if k in self.chosen:
+            return
+        acks = self.acks.get(k)
+        if acks is None:
+            # The owner accepted before sending its Accept, so before anyone else.
+            acks = self.acks[k] = {k % self.n}
+        acks.add(acceptor)
+        if len(acks) >= self.majority:
+            acc = self.accepted.get(k)
+            if acc is not None and acc[0] == 0:
+                self._decide(k, acc[1])
 
     def _on_commit(self, m: Commit) -> None:
         k = self._check_instance(m.instance)
@@ -1024,7 +1053,8 @@ class MenciusReplica:
             acc = self.accepted[x]
             if acc[0] == 0 and self.promised.get(x, 0) == 0:
                 prev = max((y for y in own if y < x), default=me - n)
-                self.inflight[x] = _Own(acc[1], prev, {me}, -1e18)
+                self.inflight[x] = _Own(acc[1], prev, -1e18)
+                self.acks[x] = {me}
         self._learn_sent_ms = -1e18
 
 
