@@ -376,6 +376,8 @@ class MenciusReplica:
         self._told_ms = [0.0] * n
         self._skip_ticks = 0
         # Learning.
+        #: Where execution was blocked at the last tick, and since when.
+        self._blocked_at = -1
         self._blocked_since = 0.0
         self._learn_sent_ms = -1e18
         # Effects of the current batch.
@@ -468,6 +470,11 @@ class MenciusReplica:
             self._execute()
             x = self.exec_next
         if x <= self.max_known and x not in self.chosen:
+            if x != self._blocked_at:
+                # Blocked here since now (not since the last execution, which
+                # may be long ago in a quiet cluster): ask after learn_ms.
+                self._blocked_at = x
+                self._blocked_since = now
             if (
                 now - self._blocked_since >= cfg.learn_ms
                 and now - self._learn_sent_ms >= cfg.learn_ms
@@ -536,7 +543,6 @@ class MenciusReplica:
             self.now_ms = now_ms
             self.last_heard = [now_ms] * self.n
             self._told_ms = [now_ms] * self.n
-            self._blocked_since = now_ms
         elif now_ms > self.now_ms:
             self.now_ms = now_ms
 
@@ -695,7 +701,6 @@ class MenciusReplica:
                 sessions.slot_executed(x)
             x += 1
         self.exec_next = x
-        self._blocked_since = self.now_ms
 
     # -- proposing ----------------------------------------------------------
 
