@@ -2,31 +2,40 @@
 
 The global instance sequence ``0, 1, 2, ...`` is partitioned round robin:
 instance ``i`` is owned by replica ``i mod N``. Every replica is the
-coordinator of its own instances (the paper's Coordinated Paxos):
+coordinator of its own instances (the paper's Coordinated Paxos). Its rules
+and optimizations, as this module implements them:
 
-* **Propose.** A replica puts a batch of queued commands (at most
+* **Propose (rule 1).** A replica puts a batch of queued commands (at most
   ``config.c_batch_max``, one instance per :meth:`ready` turn, at most
   ``config.c_inflight_max`` in flight) in its next own instance at ballot 0 and
   goes straight to phase 2: ``Accept`` to every peer (Mencius needs every
-  replica to hear of the instance, so there is no thrifty quorum). A majority
-  of ``Accepted`` makes it chosen; the owner sends ``Commit`` to everyone. With
-  N = 3 the owner's acceptance and one acceptor's are a majority already, so an
-  acceptor knows a ballot-0 value chosen as soon as it accepts it (plain Paxos:
-  the same ballot and value at a majority).
-* **Skip.** A replica that hears of instance ``j`` of another owner (its
-  ballot-0 ``Accept`` or a ``Commit``) beyond its own next index skips its own
-  instances below ``j``: they become no-ops, and its next index moves past
-  ``j`` (durably, :class:`OwnNext`, before anyone may hear of it). Skips travel
-  as two numbers on every message a replica sends, ``(last_valued,
-  next_own)``: "my instances strictly between these are no-ops"; an ``Accept``
-  of the owner's instance ``k`` also carries ``prev``, its previous valued
-  instance, so the instances between them are no-ops ("accept implies skip").
-  Only the owner ever proposes a value at ballot 0 and revocation proposes
-  only what it finds accepted, so a skipped instance can only ever be chosen
-  as a no-op: learning it from the owner is learning it chosen. An idle
-  replica sends an explicit :class:`Skip` when its skips moved, at most every
-  :data:`SKIP_INTERVAL_TICKS` ticks, and every ``heartbeat_ms / 2`` anyway (a
-  heartbeat for failure detection).
+  replica to hear of the instance, so there is no thrifty quorum).
+* **Learn (optimization 3: no waiting for the owner's word).** Only the owner
+  proposes at ballot 0, so a majority of ballot-0 acceptances chooses its value,
+  and any replica that counts them knows it. With N = 3 the owner's acceptance
+  and an acceptor's own are that majority: an acceptor knows the value chosen as
+  soon as it accepts it, and answers ``Accepted`` to the owner alone. With N >= 5
+  an acceptor sends its ``Accepted`` to every replica, and each counts the owner
+  (whose acceptance precedes its ``Accept``), itself and the others
+  (:meth:`MenciusReplica._count`). Nobody waits for a ``Commit`` from the owner,
+  which would come half a round trip later; there is none in the normal case
+  (``Commit`` carries revocation outcomes and answers retransmissions).
+* **Skip (rule 2, optimizations 1 and 2).** A replica that hears of instance
+  ``j`` of another owner (its ``Accept``, an ``Accepted`` of it, or a
+  ``Commit``) beyond its own next index skips its own instances below ``j`` at
+  once: they become no-ops, and its next index moves past ``j`` (durably,
+  :class:`OwnNext`, before anyone may hear of it). Skips travel as two numbers
+  on every message a replica sends, ``(last_valued, next_own)``: "my instances
+  strictly between these are no-ops". So the ``Accepted`` answering ``j``
+  carries the skips ``j`` caused (optimization 1); the other replicas hear of
+  them lazily, with the next message that goes to them anyway, or an explicit
+  :class:`Skip` at most :data:`SKIP_INTERVAL_TICKS` ticks later (optimization
+  2), and every ``heartbeat_ms / 2`` (a heartbeat for failure detection). An
+  ``Accept`` of the owner's instance ``k`` also carries ``prev``, its previous
+  valued instance, so the instances between them are no-ops ("accept implies
+  skip"). Only the owner ever proposes a value at ballot 0 and revocation
+  proposes only what it finds accepted, so a skipped instance can only ever be
+  chosen as a no-op: learning it from the owner is learning it chosen.
 * **Execution** runs instances strictly in order, a no-op executing nothing;
   ``(client_id, seq)`` sessions (:mod:`sdpaxos.core.sessions`) make it
   exactly-once. ``Executed.slot`` and ``Executed.c_index`` are the global
@@ -34,19 +43,21 @@ coordinator of its own instances (the paper's Coordinated Paxos):
 * **Ready.** A command is answered READY only when its instance is chosen and
   every lower instance is decided (chosen or skipped), i.e. when its owner
   executes it: before that, a command proposed later at a lagging owner could
-  still take a lower instance and break real-time order.
-* **Revocation.** A replica whose execution waits on an instance of an owner it
-  has heard nothing from for ``lease_ms + election_margin_ms`` plus a jitter
-  in ``[0, election_jitter_ms]`` (from the rng) runs phase 1 at a higher ballot
-  on that owner's instances ``[blocked, blocked + N * recovery_batch_max)``,
-  adopts the highest-ballot value any promise reports (a value some promiser
-  knows chosen wins outright), and otherwise proposes a no-op; chosen values go
-  out as ``Commit``. It repeats while the owner stays silent, so the others keep
-  executing. The owner, when it hears a ``Prepare`` or learns an own instance
-  decided without it, moves its next index past it and proposes again the
-  commands of any own instance that became a no-op. A restarted replica rebuilds
-  its acceptor state, its next index and its last valued instance from its
-  records (:class:`~sdpaxos.core.storage.CAccepted`,
+  still take a lower instance and break real-time order. A command proposed
+  with ``Wait.EXECUTED`` is answered once, EXECUTED.
+* **Revocation (rules 3 and 4).** A replica whose execution waits on an
+  instance of an owner it has heard nothing from for ``lease_ms +
+  election_margin_ms`` plus a jitter in ``[0, election_jitter_ms]`` (from the
+  rng) runs phase 1 at a higher ballot on that owner's instances ``[blocked,
+  blocked + N * recovery_batch_max)``, adopts the highest-ballot value any
+  promise reports (a value some promiser knows chosen wins outright), and
+  otherwise proposes a no-op; chosen values go out as ``Commit``. It repeats
+  while the owner stays silent, so the others keep executing. The owner, when it
+  hears a ``Prepare`` or learns an own instance decided without it, moves its
+  next index past it and proposes again the commands of any own instance that
+  became a no-op (rule 4). A restarted replica rebuilds its acceptor state, its
+  next index and its last valued instance from its records
+  (:class:`~sdpaxos.core.storage.CAccepted`,
   :class:`~sdpaxos.core.storage.CPromised`, :class:`OwnNext`), drives its last
   own instances again, and learns the rest (revoked instances included) with
   ``LearnRequest``; it continues beyond all of it.
@@ -54,34 +65,37 @@ coordinator of its own instances (the paper's Coordinated Paxos):
   local read without it): :meth:`MenciusReplica.read` always answers
   ``ok=False``.
 
-**Latency.** The owner ``o`` of instance ``k`` answers once ``k`` is chosen
-(``M_o``, the round trip to its nearest majority, as for SDPaxos) and it knows
-every lower instance decided. For another owner ``q`` that means hearing that
-``q`` skipped or filled its instances below ``k``: at the latest ``q``'s answer
-to ``o``'s ``Accept``, one round trip ``RTT(o, q)``, often sooner, since a busy
-``q`` announces its skips on its own ``Accept`` messages. An instance ``q``
-filled below ``k`` was proposed before ``q`` heard of ``k`` (within
-``RTT(o, q) / 2``) and must be known chosen at ``o`` too: with N = 3 ``o`` knows
-it when it accepts it (the rule above), with N >= 5 from ``q``'s ``Commit``,
-``M_q`` plus a one-way delay after ``q`` proposed it. So without faults::
+**Latency** (``d`` one-way delays, ``RTT = 2d``). A command proposed at ``o`` in
+instance ``k`` is READY when ``k`` is chosen there, ``M_o`` (the round trip to
+its nearest majority, as for SDPaxos), and every lower instance is decided
+there. Another owner ``q`` skips its instances below ``k`` when it hears of
+``k`` and says so in its ``Accepted``: by ``RTT(o, q)``. An instance ``q``
+filled below ``k`` was proposed before that, and ``o`` knows a value of ``q``
+chosen ``K(q, o)`` after ``q`` proposed it: ``d(q, o)`` with N = 3, and with
+N >= 5 when the earliest relayed acceptance arrives, ``max(d(q, o), min over r
+of d(q, r) + d(r, o))``. So every command, without faults::
 
-    SDPaxos(o) <= latency(o) <= max(M_o, max over q != o of RTT(o, q) + [N > 3] * M_q)
+    M_o <= latency(o) <= max(M_o, max over q != o of d(o, q) + K(q, o))
 
-roughly ``max(M_o, the round trip to the farthest other owner)`` with three
-replicas; ``tests/baselines/test_mencius.py`` asserts both sides per region on
-paper3 and paper5. Under balanced load the owners run nearly in lockstep and
-every region sees about the same latency (simulator, one client per region:
-paper3 about 51 ms everywhere, paper5 about 166 ms).
+(paper3: 52, 68, 68 ms at CA, OR, OH; paper5: 149.5, 149.5, 197.5, 243.5,
+243.5). Where in between depends on the load, through how far each other owner
+trails ``o`` in the instance space. In a quiet cluster whose last instance was
+``s``'s, ``o`` waits exactly for the owners after ``s`` and before ``o`` in the
+round-robin order, ``max(M_o, max RTT(o, q))`` over them. Under load the owners
+advance together, the remote ones a little behind (they hear of the others'
+instances last), and ``o`` waits for ``d(q, o)`` plus how far ``q`` trails. Both
+sides of the bound per command and the quiet formula exactly are asserted per
+region in ``tests/baselines/test_mencius.py``; bench/README.md ("latency")
+gives the figures under the bench's load.
 
 **Simplified, plainly:** no thrifty quorums (Mencius's skips need every replica
-to hear every instance); acknowledgements go to the coordinator only and the
-coordinator's ``Commit`` tells the others (Coordinated Paxos), so with N = 5 a
-replica waits for another owner's ``Commit`` of a lower instance, which puts
-the 5-replica latency above the paper's Fig. 12 values; no snapshots or log
-compaction (chosen values and skip marks are kept for learners, memory grows
-with the instances); revocation does not wait for the suspect to be "really"
-dead (a false suspicion costs the suspect's in-flight instances a retry, never
-safety); a revoked instance runs phase 1 even when its owner had skipped it.
+to hear every instance); no out-of-order execution of commuting commands (the
+paper's remedy for the wait on lagging owners: every instance executes in
+order); no snapshots or log compaction (chosen values and skip marks are kept
+for learners, memory grows with the instances); revocation does not wait for
+the suspect to be "really" dead (a false suspicion costs the suspect's in-flight
+instances a retry, never safety); a revoked instance runs phase 1 even when its
+owner had skipped it.
 """
 
 import random
@@ -768,7 +782,9 @@ class MenciusReplica:
         if ballot != 0:
             # A revocation: answer its coordinator, which tells everyone the outcome.
             self._hold_until[q] = self.now_ms + 2 * self.config.retransmit_ms
-            self._send(m.sender, Accepted(self.id, k, ballot, True, self.last_valued, self.next_own))
+            self._send(
+                m.sender, Accepted(self.id, k, ballot, True, self.last_valued, self.next_own)
+            )
             return
         self._heard_of(k)  # rule 2: skip ours below k first, so the answer carries it
         ok = Accepted(self.id, k, 0, True, self.last_valued, self.next_own)
