@@ -104,11 +104,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
+from sdpaxos.baselines.common import (
+    APPLIED,
+    DUPLICATE,
+    EXECUTED,
+    EXPIRED,
+    READY,
+    SESSION_EXPIRED,
+    WAIT_EXECUTED,
+    BaselineReplica,
+    all_commands,
+)
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
-from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
-from sdpaxos.core.sessions import Outcome, Sessions
+from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
+from sdpaxos.core.sessions import Sessions
 from sdpaxos.core.storage import CAccepted, CPromised
 from sdpaxos.core.types import (
     BALLOT_STRIDE,
@@ -330,7 +341,7 @@ class _Revocation:
     accepts: dict[int, tuple[tuple[Command, ...], set[int]]] | None = None
 
 
-class MenciusReplica:
+class MenciusReplica(BaselineReplica):
     """One Mencius replica; the driving API of :class:`sdpaxos.core.replica.Replica`."""
 
     def __init__(
@@ -342,17 +353,8 @@ class MenciusReplica:
         observe: bool = False,
         records: list[Any] | None = None,
     ) -> None:
-        if not isinstance(config, ClusterConfig):
-            raise LocalProtocolError("config must be a ClusterConfig")
-        if not 0 <= replica_id < config.replicas:
-            raise LocalProtocolError(f"replica_id {replica_id} is not in 0..{config.replicas - 1}")
-        self.config = config
-        self.n = n = config.replicas
-        self.id = me = replica_id
-        self.majority = config.majority
-        self.sm = state_machine
-        self.rng = rng
-        self.observe = observe
+        super().__init__(config, replica_id, state_machine, rng, observe)
+        n, me = self.n, int(self.id)
         self.stats = MenciusStats()
         self.sessions = Sessions(config.session_lifetime_slots, config.sessions_max)
         # Acceptor.
@@ -376,9 +378,7 @@ class MenciusReplica:
         self.inflight: dict[int, _Own] = {}
         #: Own instances this incarnation proposed for clients (answered on execution).
         self.mine: dict[int, tuple[Command, ...]] = {}
-        # Failure detection and revocation.
-        self.now_ms = 0.0
-        self._started = False
+        # Failure detection and revocation (times count from the first clock reading).
         self.last_heard = [0.0] * n
         self.suspect_ms = [self._draw_suspect() for _ in range(n)]
         self.round = 0
@@ -394,12 +394,6 @@ class MenciusReplica:
         self._blocked_at = -1
         self._blocked_since = 0.0
         self._learn_sent_ms = -1e18
-        # Effects of the current batch.
-        self._persist: list[Any] = []
-        self._messages: list[tuple[ReplicaId, Any]] = []
-        self._replies: list[Reply] = []
-        self._executed: list[Executed] = []
-        self._reads: list[ReadResult] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
             Accept: self._on_accept,
             Accepted: self._on_accepted,
@@ -432,12 +426,12 @@ class MenciusReplica:
         if len(self.queue) >= self.config.propose_queue_max:
             raise Overloaded(f"{len(self.queue)} proposals are already queued")
         self.queue.append(command)
-        if wait == Wait.EXECUTED:
+        if wait == WAIT_EXECUTED:
             self.exec_waiters.add((command.client_id, command.seq))
 
     def step(self, message: Any, now_ms: float) -> None:
         """Handle one peer message; bad input is counted (``stats.rejected``), never raised."""
-        self._clock(now_ms)
+        self._advance_clock(now_ms)
         self.stats.steps += 1
         handler = self._handlers.get(type(message))
         try:
@@ -456,7 +450,7 @@ class MenciusReplica:
 
     def tick(self, now_ms: float) -> None:
         """Timers: retransmission, explicit skips and heartbeats, learning, revocation."""
-        self._clock(now_ms)
+        self._advance_clock(now_ms)
         now = self.now_ms
         cfg = self.config
         for k, own in self.inflight.items():
@@ -516,24 +510,14 @@ class MenciusReplica:
         if self.next_own > self._persisted_next:
             self._persisted_next = self.next_own
             self._persist.append(OwnNext(self.next_own))
-        rd = Ready(
-            persist=self._persist,  # CAccepted, CPromised and OwnNext records
-            messages=self._messages,
-            replies=self._replies,
-            executed=self._executed,
-            reads=self._reads,
-        )
-        if rd:
-            self._persist, self._messages, self._replies = [], [], []
-            self._executed, self._reads = [], []
-        return rd
+        return self.hand_over()  # persist: CAccepted, CPromised and OwnNext records
 
     def observe_rtt(self, peer: ReplicaId, rtt_ms: float) -> None:
         """Proximity does not matter: every instance goes to every replica."""
 
     def read(self, read_id: int, key: bytes | None, now_ms: float) -> None:
         """Never a local read: in Mencius reads go through the log (``ok=False``)."""
-        self._clock(now_ms)
+        self._advance_clock(now_ms)
         self._reads.append(ReadResult(read_id, False))
 
     def status(self) -> dict[str, Any]:
@@ -549,16 +533,6 @@ class MenciusReplica:
         }
 
     # ------------------------------------------------------------ internals
-
-    def _clock(self, now_ms: float) -> None:
-        if not self._started:
-            # Timers count from the first time the driver gives us.
-            self._started = True
-            self.now_ms = now_ms
-            self.last_heard = [now_ms] * self.n
-            self._told_ms = [now_ms] * self.n
-        elif now_ms > self.now_ms:
-            self.now_ms = now_ms
 
     def _draw_suspect(self) -> float:
         cfg = self.config
@@ -604,8 +578,9 @@ class MenciusReplica:
             raise _Bad(f"bad skips ({a!r}, {b!r}) from {sender}")
 
     def _check_commands(self, commands: object) -> tuple[Command, ...]:
-        if type(commands) is not tuple or any(type(c) is not Command for c in commands):
+        if not all_commands(commands):
             raise _Bad("commands must be a tuple of Command")
+        assert isinstance(commands, tuple)
         if len(commands) > self.config.c_batch_max:
             raise _Bad("more commands than c_batch_max")
         return commands
@@ -685,19 +660,15 @@ class MenciusReplica:
                 if cid:
                     result, outcome = sessions.run(cmd, x, apply)
                 else:
-                    result, outcome = apply(cmd.payload), Outcome.APPLIED
+                    result, outcome = apply(cmd.payload), APPLIED
                 if mine is not None:
                     key = (cid, cmd.seq)
                     if key in waiters:
                         waiters.discard(key)
-                        kind = (
-                            ReplyKind.SESSION_EXPIRED
-                            if outcome is Outcome.EXPIRED
-                            else ReplyKind.EXECUTED
-                        )
+                        kind = SESSION_EXPIRED if outcome is EXPIRED else EXECUTED
                         self._replies.append(Reply(cid, cmd.seq, kind, result))
                     else:
-                        self._replies.append(Reply(cid, cmd.seq, ReplyKind.READY))
+                        self._replies.append(Reply(cid, cmd.seq, READY))
                 if self.observe:
                     self._executed.append(
                         Executed(
@@ -706,8 +677,8 @@ class MenciusReplica:
                             x,
                             cmd,
                             result,
-                            outcome is Outcome.DUPLICATE,
-                            outcome is Outcome.EXPIRED,
+                            outcome is DUPLICATE,
+                            outcome is EXPIRED,
                         )
                     )
             self.stats.commands_executed += len(commands)
@@ -723,8 +694,12 @@ class MenciusReplica:
         k = self.next_own
         while k in self.chosen or self.promised.get(k, 0) > 0:
             k += n  # revoked (or being revoked): not ours to fill any more
-        size = min(len(self.queue), self.config.c_batch_max)
-        batch = tuple(self.queue.popleft() for _ in range(size))
+        queue = self.queue
+        if len(queue) <= self.config.c_batch_max:
+            batch = tuple(queue)
+            queue.clear()
+        else:
+            batch = tuple(queue.popleft() for _ in range(self.config.c_batch_max))
         prev = self.last_valued
         self.last_valued = k
         self.next_own = k + n
