@@ -6,8 +6,8 @@ coordinator of its own instances (the paper's Coordinated Paxos). Its rules
 and optimizations, as this module implements them:
 
 * **Propose (rule 1).** A replica puts a batch of queued commands (at most
-  ``config.c_batch_max``, one instance per :meth:`ready` turn, at most
-  ``config.c_inflight_max`` in flight) in its next own instance at ballot 0 and
+  ``config.c_batch_max``; as many instances per :meth:`ready` turn as the queue
+  fills, as SDPaxos's command leader, at most ``config.c_inflight_max`` in flight) in its next own instance at ballot 0 and
   goes straight to phase 2: ``Accept`` to every peer (Mencius needs every
   replica to hear of the instance, so there is no thrifty quorum).
 * **Learn (optimization 3: no waiting for the owner's word).** Only the owner
@@ -503,9 +503,9 @@ class MenciusReplica(BaselineReplica):
         self._execute()
 
     def ready(self) -> Ready:
-        """Propose one batch if commands wait, then hand over the effects batch."""
+        """Propose what waits (batches of c_batch_max), then hand over the effects batch."""
         self._execute()
-        if self.queue and len(self.inflight) < self.config.c_inflight_max:
+        while self.queue and len(self.inflight) < self.config.c_inflight_max:
             self._propose_batch()
         if self.next_own > self._persisted_next:
             self._persisted_next = self.next_own

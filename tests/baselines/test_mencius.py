@@ -465,6 +465,16 @@ def test_malformed_input_is_counted_and_ignored(message: object) -> None:
     assert not r.ready().persist and not r.chosen
 
 
+def test_one_turn_proposes_as_many_batches_as_wait_within_the_limits() -> None:
+    config = ClusterConfig(replicas=3, c_batch_max=3, c_inflight_max=2)
+    r = MenciusReplica(config, 0, DigestRegister(), random.Random(1), True, None)
+    for seq in range(1, 9):
+        r.propose(Command(1, seq, b"%d" % seq))
+    accepts = [m for dst, m in r.ready().messages if isinstance(m, Accept) and dst == 1]
+    assert [(m.instance, len(m.commands)) for m in accepts] == [(0, 3), (3, 3)]
+    assert r.proposals_waiting == 2
+
+
 def test_reads_go_through_the_log() -> None:
     r = MenciusReplica(ClusterConfig(replicas=3), 0, DigestRegister(), random.Random(1), True, None)
     r.read(7, b"k", 0.0)
