@@ -6,10 +6,11 @@ coordinator of its own instances (the paper's Coordinated Paxos). Its rules
 and optimizations, as this module implements them:
 
 * **Propose (rule 1).** A replica puts a batch of queued commands (at most
-  ``config.c_batch_max``; as many instances per :meth:`ready` turn as the queue
-  fills, as SDPaxos's command leader, at most ``config.c_inflight_max`` in flight) in its next own instance at ballot 0 and
-  goes straight to phase 2: ``Accept`` to every peer (Mencius needs every
-  replica to hear of the instance, so there is no thrifty quorum).
+  ``config.c_batch_max``) in its next own instance at ballot 0 and goes straight
+  to phase 2: ``Accept`` to every peer (Mencius needs every replica to hear of
+  the instance, so there is no thrifty quorum). It starts as many instances per
+  :meth:`ready` turn as its queue fills, as SDPaxos's command leader does, at
+  most ``config.c_inflight_max`` in flight.
 * **Learn (optimization 3: no waiting for the owner's word).** Only the owner
   proposes at ballot 0, so a majority of ballot-0 acceptances chooses its value,
   and any replica that counts them knows it. With N = 3 the owner's acceptance

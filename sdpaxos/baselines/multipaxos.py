@@ -14,10 +14,12 @@ everyone otherwise, and to everyone on a retransmission). A majority of
 ``Accepted`` (the leader counts itself) commits the instance; the leader then
 sends ``Commit`` to everyone, without the commands to those that accepted them.
 At most ``config.c_inflight_max`` instances are in flight. Another replica
-forwards its clients' proposals to the leader (``Forward``) and answers READY
-when it learns the instance that holds them committed, and EXECUTED when it
-executed them. Commit latency at replica ``r``: RTT(r, leader) + the leader's
-nearest-majority RTT (0 + that at the leader).
+forwards its clients' proposals to the leader (``Forward``). Every replica
+answers its clients READY when it learns the instance that holds their command
+committed; a command proposed with ``Wait.EXECUTED`` is answered once,
+EXECUTED, when this replica executed it (as SDPaxos's core does). Commit
+latency at replica ``r``: RTT(r, leader) + the leader's nearest-majority RTT
+(0 + that at the leader).
 
 Execution follows instance order. A command's ``(client_id, seq)`` executes
 once (:class:`~sdpaxos.core.sessions.Sessions`); a duplicate is reported as such.
@@ -31,13 +33,16 @@ it adopts the highest-ballot accepted value per instance, fills holes with
 no-ops (empty instances) and proposes them again in phase 2. A message of a
 stale ballot is answered with a ``Nack`` carrying the higher ballot, so an old
 leader steps down. A replica re-forwards its clients' proposals that were not
-committed within ``retransmit_ms`` (exactly-once makes that safe), and a
+committed within ``retransmit_ms`` of leaving (exactly-once makes that safe; a
+deposed leader hands its clients' uncommitted commands to the next one), and a
 replica that falls behind asks for the commits it is missing (``LearnRequest``).
 
 Reads. The leader answers ``read`` with ``ok=True`` only while a majority
 lease holds (granted by heartbeat acknowledgements, shortened by
 ``lease_hold_ms`` for clock drift), once it has executed every instance it
 started; anything else is ``ok=False`` (the client goes through the log).
+Pending reads wait in arrival order (each waits for the instances started
+before it, so the oldest is always answered first): O(1) per read.
 
 Durability: a promise is a :class:`~sdpaxos.core.storage.ViewPromised` record
 (its ``view`` is the ballot) and an acceptance a
