@@ -957,7 +957,12 @@ class MenciusReplica(BaselineReplica):
         now = self.now_ms
         if q in self.revocations or now < self._hold_until.get(q, -1e18):
             return
-        if now - self.last_heard[q] < self.suspect_ms[q]:
+        wait = self.suspect_ms[q]
+        if now - self.last_heard[q] < wait and now - self._blocked_since < wait:
+            # The owner is heard from, and execution has not waited on x that
+            # long. (An owner refused at ballot 0 leaves its instance to the
+            # revocation that began it; if that one stopped, someone must finish
+            # it although the owner is alive.)
             return
         self.suspect_ms[q] = self._draw_suspect()
         self.round += 1

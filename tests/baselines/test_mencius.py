@@ -397,6 +397,32 @@ def test_a_crashed_owner_is_revoked_and_restarts_beyond_its_revoked_instances(
     cluster.checker.check_safety()
 
 
+def test_an_instance_whose_revocation_stopped_is_revoked_again_though_its_owner_lives() -> None:
+    """Replica 2 began revoking owner 1's instance 1 and stopped (it crashed);
+    owner 1, refused at ballot 0 by the promise, left the instance to it. Replica
+    0, blocked on instance 1 while owner 1 is heard from all along, must finish
+    it: after waiting as long as it would for a silent owner, it revokes it."""
+    config = ClusterConfig(replicas=3)
+    r = MenciusReplica(config, 0, DigestRegister(), random.Random(1), True, None)
+    r.tick(0.0)
+    r.step(Accept(2, 2, 0, (Command(2, 1, b"b"),), -1, 2, 5), 0.0)  # instance 2 exists
+    end = 1 + 3 * config.recovery_batch_max
+    r.step(Prepare(2, make_ballot(1, ReplicaId(2)), 1, 1, end, 2, 5), 0.0)
+    r.ready()
+    prepares: list[Prepare] = []
+    now = 0.0
+    while now < 3_000.0 and not prepares:
+        now += 10.0
+        if now % 100.0 == 0.0:
+            r.step(Skip(1, 1, 4), now)  # owner 1 is alive
+        r.tick(now)
+        prepares = [m for _, m in r.ready().messages if isinstance(m, Prepare)]
+    assert r.exec_next == 1 and 1 not in r.chosen
+    assert prepares and {(m.owner, m.start) for m in prepares} == {(1, 1)}
+    assert prepares[0].ballot > make_ballot(1, ReplicaId(2))
+    assert now >= config.lease_ms + config.election_margin_ms
+
+
 def test_restart_restores_the_acceptor_and_drives_own_instances_again() -> None:
     config = ClusterConfig(replicas=3)
     r = MenciusReplica(config, 1, DigestRegister(), random.Random(1), True, None)
@@ -490,3 +516,35 @@ def test_with_three_replicas_an_acceptor_knows_a_ballot_0_value_chosen_at_once()
         )
         r.step(Accept(2, 2, 0, cmds, 2 - n, 2, 2 + n), 0.0)
         assert (r.chosen.get(2) == cmds) is chosen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", [PAPER3, PAPER5], ids=lambda p: p.name)
+def test_sweep_with_faults_and_crashes(profile: DelayProfile) -> None:
+    """Not in CI (``-m slow``): more seeds and clients, heavier drop, duplication
+    and reordering, and two crash-restarts per run."""
+    for seed in range(200, 215):
+        rnd = random.Random(seed)
+
+        def hook(cluster: SimCluster, rnd: random.Random = rnd) -> None:
+            for _ in range(2):
+                r = rnd.randrange(profile.size)
+                at = rnd.randrange(100_000, 2_000_000)
+                cluster.call_at(at, lambda r=r: cluster.crash(r), "crash")
+                back = at + rnd.randrange(50_000, 800_000)
+                cluster.call_at(back, lambda r=r: cluster.restart(r), "restart")
+
+        result = run_closed_loop(
+            profile,
+            protocol="mencius",
+            seed=seed,
+            commands_per_region=30,
+            clients_per_region=3,
+            client_retry_ms=700.0,
+            network=NetworkConfig(
+                drop_probability=0.15, duplicate_probability=0.1, fifo=False, jitter_ms_max=50
+            ),
+            catch=False,
+            cluster_hook=hook,
+        )
+        assert result.ok, (seed, result.verdict)

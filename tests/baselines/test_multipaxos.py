@@ -555,3 +555,35 @@ def test_pending_reads_are_answered_in_order_and_their_ids_free_again() -> None:
     net.flush(0)
     assert net.reads[-1] == (0, ReadResult(7, False))
     assert not leader.read_ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", [PAPER3, PAPER5], ids=lambda p: p.name)
+def test_sweep_with_faults_and_crashes(profile: DelayProfile) -> None:
+    """Not in CI (``-m slow``): more seeds and clients, heavier drop, duplication
+    and reordering, and two crash-restarts per run."""
+    for seed in range(200, 215):
+        rnd = random.Random(seed)
+
+        def hook(cluster: SimCluster, rnd: random.Random = rnd) -> None:
+            for _ in range(2):
+                r = rnd.randrange(profile.size)
+                at = rnd.randrange(100_000, 2_000_000)
+                cluster.call_at(at, lambda r=r: cluster.crash(r), "crash")
+                back = at + rnd.randrange(50_000, 800_000)
+                cluster.call_at(back, lambda r=r: cluster.restart(r), "restart")
+
+        result = run_closed_loop(
+            profile,
+            protocol=NAME,
+            seed=seed,
+            commands_per_region=30,
+            clients_per_region=3,
+            client_retry_ms=700.0,
+            network=NetworkConfig(
+                drop_probability=0.15, duplicate_probability=0.1, fifo=False, jitter_ms_max=50
+            ),
+            catch=False,
+            cluster_hook=hook,
+        )
+        assert result.ok, (seed, result.verdict)
