@@ -8,6 +8,7 @@ instances while the others go on; restart from persisted records; bad input
 ignored; the registry and the codec.
 """
 
+import bisect
 import itertools
 import random
 from typing import Any
@@ -201,6 +202,116 @@ def test_the_bounds_per_region() -> None:
     assert [mencius_bound_ms(PAPER5, r) for r in range(5)] == [149.5, 149.5, 197.5, 243.5, 243.5]
     assert known_ms(PAPER5, 4, 0) == 76.5 and known_ms(PAPER5, 0, 2) == 44.0
     assert [chosen_ms(PAPER5, r) for r in range(5)] == [52.0, 68.0, 68.0, 125.0, 146.0]
+
+
+class _Trace:
+    """What a loaded run needs for the latency formula, in the driver's time:
+    when each replica proposed each instance and moved its next index, when
+    each client was answered, and what each replica told each other one."""
+
+    def __init__(self, n: int) -> None:
+        self.clock: Any = None
+        self.moves: list[list[tuple[float, int]]] = [[] for _ in range(n)]
+        self.proposed: dict[int, tuple[int, float]] = {}  # instance -> (owner, when)
+        self.instance_of: dict[int, int] = {}  # client id -> instance
+        self.answered: dict[int, float] = {}  # client id -> READY
+        self.told: dict[tuple[int, int], list[tuple[float, int]]] = {}  # (q, o) -> next_own
+
+    def make(self, *args: Any) -> MenciusReplica:
+        trace = self
+
+        class Traced(MenciusReplica):
+            def _note(self) -> None:
+                moves = trace.moves[self.id]
+                if not moves or moves[-1][1] != self.next_own:
+                    moves.append((trace.clock(), self.next_own))
+
+            def step(self, message: Any, now_ms: float) -> None:
+                super().step(message, now_ms)
+                self._note()
+
+            def tick(self, now_ms: float) -> None:
+                super().tick(now_ms)
+                self._note()
+
+            def ready(self) -> Any:
+                before = set(self.inflight)
+                rd = super().ready()
+                now = trace.clock()
+                for k, own in self.inflight.items():
+                    if k not in before:
+                        trace.proposed[k] = (self.id, now)
+                        for c in own.commands:
+                            trace.instance_of[c.client_id] = k
+                for reply in rd.replies:
+                    trace.answered[reply.client_id] = now
+                self._note()
+                return rd
+
+        return Traced(*args)
+
+
+def _loaded_latencies(profile: DelayProfile) -> list[tuple[int, float, float]]:
+    """Open-loop Poisson clients, 100 commands/s at every region (the bench's
+    quick load): ``(region, measured, formula)`` per command, in ms."""
+    n = profile.size
+    trace = _Trace(n)
+    cluster = SimCluster(
+        profile, SeededChooser(random.Random(1)), protocol="mencius", replica_factory=trace.make
+    )
+    trace.clock = lambda: cluster.now_us / 1000
+
+    def told(q: int, o: int, m: Any) -> None:
+        trace.told.setdefault((q, o), []).append((cluster.now_us / 1000, m.next_own))
+
+    cluster.send_listeners.append(told)
+    rng = random.Random(7)
+    cid = 0
+    for r in range(n):
+        t = rng.expovariate(0.1)
+        while t < 2_000.0:
+            cid += 1
+            cluster.propose_at(round(t * 1000), r, Command(cid, 1, b"x"), Wait.READY)
+            t += rng.expovariate(0.1)
+    cluster.run_until(3_000_000)
+    cluster.checker.check_liveness(range(n))
+    mine = [sorted(k for k, (o, _) in trace.proposed.items() if o == q) for q in range(n)]
+    # A replica's next index never decreases: what it told o, sorted by it.
+    said = {qo: [next_own for _, next_own in msgs] for qo, msgs in trace.told.items()}
+    out = []
+    for c, k in trace.instance_of.items():
+        o, t0 = trace.proposed[k]
+        if t0 < 500.0:
+            continue  # warm-up
+        ready = t0 + chosen_ms(profile, o)
+        for q in range(n):
+            if q == o:
+                continue
+            # q's last value below k, known at o K(q, o) after q proposed it ...
+            i = bisect.bisect_left(mine[q], k)
+            if i:
+                ready = max(ready, trace.proposed[mine[q][i - 1]][1] + known_ms(profile, q, o))
+            # ... and the first message from q to o saying it is past k.
+            first = trace.told[(q, o)][bisect.bisect_right(said[(q, o)], k)][0]
+            ready = max(ready, first + _d(profile, q, o))
+        out.append((o, trace.answered[c] - t0, ready - t0))
+    return out
+
+
+@pytest.mark.parametrize("profile", [PAPER3, PAPER5], ids=lambda p: p.name)
+def test_under_load_every_command_waits_exactly_for_what_the_rules_need(
+    profile: DelayProfile,
+) -> None:
+    """Under load, READY comes when the last piece the READY rule needs
+    arrives: ``k`` chosen (``M_o``), each other owner's last value below ``k``
+    known (``K(q, o)`` after it was proposed), and each other owner's word that
+    it is past ``k`` (its first message saying so, ``d(q, o)`` later). What
+    depends on the load is only when the others proposed and moved past ``k``."""
+    rows = _loaded_latencies(profile)
+    assert len(rows) > 150 * profile.size
+    for o, measured, formula in rows:
+        assert measured == pytest.approx(formula, abs=1e-6), (profile.regions[o], measured)
+        assert chosen_ms(profile, o) - 1e-6 <= measured <= mencius_bound_ms(profile, o) + 1e-6
 
 
 def _quiet_latencies(profile: DelayProfile) -> dict[tuple[int, int], float]:
