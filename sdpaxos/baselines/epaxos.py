@@ -77,6 +77,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from sdpaxos.baselines.common import BaselineReplica
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import ConfigError, LocalProtocolError, Overloaded
@@ -291,7 +292,7 @@ def fast_quorum(n: int) -> int:
     return max(1, f + (f + 1) // 2)
 
 
-class EPaxosReplica:
+class EPaxosReplica(BaselineReplica):
     """One EPaxos replica; see the module docstring."""
 
     def __init__(
@@ -303,24 +304,13 @@ class EPaxosReplica:
         observe: bool = False,
         records: list[Record] | None = None,
     ) -> None:
-        if not isinstance(config, ClusterConfig):
-            raise LocalProtocolError("config must be a ClusterConfig")
-        if not 0 <= replica_id < config.replicas:
-            raise LocalProtocolError(f"replica_id {replica_id} is not in 0..{config.replicas - 1}")
+        super().__init__(config, replica_id, state_machine, rng, observe)
         if config.session_lifetime_slots is not None:
             raise ConfigError("the EPaxos baseline does not support expiring sessions")
-        self.config = config
-        self.id = ReplicaId(replica_id)
-        self.n = n = config.replicas
-        self.sm = state_machine
-        self.rng = rng
-        self.observe = observe
+        n = self.n
         self.stats = EPaxosStats()
-        self.majority = config.majority
         self.fast = fast_quorum(n)
         self._window = config.c_index_window_max
-        self.now_ms = 0.0
-        self._clock_origin_ms: float | None = None
         # Proximity: configured round trips, replaced by measured ones.
         self._rtt: list[float] = [math.inf] * n
         if config.rtt_ms is not None:
@@ -359,12 +349,6 @@ class EPaxosReplica:
         #: not committed here), with the time it started waiting for each.
         self._blocked: dict[tuple[int, int], float] = {}
         self._requested_ms = -math.inf
-        # The effects batch.
-        self._persist: list[InstanceRecord] = []
-        self._messages: list[tuple[ReplicaId, EMessage]] = []
-        self._replies: list[Reply] = []
-        self._executed: list[Executed] = []
-        self._reads: list[ReadResult] = []
         if records:
             self._restore(records)
 
@@ -716,15 +700,6 @@ class EPaxosReplica:
 
     def _sort_near(self) -> None:
         self._near = sorted(self._peers(), key=lambda p: (self._rtt[p], p))
-
-    def _advance_clock(self, now_ms: float) -> None:
-        if type(now_ms) not in (int, float) or not math.isfinite(now_ms):
-            raise LocalProtocolError(f"now_ms must be a finite number, got {now_ms!r}")
-        if self._clock_origin_ms is None:
-            self._clock_origin_ms = now_ms
-        now = now_ms - self._clock_origin_ms
-        if now > self.now_ms:
-            self.now_ms = now
 
     def _request_commits(self, wanted: list[tuple[int, int]]) -> None:
         self._requested_ms = self.now_ms
