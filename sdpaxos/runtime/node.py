@@ -61,11 +61,12 @@ from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.protocols import ProtocolError, ProtocolSpec, protocol
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.config import NodeConfig
+from sdpaxos.runtime.delivery import DelayedFrames, make_alarm
 from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
 from sdpaxos.runtime.log import DurableLog
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.tls import client_context, server_context
-from sdpaxos.runtime.transport import Connection
+from sdpaxos.runtime.transport import SEND_BUFFER_BYTES_MAX, Connection
 from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError
 from sdpaxos.wire.codec import decode_batch as _decode_batch
 from sdpaxos.wire.codec import encode_batch as _encode_batch
@@ -99,14 +100,6 @@ READY_CALLS_PER_FLUSH_MAX = 64
 SNAPSHOT_LOG_BYTES_DEFAULT = 256 << 20
 #: A pong answering a ping older than this (or from the future) is a lie.
 _PONG_RTT_MS_MAX = 3_600_000.0
-#: The emulator's timers: the bound on a lateness sample (either way), and how
-#: fast the estimate of their lateness follows what is seen.
-_TIMER_LATE_MAX_S = 0.002
-_TIMER_LATE_GAIN = 0.1
-#: How much earlier than the lateness estimate an emulator timer is set: the
-#: spread of event-loop timers (whole milliseconds under uvloop), so that the
-#: frame waits out the rest turn by turn instead of leaving late.
-_TIMER_GUARD_S = 0.0012
 _WaitName = Literal["ready", "executed"]
 #: The file in a data directory that names the protocol whose records it holds.
 PROTOCOL_FILE = "protocol"
@@ -220,15 +213,11 @@ class _Peer:
 
     __slots__ = (
         "conn",
-        "delayed",
         "dial_task",
         "executed",
         "frames_delayed",
         "id",
         "rtt_ms",
-        "timer",
-        "timer_at_s",
-        "timer_waited",
     )
 
     def __init__(self, peer_id: int) -> None:
@@ -236,13 +225,6 @@ class _Peer:
         self.conn: Connection | None = None
         self.rtt_ms: float | None = None
         self.executed: int | None = None
-        #: Frames the emulator holds: (deliver at loop time s, framed bytes, count).
-        self.delayed: deque[tuple[float, bytes, int]] = deque()
-        self.timer: asyncio.Handle | None = None
-        #: When the link's timer was asked to fire (to measure its lateness),
-        #: and whether it waited (a call_soon says nothing about timers).
-        self.timer_at_s = 0.0
-        self.timer_waited = False
         self.dial_task: asyncio.Task[None] | None = None
         self.frames_delayed = 0
 
@@ -438,8 +420,8 @@ class Node:
         self.records_written = 0
         self.bound_port: int | None = None
         self._ready_reported = 0
-        #: How early the emulator's timers are set (see :meth:`_deliver_delayed`).
-        self._timer_late_s = 0.0
+        #: The frames the delay emulator holds (made by :meth:`start` when it is configured).
+        self._delayed: DelayedFrames | None = None
 
     # --------------------------------------------------------------- lifecycle
 
@@ -524,6 +506,10 @@ class Node:
         )
         sockets = self._server.sockets
         self.bound_port = sockets[0].getsockname()[1] if sockets else me.port
+        if self.emulator is not None:
+            self._delayed = DelayedFrames(
+                self._write_delayed, lambda wake: make_alarm(loop, wake), SEND_BUFFER_BYTES_MAX
+            )
         self._running = True
         for peer in self._peers.values():
             if peer.id > self.id:
@@ -549,9 +535,9 @@ class Node:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._delayed is not None:
+            self._delayed.close()
         for peer in self._peers.values():
-            if peer.timer is not None:
-                peer.timer.cancel()
             if peer.conn is not None:
                 peer.conn.close()
         for conn in list(self._clients):
@@ -798,65 +784,28 @@ class Node:
             return
         out, conn.out = conn.out, []
         data = b"".join(out)
-        assert self._loop is not None
-        now_s = time.monotonic()  # see _deliver_delayed: not the loop's clock
+        # The emulator's times are on time.monotonic(), not on the loop's clock,
+        # which under uvloop counts whole milliseconds (see sdpaxos.runtime.delivery).
+        now_s = time.monotonic()
         at_ms = emulator.schedule(peer.id, len(data), now_s * 1000.0)
         if at_ms is None:
             conn.frames_dropped += len(out)
             return
         at_s = at_ms / 1000.0
-        if at_s <= now_s and not peer.delayed:
+        delayed = self._delayed
+        assert delayed is not None
+        if at_s <= now_s and not delayed.held(peer.id):
             conn.write(data, len(out))
             return
         peer.frames_delayed += len(out)
-        peer.delayed.append((at_s, data, len(out)))
-        if peer.timer is None:
-            self._arm(peer)
+        if not delayed.send(peer.id, at_s, data, len(out)):
+            conn.frames_dropped += len(out)
 
-    def _deliver_delayed(self, peer: _Peer) -> None:
-        """Write a link's frames that are due, in order (per-link order is the rule).
-
-        Event-loop timers do not fire on time: asyncio's about a millisecond
-        late (epoll rounds its timeout up), uvloop's within a millisecond
-        either way (libuv counts whole milliseconds from a clock read once per
-        loop turn). On a path of several hops that error adds up. So each timer
-        is set early: by the lateness seen so far (a moving average over the
-        timers that really waited) plus :data:`_TIMER_GUARD_S`, so that nearly
-        every timer fires before its frame is due; one that does gives way to
-        the next loop turn (other callbacks run) until the frame is due. A
-        moving average alone left frames late by the spread of the timers (a
-        few hundred microseconds a hop, measured). Frames leave neither early
-        nor late by more than a loop turn: what the emulator adds is the
-        profile's delay, and what the processes add (processing, fsync) stays
-        visible.
-
-        The emulator's times are on ``time.monotonic()``, not on the loop's
-        clock, which under uvloop counts whole milliseconds.
-        """
-        peer.timer = None
-        now_s = time.monotonic()
-        if peer.timer_waited:
-            late_s = min(max(now_s - peer.timer_at_s, -_TIMER_LATE_MAX_S), _TIMER_LATE_MAX_S)
-            self._timer_late_s += (late_s - self._timer_late_s) * _TIMER_LATE_GAIN
-        delayed = peer.delayed
-        while delayed and delayed[0][0] <= now_s:
-            _, data, count = delayed.popleft()
-            conn = peer.conn
-            if conn is not None:
-                conn.write(data, count)
-        if delayed:
-            self._arm(peer)
-
-    def _arm(self, peer: _Peer) -> None:
-        loop = self._loop
-        assert loop is not None
-        peer.timer_at_s = peer.delayed[0][0] - max(self._timer_late_s, 0.0) - _TIMER_GUARD_S
-        delay_s = peer.timer_at_s - time.monotonic()
-        peer.timer_waited = delay_s > 0
-        if peer.timer_waited:
-            peer.timer = loop.call_later(delay_s, self._deliver_delayed, peer)
-        else:
-            peer.timer = loop.call_soon(self._deliver_delayed, peer)
+    def _write_delayed(self, peer_id: int, data: bytes, frames: int) -> None:
+        """The emulator's frames for ``peer_id`` are due: write them on its connection now."""
+        conn = self._peers[peer_id].conn
+        if conn is not None:
+            conn.write(data, frames)
 
     def _on_tick(self) -> None:
         if not self._running or self.replica is None:
@@ -1236,7 +1185,10 @@ class Node:
                     if type(argument) is not str:
                         raise ValueError("partition needs a spec string like '0,1|2'")
                     emulator.partition(parse_partition(argument, self.config.cluster.replicas))
-            return emulator.to_json()
+            status = emulator.to_json()
+            if self._delayed is not None:
+                status["delivery"] = self._delayed.to_json()
+            return status
         raise ValueError(f"unknown admin operation {operation!r}")
 
     # ------------------------------------------------------------ public API

@@ -1,0 +1,346 @@
+"""The delay emulator's frames in flight: each written when it is due, without spinning.
+
+:mod:`sdpaxos.runtime.emulator` says *when* a frame to a peer may be written;
+this module holds the frame until then and writes it. Three rules:
+
+1. **Never early.** A frame is written only once ``clock() >= due``; it may be
+   late by the loop turn in progress when it comes due (whatever callback the
+   node is running then), and by the alarm's own wake-up delay.
+2. **Per-link order.** Frames of one link leave in the order they were handed
+   in (a TCP stream never reorders). The emulator's times never decrease on a
+   link (its rule 6), and frames are kept in one heap ordered by ``(due,
+   sequence number)``, so a link's frames come out in order; a frame handed in
+   while earlier ones of its link are still held waits behind them even when
+   it is due already.
+3. **No busy waiting.** One alarm per node, set to the earliest due frame of
+   any link, wakes the event loop once per due time. Nothing runs while a
+   frame waits.
+
+Why an alarm of its own and not the loop's timers: event-loop timers do not
+fire on time. asyncio's fire about a millisecond late (epoll's timeout counts
+whole milliseconds, rounded up); uvloop's within a millisecond either way
+(libuv counts whole milliseconds from a clock read once per loop turn). On a
+path of four hops that adds up to several percent of a 52 ms commit. The
+emulator used to set each link's loop timer early by the timers' spread (1.2
+ms) and wait out the rest loop turn by loop turn (``call_soon``): precise on
+an idle machine, but every link with a frame in flight kept its node busy, a
+node that never sleeps looks CPU-bound to the kernel's scheduler, and on a
+loaded machine its frames left milliseconds late (``bench/README.md``, "The
+emulator adds no bias", has the figures).
+
+:class:`TimerfdAlarm` (Linux) is a ``timerfd`` on ``CLOCK_MONOTONIC`` (the
+clock of :func:`time.monotonic`), set to an absolute time in nanoseconds and
+watched by the loop as a reader: the kernel's high-resolution timer wakes the
+loop's ``epoll_wait`` when the frame is due (no timer slack applies to a
+timerfd), with no thread and no hand-off through the GIL. Elsewhere
+:class:`LoopAlarm` uses the loop's timer, set a millisecond past the due time
+so that it never fires early (frames leave up to about 2 ms late there).
+``bench/emulator_timers.py`` measures these against the old spin and against a
+timing thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import heapq
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = [
+    "LATE_BUCKETS_US",
+    "Alarm",
+    "DelayedFrames",
+    "LoopAlarm",
+    "TimerfdAlarm",
+    "make_alarm",
+    "timerfd_available",
+]
+
+#: Upper bounds (us) of the lateness histogram's buckets; the last is open.
+LATE_BUCKETS_US = (50, 200, 1_000, 5_000)
+#: :class:`LoopAlarm` fires this long after the due time: loop timers fire up
+#: to a millisecond early under uvloop, and a frame must never leave early.
+LOOP_TIMER_ROUND_S = 0.001
+
+# Linux <sys/timerfd.h> and <time.h>.
+_CLOCK_MONOTONIC = 1
+_TFD_TIMER_ABSTIME = 1
+_TFD_NONBLOCK = 0o4000
+_TFD_CLOEXEC = 0o2000000
+
+
+class Alarm(Protocol):
+    """Calls its callback once, on the event loop, at or after the time set."""
+
+    def set(self, at_s: float) -> None:
+        """(Re)arm for ``at_s`` on :func:`time.monotonic`'s clock; replaces any earlier setting."""
+        ...
+
+    def close(self) -> None:
+        """Disarm for good and free what the alarm holds (idempotent)."""
+        ...
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+_libc: Any = None
+
+
+def _timerfd_libc() -> Any:
+    """libc with ``timerfd_create``/``timerfd_settime``, or None (not Linux, no libc)."""
+    global _libc
+    if _libc is None:
+        if not sys.platform.startswith("linux"):
+            _libc = False
+        else:
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]
+                libc.timerfd_create.restype = ctypes.c_int
+                libc.timerfd_settime.argtypes = [
+                    ctypes.c_int,
+                    ctypes.c_int,
+                    ctypes.POINTER(_Itimerspec),
+                    ctypes.c_void_p,
+                ]
+                libc.timerfd_settime.restype = ctypes.c_int
+                _libc = libc
+            except (OSError, AttributeError):
+                _libc = False
+    return _libc or None
+
+
+def timerfd_available() -> bool:
+    """Whether :class:`TimerfdAlarm` can be used here (Linux with a libc that has timerfd)."""
+    return _timerfd_libc() is not None
+
+
+class TimerfdAlarm:
+    """An :class:`Alarm` on a Linux timerfd watched by the loop (module docstring)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        libc = _timerfd_libc()
+        if libc is None:
+            raise OSError("timerfd is not available on this platform")
+        fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"timerfd_create: {os.strerror(err)}")
+        self._libc = libc
+        self._fd = fd
+        self._loop = loop
+        self._callback = callback
+        self._spec = _Itimerspec()
+        self._closed = False
+        loop.add_reader(fd, self._expired)
+
+    def set(self, at_s: float) -> None:
+        if self._closed:
+            return
+        # Rounded up to the nanosecond: the kernel never fires before it.
+        ns = max(1, math.ceil(at_s * 1e9))
+        value = self._spec.it_value
+        value.tv_sec, value.tv_nsec = divmod(ns, 1_000_000_000)
+        if self._libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, self._spec, None) < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
+
+    def _expired(self) -> None:
+        try:
+            os.read(self._fd, 8)
+        except BlockingIOError:  # set again after it expired: nothing is due yet
+            return
+        self._callback()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self._fd)
+        os.close(self._fd)
+
+
+class LoopAlarm:
+    """An :class:`Alarm` on the loop's own timer, :data:`LOOP_TIMER_ROUND_S` late."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        self._loop = loop
+        self._callback = callback
+        self._handle: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def set(self, at_s: float) -> None:
+        if self._closed:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        delay_s = max(0.0, at_s - time.monotonic()) + LOOP_TIMER_ROUND_S
+        self._handle = self._loop.call_later(delay_s, self._expired)
+
+    def _expired(self) -> None:
+        self._handle = None
+        self._callback()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+def make_alarm(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Alarm:
+    """A :class:`TimerfdAlarm` where the platform has timerfd, else a :class:`LoopAlarm`."""
+    if timerfd_available():
+        try:
+            return TimerfdAlarm(loop, callback)
+        except OSError:
+            pass
+    return LoopAlarm(loop, callback)
+
+
+class DelayedFrames:
+    """One node's frames held by the emulator (module docstring: the three rules).
+
+    ``write(link, data, frames)`` writes ``frames`` already-framed frames to
+    peer ``link`` (the node looks up the link's connection at that time).
+    ``alarm`` is made with :meth:`_wake` as its callback; ``clock`` is
+    :func:`time.monotonic` in a node (tests pass a fake clock and alarm).
+    ``bytes_max``: a link holding more than this many bytes drops the new
+    frame and counts it (``dropped``), as a connection does with unsent bytes.
+    """
+
+    __slots__ = (
+        "_alarm",
+        "_armed_s",
+        "_clock",
+        "_heap",
+        "_held_bytes",
+        "_held_frames",
+        "_seq",
+        "_write",
+        "alarm_kind",
+        "bytes_max",
+        "dropped",
+        "frames_written",
+        "late_buckets",
+        "late_max_s",
+        "late_sum_s",
+        "wakeups",
+        "wakeups_idle",
+    )
+
+    def __init__(
+        self,
+        write: Callable[[int, bytes, int], None],
+        make: Callable[[Callable[[], None]], Alarm],
+        bytes_max: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._write = write
+        self._clock = clock
+        self.bytes_max = bytes_max
+        #: (due s, sequence number, link, framed bytes, frame count)
+        self._heap: list[tuple[float, int, int, bytes, int]] = []
+        self._seq = 0
+        self._held_frames: dict[int, int] = {}
+        self._held_bytes: dict[int, int] = {}
+        #: The due time the alarm is set for (None: not set).
+        self._armed_s: float | None = None
+        self._alarm = make(self._wake)
+        self.alarm_kind = type(self._alarm).__name__
+        # Counters (see to_json).
+        self.dropped = 0
+        self.frames_written = 0
+        self.wakeups = 0
+        self.wakeups_idle = 0
+        self.late_sum_s = 0.0
+        self.late_max_s = 0.0
+        self.late_buckets = [0] * (len(LATE_BUCKETS_US) + 1)
+
+    def held(self, link: int) -> int:
+        """Frames of ``link`` waiting (counted per ``send`` call's ``frames``)."""
+        return self._held_frames.get(link, 0)
+
+    def send(self, link: int, due_s: float, data: bytes, frames: int) -> bool:
+        """Write ``data`` to ``link`` at ``due_s`` (now if it is due and nothing
+        of the link waits). False: dropped, the link holds ``bytes_max`` already."""
+        held = self._held_frames.get(link, 0)
+        if not held and due_s <= self._clock():
+            self._write(link, data, frames)
+            return True
+        held_bytes = self._held_bytes.get(link, 0)
+        if held_bytes + len(data) > self.bytes_max:
+            self.dropped += frames
+            return False
+        self._held_frames[link] = held + frames
+        self._held_bytes[link] = held_bytes + len(data)
+        self._seq += 1
+        heapq.heappush(self._heap, (due_s, self._seq, link, data, frames))
+        if self._armed_s is None or due_s < self._armed_s:
+            self._armed_s = due_s
+            self._alarm.set(due_s)
+        return True
+
+    def _wake(self) -> None:
+        """The alarm fired: write every frame that is due, in order; set it for the next."""
+        self._armed_s = None
+        self.wakeups += 1
+        heap = self._heap
+        now_s = self._clock()
+        if not heap or heap[0][0] > now_s:
+            self.wakeups_idle += 1
+        while heap and heap[0][0] <= now_s:
+            due_s, _, link, data, frames = heapq.heappop(heap)
+            self._held_frames[link] -= frames
+            self._held_bytes[link] -= len(data)
+            self._count_late(now_s - due_s, frames)
+            self._write(link, data, frames)
+        if heap:
+            self._armed_s = heap[0][0]
+            self._alarm.set(self._armed_s)
+
+    def _count_late(self, late_s: float, frames: int) -> None:
+        self.frames_written += frames
+        self.late_sum_s += late_s * frames
+        if late_s > self.late_max_s:
+            self.late_max_s = late_s
+        late_us = late_s * 1e6
+        for i, bound in enumerate(LATE_BUCKETS_US):
+            if late_us < bound:
+                self.late_buckets[i] += frames
+                return
+        self.late_buckets[-1] += frames
+
+    def close(self) -> None:
+        """Drop every held frame and free the alarm (a stopping node)."""
+        self._alarm.close()
+        self._armed_s = None
+        self._heap.clear()
+        self._held_frames.clear()
+        self._held_bytes.clear()
+
+    def to_json(self) -> dict[str, Any]:
+        """Counters as plain data: held, written, dropped, wake-ups, lateness (us)."""
+        bounds = [f"<{b}" for b in LATE_BUCKETS_US] + [f">={LATE_BUCKETS_US[-1]}"]
+        return {
+            "alarm": self.alarm_kind,
+            "frames_held": sum(self._held_frames.values()),
+            "frames_written": self.frames_written,
+            "frames_dropped": self.dropped,
+            "wakeups": self.wakeups,
+            "wakeups_idle": self.wakeups_idle,
+            "late_us_sum": round(self.late_sum_s * 1e6, 1),
+            "late_us_max": round(self.late_max_s * 1e6, 1),
+            "late_us_buckets": dict(zip(bounds, self.late_buckets, strict=True)),
+        }
