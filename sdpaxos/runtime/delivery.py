@@ -7,11 +7,12 @@ this module holds the frame until then and writes it. Three rules:
    late by the loop turn in progress when it comes due (whatever callback the
    node is running then), and by the alarm's own wake-up delay.
 2. **Per-link order.** Frames of one link leave in the order they were handed
-   in (a TCP stream never reorders). The emulator's times never decrease on a
-   link (its rule 6), and frames are kept in one heap ordered by ``(due,
-   sequence number)``, so a link's frames come out in order; a frame handed in
-   while earlier ones of its link are still held waits behind them even when
-   it is due already.
+   in (a TCP stream never reorders). Frames are kept in one heap ordered by
+   ``(due, sequence number)``, and a link's due times never decrease (the
+   emulator's rule 6; a frame due earlier than one before it on its link is
+   held until that one's time), so a link's frames come out in order; a frame
+   handed in while earlier ones of its link are held waits behind them even
+   when it is due already.
 3. **No busy waiting.** One alarm per node, set to the earliest due frame of
    any link, wakes the event loop once per due time. Nothing runs while a
    frame waits.
@@ -227,6 +228,7 @@ class DelayedFrames:
         "_heap",
         "_held_bytes",
         "_held_frames",
+        "_last_due_s",
         "_seq",
         "_write",
         "alarm_kind",
@@ -255,6 +257,8 @@ class DelayedFrames:
         self._seq = 0
         self._held_frames: dict[int, int] = {}
         self._held_bytes: dict[int, int] = {}
+        #: Each link's latest due time handed in (rule 2 whatever the caller does).
+        self._last_due_s: dict[int, float] = {}
         #: The due time the alarm is set for (None: not set).
         self._armed_s: float | None = None
         self._alarm = make(self._wake)
@@ -274,7 +278,11 @@ class DelayedFrames:
 
     def send(self, link: int, due_s: float, data: bytes, frames: int) -> bool:
         """Write ``data`` to ``link`` at ``due_s`` (now if it is due and nothing
-        of the link waits). False: dropped, the link holds ``bytes_max`` already."""
+        of the link waits). False: dropped, the link holds ``bytes_max`` already.
+
+        A ``due_s`` earlier than one handed in before for the link is taken as
+        that one (the emulator never does this: its rule 6).
+        """
         held = self._held_frames.get(link, 0)
         if not held and due_s <= self._clock():
             self._write(link, data, frames)
@@ -283,6 +291,8 @@ class DelayedFrames:
         if held_bytes + len(data) > self.bytes_max:
             self.dropped += frames
             return False
+        due_s = max(due_s, self._last_due_s.get(link, due_s))
+        self._last_due_s[link] = due_s
         self._held_frames[link] = held + frames
         self._held_bytes[link] = held_bytes + len(data)
         self._seq += 1
@@ -329,6 +339,7 @@ class DelayedFrames:
         self._heap.clear()
         self._held_frames.clear()
         self._held_bytes.clear()
+        self._last_due_s.clear()
 
     def to_json(self) -> dict[str, Any]:
         """Counters as plain data: held, written, dropped, wake-ups, lateness (us)."""

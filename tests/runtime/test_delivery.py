@@ -1,0 +1,359 @@
+"""The emulator's held frames (sdpaxos.runtime.delivery): order, never early, no busy wait.
+
+The rules are checked on a fake clock and a fake alarm (no wall clock); the
+alarms themselves on a real event loop, where what is asserted is an order of
+events (never before the due time), counts of loop turns and that file
+descriptors are freed, never how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import selectors
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sdpaxos.runtime import delivery
+from sdpaxos.runtime.apps import PayloadLog
+from sdpaxos.runtime.delivery import (
+    LATE_BUCKETS_US,
+    DelayedFrames,
+    LoopAlarm,
+    TimerfdAlarm,
+    make_alarm,
+    timerfd_available,
+)
+from sdpaxos.runtime.local import make_local_cluster, node_configs
+from sdpaxos.runtime.node import Node
+
+from .helpers import FAST_PROTOCOL
+
+needs_timerfd = pytest.mark.skipif(not timerfd_available(), reason="timerfd is Linux only")
+
+
+class Clock:
+    def __init__(self, now_s: float = 100.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class FakeAlarm:
+    """Records what it is set to; the test fires it (``fire``) when it likes."""
+
+    def __init__(self, wake) -> None:
+        self.wake = wake
+        self.at_s: float | None = None
+        self.sets = 0
+        self.closed = False
+
+    def set(self, at_s: float) -> None:
+        self.at_s = at_s
+        self.sets += 1
+
+    def fire(self) -> None:
+        self.at_s = None
+        self.wake()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _frames(bytes_max: int = 1 << 20):
+    clock = Clock()
+    written: list[tuple[float, int, bytes]] = []
+    alarms: list[FakeAlarm] = []
+
+    def make(wake):
+        alarms.append(FakeAlarm(wake))
+        return alarms[-1]
+
+    frames = DelayedFrames(
+        lambda link, data, n: written.append((clock.now_s, link, data)), make, bytes_max, clock
+    )
+    return frames, clock, alarms[0], written
+
+
+# -- the rules on a fake clock --------------------------------------------------
+
+
+def test_a_frame_waits_until_due_and_the_alarm_is_set_for_it():
+    frames, clock, alarm, written = _frames()
+    frames.send(1, 100.050, b"a", 1)
+    assert written == [] and alarm.at_s == 100.050 and frames.held(1) == 1
+    clock.now_s = 100.051
+    alarm.fire()
+    assert written == [(100.051, 1, b"a")] and frames.held(1) == 0
+    assert alarm.at_s is None  # nothing left: not set again
+
+
+def test_a_frame_due_now_on_an_empty_link_is_written_at_once():
+    frames, clock, alarm, written = _frames()
+    frames.send(2, clock.now_s, b"now", 1)
+    assert written == [(100.0, 2, b"now")] and alarm.sets == 0
+
+
+def test_an_alarm_that_fires_early_writes_nothing_and_is_set_again():
+    frames, clock, alarm, written = _frames()
+    frames.send(1, 100.050, b"a", 1)
+    clock.now_s = 100.0499  # e.g. a loop timer a little early
+    alarm.fire()
+    assert written == [] and alarm.at_s == 100.050
+    assert frames.wakeups_idle == 1
+    clock.now_s = 100.050
+    alarm.fire()
+    assert written == [(100.050, 1, b"a")]
+
+
+def test_the_alarm_follows_the_earliest_frame_of_any_link():
+    frames, clock, alarm, written = _frames()
+    frames.send(1, 100.070, b"late", 1)
+    frames.send(2, 100.010, b"early", 1)
+    assert alarm.at_s == 100.010
+    frames.send(3, 100.040, b"middle", 1)
+    assert alarm.at_s == 100.010  # not moved later by a later frame
+    clock.now_s = 100.010
+    alarm.fire()
+    assert [w[2] for w in written] == [b"early"] and alarm.at_s == 100.040
+    clock.now_s = 100.100
+    alarm.fire()
+    assert [w[2] for w in written] == [b"early", b"middle", b"late"]
+
+
+def test_a_frame_behind_held_frames_of_its_link_waits_even_when_due():
+    frames, clock, alarm, written = _frames()
+    frames.send(1, 100.050, b"first", 1)
+    clock.now_s = 100.060  # the loop was busy: "first" is due but not written yet
+    frames.send(1, 100.055, b"second", 1)
+    frames.send(2, 100.055, b"other link", 1)
+    assert [w[2] for w in written] == [b"other link"]
+    alarm.fire()
+    assert [w[2] for w in written] == [b"other link", b"first", b"second"]
+
+
+def test_a_due_time_earlier_than_the_links_last_is_held_behind_it():
+    frames, clock, alarm, written = _frames()
+    frames.send(1, 100.050, b"first", 1)
+    frames.send(1, 100.020, b"second", 1)  # never from the emulator (its rule 6)
+    clock.now_s = 100.030
+    alarm.fire()
+    assert written == []
+    clock.now_s = 100.050
+    alarm.fire()
+    assert [w[2] for w in written] == [b"first", b"second"]
+
+
+def test_a_link_holding_bytes_max_drops_and_counts():
+    frames, clock, alarm, _written = _frames(bytes_max=10)
+    assert frames.send(1, 100.050, b"x" * 6, 2)
+    assert not frames.send(1, 100.050, b"y" * 6, 3)
+    assert frames.send(2, 100.050, b"z" * 6, 1)  # another link has room
+    assert frames.dropped == 3 and frames.held(1) == 2
+    clock.now_s = 100.050
+    alarm.fire()
+    assert frames.send(1, 100.090, b"y" * 6, 3)  # written frames free their bytes
+
+
+def test_counters_bucket_the_lateness():
+    frames, clock, alarm, _written = _frames()
+    lates_us = [10, 100, 500, 2_000, 9_000]
+    for k, late_us in enumerate(lates_us):
+        frames.send(k, 101.0 + k, b"f", 1)
+        clock.now_s = 101.0 + k + late_us / 1e6
+        alarm.fire()
+    j = frames.to_json()
+    assert j["frames_written"] == 5 and j["wakeups"] == 5 and j["wakeups_idle"] == 0
+    assert list(j["late_us_buckets"].values()) == [1, 1, 1, 1, 1]
+    assert len(j["late_us_buckets"]) == len(LATE_BUCKETS_US) + 1
+    assert j["late_us_max"] == pytest.approx(9_000, abs=1)
+    assert j["late_us_sum"] == pytest.approx(sum(lates_us), abs=1)
+
+
+def test_close_drops_what_is_held_and_closes_the_alarm():
+    frames, _clock, alarm, _written = _frames()
+    frames.send(1, 100.050, b"a", 1)
+    frames.close()
+    assert alarm.closed and frames.held(1) == 0 and frames.to_json()["frames_held"] == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),  # link
+            st.integers(0, 60_000),  # delay, us
+            st.integers(0, 20_000),  # then the clock moves on, us
+            st.booleans(),  # and a spurious alarm fires
+        ),
+        max_size=60,
+    )
+)
+def test_property_never_early_each_link_in_order_and_all_written(ops):
+    frames, clock, alarm, written = _frames()
+    due: dict[bytes, float] = {}
+    sent: dict[int, list[bytes]] = {}
+    last: dict[int, float] = {}
+    for i, (link, delay_us, advance_us, spurious) in enumerate(ops):
+        name = b"%d" % i
+        at_s = max(clock.now_s + delay_us / 1e6, last.get(link, 0.0))  # the emulator's rule 6
+        last[link] = at_s
+        due[name] = at_s
+        sent.setdefault(link, []).append(name)
+        frames.send(link, at_s, name, 1)
+        clock.now_s += advance_us / 1e6
+        if spurious or (alarm.at_s is not None and alarm.at_s <= clock.now_s):
+            alarm.fire()
+        held = [d for n, d in due.items() if n not in {w[2] for w in written}]
+        if held:  # the alarm is set for the earliest held frame
+            assert alarm.at_s == min(held)
+    clock.now_s += 1.0
+    alarm.fire()
+    for when, _, name in written:
+        assert when >= due[name]
+    for link, names in sent.items():
+        assert [w[2] for w in written if w[1] == link] == names
+    assert len(written) == len(ops)
+
+
+# -- the alarms on a real loop ---------------------------------------------------
+
+
+class CountingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """Counts the loop's turns: asyncio's loop selects once per turn."""
+
+    turns = 0
+
+    def select(self, timeout=None):
+        CountingSelector.turns += 1
+        return super().select(timeout)
+
+
+def _run_counting(coro_fn):
+    CountingSelector.turns = 0
+    loop = asyncio.SelectorEventLoop(CountingSelector())
+    try:
+        return loop.run_until_complete(coro_fn())
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    "alarm_class",
+    [pytest.param(TimerfdAlarm, marks=needs_timerfd), LoopAlarm],
+)
+def test_a_frame_waiting_50_ms_costs_a_few_loop_turns_and_is_never_early(alarm_class):
+    async def main():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        frames = DelayedFrames(
+            lambda link, data, n: done.set_result(time.monotonic()),
+            lambda wake: alarm_class(loop, wake),
+            1 << 20,
+        )
+        await asyncio.sleep(0)
+        due_s = time.monotonic() + 0.05
+        turns_before = CountingSelector.turns
+        frames.send(1, due_s, b"frame", 1)
+        written_s = await done
+        turns = CountingSelector.turns - turns_before
+        frames.close()
+        return due_s, written_s, turns, frames.to_json()
+
+    due_s, written_s, turns, counters = _run_counting(main)
+    assert written_s >= due_s
+    # The emulator before this module spun each frame's last 1.2 ms out with
+    # call_soon: hundreds of turns here. One wait, plus a spare few.
+    assert turns <= 5, turns
+    assert counters["frames_written"] == 1 and counters["wakeups_idle"] == 0
+
+
+@needs_timerfd
+def test_timerfd_set_again_before_the_loop_reads_an_expiry_fires_once_at_the_new_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        fired: list[float] = []
+        alarm = TimerfdAlarm(loop, lambda: fired.append(time.monotonic()))
+        alarm.set(time.monotonic() - 1.0)  # expired already: the fd is readable ...
+        later_s = time.monotonic() + 0.02
+        alarm.set(later_s)  # ... until it is set again
+        alarm._expired()  # as if the loop saw the first expiry before the second set
+        assert fired == []
+        await asyncio.sleep(0.06)
+        alarm.close()
+        return fired, later_s
+
+    fired, later_s = asyncio.run(main())
+    assert len(fired) == 1 and fired[0] >= later_s
+
+
+@needs_timerfd
+def test_timerfd_close_frees_the_descriptor_and_is_idempotent():
+    async def main():
+        loop = asyncio.get_running_loop()
+        alarm = TimerfdAlarm(loop, lambda: None)
+        fd = alarm._fd
+        os.fstat(fd)
+        alarm.set(time.monotonic() + 10)
+        alarm.close()
+        alarm.close()
+        alarm.set(time.monotonic())  # ignored once closed
+        return fd
+
+    fd = asyncio.run(main())
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_make_alarm_falls_back_to_the_loop_timer_without_timerfd(monkeypatch):
+    monkeypatch.setattr(delivery, "_timerfd_libc", lambda: None)
+
+    async def main():
+        alarm = make_alarm(asyncio.get_running_loop(), lambda: None)
+        alarm.close()
+        return alarm
+
+    assert isinstance(asyncio.run(main()), LoopAlarm)
+    assert not delivery.timerfd_available()
+
+
+# -- in a node --------------------------------------------------------------------
+
+
+def test_a_node_with_the_emulator_delivers_through_its_alarm_and_frees_it_on_stop(tmp_path):
+    path = make_local_cluster(
+        tmp_path,
+        3,
+        protocol=FAST_PROTOCOL,
+        emulator={"profile": "uniform3"},  # 50 ms one way
+        regions=["R0", "R1", "R2"],
+        insecure=True,
+    )
+
+    async def main():
+        nodes = [Node(cfg, PayloadLog(), fsync=False) for cfg in node_configs(path)]
+        for node in nodes:
+            await node.start()
+        try:
+            await nodes[1].submit(b"x", timeout_s=20)
+            counters = [node.admin("emulator", None)["delivery"] for node in nodes]
+        finally:
+            for node in nodes:
+                await node.stop()
+        return nodes, counters
+
+    nodes, counters = asyncio.run(main())
+    expected = "TimerfdAlarm" if timerfd_available() else "LoopAlarm"
+    for c in counters:
+        assert c["alarm"] == expected and c["frames_written"] > 0
+    # Only frames that were due left: a commit at node 1 needed them.
+    assert sum(s.frames_delayed for s in nodes[1].status().peers) > 0
+    for node in nodes:
+        assert node._delayed is not None and node._delayed.to_json()["frames_held"] == 0
+        if timerfd_available():
+            with pytest.raises(OSError):
+                os.fstat(node._delayed._alarm._fd)  # type: ignore[attr-defined]
