@@ -5,7 +5,7 @@ for the link's delay; :mod:`sdpaxos.runtime.delivery` writes it when it is due.
 This measures the ways to wait, in one process, on the loop the nodes run
 (uvloop when installed), with frames that look like a node's: ``--links`` links,
 frames handed in at Poisson times (``--rate`` per second in all) with delays
-uniform in 5 to 70 ms, and some node work on the loop (a callback that burns
+uniform in 5 to 70 ms (a link's due times never decrease, as in a stream), and some node work on the loop (a callback that burns
 ``--work-us`` of CPU every ``--work-every-ms``, so that a due frame sometimes
 finds the loop busy, as in a node). For each way: the frames' lateness (written
 minus due; negative is early, which must never happen), the process's CPU per
@@ -215,11 +215,15 @@ async def _measure(way: str, args: argparse.Namespace) -> dict[str, Any]:
 
     if args.work_us > 0:
         loop.call_later(args.work_every_ms / 1000, work)
+    last_due_s = [0.0] * args.links
     while time.monotonic() < stop_at:
         await asyncio.sleep(rng.expovariate(args.rate))
         now_s = time.monotonic()
         link = rng.randrange(args.links)
-        sender(link, now_s + rng.uniform(*DELAY_MS_RANGE) / 1000)
+        # A link's due times never decrease (the emulator's rule 6: a stream).
+        due_s = max(now_s + rng.uniform(*DELAY_MS_RANGE) / 1000, last_due_s[link])
+        last_due_s[link] = due_s
+        sender(link, due_s)
     await asyncio.sleep(DELAY_MS_RANGE[1] / 1000 + 0.01)
     cpu1, t1 = _cpu_s(), time.monotonic()
     closer()
