@@ -5,7 +5,8 @@ for the link's delay; :mod:`sdpaxos.runtime.delivery` writes it when it is due.
 This measures the ways to wait, in one process, on the loop the nodes run
 (uvloop when installed), with frames that look like a node's: ``--links`` links,
 frames handed in at Poisson times (``--rate`` per second in all) with delays
-uniform in 5 to 70 ms (a link's due times never decrease, as in a stream), and some node work on the loop (a callback that burns
+uniform in 5 to 70 ms (a link's due times never decrease, as in a stream),
+and some node work on the loop (a callback that burns
 ``--work-us`` of CPU every ``--work-every-ms``, so that a due frame sometimes
 finds the loop busy, as in a node). For each way: the frames' lateness (written
 minus due; negative is early, which must never happen), the process's CPU per
@@ -26,8 +27,11 @@ Ways:
 * ``loop+1ms``: :class:`~sdpaxos.runtime.delivery.LoopAlarm`, the fallback
   where timerfd is missing: one loop timer for the earliest frame, a
   millisecond late so that it never fires early.
-* ``timerfd``: :class:`~sdpaxos.runtime.delivery.TimerfdAlarm`, what nodes use
-  on Linux: a kernel timer the loop watches as a reader.
+* ``timerfd``: :class:`~sdpaxos.runtime.delivery.TimerfdAlarm`: a kernel
+  timer the loop watches as a reader, set for the due time.
+* ``timerfd+lead``: what nodes use on Linux: the same, set early by the
+  running 90th percentile of its own wake-up delay (at most 0.3 ms), the rest
+  waited out on the CPU (:class:`~sdpaxos.runtime.delivery.DelayedFrames`).
 
     python -m bench.emulator_timers                 # every way, 5 s each
     python -m bench.emulator_timers --ways timerfd,guard-spin --seconds 10
@@ -46,9 +50,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sdpaxos.runtime.delivery import DelayedFrames, LoopAlarm, TimerfdAlarm, timerfd_available
+from sdpaxos.runtime.delivery import (
+    LEAD_MAX_S,
+    DelayedFrames,
+    LoopAlarm,
+    TimerfdAlarm,
+    timerfd_available,
+)
 
-WAYS = ("loop", "guard-spin", "thread", "thread-0.5ms", "loop+1ms", "timerfd")
+WAYS = ("loop", "guard-spin", "thread", "thread-0.5ms", "loop+1ms", "timerfd", "timerfd+lead")
 #: The old emulator's constants (node.py before the timerfd): the guard before
 #: the lateness estimate, the bound of a lateness sample, the estimate's gain.
 _GUARD_S = 0.0012
@@ -194,7 +204,8 @@ async def _measure(way: str, args: argparse.Namespace) -> dict[str, Any]:
         def write(link: int, data: bytes, frames: int) -> None:
             written(heapq.heappop(dues[link]))
 
-        delayed = DelayedFrames(write, make, 1 << 30)
+        lead_max_s = LEAD_MAX_S if way == "timerfd+lead" else 0.0
+        delayed = DelayedFrames(write, make, 1 << 30, lead_max_s=lead_max_s)
 
         def send_delayed(link: int, due_s: float) -> None:
             heapq.heappush(dues.setdefault(link, []), due_s)
@@ -272,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     for w in ways:
         if w not in WAYS:
             p.error(f"unknown way {w!r}; one of {', '.join(WAYS)}")
-    if "timerfd" in ways and not timerfd_available():
+    if not timerfd_available():
         print("timerfd is not available here: skipped", file=sys.stderr)
-        ways.remove("timerfd")
+        ways = [w for w in ways if not w.startswith("timerfd")]
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(

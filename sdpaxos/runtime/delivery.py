@@ -54,6 +54,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "LATE_BUCKETS_US",
+    "LEAD_MAX_S",
     "Alarm",
     "DelayedFrames",
     "LoopAlarm",
@@ -64,6 +65,14 @@ __all__ = [
 
 #: Upper bounds (us) of the lateness histogram's buckets; the last is open.
 LATE_BUCKETS_US = (50, 200, 1_000, 5_000)
+#: The alarm is set early by the LEAD_QUANTILE of its own wake-up delay (a
+#: running estimate, at most LEAD_MAX_S), and the rest is waited out on the CPU:
+#: see :class:`DelayedFrames`.
+LEAD_MAX_S = 0.0003
+LEAD_QUANTILE = 0.9
+#: How far one wake-up moves the estimate (up by LEAD_QUANTILE of it when the
+#: alarm was later than the lead, down by the rest when not).
+LEAD_STEP_S = 2e-6
 #: :class:`LoopAlarm` fires this long after the due time: loop timers fire up
 #: to a millisecond early under uvloop, and a frame must never leave early.
 LOOP_TIMER_ROUND_S = 0.001
@@ -210,19 +219,42 @@ def make_alarm(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) ->
     return LoopAlarm(loop, callback)
 
 
+def spin_until(at_s: float) -> None:
+    """Wait on the CPU until :func:`time.monotonic` reaches ``at_s`` (the last
+    microseconds before a frame is due; :class:`DelayedFrames` bounds them)."""
+    clock = time.monotonic
+    while clock() < at_s:
+        pass
+
+
 class DelayedFrames:
     """One node's frames held by the emulator (module docstring: the three rules).
 
     ``write(link, data, frames)`` writes ``frames`` already-framed frames to
     peer ``link`` (the node looks up the link's connection at that time).
-    ``alarm`` is made with :meth:`_wake` as its callback; ``clock`` is
-    :func:`time.monotonic` in a node (tests pass a fake clock and alarm).
+    ``make(wake)`` makes the alarm, with :meth:`_wake` as its callback;
+    ``clock`` is :func:`time.monotonic` and ``wait_until`` is
+    :func:`spin_until` in a node (tests pass a fake clock, alarm and wait).
     ``bytes_max``: a link holding more than this many bytes drops the new
     frame and counts it (``dropped``), as a connection does with unsent bytes.
+
+    The lead. Even a timerfd wakes the loop some tens of microseconds after
+    its time (on this project's VM: a median of about 80 us, measured by
+    ``bench/emulator_timers.py``), and every hop of a commit pays it. So the
+    alarm is set early by :attr:`lead_s`, a running estimate of the
+    :data:`LEAD_QUANTILE` of the alarm's own wake-up delay (a frugal streaming
+    quantile: each wake-up moves it :data:`LEAD_STEP_S` up or down), capped at
+    ``lead_max_s``; a wake-up that comes before the earliest frame is due
+    waits out the rest with ``wait_until``, on the CPU and without yielding,
+    which is never more than ``lead_max_s`` a wake-up. A frame due further
+    off than that (the estimate moved, or a spurious wake-up) sets the alarm
+    again instead. ``lead_max_s = 0`` turns the lead off.
     """
 
     __slots__ = (
         "_alarm",
+        "_alarm_at_s",
+        "_alarm_waited",
         "_armed_s",
         "_clock",
         "_heap",
@@ -230,6 +262,7 @@ class DelayedFrames:
         "_held_frames",
         "_last_due_s",
         "_seq",
+        "_wait_until",
         "_write",
         "alarm_kind",
         "bytes_max",
@@ -238,6 +271,10 @@ class DelayedFrames:
         "late_buckets",
         "late_max_s",
         "late_sum_s",
+        "lead_max_s",
+        "lead_s",
+        "spin_s",
+        "spins",
         "wakeups",
         "wakeups_idle",
     )
@@ -248,10 +285,15 @@ class DelayedFrames:
         make: Callable[[Callable[[], None]], Alarm],
         bytes_max: int,
         clock: Callable[[], float] = time.monotonic,
+        wait_until: Callable[[float], None] = spin_until,
+        lead_max_s: float = LEAD_MAX_S,
     ) -> None:
         self._write = write
         self._clock = clock
+        self._wait_until = wait_until
         self.bytes_max = bytes_max
+        self.lead_max_s = lead_max_s
+        self.lead_s = 0.0
         #: (due s, sequence number, link, framed bytes, frame count)
         self._heap: list[tuple[float, int, int, bytes, int]] = []
         self._seq = 0
@@ -259,8 +301,11 @@ class DelayedFrames:
         self._held_bytes: dict[int, int] = {}
         #: Each link's latest due time handed in (rule 2 whatever the caller does).
         self._last_due_s: dict[int, float] = {}
-        #: The due time the alarm is set for (None: not set).
+        #: The due time the alarm is set for (None: not set), the time it is
+        #: set to (that minus the lead), and whether that was still ahead.
         self._armed_s: float | None = None
+        self._alarm_at_s = 0.0
+        self._alarm_waited = False
         self._alarm = make(self._wake)
         self.alarm_kind = type(self._alarm).__name__
         # Counters (see to_json).
@@ -268,6 +313,8 @@ class DelayedFrames:
         self.frames_written = 0
         self.wakeups = 0
         self.wakeups_idle = 0
+        self.spins = 0
+        self.spin_s = 0.0
         self.late_sum_s = 0.0
         self.late_max_s = 0.0
         self.late_buckets = [0] * (len(LATE_BUCKETS_US) + 1)
@@ -298,9 +345,15 @@ class DelayedFrames:
         self._seq += 1
         heapq.heappush(self._heap, (due_s, self._seq, link, data, frames))
         if self._armed_s is None or due_s < self._armed_s:
-            self._armed_s = due_s
-            self._alarm.set(due_s)
+            self._arm(due_s)
         return True
+
+    def _arm(self, due_s: float) -> None:
+        self._armed_s = due_s
+        at_s = due_s - self.lead_s
+        self._alarm_at_s = at_s
+        self._alarm_waited = at_s > self._clock()
+        self._alarm.set(at_s)
 
     def _wake(self) -> None:
         """The alarm fired: write every frame that is due, in order; set it for the next."""
@@ -308,6 +361,17 @@ class DelayedFrames:
         self.wakeups += 1
         heap = self._heap
         now_s = self._clock()
+        if self._alarm_waited:  # how late the alarm itself was: the lead's sample
+            step = LEAD_STEP_S * (
+                LEAD_QUANTILE if now_s - self._alarm_at_s > self.lead_s else LEAD_QUANTILE - 1.0
+            )
+            self.lead_s = min(max(self.lead_s + step, 0.0), self.lead_max_s)
+        if heap and now_s < heap[0][0] <= now_s + self.lead_max_s:
+            self._wait_until(heap[0][0])
+            self.spins += 1
+            then_s = now_s
+            now_s = self._clock()
+            self.spin_s += now_s - then_s
         if not heap or heap[0][0] > now_s:
             self.wakeups_idle += 1
         while heap and heap[0][0] <= now_s:
@@ -317,8 +381,7 @@ class DelayedFrames:
             self._count_late(now_s - due_s, frames)
             self._write(link, data, frames)
         if heap:
-            self._armed_s = heap[0][0]
-            self._alarm.set(self._armed_s)
+            self._arm(heap[0][0])
 
     def _count_late(self, late_s: float, frames: int) -> None:
         self.frames_written += frames
@@ -342,7 +405,8 @@ class DelayedFrames:
         self._last_due_s.clear()
 
     def to_json(self) -> dict[str, Any]:
-        """Counters as plain data: held, written, dropped, wake-ups, lateness (us)."""
+        """Counters as plain data: held, written, dropped, wake-ups, the lead and
+        the waits it cost (us), lateness (us)."""
         bounds = [f"<{b}" for b in LATE_BUCKETS_US] + [f">={LATE_BUCKETS_US[-1]}"]
         return {
             "alarm": self.alarm_kind,
@@ -351,6 +415,9 @@ class DelayedFrames:
             "frames_dropped": self.dropped,
             "wakeups": self.wakeups,
             "wakeups_idle": self.wakeups_idle,
+            "lead_us": round(self.lead_s * 1e6, 1),
+            "spins": self.spins,
+            "spin_us_sum": round(self.spin_s * 1e6, 1),
             "late_us_sum": round(self.late_sum_s * 1e6, 1),
             "late_us_max": round(self.late_max_s * 1e6, 1),
             "late_us_buckets": dict(zip(bounds, self.late_buckets, strict=True)),

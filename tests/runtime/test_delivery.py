@@ -64,7 +64,8 @@ class FakeAlarm:
         self.closed = True
 
 
-def _frames(bytes_max: int = 1 << 20):
+def _frames(bytes_max: int = 1 << 20, lead_max_s: float = 0.0, waits: list | None = None):
+    """DelayedFrames on a fake clock and alarm; its waits move the clock (and are listed)."""
     clock = Clock()
     written: list[tuple[float, int, bytes]] = []
     alarms: list[FakeAlarm] = []
@@ -73,8 +74,18 @@ def _frames(bytes_max: int = 1 << 20):
         alarms.append(FakeAlarm(wake))
         return alarms[-1]
 
+    def wait_until(at_s: float) -> None:
+        if waits is not None:
+            waits.append((clock.now_s, at_s))
+        clock.now_s = max(clock.now_s, at_s)
+
     frames = DelayedFrames(
-        lambda link, data, n: written.append((clock.now_s, link, data)), make, bytes_max, clock
+        lambda link, data, n: written.append((clock.now_s, link, data)),
+        make,
+        bytes_max,
+        clock,
+        wait_until,
+        lead_max_s,
     )
     return frames, clock, alarms[0], written
 
@@ -172,6 +183,46 @@ def test_counters_bucket_the_lateness():
     assert len(j["late_us_buckets"]) == len(LATE_BUCKETS_US) + 1
     assert j["late_us_max"] == pytest.approx(9_000, abs=1)
     assert j["late_us_sum"] == pytest.approx(sum(lates_us), abs=1)
+
+
+def test_the_lead_follows_the_alarms_lateness_and_is_capped():
+    frames, clock, alarm, written = _frames(lead_max_s=300e-6)
+    for k in range(400):  # an alarm always 100 us late: the lead learns 100 us
+        frames.send(1, 200.0 + k, b"f", 1)
+        clock.now_s = alarm.at_s + 100e-6
+        alarm.fire()
+    assert frames.lead_s == pytest.approx(100e-6, abs=2 * delivery.LEAD_STEP_S)
+    for k in range(400):  # 5 ms late (a busy machine): the lead stops at its cap
+        frames.send(1, 700.0 + k, b"f", 1)
+        clock.now_s = alarm.at_s + 5e-3
+        alarm.fire()
+    assert frames.lead_s == 300e-6
+    assert len(written) == 800
+
+
+def test_a_wake_up_within_the_lead_waits_out_the_rest_and_writes_on_time():
+    waits: list[tuple[float, float]] = []
+    frames, clock, alarm, written = _frames(lead_max_s=300e-6, waits=waits)
+    frames.lead_s = 200e-6
+    frames.send(1, 100.050, b"a", 1)
+    frames.send(2, 100.050, b"b", 1)
+    assert alarm.at_s == pytest.approx(100.050 - 200e-6)
+    clock.now_s = 100.050 - 150e-6  # the alarm woke 50 us after its time
+    alarm.fire()
+    assert waits == [(100.050 - 150e-6, 100.050)]
+    assert written == [(100.050, 1, b"a"), (100.050, 2, b"b")]
+    assert frames.spins == 1 and frames.spin_s == pytest.approx(150e-6)
+    assert frames.wakeups_idle == 0
+
+
+def test_a_wake_up_further_off_than_the_cap_sets_the_alarm_again_without_waiting():
+    waits: list[tuple[float, float]] = []
+    frames, clock, alarm, written = _frames(lead_max_s=300e-6, waits=waits)
+    frames.send(1, 100.050, b"a", 1)
+    clock.now_s = 100.040  # 10 ms early: spurious
+    alarm.fire()
+    assert waits == [] and written == [] and alarm.at_s is not None
+    assert frames.wakeups_idle == 1
 
 
 def test_close_drops_what_is_held_and_closes_the_alarm():
