@@ -200,6 +200,15 @@ def test_the_lead_follows_the_alarms_lateness_and_is_capped():
     assert len(written) == 800
 
 
+def test_an_alarm_set_for_a_time_already_past_teaches_the_lead_nothing():
+    frames, clock, alarm, written = _frames(lead_max_s=300e-6)
+    frames.lead_s = 100e-6
+    for _ in range(100):  # each frame due in 50 us: the alarm's time (due - lead) is past
+        frames.send(1, clock.now_s + 50e-6, b"f", 1)
+        alarm.fire()  # at once, as a timerfd set in the past does
+    assert frames.lead_s == 100e-6 and len(written) == 100
+
+
 def test_a_wake_up_within_the_lead_waits_out_the_rest_and_writes_on_time():
     waits: list[tuple[float, float]] = []
     frames, clock, alarm, written = _frames(lead_max_s=300e-6, waits=waits)
