@@ -30,7 +30,7 @@ Ways:
 * ``timerfd``: :class:`~sdpaxos.runtime.delivery.TimerfdAlarm`: a kernel
   timer the loop watches as a reader, set for the due time.
 * ``timerfd+lead``: what nodes use on Linux: the same, set early by the
-  running 90th percentile of its own wake-up delay (at most 0.3 ms), the rest
+  running 90th percentile of its own wake-up delay (at most 0.2 ms), the rest
   waited out on the CPU (:class:`~sdpaxos.runtime.delivery.DelayedFrames`).
 
     python -m bench.emulator_timers                 # every way, 5 s each

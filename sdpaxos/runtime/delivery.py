@@ -68,7 +68,7 @@ LATE_BUCKETS_US = (50, 200, 1_000, 5_000)
 #: The alarm is set early by the LEAD_QUANTILE of its own wake-up delay (a
 #: running estimate, at most LEAD_MAX_S), and the rest is waited out on the CPU:
 #: see :class:`DelayedFrames`.
-LEAD_MAX_S = 0.0003
+LEAD_MAX_S = 0.0002
 LEAD_QUANTILE = 0.9
 #: How far one wake-up moves the estimate (up by LEAD_QUANTILE of it when the
 #: alarm was later than the lead, down by the rest when not).
