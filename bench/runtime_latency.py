@@ -97,6 +97,44 @@ def commit_histogram(metrics_port: int) -> tuple[float, float]:
     return total, count
 
 
+async def emulator_delivery(path: Path, replicas: int) -> list[dict[str, Any]]:
+    """Each node's emulator delivery counters (admin ``emulator``, key ``delivery``):
+    how late its held frames left, its alarm's lead and what waiting it out cost."""
+    cfg = node_configs(path)[0]
+    out = []
+    for r in cfg.replicas[:replicas]:
+        c = Client([(r.host, r.port)], tls=client_tls(path), attempt_timeout_s=2.0)
+        try:
+            out.append((await c.admin("emulator"))["delivery"])
+        finally:
+            await c.close()
+    return out
+
+
+def delivery_summary(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
+    """The delivery counters between two readings, summed over the nodes."""
+    frames = sum(
+        a["frames_written"] - b["frames_written"] for a, b in zip(after, before, strict=True)
+    )
+    late_us = sum(a["late_us_sum"] - b["late_us_sum"] for a, b in zip(after, before, strict=True))
+    spin_us = sum(a["spin_us_sum"] - b["spin_us_sum"] for a, b in zip(after, before, strict=True))
+    buckets = {
+        k: sum(
+            a["late_us_buckets"][k] - b["late_us_buckets"][k]
+            for a, b in zip(after, before, strict=True)
+        )
+        for k in after[0]["late_us_buckets"]
+    }
+    return {
+        "alarm": after[0]["alarm"],
+        "frames": frames,
+        "late_us_mean": round(late_us / frames, 1) if frames else None,
+        "late_us_buckets": buckets,
+        "lead_us": [a["lead_us"] for a in after],
+        "spin_us": round(spin_us, 1),
+    }
+
+
 async def _region(
     path: Path, k: int, warmup: int, commands: int, metrics_port: int
 ) -> tuple[list[float], float]:
@@ -169,16 +207,20 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
     n = len(regions)
     with local_nodes(profile_name, fsync) as (path, metrics_ports):
 
-        async def main() -> list[tuple[list[float], float]]:
+        async def main() -> tuple[list[tuple[list[float], float]], dict[str, Any], float]:
             await _wait_up(path, n)
+            before = await emulator_delivery(path, n)
+            started = time.monotonic()
             # One region at a time: "light load" means nothing else in flight.
             out = []
             for k in range(n):
                 out.append(await _region(path, k, warmup, commands, metrics_ports[k]))
             print(file=sys.stderr)
-            return out
+            seconds = time.monotonic() - started
+            return out, delivery_summary(before, await emulator_delivery(path, n)), seconds
 
-        samples = asyncio.run(main())
+        samples, delivery, seconds = asyncio.run(main())
+        delivery["spin_ms_per_s_per_node"] = round(delivery.pop("spin_us") / 1000 / seconds / n, 2)
     formula = PAPER_FORMULA_MS.get(profile_name, {})
     rows = []
     for region, (s, node_mean) in zip(regions, samples, strict=True):
@@ -196,7 +238,16 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
                 "within_5pct": abs(mean / target - 1) <= TOLERANCE if target else None,
             }
         )
-    return {"profile": profile_name, "commands_per_region": commands, "fsync": fsync, "rows": rows}
+    return {
+        "profile": profile_name,
+        "commands_per_region": commands,
+        "fsync": fsync,
+        "rows": rows,
+        "emulator_delivery": delivery,
+        "load_average": open("/proc/loadavg").read().split()[:3]
+        if Path("/proc/loadavg").exists()
+        else None,
+    }
 
 
 def _table(result: dict[str, Any]) -> str:
@@ -214,6 +265,16 @@ def _table(result: dict[str, Any]) -> str:
             f"{r['formula_ms'] if r['formula_ms'] is not None else '-'} | "
             f"{r['ratio'] if r['ratio'] is not None else '-'} |"
         )
+    d = result.get("emulator_delivery")
+    if d and d["frames"]:
+        lines.append(
+            f"emulator ({d['alarm']}): {d['frames']} held frames left a mean of"
+            f" {d['late_us_mean']} us after they were due ({d['late_us_buckets']});"
+            f" lead {min(d['lead_us'])}-{max(d['lead_us'])} us, its wait"
+            f" {d['spin_ms_per_s_per_node']} ms of CPU per second per node"
+        )
+    if result.get("load_average"):
+        lines.append(f"load average after the run: {' '.join(result['load_average'])}")
     return "\n".join(lines)
 
 
