@@ -2,17 +2,19 @@
 
 Why: a laboratory cluster on one machine or one data centre has sub-millisecond
 links, but SDPaxos is about wide-area latency (the paper's Table 1). The
-runtime's transport asks this module, on the SENDING side, for every frame it
-is about to write to peer ``dst``, at what time it may write it, or whether a
-partition drops it; it then writes the frame at that time with
-``loop.call_at``. The real network adds its own (small) delay on top.
+runtime's node asks this module, on the SENDING side, for every batch of frames
+it is about to write to peer ``dst``, at what time it may write it, or whether a
+partition drops it; :class:`sdpaxos.runtime.delivery.DelayedFrames` then holds
+the frames and writes them when they are due (never early, per-link order, no
+busy waiting). The real network adds its own (small) delay on top.
 
 The module is pure scheduling: no I/O, no asyncio, no clock (the caller passes
-``now_ms``, the event loop's monotonic time in milliseconds, e.g.
-``loop.time() * 1000``; the answer is on the same clock, so the transport calls
-``loop.call_at(at_ms / 1000, write)``), and randomness only from the
-:class:`random.Random` it is given (seed it for a reproducible run). It shares
-:mod:`sdpaxos.profiles` with the simulator and never imports the simulator.
+``now_ms``, any monotonic clock in milliseconds; the node passes
+``time.monotonic() * 1000``, not the loop's clock, which under uvloop counts
+whole milliseconds; the answer is on the same clock), and randomness only from
+the :class:`random.Random` it is given (seed it for a reproducible run). It
+shares :mod:`sdpaxos.profiles` with the simulator and never imports the
+simulator.
 
 API::
 

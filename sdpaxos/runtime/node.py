@@ -25,7 +25,8 @@ takes :meth:`Replica.ready` and carries it out in the durability order of
 
 **Messages** for one peer gathered in a loop turn go as one frame (a core
 batch), written once; the delay emulator, when configured, holds each frame
-for its link's delay (:mod:`sdpaxos.runtime.emulator`).
+for its link's delay (:mod:`sdpaxos.runtime.emulator` says when a frame may
+leave, :mod:`sdpaxos.runtime.delivery` holds it until then).
 
 **Exactly-once**: :meth:`Node.submit` numbers commands within a session
 (``client_id``, ``seq``); the core executes each ``(client_id, seq)`` once and
