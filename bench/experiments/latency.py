@@ -96,9 +96,8 @@ QUICK = Settings(clients_per_region=2, rate_per_s=50.0, warmup_ms=500.0, duratio
 FULL = Settings(clients_per_region=4, rate_per_s=50.0, warmup_ms=2_000.0, duration_ms=10_000.0)
 #: The runtime engine's: a lighter load (20 operations per second per region).
 #: The formula is a light-load figure, and on a 2-core machine five node
-#: processes, five load generators and the emulator's precise timers (each
-#: delayed frame's last 1.2 ms waited out loop turn by loop turn) compete for
-#: the CPU: more load there is queueing for a core, not the protocol.
+#: processes and five load generators compete for the CPU: more load there is
+#: queueing for a core, not the protocol.
 RUNTIME_QUICK = Settings(
     clients_per_region=2, rate_per_s=10.0, warmup_ms=500.0, duration_ms=2_500.0
 )
