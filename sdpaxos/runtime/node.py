@@ -780,7 +780,10 @@ class Node:
         if conn is None or not conn.out:
             return
         emulator = self.emulator
-        if emulator is None or not emulator.active:
+        delayed = self._delayed
+        if emulator is None or (
+            not emulator.active and (delayed is None or not delayed.held(peer.id))
+        ):
             conn.flush()
             return
         out, conn.out = conn.out, []
@@ -793,7 +796,6 @@ class Node:
             conn.frames_dropped += len(out)
             return
         at_s = at_ms / 1000.0
-        delayed = self._delayed
         assert delayed is not None
         if at_s <= now_s and not delayed.held(peer.id):
             conn.write(data, len(out))

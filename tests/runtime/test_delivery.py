@@ -28,6 +28,7 @@ from sdpaxos.runtime.delivery import (
     make_alarm,
     timerfd_available,
 )
+from sdpaxos.runtime.emulator import LinkEmulator
 from sdpaxos.runtime.local import make_local_cluster, node_configs
 from sdpaxos.runtime.node import Node
 
@@ -346,6 +347,37 @@ def test_a_frame_waiting_50_ms_costs_a_few_loop_turns_and_is_never_early(alarm_c
 
 
 @needs_timerfd
+def test_under_uvloop_frames_leave_in_order_and_never_early():
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        written: list[tuple[float, int, bytes]] = []
+        frames = DelayedFrames(
+            lambda link, data, n: written.append((time.monotonic(), link, data)),
+            lambda wake: make_alarm(loop, wake),
+            1 << 20,
+        )
+        start_s = time.monotonic()
+        due = {}
+        for k in range(20):  # two links, due 1 to 20 ms from now, some at once
+            due[b"%d" % k] = start_s + 0.001 * (1 + k // 2)
+            frames.send(k % 2, due[b"%d" % k], b"%d" % k, 1)
+        while len(written) < 20:
+            await asyncio.sleep(0.005)
+        counters = frames.to_json()
+        frames.close()
+        return written, due, counters
+
+    written, due, counters = uvloop.run(main())
+    assert counters["alarm"] == "TimerfdAlarm"
+    for when, _, name in written:
+        assert when >= due[name]
+    for link in (0, 1):
+        assert [w[2] for w in written if w[1] == link] == [b"%d" % k for k in range(link, 20, 2)]
+
+
+@needs_timerfd
 def test_timerfd_set_again_before_the_loop_reads_an_expiry_fires_once_at_the_new_time():
     async def main():
         loop = asyncio.get_running_loop()
@@ -430,3 +462,52 @@ def test_a_node_with_the_emulator_delivers_through_its_alarm_and_frees_it_on_sto
         if timerfd_available():
             with pytest.raises(OSError):
                 os.fstat(node._delayed._alarm._fd)  # type: ignore[attr-defined]
+
+
+class FakeConn:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.writes: list[bytes] = []
+        self.frames_dropped = 0
+
+    def flush(self) -> None:
+        out, self.out = self.out, []
+        if out:
+            self.write(b"".join(out), len(out))
+
+    def write(self, data: bytes, frames: int = 1) -> None:
+        self.writes.append(data)
+
+
+def test_a_frame_sent_after_the_emulator_turns_idle_waits_behind_held_ones(tmp_path):
+    # A link's delay set to 0 at run time makes the emulator inactive (it adds
+    # nothing any more); a frame held from before must still leave first.
+    cfg = node_configs(make_local_cluster(tmp_path, 3, insecure=True))[0]
+    node = Node(cfg, PayloadLog(), fsync=False, emulator=LinkEmulator(0, [0.0, 50.0, 50.0]))
+    alarms: list[FakeAlarm] = []
+
+    def make(wake):
+        alarms.append(FakeAlarm(wake))
+        return alarms[-1]
+
+    later_s = [0.0]  # the delivery's clock, moved on by the test
+    node._delayed = DelayedFrames(
+        node._write_delayed, make, 1 << 20, lambda: time.monotonic() + later_s[0]
+    )
+    peer = node._peers[1]
+    conn = FakeConn()
+    peer.conn = conn  # type: ignore[assignment]
+    conn.out = [b"first"]
+    node._flush_peer(peer)
+    assert conn.writes == [] and node._delayed.held(1) == 1
+    node.emulator.set_delays_ms([0.0, 0.0, 0.0])
+    assert not node.emulator.active
+    conn.out = [b"second"]
+    node._flush_peer(peer)
+    assert conn.writes == [] and node._delayed.held(1) == 2  # not ahead of "first"
+    later_s[0] = 1.0
+    alarms[0].fire()
+    assert conn.writes == [b"first", b"second"]
+    conn.out = [b"third"]
+    node._flush_peer(peer)  # nothing held any more: at once
+    assert conn.writes == [b"first", b"second", b"third"]
