@@ -116,15 +116,21 @@ class ClusterConfig:
         reads_per_message_max: most reads one R-request batch (or its reply)
             carries; a replica that starts more in one turn sends several, and
             a batch from a peer with more is refused.
-        straggler_window_ms: the window in which a command leader compares the
-            C-instances it needed ordered with those the sequencer ordered
-            (paper section 4: 500 ms).
-        straggler_ratio_pct: below this share of its need, a window is a strike
-            (paper: 50%).
+        straggler_window_ms: the window in which a non-sequencer judges how fast
+            the sequencer orders its C-instances (paper section 4: 500 ms).
+        straggler_ratio_pct: a window is a strike when the sequencer ordered
+            fewer than this share of the requirement: what a sequencer as fast
+            as the reference would have ordered (paper: 50%;
+            :mod:`sdpaxos.core.straggler` says why this requirement).
         straggler_strikes: consecutive strikes before polling the others (paper: 3).
-        straggler_need_min: windows with fewer C-instances to order are not judged.
+        straggler_need_min: windows with fewer C-instances to order (waiting at
+            the start plus started) are not judged.
+        straggler_reference_pct: how far each window that is not a strike moves
+            the reference (the sequencer's healthy pace and our backlog then)
+            toward its own, in percent (100: the last such window alone).
         straggler_min_interval_ms: least time between two view changes started
-            by straggler detection ("we also limit the frequency").
+            by straggler detection ("we also limit the frequency"): a replica
+            that started or agreed to one neither polls nor agrees for this long.
         snapshot_slots_min: take a snapshot (and compact what it covers) once this
             many slots were executed since the last one; ``None``: only when the
             driver asks (:meth:`Replica.request_snapshot`). ``docs/recovery.md``
@@ -183,6 +189,7 @@ class ClusterConfig:
     straggler_ratio_pct: int = 50
     straggler_strikes: int = 3
     straggler_need_min: int = 8
+    straggler_reference_pct: int = 25
     straggler_min_interval_ms: float = 10_000.0
     snapshot_slots_min: int | None = None
     snapshot_chunk_bytes: int = 1 << 20
@@ -218,6 +225,7 @@ class ClusterConfig:
             "straggler_ratio_pct",
             "straggler_strikes",
             "straggler_need_min",
+            "straggler_reference_pct",
             "clock_drift_ppm",
             "snapshot_chunk_bytes",
             "snapshot_bytes_max",
@@ -256,6 +264,11 @@ class ClusterConfig:
             raise ConfigError(
                 f"lease_ms ({self.lease_ms}) must be >= heartbeat_ms ({self.heartbeat_ms}),"
                 " or a live sequencer's lease lapses between heartbeats"
+            )
+        if self.straggler_reference_pct > 100 or self.straggler_ratio_pct > 100:
+            raise ConfigError(
+                "straggler_reference_pct and straggler_ratio_pct are percentages (1..100), got"
+                f" {self.straggler_reference_pct} and {self.straggler_ratio_pct}"
             )
         if self.clock_drift_ppm >= 100_000:
             raise ConfigError(f"clock_drift_ppm must be below 100000, got {self.clock_drift_ppm}")
