@@ -38,6 +38,8 @@ _DURATIONS_MS = (
 #: Largest ``snapshot_chunk_bytes``: half the wire codec's 16 MiB frame limit, so
 #: a chunk with its message header always fits one frame.
 SNAPSHOT_CHUNK_BYTES_MAX = 8 << 20
+#: Most healthy windows the straggler reference keeps (``straggler_reference_windows``).
+STRAGGLER_REFERENCE_WINDOWS_MAX = 64
 _MAY_BE_ZERO = frozenset({"lease_drift_ms", "election_jitter_ms", "election_margin_ms"})
 
 
@@ -125,9 +127,8 @@ class ClusterConfig:
         straggler_strikes: consecutive strikes before polling the others (paper: 3).
         straggler_need_min: windows with fewer C-instances to order (waiting at
             the start plus started) are not judged.
-        straggler_reference_pct: how far each window that is not a strike moves
-            the reference (the sequencer's healthy pace and our backlog then)
-            toward its own, in percent (100: the last such window alone).
+        straggler_reference_windows: the reference is the median pace and the
+            median wait of this many healthy windows, the last ones.
         straggler_min_interval_ms: least time between two view changes started
             by straggler detection ("we also limit the frequency"): a replica
             that started or agreed to one neither polls nor agrees for this long.
@@ -189,7 +190,7 @@ class ClusterConfig:
     straggler_ratio_pct: int = 50
     straggler_strikes: int = 3
     straggler_need_min: int = 8
-    straggler_reference_pct: int = 25
+    straggler_reference_windows: int = 5
     straggler_min_interval_ms: float = 10_000.0
     snapshot_slots_min: int | None = None
     snapshot_chunk_bytes: int = 1 << 20
@@ -225,7 +226,7 @@ class ClusterConfig:
             "straggler_ratio_pct",
             "straggler_strikes",
             "straggler_need_min",
-            "straggler_reference_pct",
+            "straggler_reference_windows",
             "clock_drift_ppm",
             "snapshot_chunk_bytes",
             "snapshot_bytes_max",
@@ -265,10 +266,10 @@ class ClusterConfig:
                 f"lease_ms ({self.lease_ms}) must be >= heartbeat_ms ({self.heartbeat_ms}),"
                 " or a live sequencer's lease lapses between heartbeats"
             )
-        if self.straggler_reference_pct > 100 or self.straggler_ratio_pct > 100:
+        if self.straggler_reference_windows > STRAGGLER_REFERENCE_WINDOWS_MAX:
             raise ConfigError(
-                "straggler_reference_pct and straggler_ratio_pct are percentages (1..100), got"
-                f" {self.straggler_reference_pct} and {self.straggler_ratio_pct}"
+                f"straggler_reference_windows must be at most {STRAGGLER_REFERENCE_WINDOWS_MAX},"
+                f" got {self.straggler_reference_windows}"
             )
         if self.clock_drift_ppm >= 100_000:
             raise ConfigError(f"clock_drift_ppm must be below 100000, got {self.clock_drift_ppm}")

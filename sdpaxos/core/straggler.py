@@ -5,73 +5,81 @@ the sequencer every 500 ms. If the throughput is less than 50% of its
 requirement for at least 3 times, it considers the sequencer as a straggler.
 Then it asks others whether they make the same judgment, and if so, it will
 start a view change ... we also limit the frequency". We keep that structure
-(a judgement per ``straggler_window_ms``, a strike below ``straggler_ratio_pct``
-of the requirement, ``straggler_strikes`` strikes, a poll, a majority, a rate
-limit) and say what the *requirement* is.
+(a judgement per ``straggler_window_ms``, a strike when fewer than
+``straggler_ratio_pct`` percent of the requirement were ordered,
+``straggler_strikes`` strikes in a row, a poll, a majority, a rate limit) and
+say what the *requirement* is.
 
-Why not "what we asked for". The first version took the requirement to be the
-C-instances that needed ordering in the window (those waiting at its start
-plus those started in it). Under closed-loop clients that never falls behind,
-however slow the sequencer: clients send their next command only when the
-last one is answered, so a replica starts C-instances only as fast as they are
-ordered, and batching packs more commands into each when ordering is slow.
-Throughput falls with the sequencer and the count keeps up with it.
+"What we asked for" is not enough. The C-instances that needed ordering in the
+window (those waiting at its start plus those started in it) are still one
+requirement: a sequencer that orders less than half of them falls behind an
+open load, or orders nothing. But under closed-loop clients that count never
+falls behind, however slow the sequencer: clients send their next command
+only when the last one is answered, so a replica starts C-instances only as
+fast as they are ordered, and batching packs more commands into each when
+ordering is slow. Throughput falls with the sequencer and the count with it.
 
 What a slow sequencer changes is the pace at which it serves our backlog.
 Every tick a non-sequencer samples its backlog (own C-instances started and
-not yet ordered); over a window that gives the mean backlog ``L`` and, with
-the C-instances ordered in the window, the ordering rate ``X`` and, by
-Little's law, the mean time a C-instance waits for its O-instance, ``W = L /
-X``. The *reference* is what the healthy sequencer of this view did: ``X`` and
-``L`` averaged over earlier windows that were not strikes (each one moves it
-``straggler_reference_pct`` percent). A window's requirement is the least a
-sequencer as fast as the reference would have ordered for us: no more than it
-did then (``X_ref`` times the window), and no more than our backlog would have
-got at its waiting time (``L * window / W_ref``). A window is a strike when
-fewer than ``straggler_ratio_pct`` percent of that were ordered, that is when
-the pace fell below half of the reference's *and* the wait grew beyond twice
-the reference's. Either alone happens to a healthy sequencer: the pace falls
-when load falls (but then the wait does not grow); the wait grows when load
-grows past what the sequencer can serve, or with the noise of a saturated
-system (but then the pace does not fall). Only a slower server does both.
-Under a closed loop (the backlog bounded by the clients) a sequencer slowed to
-a third shows a third of the pace and three times the wait from its first
-window on; under an open load beyond what it can serve the backlog grows and
-the pace falls with it.
+not yet ordered). Over a window that gives the backlog integrated over time
+``A``, the C-instances ordered ``X`` (the *pace*, per window) and, by Little's
+law, the mean time one waited for its O-instance, ``W = A / X`` (the *wait*).
+The *reference* is what this view's sequencer did when healthy: the median
+pace and the median wait of the last ``straggler_reference_windows`` healthy
+windows (medians, so that one burst or one stall does not move it). The
+requirement is then also the least a sequencer as fast as the reference would
+have ordered for us: no more than its pace (``X_ref``) and no more than our
+backlog at its wait (``A / W_ref``). A window is a strike when fewer than 50 %
+of that were ordered: the pace fell below half the reference's *and* the wait
+grew past twice the reference's. Either alone happens to a healthy
+sequencer: the pace falls when load falls (the wait does not grow then); the
+wait grows when load grows past what the sequencer can serve, and with the
+noise of a system near saturation (the pace does not fall then). Only a slower
+server does both. A sequencer slowed to a third under a closed loop shows a
+third of the pace and three times the wait from its first slowed window on.
 
-The other candidates, and why not them. A wait measured against the round
-trip to the sequencer (``rtt_ms``, ``observe_rtt``): under saturation every
-replica's own queue adds far more than the network, a healthy saturated
-cluster waits tens of round trips, and a node's measured round trips include
-its peers' queues, so no fixed multiple separates slow from busy. A
-comparison with the other replicas' response times: with thrifty quorums a
-replica's C-accepts may go to the sequencer alone, leaving it nothing to
-compare with. The reference instead is this replica's own history with this
-sequencer, so it learns what "healthy" means on whatever machine and load it
-runs, at the cost of missing a sequencer that is slow from the first window of
-its view (the reference then is the slow pace). Until a reference exists the
-requirement is the paper's count (what needed ordering), which catches a
-sequencer that orders nothing.
+Learning. A window that is not a strike is learned into the reference unless
+it is *degraded*: slower and longer-waiting than the reference, though not by
+half. Otherwise a sequencer that slows by degrees, or an open load it still
+mostly serves (the pace down a quarter, the wait up a hundredfold), would
+drag the reference down until nothing looks slow. A window better in one
+respect is learned: load that rises raises the pace, load that falls shortens
+the wait. The first window in a view carries the old view's backlog and is
+neither judged nor learned; a view change forgets the reference (a new
+sequencer, a new normal). Until a reference exists, the requirement is the
+count alone.
+
+The other candidates, and why not them. The wait against the round trip to the
+sequencer (``rtt_ms``, ``observe_rtt``): under saturation every replica's own
+queue adds far more than the network (a healthy saturated simulated cluster
+waits ninety round trips), and a node's measured round trips include its
+peers' queues, so no fixed multiple separates slow from busy. The wait against
+the other replicas' response times (C-acks): with thrifty quorums a replica's
+C-accepts may go to the sequencer alone, leaving it nothing to compare with.
+The reference is instead this replica's own history with this sequencer, which
+learns what "healthy" means on whatever machine and load it runs; the price is
+that a sequencer slow from the first window of its view is judged by the
+count alone.
 
 A slow *command leader* is not a slow sequencer: its own backlog waits in its
 own queue, so it may strike, but the others see the sequencer serve them as
-before and vote no. The poll asks every peer but the sequencer; a peer agrees
-if its own last window was a strike. With a majority (the poller included)
-the poller starts a view change, and the agreeing peers *distrust* the
-sequencer (no more lease renewals, votes for others once the lease lapses). A
-poll without a majority by the next judgement has failed: the poller takes its
-current pace as the sequencer's normal one (a new reference) and starts
-counting again, instead of asking every window. Rate limit: a replica that
-started or agreed to a straggler view change neither polls nor agrees again
-for ``straggler_min_interval_ms``. The first window in a view, which carries
-the previous view's backlog, is neither judged nor learned from, and a view
-change forgets the reference (a new sequencer, a new normal).
+before and vote no. The poll goes to every peer but the sequencer; a peer
+agrees if its own last window was a strike. With a majority (the poller
+included) the poller starts a view change, and the agreeing peers *distrust*
+the sequencer (no more lease renewals, votes for others once the lease
+lapses). A poll without a majority by the next judgement has failed: the
+poller takes its current pace as the sequencer's normal one (the reference
+restarts from this window) instead of asking every window. Rate limit: a
+replica that started a straggler view change, or agreed to one while not
+polling itself, neither polls nor agrees for ``straggler_min_interval_ms``.
 
 Whatever this decides, it only starts a view change, which is safe. A
 sequencer can also hand its role over on purpose (:meth:`Straggler.transfer_sequencer`).
 """
 
 import math
+from collections import deque
+from statistics import median
 
 from sdpaxos.core.context import Context
 from sdpaxos.core.errors import LocalProtocolError
@@ -106,10 +114,12 @@ class Straggler:
         self.backlog = 0
         self.sampled_ms = 0.0
         self.backlog_ms = 0.0
-        #: The reference: C-instances ordered for us per ms, and the mean
-        #: backlog, in this view's windows that were not strikes (None: none yet).
-        self.ref_rate: float | None = None
-        self.ref_backlog = 0.0
+        #: The reference: the pace (C-instances ordered for us per ms) and the
+        #: wait (ms, Little's law) of this view's last healthy windows; their
+        #: medians, so that one burst or one stall does not move it.
+        windows = ctx.config.straggler_reference_windows
+        self.paces: deque[float] = deque(maxlen=windows)
+        self.waits: deque[float] = deque(maxlen=windows)
 
     # ------------------------------------------------------------- detection
 
@@ -133,8 +143,8 @@ class Straggler:
     def start_view(self, now: float) -> None:
         """We follow the sequencer of a view we were not judging: a new normal."""
         self.window_view = self.s.views.view
-        self.ref_rate = None
-        self.ref_backlog = 0.0
+        self.paces.clear()
+        self.waits.clear()
         self.strikes = 0
         self.polling = set()
         self.window_first = True
@@ -152,19 +162,15 @@ class Straggler:
 
     def requirement(self, duration_ms: float, need: int) -> float:
         """The larger of what needed ordering in this window and what a sequencer
-        as fast as the reference would have ordered for us in it."""
-        if self.ref_rate is None:
+        as fast as the reference would have ordered for us in it: its pace over
+        the window, or our backlog at its wait (Little's law), whichever is less."""
+        if not self.paces:
             return float(need)
-        return max(need, min(self.ref_rate * duration_ms, self.waited_pace(duration_ms)))
-
-    def waited_pace(self, duration_ms: float) -> float:
-        """C-instances our backlog in this window would have had ordered at the
-        reference's waiting time ``W_ref = L_ref / X_ref`` (Little's law);
-        infinite without a reference or if the reference waited for nothing."""
-        rate = self.ref_rate
-        if rate is None or not self.ref_backlog > 0:
-            return math.inf
-        return self.backlog_ms * rate / self.ref_backlog
+        pace = median(self.paces) * duration_ms
+        wait = median(self.waits)
+        if wait > 0:
+            pace = min(pace, self.backlog_ms / wait)
+        return max(float(need), pace)
 
     def judge_sequencer_speed(self, now: float) -> None:
         """Judge the window that ends now (see the module docstring); three strikes
@@ -178,31 +184,24 @@ class Straggler:
         judged = need >= cfg.straggler_need_min and not self.window_first
         required = self.requirement(duration, need) if judged else 0.0
         strike = judged and served * 100 < required * cfg.straggler_ratio_pct
+        pace = served / duration
+        wait = self.backlog_ms / served if served else math.inf
         poll_failed = bool(self.polling)
         self.polling = set()
         if poll_failed:
             # The others do not see a slow sequencer: this is its normal pace now.
             self.strikes = 0
-            if judged:
-                self.ref_rate = None
-                self.learn(served / duration, self.backlog_ms / duration)
+            self.paces.clear()
+            self.waits.clear()
+            if judged and served:
+                self.learn(pace, wait)
         elif strike:
             self.strikes += 1
         else:
             self.strikes = 0
-            if judged and (
-                self.ref_rate is None
-                or served >= self.ref_rate * duration
-                or served >= self.waited_pace(duration)
-            ):
-                # As fast as the reference, or as short a wait: learned (load
-                # that rises raises the pace, load that falls shortens the wait).
-                # A window worse in both, but not by half, is neither a strike
-                # nor learned: else a sequencer that slows by degrees would drag
-                # the reference down with it.
-                self.learn(served / duration, self.backlog_ms / duration)
+            if judged and served and not self.degraded(pace, wait):
+                self.learn(pace, wait)
         self.window_first = False
-        backlog_ms = self.backlog_ms
         self.start_window(now)
         if (
             self.strikes >= cfg.straggler_strikes
@@ -215,21 +214,24 @@ class Straggler:
                 sequencer=s.views.sequencer,
                 served=served,
                 required=round(required, 1),
-                wait_ms=round(backlog_ms / served, 1) if served else None,
+                wait_ms=round(wait, 1) if served else None,
             )
             msg = StragglerPoll(s.me, s.views.view)
             for p in s.prox.near:
                 if p != s.views.sequencer:
                     s.out.send(p, msg)
 
-    def learn(self, rate: float, backlog: float) -> None:
-        """Move the reference toward a healthy window's pace and backlog."""
-        if self.ref_rate is None:
-            self.ref_rate, self.ref_backlog = rate, backlog
-            return
-        weight = self.s.config.straggler_reference_pct / 100
-        self.ref_rate += weight * (rate - self.ref_rate)
-        self.ref_backlog += weight * (backlog - self.ref_backlog)
+    def degraded(self, pace: float, wait: float) -> bool:
+        """Slower *and* longer-waiting than the reference (not by enough for a
+        strike). Not learned: else a sequencer that slows by degrees, or an open
+        load it still mostly serves, would drag the reference down with it. A
+        window better in one respect is learned: load that rises raises the pace,
+        load that falls shortens the wait."""
+        return bool(self.paces) and pace < median(self.paces) and wait > median(self.waits)
+
+    def learn(self, pace: float, wait: float) -> None:
+        self.paces.append(pace)
+        self.waits.append(wait)
 
     # ------------------------------------------------------------- the poll
 
@@ -241,8 +243,7 @@ class Straggler:
             self.strikes > 0
             and not s.views.is_sequencer
             and (
-                bool(self.polling)
-                or s.now_ms - self.last_ms >= s.config.straggler_min_interval_ms
+                bool(self.polling) or s.now_ms - self.last_ms >= s.config.straggler_min_interval_ms
             )
         )
         if agree:
