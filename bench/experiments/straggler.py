@@ -429,9 +429,11 @@ def _plot(ctx: Context, detection: dict[str, Any], name: str) -> None:
         ax.set_ylabel("ops/s")
         loop = {"closed": ", closed loop", "open": ", open load"}.get(detection.get("loop", ""), "")
         ax.set_title(
-            "SDPaxos: a slow sequencer detected and replaced (cf. Fig. 9(b)),"
-            f" slowed to 1/{detection['factor']:g}{loop}"
+            "SDPaxos: a slow sequencer detected and replaced (cf. Fig. 9(b))\n"
+            f"slowed to 1/{detection['factor']:g}{loop}",
+            fontsize=10,
         )
+        ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
 
     save_plot(ctx, name, draw)
