@@ -125,8 +125,8 @@ class ClusterConfig:
             as the reference would have ordered (paper: 50%;
             :mod:`sdpaxos.core.straggler` says why this requirement).
         straggler_strikes: consecutive strikes before polling the others (paper: 3).
-        straggler_need_min: windows with fewer C-instances to order (waiting at
-            the start plus started) are not judged.
+        straggler_need_min: windows with fewer own C-instances waiting at the
+            start or started in them are not judged.
         straggler_reference_windows: the reference is the median pace and the
             median wait of this many healthy windows, the last ones.
         straggler_min_interval_ms: least time between two view changes started

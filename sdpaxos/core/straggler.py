@@ -10,20 +10,25 @@ start a view change ... we also limit the frequency". We keep that structure
 ``straggler_strikes`` strikes in a row, a poll, a majority, a rate limit) and
 say what the *requirement* is.
 
-"What we asked for" is not enough. The C-instances that needed ordering in the
+Everything is counted in commands (those in our own C-instances), not in
+C-instances: batching packs more commands into each C-instance when a node is
+busier, so the C-instance count moves with the shape of the load as much as
+with the sequencer.
+
+"What we asked for" is not enough. The commands that needed ordering in the
 window (those waiting at its start plus those started in it) are still one
 requirement: a sequencer that orders less than half of them falls behind an
 open load, or orders nothing. But under closed-loop clients that count never
 falls behind, however slow the sequencer: clients send their next command
-only when the last one is answered, so a replica starts C-instances only as
-fast as they are ordered, and batching packs more commands into each when
-ordering is slow. Throughput falls with the sequencer and the count with it.
+only when the last one is answered, so a replica starts commands only as fast
+as they are ordered. Throughput falls with the sequencer and the count with it.
 
 What a slow sequencer changes is the pace at which it serves our backlog.
-Every tick a non-sequencer samples its backlog (own C-instances started and
-not yet ordered). Over a window that gives the backlog integrated over time
-``A``, the C-instances ordered ``X`` (the *pace*, per window) and, by Little's
-law, the mean time one waited for its O-instance, ``W = A / X`` (the *wait*).
+Every tick a non-sequencer samples its backlog (commands in its own
+C-instances started and not yet ordered). Over a window that gives the backlog
+integrated over time ``A``, the commands ordered ``X`` (the *pace*, per window)
+and, by Little's law, the mean time one waited for its O-instance, ``W = A /
+X`` (the *wait*).
 The *reference* is what this view's sequencer did when healthy: the median
 pace and the median wait of the last ``straggler_reference_windows`` healthy
 windows (medians, so that one burst or one stall does not move it). The
@@ -45,9 +50,10 @@ mostly serves (the pace down a quarter, the wait up a hundredfold), would
 drag the reference down until nothing looks slow. A window better in one
 respect is learned: load that rises raises the pace, load that falls shortens
 the wait. The first window in a view carries the old view's backlog and is
-neither judged nor learned; a view change forgets the reference (a new
-sequencer, a new normal). Until a reference exists, the requirement is the
-count alone.
+neither judged nor learned, nor is a window with fewer than
+``straggler_need_min`` C-instances waiting or started (too few to judge); a
+view change forgets the reference (a new sequencer, a new normal). Until a
+reference exists, the requirement is the count alone.
 
 The other candidates, and why not them. The wait against the round trip to the
 sequencer (``rtt_ms``, ``observe_rtt``): under saturation every replica's own
@@ -85,7 +91,7 @@ from sdpaxos.core.context import Context
 from sdpaxos.core.errors import LocalProtocolError
 from sdpaxos.core.messages import SequencerHandover, StragglerPoll, StragglerVote
 from sdpaxos.core.reactions import Reactions
-from sdpaxos.core.types import ReplicaId, View
+from sdpaxos.core.types import CIndex, ReplicaId, View
 
 
 class Straggler:
@@ -106,15 +112,21 @@ class Straggler:
         self.window_started_ms = 0.0
         self.window_index_start = 0
         self.window_ordered_start = 0
-        self.window_need_start = 0
         #: The first window of a view is not judged (it carries the old view's backlog).
         self.window_first = True
-        #: Own C-instances started and not ordered at the last sample, when it
-        #: was taken, and the backlog integrated over the window (C-instance ms).
+        # In commands: waiting at the window's start, started and ordered in it.
+        self.window_need_start = 0
+        self.started = 0
+        self.served = 0
+        #: Commands in own C-instances started and not ordered at the last sample,
+        #: when it was taken, and that backlog integrated over the window (ms).
         self.backlog = 0
         self.sampled_ms = 0.0
         self.backlog_ms = 0.0
-        #: The reference: the pace (C-instances ordered for us per ms) and the
+        #: The C-instance counters at the last sample.
+        self.seen_index = 0
+        self.seen_ordered = 0
+        #: The reference: the pace (commands ordered for us per ms) and the
         #: wait (ms, Little's law) of this view's last healthy windows; their
         #: medians, so that one burst or one stall does not move it.
         windows = ctx.config.straggler_reference_windows
@@ -133,12 +145,40 @@ class Straggler:
         if self.window_view != views.view:
             self.start_view(now)
             return
-        next_index = self.r.next_c_index()
-        self.backlog_ms += self.backlog * (now - self.sampled_ms)
-        self.sampled_ms = now
-        self.backlog = max(0, next_index - s.own_ordered)
+        self.sample(now)
         if now - self.window_started_ms >= s.config.straggler_window_ms:
             self.judge_sequencer_speed(now)
+
+    def sample(self, now: float) -> None:
+        """Count the commands started and ordered since the last sample, and
+        integrate the backlog (the last sample's, held until now)."""
+        s = self.s
+        next_index = self.r.next_c_index()
+        ordered = s.own_ordered
+        self.backlog_ms += self.backlog * (now - self.sampled_ms)
+        self.sampled_ms = now
+        if next_index > self.seen_index:
+            self.started += self.commands_in(self.seen_index, next_index)
+        if ordered > self.seen_ordered:
+            self.served += self.commands_in(self.seen_ordered, ordered)
+        self.seen_index, self.seen_ordered = next_index, ordered
+        self.backlog = self.commands_in(ordered, next_index)
+
+    def commands_in(self, start: int, end: int) -> int:
+        """Commands in our C-instances ``start .. end-1``. Counting commands, not
+        C-instances: batching packs more into each when ordering is slow, so the
+        C-instance count moves with the load's shape as much as with the
+        sequencer. A C-instance we no longer hold (compacted) or hold no value
+        for counts one; a range longer than ``c_inflight_max`` (a jump: a
+        snapshot installed) counts one per C-instance, to keep a tick cheap."""
+        if end - start > self.s.config.c_inflight_max:
+            return max(0, end - start)
+        log = self.s.clog.logs[self.s.me]
+        count = 0
+        for i in range(start, end):
+            inst = log.get(CIndex(i))
+            count += len(inst.commands) if inst is not None and inst.commands else 1
+        return count
 
     def start_view(self, now: float) -> None:
         """We follow the sequencer of a view we were not judging: a new normal."""
@@ -148,16 +188,17 @@ class Straggler:
         self.strikes = 0
         self.polling = set()
         self.window_first = True
+        s = self.s
+        self.seen_index, self.seen_ordered = self.r.next_c_index(), s.own_ordered
+        self.backlog = self.commands_in(self.seen_ordered, self.seen_index)
         self.start_window(now)
 
     def start_window(self, now: float) -> None:
-        s = self.s
-        next_index = self.r.next_c_index()
-        ordered = s.own_ordered
         self.window_started_ms = self.sampled_ms = now
-        self.window_index_start = next_index
-        self.window_ordered_start = ordered
-        self.window_need_start = self.backlog = max(0, next_index - ordered)
+        self.window_index_start = self.seen_index
+        self.window_ordered_start = self.seen_ordered
+        self.window_need_start = self.backlog
+        self.started = self.served = 0
         self.backlog_ms = 0.0
 
     def requirement(self, duration_ms: float, need: int) -> float:
@@ -178,11 +219,15 @@ class Straggler:
         s = self.s
         cfg = s.config
         duration = now - self.window_started_ms
-        next_index = self.r.next_c_index()
-        served = max(0, s.own_ordered - self.window_ordered_start)
-        need = self.window_need_start + max(0, next_index - self.window_index_start)
-        judged = need >= cfg.straggler_need_min and not self.window_first
-        required = self.requirement(duration, need) if judged else 0.0
+        # Enough to judge: C-instances that waited or started in the window.
+        instances = max(0, self.window_index_start - self.window_ordered_start) + max(
+            0, self.seen_index - self.window_index_start
+        )
+        judged = instances >= cfg.straggler_need_min and not self.window_first
+        served = self.served
+        required = (
+            self.requirement(duration, self.window_need_start + self.started) if judged else 0.0
+        )
         strike = judged and served * 100 < required * cfg.straggler_ratio_pct
         pace = served / duration
         wait = self.backlog_ms / served if served else math.inf
