@@ -21,17 +21,27 @@ The protocol, as implemented:
   is one more than the largest ``seq`` of an interfering instance known.
 * **PreAccept.** The leader computes the attributes from what it knows and
   sends ``PreAccept`` to the fast quorum minus itself: F + floor((F+1)/2) - 1
-  peers, the nearest ones (``config.rtt_ms``, then :meth:`observe_rtt`) when
+  peers, the nearest ones (``config.rtt_ms``, then :meth:`observe_rtt`; equal
+  round trips in ring order from the leader, as the SDPaxos core orders them,
+  so that on a LAN the leaders' quorums spread over the peers) when
   ``config.thrifty``, else every peer. Each acceptor merges its own
-  interference into the attributes, makes the instance durable, and answers.
+  interference into the attributes (the per-owner, per-key table of the
+  authors' ``conflicts``), makes the instance durable, and answers.
 * **Fast path.** Replies from fast-quorum-minus-one peers that all equal the
   leader's attributes: commit (one round trip to the farthest of them).
 * **Slow path.** Otherwise, with a majority (leader included) of replies: the
   union of the deps and the largest seq, ``Accept`` to a majority (the nearest
-  when thrifty), and commit on majority-minus-one ``AcceptOK``.
+  when thrifty), and commit on majority-minus-one ``AcceptOK``. A peer that
+  answered the PreAccept holds the commands and gets ``AcceptShort`` (the
+  authors' ``Accept`` never carries commands); a retransmission carries them.
 * **Commit** is durable at the leader, then broadcast; the client's ``READY``
-  reply comes then (the order of interfering commands is fixed). Every replica
-  makes a commit durable when it learns it.
+  reply comes then (the order of interfering commands is fixed). Peers that
+  answered the PreAccept or Accept get ``CommitShort`` (no commands), the
+  others the full ``Commit``: the authors' thrifty ``bcastCommit``, so the
+  leader sends every payload N-1 times in all, as a Multi-Paxos leader or an
+  SDPaxos command leader does. Every replica makes a commit durable when it
+  learns it; a ``CommitShort`` of an instance it never saw changes nothing
+  (``CommitUpto`` and ``CommitRequest`` bring the full commit).
 * **Execution.** A committed instance executes once every instance it depends
   on (transitively) is committed: strongly connected components of the
   dependency graph (Tarjan's algorithm, iterative), components in reverse
