@@ -76,7 +76,7 @@ import msgpack
 
 from bench.core_micro import CountingStorage
 from bench.cputime import TIMED_CALLS
-from bench.workloads import OpStream, Workload
+from bench.workloads import HOT_KEY, OpStream, Workload
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.ready import ReadResult, Reply, ReplyKind
 from sdpaxos.core.storage import Record
@@ -263,6 +263,8 @@ class RoundResult:
     executed: list[int] = field(default_factory=list)
     reads_ok: int = 0
     reads_via_log: int = 0
+    #: Reads whose answer was checked against the session's last write.
+    reads_checked: int = 0
     instances: int = 0
     instance_commands: int = 0
     frames: int = 0
@@ -373,6 +375,7 @@ class RoundResult:
             "rounds": self.rounds,
             "reads_ok": self.reads_ok,
             "reads_via_log": self.reads_via_log,
+            "reads_checked": self.reads_checked,
             "frames": self.frames,
             "wire_bytes": self.wire_bytes,
             "write_payload_bytes": round(self.write_payload_bytes, 1),
@@ -418,7 +421,7 @@ def reply_bytes(client_id: int, seq: int, value: bytes | None) -> int:
 
 
 class _Session:
-    __slots__ = ("cid", "key", "replica", "seq", "stream", "waiting")
+    __slots__ = ("cid", "key", "replica", "seq", "stream", "waiting", "written", "written_key")
 
     def __init__(self, cid: int, replica: int, stream: OpStream) -> None:
         self.cid = cid
@@ -429,6 +432,18 @@ class _Session:
         self.key = b""
         #: What completes the outstanding op: ReplyKind, "read", or None (idle).
         self.waiting: Any = None
+        #: The key and value of this session's last write (completed before
+        #: any later read of it was issued: a linearizable read must see it).
+        self.written_key = b""
+        self.written = b""
+
+    def expected(self) -> bytes | None:
+        """What a read of :attr:`key` must return; ``None``: not known (the hot
+        key, which other sessions write too)."""
+        if self.key == HOT_KEY:
+            return None
+        # Any other key is this session's alone: its last write, or never written.
+        return self.written if self.key == self.written_key else b""
 
 
 class _Driver(Outlet):
@@ -493,6 +508,11 @@ class _Driver(Outlet):
         self.orders: list[list[int | None]] = [[] for _ in range(n)]
         self.write_payload_sum = 0
         self.writes = 0
+        #: Reads whose answer is known (not of the hot key), and those that did
+        #: not return what the session last wrote to the key (one described).
+        self.reads_checked = 0
+        self.stale_reads = 0
+        self.stale_example = ""
 
     # -- the outlet ---------------------------------------------------------
 
@@ -547,6 +567,8 @@ class _Driver(Outlet):
                 continue
             if reply.kind is not s.waiting:
                 continue  # READY of a read through the log: it waits for EXECUTED
+            if reply.kind is ReplyKind.EXECUTED:  # a read through the log
+                self._check_read(s, reply.result or b"", replica)
             s.waiting = None
             self.completed += 1
             counter["client_out"] += reply_bytes(s.cid, s.seq, reply.result)
@@ -566,11 +588,25 @@ class _Driver(Outlet):
                 self.completed += 1
                 # The node answers from its own store: the value it holds now.
                 value = self.machines[replica].value(s.key) or b""
+                self._check_read(s, value, replica)
                 counter["client_out"] += reply_bytes(s.cid, s.seq, value)
             else:
                 self.reads_via_log += 1
                 s.waiting = "log"  # proposed through the log after this turn
             nxt.append(s)
+
+    def _check_read(self, s: _Session, value: bytes, replica: int) -> None:
+        want = s.expected()
+        if want is None:
+            return
+        self.reads_checked += 1
+        if value != want:
+            self.stale_reads += 1
+            if not self.stale_example:
+                self.stale_example = (
+                    f"a read of {s.key!r} at replica {replica} returned {value[:24]!r},"
+                    f" not the session's last write {want[:24]!r}"
+                )
 
     # -- the executed order (driver bookkeeping, not timed) --------------------
 
@@ -654,7 +690,10 @@ class _Driver(Outlet):
                 wait = Wait.EXECUTED
             else:
                 s.seq += 1
-                cmd = Command(s.cid, s.seq, self._write_payload(op.key, op.payload), op.key)
+                payload = self._write_payload(op.key, op.payload)
+                cmd = Command(s.cid, s.seq, payload, op.key)
+                s.written_key = op.key
+                s.written = payload[KV_HEADER_BYTES + len(op.key) :]
                 s.waiting = ReplyKind.READY
                 wait = Wait.READY
             counter["client_in"] += submit_bytes(s.cid, s.seq, cmd.payload, cmd.key)
@@ -794,6 +833,7 @@ def run_with(
     res.executed = [m.count for m in d.machines]
     res.reads_ok = d.reads_ok
     res.reads_via_log = d.reads_via_log
+    res.reads_checked = d.reads_checked
     res.instances = len(d.instances)
     res.instance_commands = sum(d.instances.values())
     res.frames = d.frames
@@ -818,6 +858,11 @@ def verify(d: _Driver) -> list[str]:
     problems: list[str] = []
     if d.completed != d.issued:
         problems.append(f"{d.completed} operations completed of {d.issued} issued")
+    if d.stale_reads:
+        problems.append(
+            f"{d.stale_reads} of {d.reads_checked} reads missed a completed write;"
+            f" {d.stale_example}"
+        )
     for r in range(d.n):
         d.take_orders(r)
     per_key = d.spec.protocol in PER_KEY_ORDER

@@ -10,8 +10,9 @@ The protocol, as implemented:
 
 * **Instances.** Every replica leads its own instances ``(replica, i)``,
   ``i = 0, 1, 2, ...``. One instance holds a batch: the proposals waiting at a
-  ``ready()`` turn, at most ``config.c_batch_max``; its keys are the union of
-  the commands' :attr:`Command.key`.
+  ``ready()`` turn, at most ``config.c_batch_max`` (more waiting: more
+  instances in the same turn); its keys are the union of the commands'
+  :attr:`Command.key`.
 * **Interference.** Two instances interfere when they share a key, or when
   either holds a command with ``key=None`` (an unnamed object: it interferes
   with everything).
@@ -465,8 +466,13 @@ class EPaxosReplica:
                 self._request_commits(late)
 
     def ready(self) -> Ready:
-        """Start an instance for the waiting proposals, execute, hand over effects."""
-        if self.proposals and len(self.inflight) < self.config.c_inflight_max:
+        """Start instances for the waiting proposals, execute, hand over effects.
+
+        As many instances as the queue fills (``c_batch_max`` commands each, at
+        most ``c_inflight_max`` in flight), as the SDPaxos command leader does:
+        one per turn would leave commands queued for turns behind a full batch.
+        """
+        while self.proposals and len(self.inflight) < self.config.c_inflight_max:
             self._start_instance()
         if self.exec_dirty:
             self.exec_dirty = False

@@ -283,3 +283,43 @@ def test_an_epaxos_replica_reordering_one_key_is_caught() -> None:
 
     res = run_with(RoundSpec("epaxos", replicas=3, conflict_pct=50.0, **SMALL), make, spec.codec)
     assert any("diverge per key: replica 1" in p for p in res.problems), res.problems
+
+
+# -- reads: what they return is checked -------------------------------------------------------
+
+
+class _Forgetful:
+    """Records every command but stores no put: reads here miss completed writes."""
+
+    def __init__(self, inner: KVMachine) -> None:
+        self.inner = inner
+
+    def apply(self, payload: bytes) -> bytes:
+        if payload[0] == PUT:
+            self.inner.order.append(payload)
+            return b"ok"
+        return self.inner.apply(payload)
+
+    def snapshot(self) -> bytes:
+        return self.inner.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.inner.restore(data)
+
+
+@pytest.mark.parametrize(
+    ("name", "where"),
+    [("sdpaxos", "local reads at the sequencer"), ("epaxos", "reads through the log")],
+)
+def test_a_read_that_misses_a_completed_write_is_caught(name: str, where: str) -> None:
+    spec = protocol(name)
+    base = RoundSpec(name, replicas=3, read_pct=50.0, read_written=True, **SMALL)
+    good = run_rounds(base)
+    assert good.ok, good.problems
+    assert good.reads_checked > 500  # every read here is of the session's own key
+
+    def make(config: Any, r: int, sm: Any, rng: Any, observe: bool, records: Any) -> Any:
+        return spec.make_replica(config, r, _Forgetful(sm) if r == 0 else sm, rng, False, None)
+
+    res = run_with(base, make, spec.codec)
+    assert any("reads missed a completed write" in p for p in res.problems), (where, res.problems)
