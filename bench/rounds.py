@@ -807,11 +807,14 @@ def run_with(
             if measured_at is not None and _settled(d):
                 break
             idle_rounds = 0 if d.completed > before else idle_rounds + 1
-            if idle_rounds > STUCK_ROUNDS and not _settled(d):
+            if idle_rounds > STUCK_ROUNDS:
+                # Nothing completes any more: stuck, or (settled) nothing is
+                # issued and the measured window can no longer close.
                 d.problems.append(
                     f"stuck: no operation completed in {STUCK_ROUNDS} rounds;"
                     f" {d.completed}/{d.issued} completed, executed"
-                    f" {[m.count for m in d.machines]} of {d.proposed} proposed"
+                    f" {[m.count for m in d.machines]} of {d.proposed} proposed,"
+                    f" {'the window closed' if measured_at else 'the window never closed'}"
                 )
                 break
             if progress is not None:

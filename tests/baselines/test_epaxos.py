@@ -352,6 +352,23 @@ def test_fast_path_commits_on_agreeing_replies_and_answers_ready() -> None:
     assert leader.stats.fast_commits == 1 and leader.stats.slow_commits == 0
 
 
+def test_equal_round_trips_pick_the_fast_quorum_in_ring_order() -> None:
+    """On a LAN every round trip is equal: each leader's quorum is its ring
+    successors (as the SDPaxos core picks them), so quorums spread over the peers."""
+    lan = tuple(tuple(0.0 if p == q else 0.2 for q in range(5)) for p in range(5))
+    for me, want in ((0, [1, 2]), (3, [4, 0]), (4, [0, 1])):
+        leader, _ = _replica(n=5, me=me, rtt_ms=lan)
+        sent = _propose(leader, Command(1, 1, b"p", b"k"))
+        assert sorted(dst for dst, _ in sent) == sorted(want), me
+
+
+def test_a_full_queue_starts_several_instances_in_one_turn() -> None:
+    leader, _ = _replica(n=3, c_batch_max=4)
+    sent = _propose(leader, *(Command(1, i, b"p", b"k%d" % i) for i in range(1, 10)))
+    pre = [m for _, m in sent if isinstance(m, PreAccept)]
+    assert [(m.index, len(m.commands)) for m in pre] == [(0, 4), (1, 4), (2, 1)]
+
+
 def test_a_differing_reply_takes_the_slow_path_with_merged_attributes() -> None:
     leader, _ = _replica(n=3)
     ((dst, pre),) = _propose(leader, Command(1, 1, b"p", b"k"))
