@@ -161,14 +161,16 @@ class Reads:
             count = len(ids)
             first = self.next_ask
             self.next_ask = first + count
-            asks = range(first, first + count)
+            asks = tuple(range(first, first + count))  # each int made once, shared below
             self.asking.update(zip(asks, ids, strict=True))
-            self.pending.update(dict.fromkeys(ids, ASKING))
+            pending = self.pending
+            for rid in ids:
+                pending[rid] = ASKING
             step = s.config.reads_per_message_max
             view = views.view
             now = s.now_ms
             for i in range(0, count, step):
-                batch_asks = tuple(asks[i : i + step])
+                batch_asks = asks[i : i + step]  # a tuple's slice shares its ints
                 s.out.send(seq, RRequestBatch(s.me, view, batch_asks, tuple(keys[i : i + step])))
                 self.asked.append((now, batch_asks))
             if len(self.asked) > s.config.reads_pending_max:
