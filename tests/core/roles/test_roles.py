@@ -18,6 +18,7 @@ from sdpaxos.core.messages import (
     OAccept,
     RReplyBatch,
     RRequest,
+    RRequestBatch,
     StragglerVote,
     Vote,
     VRequest,
@@ -235,7 +236,9 @@ def test_reads_ask_the_sequencer_then_wait_for_the_slot(rec: Recorder) -> None:
     assert kinds(ctx) == []  # asked at the next ready(), with the turn's other reads
     reads.flush()
     assert kinds(ctx) == [(0, "RRequestBatch")]
-    reads.handle_r_reply_batch(RReplyBatch(0, 0, (7,), (3,), (True,)))
+    [(_, request)] = ctx.out.messages
+    assert isinstance(request, RRequestBatch) and request.keys == (b"k",)
+    reads.handle_r_reply_batch(RReplyBatch(0, 0, request.read_ids, (3,), (True,)))
     assert reads.pending[7] == 3
     reads.serve()
     assert not ctx.out.reads  # slot 3 not executed yet
