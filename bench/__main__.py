@@ -21,7 +21,7 @@ from sdpaxos.protocols import PROTOCOL_NAMES
 #: Each experiment: one line of help (``--help`` lists them).
 EXPERIMENTS: dict[str, str] = {
     "latency": "per-region commit and read latency on paper3/paper5 (Figs. 12, 13)",
-    "throughput": "CPU per 1,000 commands and one-core-per-replica capacity (Fig. 11)",
+    "throughput": "capacity per protocol vs conflict and read share, CPU and NIC (Figs. 10, 11)",
     "straggler": "throughput with one slow replica; SDPaxos moving a slow sequencer (Fig. 9)",
     "failover": "throughput over time per replica when the sequencer/leader is killed (Fig. 14)",
     "report": "runs the quick set and writes one self-contained HTML page",
@@ -92,6 +92,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=1, help="seed of every workload and run (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--nic-mbps",
+        type=float,
+        default=None,
+        help="throughput: the NIC of each replica, Mbit/s each way, for the capacity with"
+        " one core and one NIC per replica (default 445: the paper's EC2 m4.large)",
+    )
     return p
 
 
@@ -117,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         print("--fsync is for --engine runtime (the simulator has no disk)", file=sys.stderr)
         return 2
     RuntimeEngine.fsync_default = args.fsync
+    if args.nic_mbps is not None and not args.nic_mbps > 0:
+        print(f"--nic-mbps must be > 0, got {args.nic_mbps}", file=sys.stderr)
+        return 2
     out = args.out if args.out is not None else RESULTS_ROOT / args.experiment
     ctx = Context(
         args.experiment,
@@ -126,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         protocols=protocols,
         seed=args.seed,
         quiet=args.quiet,
+        nic_mbps=args.nic_mbps,
     )
     for name, why in ctx.skipped.items():
         ctx.progress(f"skipping {name}: {why}")

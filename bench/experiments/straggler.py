@@ -13,18 +13,24 @@ Part 1, Fig. 9(a): 3 replicas on a LAN, closed-loop clients at every replica,
 leader slowed ("leader"; SDPaxos-S in the paper) and with another replica
 slowed ("other"; SDPaxos-N), and the reduction from no straggler.
 
-Part 2, Fig. 9(b): SDPaxos, the sequencer slowed at ``slow_at_ms`` under
-open-loop load above what the slowed sequencer can order (a closed loop slows
-down with the sequencer, so the command leaders never see it fall behind and
-never suspect it). Throughput in 100 ms bins, the believed sequencer sampled
-every 100 ms, and the detection time: from the slowdown to the first sample
-showing another sequencer.
+Part 2, Fig. 9(b): SDPaxos straggler detection in the simulator
+(:func:`_sim_detection`, a :class:`~sdpaxos.sim.cluster.SimCluster` with a
+tracer, so that the core's own trace events time it), four runs: the
+sequencer slowed at ``slow_at_ms`` under closed-loop clients (the paper's
+setting) and under an open load above what the slowed sequencer orders;
+another replica slowed (a non-sequencer straggler must move nothing); nothing
+slowed, a long saturated closed loop (no suspicion allowed). Per run: the
+first ``StragglerSuspect`` (a command leader polls the others), the first
+``StragglerViewChange`` (a majority agreed), the first ``BecomeSequencer``,
+and when a majority of replicas, sampled every 100 ms, follow another
+sequencer; throughput in 100 ms bins.
 
 With ``--engine runtime`` (:func:`_run_runtime`): three node processes on
 loopback, the straggler slowed by a SIGSTOP/SIGCONT duty cycle to a third of
-the wall clock; part 1 measures closed-loop throughput and CPU, part 2 an
-open-loop SDPaxos run with the sequencer slowed, timed by the nodes' trace
-events (``StragglerSuspect``, ``StragglerViewChange``, ``Establish``) and their
+the wall clock; part 1 measures closed-loop throughput and CPU, part 2 SDPaxos
+runs with the sequencer slowed (to a third and to a tenth), under part 1's
+closed-loop clients and under an open load, timed by the nodes' trace events
+(``StragglerSuspect``, ``StragglerViewChange``, ``Establish``) and their
 sampled status.
 """
 
@@ -32,15 +38,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 from dataclasses import dataclass
 from typing import Any
 
 from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
 from bench.engines import Clients, RunSpec, close_engine
-from bench.rounds import RoundSpec, run_rounds
+from bench.rounds import RoundSpec, lease_overrides, run_rounds
 from bench.workloads import Workload
+from sdpaxos.core.ready import ReplyKind
+from sdpaxos.core.types import Command, Wait
 from sdpaxos.profiles import uniform
+from sdpaxos.sim import LivenessViolation, SafetyViolation, SeededChooser, SimCluster
+from sdpaxos.sim.workload import ClosedLoopClients
 
 TITLES = {
     "sdpaxos": "SDPaxos",
@@ -61,7 +72,8 @@ class Settings:
     clients_per_region: int
     warmup_ms: float
     duration_ms: float
-    #: Part 2: when the sequencer slows, how long the run lasts, the open load.
+    #: Part 2: when the straggler slows, how long a run lasts, the open load
+    #: (clients per region, each at this rate).
     slow_at_ms: float
     detect_run_ms: float
     detect_clients_per_region: int
@@ -70,18 +82,32 @@ class Settings:
     sessions: int
     warmup: int
     commands: int
+    #: Part 2: closed-loop clients per region, and how long the healthy run lasts.
+    detect_closed_clients_per_region: int
+    healthy_run_ms: float
 
 
-QUICK = Settings(20, 300.0, 1_500.0, 1_000.0, 6_000.0, 5, 100.0, 1000, 5_000, 20_000)
-FULL = Settings(20, 1_000.0, 5_000.0, 2_000.0, 10_000.0, 5, 100.0, 2000, 20_000, 100_000)
+QUICK = Settings(20, 300.0, 1_500.0, 1_000.0, 5_000.0, 5, 100.0, 1000, 5_000, 20_000, 10, 20_000.0)
+FULL = Settings(
+    20, 1_000.0, 5_000.0, 2_000.0, 8_000.0, 5, 100.0, 2000, 20_000, 100_000, 10, 120_000.0
+)
+#: Part 2's runs: (name, clients, the replica slowed or None). Replica 0 is the sequencer.
+DETECTION_CASES: tuple[tuple[str, str, int | None], ...] = (
+    ("sequencer slowed, closed loop", "closed", 0),
+    ("sequencer slowed, open load", "open", 0),
+    ("another replica slowed, closed loop", "closed", 1),
+    ("nothing slowed, closed loop (saturated)", "closed", None),
+)
+#: The core's trace events part 2 times.
+DETECTION_EVENTS = frozenset({"StragglerSuspect", "StragglerViewChange", "BecomeSequencer"})
+#: Open-loop clients' ids start here.
+OPEN_CLIENT_BASE = 1_000_000
 
 
 def run(ctx: Context) -> int:
     if ctx.engine_name == "runtime":
         return _run_runtime(ctx)
     settings = QUICK if ctx.quick else FULL
-    engine = ctx.engine()
-    profile = uniform(3, 0.2, local_rtt_ms=0.1, name="lan3")
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     for proto in ctx.protocols:
@@ -123,10 +149,13 @@ def run(ctx: Context) -> int:
             row[f"{case}_reduction_pct"] = (
                 round((row[case] / row["none"] - 1) * 100, 1) if row["none"] else None
             )
-    detection = None
+    detections: list[dict[str, Any]] = []
     if "sdpaxos" in ctx.runnable:
-        detection = _detection(ctx, settings, engine, profile, failures)
-    _plot(ctx, detection)
+        for name, loop, slowed in DETECTION_CASES:
+            detections.append(_sim_detection(ctx, settings, name, loop, slowed, failures))
+    for d, stem in zip(detections, ("closed", "open", "other", "healthy"), strict=True):
+        if d["slowed"] == 0:
+            _plot(ctx, d, f"straggler_detection_{stem}.png")
     result = {
         "settings": dataclasses.asdict(settings),
         "processing_us": PROCESSING_US,
@@ -134,57 +163,150 @@ def run(ctx: Context) -> int:
         "part1_driver": "bench.rounds: the straggler takes one round in"
         f" {ROUNDS_EVERY} and its CPU counts {ROUNDS_EVERY}x in the capacity",
         "rows": rows,
-        "detection": detection,
+        "detection": detections,
         "failures": failures,
     }
-    write_results(ctx, result, _markdown(ctx, settings, rows, detection))
+    write_results(ctx, result, _markdown(ctx, settings, rows, detections))
+    for f in failures:
+        ctx.progress(f"FLAGGED: {f}")
     return 1 if failures else 0
 
 
-def _detection(
-    ctx: Context, settings: Settings, engine: Any, profile: Any, failures: list[str]
+def _sim_detection(
+    ctx: Context,
+    settings: Settings,
+    name: str,
+    loop: str,
+    slowed: int | None,
+    failures: list[str],
 ) -> dict[str, Any]:
-    spec = RunSpec(
-        protocol="sdpaxos",
-        profile=profile,
-        workload=Workload(seed=ctx.seed),
-        clients=Clients(
-            "open", (settings.detect_clients_per_region,) * 3, rate_per_s=settings.detect_rate_per_s
-        ),
-        duration_ms=settings.detect_run_ms,
+    """One part-2 run in the simulator; times are in ms after the slowdown."""
+    profile = uniform(3, 0.2, local_rtt_ms=0.1, name="lan3")
+    cluster = SimCluster(
+        profile,
+        SeededChooser(random.Random(ctx.seed)),
+        traced=True,
         processing_us=PROCESSING_US,
-        slow=(0, SLOW_FACTOR, settings.slow_at_ms),
-        sample_ms=float(BIN_MS),
-        drain_ms=0.0,
-        seed=ctx.seed,
+        config_overrides=lease_overrides(),
     )
-    out = ctx.run(engine, spec, "sdpaxos, sequencer slowed, detection")
-    if not out.ok:
-        failures.append(f"detection run: {out.verdict}")
-    slow_us = round(settings.slow_at_ms * 1000)
-    moved_us = next(
-        (t for t, leader in out.leader_samples if t >= slow_us and leader not in (0, None)), None
+    events: list[tuple[int, str, int]] = []
+    done_us: list[int] = []
+
+    def on_trace(replica: int, event: str, _fields: object) -> None:
+        if event in DETECTION_EVENTS:
+            events.append((cluster.now_us, event, replica))
+
+    def on_reply(_replica: int, reply: Any, now_us: int) -> None:
+        if reply.kind is ReplyKind.READY:
+            done_us.append(now_us)
+
+    cluster.trace_listeners.append(on_trace)
+    cluster.reply_listeners.append(on_reply)
+    run_ms = settings.detect_run_ms if slowed is not None else settings.healthy_run_ms
+    end_us = round(run_ms * 1000)
+    offered = None
+    if loop == "closed":
+        clients = settings.detect_closed_clients_per_region
+        ClosedLoopClients(cluster, 1 << 40, clients_per_region=clients).start()
+    else:
+        clients = settings.detect_clients_per_region
+        offered = clients * 3 * settings.detect_rate_per_s
+        _open_load(cluster, ctx.seed, clients, settings.detect_rate_per_s, end_us)
+    slow_at_ms = settings.slow_at_ms if slowed is not None else 0.0
+    slow_us = round(slow_at_ms * 1000)
+    if slowed is not None:
+        cluster.call_at(slow_us, lambda: cluster.slow(slowed, SLOW_FACTOR), "slow")
+    samples: list[tuple[int, int | None]] = []
+    bin_us = BIN_MS * 1000
+
+    def sample() -> None:
+        samples.append((cluster.now_us, cluster.believed_sequencer()))
+        if cluster.now_us + bin_us < end_us:
+            cluster.call_at(cluster.now_us + bin_us, sample, "sample")
+
+    cluster.call_at(0, sample, "sample")
+    ctx.progress(f"sdpaxos, {name} ...")
+    status = "ok"
+    try:
+        while cluster.now_us < end_us:
+            cluster.run_until(min(end_us, cluster.now_us + 2_000_000))
+            ctx.progress(f"  {name}: {cluster.now_us / 1e6:.0f}/{end_us / 1e6:.0f} s virtual")
+    except (SafetyViolation, LivenessViolation) as exc:
+        status = f"{type(exc).__name__} at {cluster.now_us} us: {exc}"
+        failures.append(f"detection run ({name}): {status}")
+
+    def first(event: str) -> tuple[float, int] | None:
+        hit = next(((t, r) for t, e, r in events if e == event and t >= slow_us), None)
+        return None if hit is None else ((hit[0] - slow_us) / 1000, hit[1])
+
+    moved_us = next((t for t, s in samples if t >= slow_us and s not in (0, None)), None)
+    suspect, vc, won = (
+        first("StragglerSuspect"),
+        first("StragglerViewChange"),
+        first("BecomeSequencer"),
     )
-    new_leader = None if moved_us is None else dict(out.leader_samples)[moved_us]
-    end_us = spec.window_us[1]
-    bins = [0] * (end_us // (BIN_MS * 1000))
-    for rec in out.records:
-        if rec.complete_us is not None and rec.complete_us < len(bins) * BIN_MS * 1000:
-            bins[rec.complete_us // (BIN_MS * 1000)] += 1
-    offered = settings.detect_clients_per_region * 3 * settings.detect_rate_per_s
-    return {
-        "slow_at_ms": settings.slow_at_ms,
+    bins = [0] * (end_us // bin_us)
+    for t in done_us:
+        if t < len(bins) * bin_us:
+            bins[t // bin_us] += 1
+    suspicions = sum(1 for _, e, _ in events if e == "StragglerSuspect")
+    suspected_before = sum(1 for t, e, _ in events if e == "StragglerSuspect" and t < slow_us)
+    result: dict[str, Any] = {
+        "case": name,
+        "loop": loop,
+        "slowed": slowed,
+        "factor": SLOW_FACTOR,
+        "clients_per_region": clients,
         "offered_per_s": offered,
+        "slow_at_ms": slow_at_ms,
+        "run_ms": run_ms,
+        "suspicions": suspicions,
+        "suspicions_before_slowdown": suspected_before,
+        "suspect_after_ms": None if suspect is None else suspect[0],
+        "suspect_at": None if suspect is None else suspect[1],
+        "straggler_view_change_after_ms": None if vc is None else vc[0],
+        "won_after_ms": None if won is None else won[0],
         "detected_after_ms": None if moved_us is None else (moved_us - slow_us) / 1000,
-        "new_sequencer": new_leader,
+        "new_sequencer": None if moved_us is None else dict(samples)[moved_us],
+        "views_won": cluster.core_counters().get("views_won", 0),
         "bin_ms": BIN_MS,
         "throughput_per_s": [b * 1000 / BIN_MS for b in bins],
-        "leader_samples": [[t / 1000, leader] for t, leader in out.leader_samples],
+        "leader_samples": [[t / 1000, s] for t, s in samples],
+        "status": status,
     }
+    if slowed == 0 and (vc is None or moved_us is None):
+        failures.append(f"{name}: straggler detection did not move the sequencer")
+    if slowed != 0 and (vc is not None or moved_us is not None):
+        failures.append(f"{name}: the sequencer moved ({events[:6]})")
+    if suspected_before or (slowed is None and suspicions):
+        failures.append(f"{name}: {suspicions} StragglerSuspect in healthy time")
+    ctx.progress(
+        f"sdpaxos, {name}: suspected {result['suspect_after_ms']} ms, moved"
+        f" {result['detected_after_ms']} ms after the slowdown; {suspicions} suspicions"
+    )
+    return result
+
+
+def _open_load(
+    cluster: SimCluster, seed: int, clients: int, rate_per_s: float, end_us: int
+) -> None:
+    """``clients`` Poisson clients per replica at ``rate_per_s`` each, one fresh
+    command per arrival (each its own client id), whatever the answers."""
+    for r in range(cluster.n):
+        rng = random.Random(f"{seed}:open:{r}")
+        per_s = clients * rate_per_s
+        cid = OPEN_CLIENT_BASE * (r + 1)
+        at_us = 0.0
+        while True:
+            at_us += rng.expovariate(per_s) * 1e6
+            if at_us >= end_us:
+                break
+            cid += 1
+            cluster.propose_at(round(at_us), r, Command(cid, 1, b"x" * 16), Wait.READY)
 
 
 def _markdown(
-    ctx: Context, settings: Settings, rows: list[dict[str, Any]], detection: dict[str, Any] | None
+    ctx: Context, settings: Settings, rows: list[dict[str, Any]], detections: list[dict[str, Any]]
 ) -> str:
     lines = [
         "# straggler: one slow replica (the paper's Fig. 9)",
@@ -231,21 +353,38 @@ def _markdown(
         ),
         "",
     ]
-    if detection is not None:
-        d = detection
-        after = d["detected_after_ms"]
+    if detections:
         lines += [
             "## SDPaxos: detecting a slow sequencer (Fig. 9(b))",
             "",
-            f"Open-loop load of {d['offered_per_s']:g} ops/s; the sequencer (replica 0) slowed at"
-            f" {d['slow_at_ms']:g} ms. "
-            + (
-                f"Another sequencer (replica {d['new_sequencer']}) was in place {after:g} ms later"
-                f" (sampled every {d['bin_ms']} ms). The paper: detected within"
-                f" {paper.STRAGGLER_DETECTION_S:g} s."
-                if after is not None
-                else "The sequencer was **not** moved before the run ended."
+            f"The simulator, 3 replicas on a LAN, {PROCESSING_US} us of CPU per message, the"
+            f" straggler's CPU {SLOW_FACTOR:g}x slower from {settings.slow_at_ms:g} ms;"
+            f" closed loop: {settings.detect_closed_clients_per_region} clients per replica;"
+            f" open load: {settings.detect_clients_per_region * 3 * settings.detect_rate_per_s:g}"
+            " ops/s (Poisson). Times in ms after the slowdown (virtual), from the replicas'"
+            f" trace events and the sequencer a majority follows, sampled every {BIN_MS} ms:",
+            "",
+            md_table(
+                [
+                    "run",
+                    "first StragglerSuspect",
+                    "first StragglerViewChange",
+                    "new sequencer followed",
+                    "suspicions",
+                ],
+                [
+                    [
+                        f"{d['case']} ({d['run_ms'] / 1000:g} s)",
+                        _ms(d["suspect_after_ms"], d["suspect_at"]),
+                        _ms(d["straggler_view_change_after_ms"]),
+                        _ms(d["detected_after_ms"], d["new_sequencer"]),
+                        d["suspicions"],
+                    ]
+                    for d in detections
+                ],
             ),
+            "",
+            f"The paper: detected within {paper.STRAGGLER_DETECTION_S:g} s (closed loop).",
             "",
         ]
     for plot in ctx.plots:
@@ -255,11 +394,14 @@ def _markdown(
     return "\n".join(lines)
 
 
-def _plot(
-    ctx: Context, detection: dict[str, Any] | None, name: str = "straggler_detection.png"
-) -> None:
-    if detection is None:
-        return
+def _ms(value: float | None, replica: int | None = None) -> str:
+    """A time after the slowdown for a table (``-``: not seen), with the replica."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" + ("" if replica is None else f" (r{replica})")
+
+
+def _plot(ctx: Context, detection: dict[str, Any], name: str) -> None:
 
     def draw(plt: Any) -> None:
         _fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -287,8 +429,13 @@ def _plot(
             )
         ax.set_xlabel(f"time (s, {'wall clock' if ctx.engine_name == 'runtime' else 'virtual'})")
         ax.set_ylabel("ops/s")
-        slowed = f", slowed to 1/{detection['factor']:g}" if "factor" in detection else ""
-        ax.set_title(f"SDPaxos: a slow sequencer detected and replaced (cf. Fig. 9(b)){slowed}")
+        loop = {"closed": ", closed loop", "open": ", open load"}.get(detection.get("loop", ""), "")
+        ax.set_title(
+            "SDPaxos: a slow sequencer detected and replaced (cf. Fig. 9(b))\n"
+            f"slowed to 1/{detection['factor']:g}{loop}",
+            fontsize=10,
+        )
+        ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
 
     save_plot(ctx, name, draw)
@@ -304,8 +451,11 @@ class RuntimeSettings:
     sessions: int
     warmup_ms: float
     duration_ms: float
-    #: Part 2: when the sequencer slows, how long the run lasts, open-loop clients
-    #: per region, and the offered load as a share of part 1's unslowed SDPaxos rate.
+    #: Part 2: when the sequencer slows, how long a run lasts, open-loop clients
+    #: per region, and the offered load as a share of part 1's unslowed SDPaxos
+    #: rate (closed-loop runs use part 1's clients). The slowdown comes after a
+    #: few healthy windows: straggler detection judges the sequencer against
+    #: what it did when healthy.
     slow_at_ms: float
     detect_run_ms: float
     detect_clients_per_region: int
@@ -314,8 +464,10 @@ class RuntimeSettings:
     detect_factors: tuple[float, ...]
 
 
-RUNTIME_QUICK = RuntimeSettings(1000, 500.0, 1_500.0, 1_000.0, 6_000.0, 5, 0.5, (3.0, 10.0))
-RUNTIME_FULL = RuntimeSettings(1000, 1_000.0, 5_000.0, 2_000.0, 12_000.0, 5, 0.5, (3.0, 10.0))
+RUNTIME_QUICK = RuntimeSettings(1000, 500.0, 1_500.0, 2_000.0, 7_000.0, 5, 0.5, (3.0, 10.0))
+RUNTIME_FULL = RuntimeSettings(1000, 1_000.0, 5_000.0, 3_000.0, 12_000.0, 5, 0.5, (3.0, 10.0))
+#: Part 2's loads at runtime.
+RUNTIME_DETECT_LOOPS = ("closed", "open")
 #: The sequencer / leader, and the other node slowed. The leader has the highest
 #: id: the others dial it as they start (a node dials the peers above it), so a
 #: Multi-Paxos follower hears from it at once instead of electing itself.
@@ -396,12 +548,15 @@ def _runtime(ctx: Context, engine: Any) -> int:
     detections: list[dict[str, Any]] = []
     if "sdpaxos" in ctx.runnable:
         sd = next(r for r in rows if r["protocol"] == "sdpaxos")
-        for factor in settings.detect_factors:
-            detections.append(
-                _runtime_detection(ctx, settings, engine, profile, sd.get("none"), factor, failures)
-            )
+        for loop in RUNTIME_DETECT_LOOPS:
+            for factor in settings.detect_factors:
+                detections.append(
+                    _runtime_detection(
+                        ctx, settings, engine, profile, sd.get("none"), factor, loop, failures
+                    )
+                )
     for d in detections:
-        _plot(ctx, d, f"straggler_detection_x{d['factor']:g}.png")
+        _plot(ctx, d, f"straggler_detection_{d['loop']}_x{d['factor']:g}.png")
     result = {
         "settings": dataclasses.asdict(settings),
         "slow_factor": SLOW_FACTOR,
@@ -425,18 +580,24 @@ def _runtime_detection(
     profile: Any,
     unslowed_per_s: float | None,
     factor: float,
+    loop: str,
     failures: list[str],
 ) -> dict[str, Any]:
-    offered = min(
-        DETECT_LOAD_MAX_PER_S,
-        max(DETECT_LOAD_MIN_PER_S, settings.detect_load_share * (unslowed_per_s or 0.0)),
-    )
-    per_client = offered / (3 * settings.detect_clients_per_region)
+    offered: float | None = None
+    if loop == "closed":
+        clients = Clients("closed", (settings.sessions,) * 3)
+    else:
+        offered = min(
+            DETECT_LOAD_MAX_PER_S,
+            max(DETECT_LOAD_MIN_PER_S, settings.detect_load_share * (unslowed_per_s or 0.0)),
+        )
+        per_client = offered / (3 * settings.detect_clients_per_region)
+        clients = Clients("open", (settings.detect_clients_per_region,) * 3, rate_per_s=per_client)
     spec = RunSpec(
         protocol="sdpaxos",
         profile=profile,
         workload=Workload(seed=ctx.seed),
-        clients=Clients("open", (settings.detect_clients_per_region,) * 3, rate_per_s=per_client),
+        clients=clients,
         duration_ms=settings.detect_run_ms,
         leader=RUNTIME_LEADER,
         slow=(RUNTIME_LEADER, factor, settings.slow_at_ms),
@@ -444,11 +605,15 @@ def _runtime_detection(
         drain_ms=2_000.0,
         seed=ctx.seed,
     )
-    out = ctx.run(engine, spec, f"sdpaxos, sequencer slowed {factor:g}x, detection")
+    out = ctx.run(engine, spec, f"sdpaxos, {loop} loop, sequencer slowed {factor:g}x, detection")
     if not out.ok:
         failures.append(f"detection run: {out.verdict}")
     slow_us = round(settings.slow_at_ms * 1000)
-    events = [(t, name, region) for t, name, region in out.extra.get("events", []) if t >= slow_us]
+    every_event = out.extra.get("events", [])
+    events = [(t, name, region) for t, name, region in every_event if t >= slow_us]
+    suspected_before = sum(
+        1 for t, name, _ in every_event if t < slow_us and name == "StragglerSuspect"
+    )
 
     def first(name: str) -> tuple[float, str] | None:
         hit = next(((t, r) for t, n, r in events if n == name), None)
@@ -484,10 +649,13 @@ def _runtime_detection(
     cpu = out.extra.get("cpu") or {}
     return {
         "factor": factor,
+        "loop": loop,
         "slow_at_ms": settings.slow_at_ms,
-        "offered_per_s": round(offered, 1),
+        "offered_per_s": None if offered is None else round(offered, 1),
+        "closed_clients_per_region": settings.sessions if loop == "closed" else None,
         "suspect_after_ms": None if suspect is None else suspect[0],
         "suspect_at": None if suspect is None else suspect[1],
+        "suspicions_before_slowdown": suspected_before,
         "straggler_view_change_after_ms": None if straggler_vc is None else straggler_vc[0],
         "established_after_ms": None if established is None else established[0],
         "detected_after_ms": None if moved_us is None else (moved_us - slow_us) / 1000,
@@ -612,18 +780,28 @@ def _runtime_markdown(
             )
 
         d0 = detections[0]
+        opened = next((d for d in detections if d["offered_per_s"] is not None), None)
+        load = (
+            f" or an open load of {opened['offered_per_s']:,.0f} ops/s (half of the unslowed"
+            " closed-loop rate above)"
+            if opened is not None
+            else ""
+        )
+        loop_names = {"closed": "closed loop", "open": "open load"}
         lines += [
             "## SDPaxos: a slow sequencer detected and replaced (Fig. 9(b))",
             "",
-            f"Open-loop load of {d0['offered_per_s']:,.0f} ops/s (half of the unslowed"
-            f" closed-loop rate above); the sequencer (node {RUNTIME_LEADER}) slowed at"
-            f" {d0['slow_at_ms']:g} ms to a third of the wall clock (the paper's) and, in a"
-            " second run, to a tenth. Times after the slowdown, from the nodes' trace events"
-            " (`--trace-events`) and their status sampled every"
-            f" {d0['bin_ms']} ms:",
+            f"Part 1's closed-loop clients ({settings.sessions} per region){load}; the"
+            f" sequencer (node {RUNTIME_LEADER}) slowed at {d0['slow_at_ms']:g} ms to a third"
+            " of the wall clock (the paper's) and to a tenth. Times after the slowdown, from"
+            " the nodes' trace events (`--trace-events`) and their status sampled every"
+            f" {d0['bin_ms']} ms; the 1-minute load average during each run:",
             "",
             md_table(
-                ["what", *[f"slowed to 1/{d['factor']:g}" for d in detections]],
+                [
+                    "what",
+                    *[f"{loop_names[d['loop']]}, 1/{d['factor']:g}" for d in detections],
+                ],
                 [
                     [
                         "first StragglerSuspect (a command leader polls the others)",
@@ -642,6 +820,17 @@ def _runtime_markdown(
                         *[moved(d) for d in detections],
                     ],
                     ["moved by", *[d["moved_by"] for d in detections]],
+                    [
+                        "StragglerSuspect before the slowdown",
+                        *[str(d["suspicions_before_slowdown"]) for d in detections],
+                    ],
+                    [
+                        "load average",
+                        *[
+                            f"{d['load_average'][0]:.1f}" if d.get("load_average") else "-"
+                            for d in detections
+                        ],
+                    ],
                 ],
                 "l" + "r" * len(detections),
             ),

@@ -179,8 +179,6 @@ def _run(ctx: Context, settings: Settings, engine: RuntimeEngine) -> int:
                             f" n{row['busiest']} {row['busiest_cpu_ms_per_1000']:.1f} ms CPU"
                             f" per 1,000), machine {100 * row['machine_busy']:.0f} % busy"
                         )
-    from bench.experiments.throughput import _ratios
-
     ratios = _ratios(rows)
     _plot(ctx, settings, cols, rows)
     result = {
@@ -195,6 +193,56 @@ def _run(ctx: Context, settings: Settings, engine: RuntimeEngine) -> int:
     for f in failures:
         ctx.progress(f"FLAGGED: {f}")
     return 1 if failures else 0
+
+
+def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """SDPaxos's write-only capacity over every other column's, beside the paper's."""
+    from bench.experiments.throughput import _paper_ratio
+
+    out = []
+    seen: set[tuple[int, int, str]] = set()
+    for row in rows:
+        if row["protocol"] == "sdpaxos" or row["read_pct"] != 0.0:
+            continue
+        n, payload, column = row["replicas"], row["payload_bytes"], row["column"]
+        if (n, payload, column) in seen:
+            continue
+        seen.add((n, payload, column))
+        sd = next(
+            (
+                r
+                for r in rows
+                if (r["protocol"], r["replicas"], r["payload_bytes"], r["read_pct"])
+                == ("sdpaxos", n, payload, 0.0)
+            ),
+            None,
+        )
+        ok = (
+            sd is not None
+            and row.get("status") == "ok"
+            and sd.get("status") == "ok"
+            and row.get("capacity_per_s", 0) > 0
+        )
+        measured = round(sd["capacity_per_s"] / row["capacity_per_s"], 2) if ok and sd else None
+        out.append(
+            {
+                "over": column,
+                "protocol": row["protocol"],
+                "replicas": n,
+                "payload_bytes": payload,
+                "conflict_pct": row["conflict_pct"],
+                "measured": measured,
+                # The paper's columns: "EPaxos" at each conflict rate, no forwarding.
+                "paper": _paper_ratio(
+                    "EPaxos" if row["protocol"] == "epaxos" else column,
+                    n,
+                    payload,
+                    row["conflict_pct"],
+                ),
+                "status": row.get("status", ""),
+            }
+        )
+    return out
 
 
 def _figures(out: Any) -> dict[str, Any]:

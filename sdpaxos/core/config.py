@@ -38,6 +38,8 @@ _DURATIONS_MS = (
 #: Largest ``snapshot_chunk_bytes``: half the wire codec's 16 MiB frame limit, so
 #: a chunk with its message header always fits one frame.
 SNAPSHOT_CHUNK_BYTES_MAX = 8 << 20
+#: Most healthy windows the straggler reference keeps (``straggler_reference_windows``).
+STRAGGLER_REFERENCE_WINDOWS_MAX = 64
 _MAY_BE_ZERO = frozenset({"lease_drift_ms", "election_jitter_ms", "election_margin_ms"})
 
 
@@ -116,15 +118,20 @@ class ClusterConfig:
         reads_per_message_max: most reads one R-request batch (or its reply)
             carries; a replica that starts more in one turn sends several, and
             a batch from a peer with more is refused.
-        straggler_window_ms: the window in which a command leader compares the
-            C-instances it needed ordered with those the sequencer ordered
-            (paper section 4: 500 ms).
-        straggler_ratio_pct: below this share of its need, a window is a strike
-            (paper: 50%).
+        straggler_window_ms: the window in which a non-sequencer judges how fast
+            the sequencer orders its C-instances (paper section 4: 500 ms).
+        straggler_ratio_pct: a window is a strike when the sequencer ordered
+            fewer than this share of the requirement: what a sequencer as fast
+            as the reference would have ordered (paper: 50%;
+            :mod:`sdpaxos.core.straggler` says why this requirement).
         straggler_strikes: consecutive strikes before polling the others (paper: 3).
-        straggler_need_min: windows with fewer C-instances to order are not judged.
+        straggler_need_min: windows with fewer own C-instances waiting at the
+            start or started in them are not judged.
+        straggler_reference_windows: the reference is the median pace and the
+            median wait of this many healthy windows, the last ones.
         straggler_min_interval_ms: least time between two view changes started
-            by straggler detection ("we also limit the frequency").
+            by straggler detection ("we also limit the frequency"): a replica
+            that started or agreed to one neither polls nor agrees for this long.
         snapshot_slots_min: take a snapshot (and compact what it covers) once this
             many slots were executed since the last one; ``None``: only when the
             driver asks (:meth:`Replica.request_snapshot`). ``docs/recovery.md``
@@ -183,6 +190,7 @@ class ClusterConfig:
     straggler_ratio_pct: int = 50
     straggler_strikes: int = 3
     straggler_need_min: int = 8
+    straggler_reference_windows: int = 5
     straggler_min_interval_ms: float = 10_000.0
     snapshot_slots_min: int | None = None
     snapshot_chunk_bytes: int = 1 << 20
@@ -218,6 +226,7 @@ class ClusterConfig:
             "straggler_ratio_pct",
             "straggler_strikes",
             "straggler_need_min",
+            "straggler_reference_windows",
             "clock_drift_ppm",
             "snapshot_chunk_bytes",
             "snapshot_bytes_max",
@@ -256,6 +265,11 @@ class ClusterConfig:
             raise ConfigError(
                 f"lease_ms ({self.lease_ms}) must be >= heartbeat_ms ({self.heartbeat_ms}),"
                 " or a live sequencer's lease lapses between heartbeats"
+            )
+        if self.straggler_reference_windows > STRAGGLER_REFERENCE_WINDOWS_MAX:
+            raise ConfigError(
+                f"straggler_reference_windows must be at most {STRAGGLER_REFERENCE_WINDOWS_MAX},"
+                f" got {self.straggler_reference_windows}"
             )
         if self.clock_drift_ppm >= 100_000:
             raise ConfigError(f"clock_drift_ppm must be below 100000, got {self.clock_drift_ppm}")

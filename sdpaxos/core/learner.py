@@ -32,10 +32,11 @@ class Learner:
         self.own_scan = Slot(0)
         #: Own O-instances committed since the last O-commit broadcast.
         self.commit_out: list[OCommitEntry] = []
-        #: When the last LearnRequest was sent, and how far execution was then
-        #: (catching up goes at the pace of answers, see ``Replica.ready``).
+        #: When the last LearnRequest was sent, and the execution position
+        #: (slot, place in slot) just past the last C-instance it asked for:
+        #: catching up goes at the pace of answers (``Replica._keep_learning``).
         self.asked_ms = -math.inf
-        self.asked_at: tuple[Slot, int] = (Slot(0), 0)
+        self.asked_upto: tuple[Slot, int] = (Slot(0), 0)
         #: The last request asked for all it could (``learn_c_max``): more is missing.
         self.asked_full = False
 
@@ -231,20 +232,22 @@ class Learner:
         skip = s.progress.in_slot
         b = olog.base
         k_slot: int = slot - b
+        upto = (slot, s.progress.in_slot)
         while k_slot < len(owners) and committed[k_slot] and len(wanted) < cap:
             owner = owners[k_slot]
             if owner != NO_CL:
-                for _ in range(counts[k_slot] - skip):
+                for j in range(skip, counts[k_slot]):
                     k = next_k[owner]
                     next_k[owner] = k + 1
                     inst = logs[owner].get(CIndex(k))
                     if (inst is None or not inst.committed) and len(wanted) < cap:
                         wanted.append((owner, CIndex(k)))
+                        upto = (Slot(k_slot + b), j + 1)
             skip = 0
             k_slot += 1
         s.out.broadcast(s.prox.near, LearnRequest(s.me, s.views.view, slot, tuple(wanted)))
         self.asked_ms = s.now_ms
-        self.asked_at = (slot, s.progress.in_slot)
+        self.asked_upto = upto
         self.asked_full = len(wanted) >= cap
         s.stats.learn_requests += 1
         s.out.trace("LearnRequest", o_from=slot, c_wanted=wanted)

@@ -19,15 +19,38 @@ judged alone, exactly as a single R-request would be at that instant (the lease
 is checked once for the batch, at the time of the step that carries it), and
 still emits its own ``HandleRRequest`` / ``HandleRReply`` trace event.
 
+Why ask ids: an answer must serve only the ask it answers. The embedder
+chooses read ids, and may reuse one: once its read completed, or after a
+restart (the runtime node counts them from 1 in every process). Matched by read
+id, a delayed or duplicated answer to an earlier read N would serve a later
+read N with a slot computed before that read began: a stale read. So every ask
+travels under its own *ask id*, chosen here, and the answer is matched by it:
+:attr:`Reads.asking` maps the ask ids in flight to their read ids. Ask ids
+count up from :func:`ask_base`, a hash of the state of the rng the replica was
+built with, so an incarnation given a freshly seeded rng (the runtime seeds
+each process from ``os.urandom``, the simulator derives one per start and
+restart) asks under ids no earlier incarnation used: two incarnations' ranges
+meet with a chance of (the asks of both) / 2**62. An rng in a state an earlier
+incarnation's had (the same seed again) gives the same ids again: a fresh rng
+per incarnation is what the embedder owes. A hash, not a draw: drawing would
+move every later random choice of the replica (the election jitter). The wire fields
+keep their names (``read_ids``), and the sequencer echoes whatever ids it gets.
+The trace events keep naming the embedder's ``read_id``; the reader's
+``HandleRReply`` also names the ``ask_id`` it came under, which is the id the
+sequencer's ``HandleRRequest`` names as its ``read_id`` (the only one it knows).
+
 Why indexes: a read's costs must not grow with the number of reads pending.
 Reads that know their slot wait in :attr:`Reads.waiting` (slot -> read ids),
 whose slots are in a heap, so serving costs O(log n) per slot executed and O(1)
-per read; unanswered batches wait in :attr:`Reads.asked` in the order they were
-sent, so the timeout looks at the oldest only.
+per read; an answer finds its read in :attr:`Reads.asking` in O(1); unanswered
+batches wait in :attr:`Reads.asked` in the order they were sent, so the timeout
+looks at the oldest only.
 """
 
 import functools
+import hashlib
 import heapq
+import random
 from collections import deque
 from collections.abc import Callable
 
@@ -43,7 +66,30 @@ from sdpaxos.core.types import ReplicaId, Slot
 #: per read.
 _result: Callable[[tuple[int, bool]], ReadResult] = functools.partial(tuple.__new__, ReadResult)
 
-#: :attr:`Reads.pending` value of a read asked about and not answered yet.
+#: Ask ids start below this, so that they stay below 2**63 (a signed 64-bit
+#: integer, well inside what msgpack carries) for 2**62 asks: more than a
+#: century of a billion reads a second.
+ASK_BASE_END = 1 << 62
+
+
+def ask_base(rng: random.Random) -> int:
+    """Where the ask ids of a replica built with ``rng`` start, in [0, 2**62).
+
+    A hash of the rng's state, not a number drawn from it, so that every random
+    choice the replica makes later is the one it made before ask ids existed.
+    An rng with no state to read (``random.SystemRandom``) gives a fresh draw,
+    which moves nothing either.
+    """
+    try:
+        state = rng.getstate()
+    except NotImplementedError:
+        return rng.getrandbits(62)
+    digest = hashlib.blake2b(repr(state).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % ASK_BASE_END
+
+
+#: :attr:`Reads.pending` value of a read asked about and not answered yet (its
+#: ask id is in :attr:`Reads.asking`).
 ASKING = -2
 #: :attr:`Reads.pending` value of a read not asked about yet: no answer may
 #: serve it (one would predate the read). Any other value is the slot the read
@@ -69,9 +115,16 @@ class Reads:
         self.waiting: dict[int, list[int]] = {}
         #: The slots of :attr:`waiting`, as a heap (each slot once).
         self.slots: list[int] = []
-        #: Batches sent and maybe unanswered: (when sent, their read ids), oldest first.
-        #: Only batches holding an asking read matter, and there are at most
-        #: ``reads_pending_max`` of those: :meth:`_trim_asked` keeps it so.
+        #: The ask id the next read asked about travels under (one per ask, never
+        #: reused: see the module docstring).
+        self.next_ask = ask_base(ctx.rng)
+        #: Asks sent and not answered, timed out or voided: ask id -> read id, in
+        #: the order sent. Its reads are exactly those :data:`ASKING` in
+        #: :attr:`pending`, so it is bounded by ``reads_pending_max`` too.
+        self.asking: dict[int, int] = {}
+        #: Batches sent and maybe unanswered: (when sent, their ask ids), oldest first.
+        #: Only batches holding an ask in :attr:`asking` matter, and there are at
+        #: most ``reads_pending_max`` of those: :meth:`_trim_asked` keeps it so.
         self.asked: deque[tuple[float, tuple[int, ...]]] = deque()
 
     # ------------------------------------------------------------ the reader
@@ -105,23 +158,30 @@ class Reads:
             else:
                 self._refuse_all(ids)
         else:
+            count = len(ids)
+            first = self.next_ask
+            self.next_ask = first + count
+            asks = tuple(range(first, first + count))  # each int made once, shared below
+            self.asking.update(zip(asks, ids, strict=True))
             pending = self.pending
             for rid in ids:
                 pending[rid] = ASKING
             step = s.config.reads_per_message_max
             view = views.view
             now = s.now_ms
-            for i in range(0, len(ids), step):
-                batch_ids = tuple(ids[i : i + step])
-                s.out.send(seq, RRequestBatch(s.me, view, batch_ids, tuple(keys[i : i + step])))
-                self.asked.append((now, batch_ids))
+            for i in range(0, count, step):
+                batch_asks = asks[i : i + step]  # a tuple's slice shares its ints
+                s.out.send(seq, RRequestBatch(s.me, view, batch_asks, tuple(keys[i : i + step])))
+                self.asked.append((now, batch_asks))
             if len(self.asked) > s.config.reads_pending_max:
                 self._trim_asked()
 
     def handle_r_reply_batch(self, m: RReplyBatch) -> None:
+        """Answers to our asks: ``m.read_ids`` are the ask ids we sent."""
         s = self.s
         if m.src != s.views.sequencer:
             return
+        asking = self.asking
         pending = self.pending
         waiting = self.waiting
         done = s.progress.slot
@@ -129,11 +189,15 @@ class Reads:
         tracer = s.out.tracer
         served = 0
         refused: list[int] = []
-        for rid, slot, ok in zip(m.read_ids, m.slots, m.oks, strict=True):
-            if pending.get(rid) != ASKING:
-                continue  # not ours, answered already (a duplicate), or timed out
+        for aid, slot, ok in zip(m.read_ids, m.slots, m.oks, strict=True):
+            rid = asking.pop(aid, None)
+            if rid is None:
+                # Not an ask of this incarnation's (an earlier one's, under the
+                # same read id maybe), answered already (a duplicate), timed out
+                # or voided by a view change.
+                continue
             if tracer is not None:
-                s.out.trace("HandleRReply", src=m.src, read_id=rid, slot=slot, ok=ok)
+                s.out.trace("HandleRReply", src=m.src, read_id=rid, ask_id=aid, slot=slot, ok=ok)
             if not ok:
                 refused.append(rid)
             elif slot < done:  # executed already: served now (ServeRead)
@@ -207,29 +271,27 @@ class Reads:
         if not asked:
             return
         expired = self.s.now_ms - self.s.config.retransmit_ms
-        pending = self.pending
+        asking = self.asking
         while asked and asked[0][0] < expired:
-            _, ids = asked.popleft()
-            self._refuse_all([rid for rid in ids if pending.get(rid) == ASKING])
+            _, asks = asked.popleft()
+            self._refuse_all([rid for aid in asks if (rid := asking.pop(aid, None)) is not None])
 
     def fail_unanswered(self) -> None:
         """A view change voids outstanding R-requests: their answers may never come.
 
         Reads still queued are left alone: they are asked at the next ``ready()``,
-        of the sequencer known then.
+        of the sequencer known then. The asking ones are refused in the order
+        they were asked (that of :attr:`asking`).
         """
-        pending = self.pending
-        asked = self.asked
+        asking = self.asking
+        self.asking = {}
         self.asked = deque()
-        for _, ids in asked:
-            self._refuse_all([rid for rid in ids if pending.get(rid) == ASKING])
+        self._refuse_all(list(asking.values()))
 
     def _trim_asked(self) -> None:
-        """Forget sent batches whose reads were all answered (amortised O(1) per read)."""
-        pending = self.pending
-        self.asked = deque(
-            batch for batch in self.asked if any(pending.get(rid) == ASKING for rid in batch[1])
-        )
+        """Forget sent batches whose asks were all answered (amortised O(1) per read)."""
+        asking = self.asking
+        self.asked = deque(batch for batch in self.asked if any(a in asking for a in batch[1]))
 
     def refuse(self, read_id: int) -> None:
         self.s.stats.reads_refused += 1
@@ -244,7 +306,11 @@ class Reads:
     # --------------------------------------------------------- the sequencer
 
     def handle_r_request_batch(self, m: RRequestBatch) -> None:
-        """Answer every read of the batch, as that many R-requests handled now."""
+        """Answer every read of the batch, as that many R-requests handled now.
+
+        ``m.read_ids`` are the reader's ask ids: echoed as they came, and named
+        ``read_id`` in the trace (the sequencer knows no other id of a read).
+        """
         s = self.s
         if not s.views.is_sequencer:
             return

@@ -298,3 +298,36 @@ def test_nodes_agree_only_on_what_their_protocol_promises() -> None:
     assert not agree(hot_reordered, "epaxos", 5)
     assert not agree(other_set, "epaxos", 5) and not agree(other_set, "sdpaxos", 5)
     assert not agree(same, "sdpaxos", 6)  # fewer executed than the clients were answered
+
+
+def test_runtime_throughput_ratios_pair_each_column_with_sdpaxos_and_the_paper() -> None:
+    """The runtime throughput table's ratios: SDPaxos's write-only capacity over each
+    other column at the same size, the paper's ratio beside (EPaxos by conflict rate;
+    none for forwarding, which the paper did not run)."""
+    from bench.experiments.throughput_runtime import _ratios
+
+    def row(protocol: str, column: str, n: int, payload: int, cap: float, **kw: float) -> dict:
+        return {
+            "protocol": protocol,
+            "column": column,
+            "replicas": n,
+            "payload_bytes": payload,
+            "read_pct": kw.get("read_pct", 0.0),
+            "conflict_pct": kw.get("conflict_pct", 0.0),
+            "status": "ok",
+            "capacity_per_s": cap,
+        }
+
+    rows = [
+        row("sdpaxos", "SDPaxos", 5, 16, 300.0),
+        row("sdpaxos", "SDPaxos", 5, 16, 900.0, read_pct=100.0),
+        row("epaxos", "EPaxos-5%", 5, 16, 100.0, conflict_pct=5.0),
+        row("multipaxos", "Multi-Paxos-fwd", 5, 16, 150.0),
+        row("multipaxos", "Multi-Paxos", 5, 1024, 50.0),
+        row("mencius", "Mencius", 5, 16, 200.0, read_pct=100.0),
+    ]
+    got = {(r["over"], r["payload_bytes"]): (r["measured"], r["paper"]) for r in _ratios(rows)}
+    assert got[("EPaxos-5%", 16)] == (3.0, pytest.approx(1.69, abs=0.01))
+    assert got[("Multi-Paxos-fwd", 16)] == (2.0, None)
+    assert got[("Multi-Paxos", 1024)][0] is None  # no SDPaxos cell at 1 KB to compare with
+    assert ("Mencius", 16) not in got  # reads are not a write-only cell

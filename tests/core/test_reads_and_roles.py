@@ -1,7 +1,7 @@
 """Reads through the sequencer (paper section 3.5), straggler detection (section 4)
 and handing the sequencer role over on purpose."""
 
-from sdpaxos.core import RReplyBatch, StragglerVote
+from sdpaxos.core import RReplyBatch, RRequestBatch, StragglerVote
 from tests.core.harness import PAPER3_RTT_MS, Net
 
 
@@ -51,9 +51,13 @@ def test_a_read_waits_only_for_writes_of_its_object() -> None:
     net.deliver_all()
     net.replicas[2].read(3, b"a", net.now_ms)
     net.flush(2)
+    [request] = [m for s, d, m in net.pending if isinstance(m, RRequestBatch)]
     net.deliver_all()
     replies = [m for s, d, m in net.sent if isinstance(m, RReplyBatch)]
-    assert [(m.read_ids, m.slots, m.oks) for m in replies] == [((3,), (0,), (True,))]
+    # The answer names the read's ask id (not the read id 3) and a's slot, 0.
+    assert request.read_ids != (3,)
+    assert [(m.read_ids, m.slots, m.oks) for m in replies] == [(request.read_ids, (0,), (True,))]
+    assert net.reads[2] == [(3, True, 2)]
 
 
 def test_a_write_with_no_named_object_makes_every_read_wait_for_it() -> None:

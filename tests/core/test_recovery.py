@@ -5,7 +5,7 @@ the rebuild rule (paper Fig. 7) is also tested on its own.
 """
 
 from sdpaxos.core import CAccept, ClusterConfig, Command, Replica, Wait
-from sdpaxos.core.messages import Heartbeat, Vote, VRequest
+from sdpaxos.core.messages import CCommit, Heartbeat, LearnRequest, Vote, VRequest
 from sdpaxos.core.storage import ViewPromised
 from sdpaxos.core.types import NO_CL_VALUE
 from sdpaxos.core.view_change import VoteState, rebuild_assignment_log
@@ -410,3 +410,38 @@ def test_a_replica_far_behind_catches_up_at_the_pace_of_answers() -> None:
             break
     assert net.executed_ids(2) == net.executed_ids(0)
     assert net.now_ms - 0 < 10 * cfg["learn_ms"]
+
+
+def test_catching_up_asks_once_per_batch_not_once_per_step() -> None:
+    """Found by the fuzzer (N = 5, seed 278, 4000 steps: "no quiescence" in the
+    settle phase). Two replicas restarted 698 commands behind; each C-commit of
+    an answer moved execution one step, and every step sent the next full
+    LearnRequest to all four peers, each answering with up to learn_c_max
+    C-commits: 349,350 C-commits in one instant. Now the next request waits
+    until execution passed the last C-instance the previous one asked for, so
+    each peer sends each missing C-commit once (here 2,364 before, 320 now)."""
+    n, commands, cap = 5, 80, 8
+    net = Net.build(n, sequencer=0, learn_c_max=cap, learn_ms=300.0)
+    lagger = n - 1
+    net.partition({lagger}, set(range(n - 1)))
+    for k in range(commands):
+        net.propose(0, 100 + k, 1, b"w%d" % k)
+        net.deliver_all()
+    net.run(10)
+    assert len(net.executed_ids(0)) == commands and len(net.executed_ids(lagger)) == 0
+    net.heal()
+    before = len(net.sent)
+    start_ms = net.now_ms
+    for _ in range(60):
+        net.tick()
+        net.deliver_all()
+        if len(net.executed_ids(lagger)) == commands:
+            break
+    assert net.executed_ids(lagger) == net.executed_ids(0)
+    sent = net.sent[before:]
+    requests = sum(1 for s, d, m in sent if isinstance(m, LearnRequest) and d == 0)
+    c_commits = sum(1 for s, d, m in sent if isinstance(m, CCommit) and d == lagger)
+    assert requests <= commands // cap + 2
+    assert c_commits <= (n - 1) * commands
+    # Still at the pace of answers: one learn_ms to start, then no waiting.
+    assert net.now_ms - start_ms <= 2 * 300.0

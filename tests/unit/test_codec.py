@@ -45,6 +45,7 @@ from sdpaxos.core.messages import (
     Vote,
     VRequest,
 )
+from sdpaxos.core.reads import ASK_BASE_END
 from sdpaxos.core.types import NO_CL_VALUE, Command, make_ballot
 from sdpaxos.wire import codec
 from sdpaxos.wire.codec import (
@@ -153,6 +154,20 @@ def test_extreme_ints_round_trip() -> None:
     for value in (INT_MIN, -1, 0, 127, 128, 2**32, 2**63, INT_MAX):
         msg = OAck(src=value, view=value, upto=value)
         assert decode(encode(msg)) == msg
+
+
+def test_ask_ids_round_trip_up_to_2_63() -> None:
+    """A reader's R-requests travel under its ask ids (``sdpaxos.core.reads``),
+    which start below ``ASK_BASE_END`` and stay below 2**63: they cross exactly."""
+    ids = (0, ASK_BASE_END - 1, ASK_BASE_END, 2**63 - 1)
+    for msg in (
+        RRequestBatch(src=1, view=4, read_ids=ids, keys=(b"k", b"", b"k", b"k")),
+        RReplyBatch(src=0, view=4, read_ids=ids, slots=(1, -1, 2**62, 3), oks=(True,) * 4),
+        RRequest(src=1, view=4, read_id=2**63 - 1, key=b"k"),
+        RReply(src=0, view=4, read_id=2**63 - 1, slot=7, ok=False),
+    ):
+        assert decode(encode(msg)) == msg
+        assert decode_batch(encode_batch([msg, msg])) == [msg, msg]
 
 
 # --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from sdpaxos.core.messages import (
     OAccept,
     RReplyBatch,
     RRequest,
+    RRequestBatch,
     StragglerVote,
     Vote,
     VRequest,
@@ -135,6 +136,35 @@ def test_sequencer_answers_a_batch_of_keys_as_it_answers_each(rec: Recorder) -> 
     assert seq.read_slots(keys) == tuple(seq.read_slot(k) for k in keys)
 
 
+def test_sequencer_history_table_evicts_the_least_recently_written_keys_in_chunks(
+    rec: Recorder,
+) -> None:
+    """Past ``history_keys_max`` the oldest keys go, ``limit // 8`` more than needed
+    in one pass; a forgotten key is read at the floor (the latest slot forgotten),
+    a key written again since stays exact, and the table never outgrows the limit."""
+    ctx = make_ctx(3, me=0, sequencer=0, history_keys_max=16)
+    seq = Sequencer(ctx, rec)
+    for i in range(16):  # one O-instance each: key k<i> at slot i
+        seq.order(1, i, (b"k%d" % i,))
+        seq.allocate()
+    assert len(seq.history) == 16 and seq.history_floor == -1
+    seq.order(1, 16, (b"k0",))  # rewritten: now the most recent
+    seq.allocate()
+    seq.order(1, 17, (b"new",))
+    seq.allocate()
+    slot_k0 = seq.read_slot(b"k0")
+    # 17 keys > 16: evict 1 + 16 // 8 = 3, the least recently written: k1, k2, k3.
+    assert len(seq.history) == 14
+    assert seq.history_floor == 3 == seq.read_slot(b"k3") == seq.read_slot(b"k1")
+    assert seq.read_slot(b"k4") == 4 and seq.read_slot(b"k4") > seq.history_floor
+    assert seq.read_slot(b"k0") == slot_k0 > seq.history_floor
+    assert seq.read_slot(b"never") == seq.history_floor
+    for i in range(100):
+        seq.order(2, i, (b"x%d" % i,))
+        seq.allocate()
+        assert len(seq.history) <= 16
+
+
 def test_learner_commits_own_o_instances_in_the_majority_prefix(rec: Recorder) -> None:
     ctx = make_ctx(3, me=1, sequencer=0)
     learner = Learner(ctx, rec)
@@ -206,7 +236,9 @@ def test_reads_ask_the_sequencer_then_wait_for_the_slot(rec: Recorder) -> None:
     assert kinds(ctx) == []  # asked at the next ready(), with the turn's other reads
     reads.flush()
     assert kinds(ctx) == [(0, "RRequestBatch")]
-    reads.handle_r_reply_batch(RReplyBatch(0, 0, (7,), (3,), (True,)))
+    [(_, request)] = ctx.out.messages
+    assert isinstance(request, RRequestBatch) and request.keys == (b"k",)
+    reads.handle_r_reply_batch(RReplyBatch(0, 0, request.read_ids, (3,), (True,)))
     assert reads.pending[7] == 3
     reads.serve()
     assert not ctx.out.reads  # slot 3 not executed yet
