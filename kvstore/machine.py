@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
+from itertools import islice
 
 import msgpack
 
@@ -57,6 +58,8 @@ from kvstore.codec import (
     EXT_BATCH,
     INT_MAX,
     INT_MIN,
+    PLAIN_SET,
+    array_header,
     codec_default,
     decode_command,
     decode_value,
@@ -94,8 +97,6 @@ ERR_CURSOR = Error("ERR invalid cursor")
 ERR_TOO_LONG = Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 
 _OK_BYTES = pack_trusted(OK)
-#: SET as clients spell it (any other case goes through the general dispatch).
-_PLAIN_SET = frozenset({b"SET", b"set", b"Set"})
 _NIL_BYTES = pack_trusted(None)
 _MALFORMED_BYTES = pack_trusted(ERR_MALFORMED)
 
@@ -256,13 +257,37 @@ def decode_cursor(cursor: bytes) -> bytes | None:
         return None
 
 
+# --- batches ---------------------------------------------------------------------------------
+
+
+def _runs_total(items: list[object]) -> int | None:
+    """How many commands a batch's items stand for, or ``None`` if a SET run in
+    it is malformed: its count is not a positive int, it runs past the end,
+    or one of its keys and values is not bytes (:mod:`kvstore.codec`)."""
+    total = 0
+    i = 0
+    n = len(items)
+    while i < n:
+        item = items[i]
+        if type(item) is int:
+            end = i + 1 + 2 * item
+            if item < 1 or end > n or set(map(type, items[i + 1 : end])) != {bytes}:
+                return None
+            total += item
+            i = end
+        else:
+            total += 1
+            i += 1
+    return total
+
+
 # --- the state machine -----------------------------------------------------------------------
 
 
 class KVStore:
     """A deterministic Redis-like string store, for SDPaxos' StateMachine protocol."""
 
-    __slots__ = ("_data", "_pack", "_sorted", "_table")
+    __slots__ = ("_data", "_pack", "_refused_set", "_sorted", "_table")
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
@@ -280,6 +305,8 @@ class KVStore:
             entry = (spec.arity, spec.kind == "write", spec.name, handler)
             self._table[spec.name.encode()] = entry
             self._table[spec.name.upper().encode()] = entry
+        #: What a plain SET answers as a query (a write refused), for SET runs.
+        self._refused_set = self._pack(self.execute([b"SET", b"k", b"v"], writes=False))
 
     # -- the StateMachine protocol --
 
@@ -307,37 +334,55 @@ class KVStore:
 
     def _batch(self, ext: msgpack.ExtType, writes: bool) -> bytes:
         """A batch (:func:`kvstore.codec.encode_batch`): each command in order,
-        answered as the array of their results."""
+        answered as the array of their results (one per command; a run of
+        ``n`` plain SETs answers ``n``)."""
         if ext.code != EXT_BATCH:
             return _MALFORMED_BYTES
         try:
-            commands = msgpack.unpackb(ext.data)
+            items = msgpack.unpackb(ext.data)
         except Exception:
             return _MALFORMED_BYTES
-        if type(commands) is not list or not commands:
+        if type(items) is not list or not items:
             return _MALFORMED_BYTES
+        if int in set(map(type, items)):
+            # SET runs: check each before anything is applied, so that a
+            # malformed batch changes nothing (a bad command alone is answered
+            # alone, as it changes nothing either).
+            total = _runs_total(items)
+            if total is None:
+                return _MALFORMED_BYTES
+        else:
+            total = len(items)
         execute = self.execute
         pack = self._pack
-        n = len(commands)
-        if n < 16:
-            out = [bytes([0x90 | n])]
-        elif n < 1 << 16:
-            out = [b"\xdc" + n.to_bytes(2, "big")]
-        else:
-            out = [b"\xdd" + n.to_bytes(4, "big")]
-        for args in commands:
+        out = [array_header(total)]
+        it = iter(items)
+        for args in it:
+            if type(args) is int:
+                # A run of plain SETs (checked above): key, value, key, value, ...
+                pairs = list(islice(it, 2 * args))
+                if not writes:
+                    out.append(self._refused_set * args)
+                    continue
+                keys = pairs[::2]
+                data = self._data  # not hoisted: FLUSHDB replaces the dict
+                if self._sorted is not None and not data.keys() >= set(keys):
+                    self._sorted = None
+                data.update(zip(keys, pairs[1::2], strict=True))
+                out.append(_OK_BYTES * args)
+                continue
             # The commonest command, plain SET, without the general dispatch
             # (every replica applies every command: this is the hot loop).
             if (
                 writes
                 and type(args) is list
                 and len(args) == 3
-                and args[0] in _PLAIN_SET
+                and args[0] in PLAIN_SET
                 and type(args[1]) is bytes
                 and type(args[2]) is bytes
             ):
                 key = args[1]
-                data = self._data  # not hoisted: FLUSHDB replaces the dict
+                data = self._data
                 if self._sorted is not None and key not in data:
                     self._sorted = None
                 data[key] = args[2]

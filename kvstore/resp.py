@@ -69,6 +69,7 @@ __all__ = [
     "ConnState",
     "Deferred",
     "DeferredList",
+    "OkList",
     "RespLimits",
     "RespServer",
     "serve_resp",
@@ -415,6 +416,19 @@ class DeferredList(Deferred):
     def __init__(self, count: int) -> None:
         super().__init__()
         self.count = count
+
+
+class OkList(list[Value]):
+    """A list of replies that are all ``OK`` (a batch of plain SETs answered):
+    the value a backend may set a :class:`DeferredList` to so that the front
+    end writes ``+OK`` that many times without looking at each item. Build it
+    only from ``OK`` items; it is a list, so any other reader sees the same
+    replies."""
+
+    __slots__ = ()
+
+
+_OK_REPLY = b"+OK\r\n"
 
 
 class _Slot:
@@ -771,13 +785,19 @@ class RespConnection(asyncio.Protocol):
         into its slot (one slot, one join, one flush check for the run)."""
         if self.lost:
             return
+        if type(values) is OkList and len(values) == count:
+            slot.data = _OK_REPLY * count
+            if not self.flush_scheduled:
+                self.flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._late_flush)
+            return
         data: list[bytes] = []
         try:
-            if type(values) is not list or len(values) != count:
+            if not isinstance(values, list) or len(values) != count:
                 raise TypeError(f"{count} replies expected, got {values!r:.200}")
             for value in values:
                 if value is OK:
-                    data.append(b"+OK\r\n")
+                    data.append(_OK_REPLY)
                 else:
                     _encode(value, data, resp3)
         except Exception:
