@@ -51,10 +51,12 @@ import hmac
 import itertools
 import logging
 import ssl as _ssl
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol, TypeAlias, cast
 
 import hiredis
@@ -258,6 +260,8 @@ _HIREDIS_MESSAGES = {
     "Multi-bulk length out of range": "invalid multibulk length",
 }
 
+_first = itemgetter(0)
+
 _TYPE_BYTES = {int: ":", list: "*", type(None): "_", dict: "%", float: ",", bool: "#"}
 
 
@@ -274,13 +278,24 @@ def _wire_total(requests: list[list[bytes]]) -> int:
     arguments at once (the front end counts every request's bytes)."""
     lens = list(map(len, itertools.chain.from_iterable(requests)))
     counts = list(map(len, requests))
-    return (
-        sum(lens)
-        + sum(map(len, map(str, lens)))
-        + 5 * len(lens)
-        + 3 * len(counts)
-        + sum(map(len, map(str, counts)))
-    )
+    return sum(lens) + _digits(lens) + 5 * len(lens) + 3 * len(counts) + _digits(counts)
+
+
+def _digits(numbers: list[int]) -> int:
+    """How many decimal digits ``numbers`` (not negative) take, all together:
+    one each, one more each for those of 10 and over, and so on (sorting and
+    bisecting costs less than a ``str`` per number)."""
+    if not numbers:
+        return 0
+    ordered = sorted(numbers)
+    n = len(ordered)
+    total = n
+    top = ordered[-1]
+    step = 10
+    while step <= top:
+        total += n - bisect_left(ordered, step)
+        step *= 10
+    return total
 
 
 def _count_problem(data: bytes, limits: RespLimits) -> str | None:
@@ -559,58 +574,60 @@ class RespConnection(asyncio.Protocol):
         backend's ``execute_many`` in one call (when it has one); a connection
         command, an unauthenticated connection, an error or the end of what
         hiredis holds ends the run, which is started before anything after it.
+
+        The requests are taken from hiredis first and looked at afterwards,
+        a few C-level passes over all of them (a pipeline of data commands,
+        the common case, is then one ``execute_many`` with no Python work per
+        request but the ``gets``); only a read that holds a connection command
+        or a bad argument goes request by request.
         """
         reader = self.reader
-        slots = self.slots
-        pending_max = self.limits.pipeline_pending_max
-        many = self.execute_many
-        state = self.state
-        front = _FRONT
-        run: list[list[bytes]] = []  # data commands not yet handed to the backend
-        got: list[list[bytes]] = []  # every request read, for the byte count
+        got: list[list[bytes]] = []  # every request read, in order
         problem: str | None = None
         hiredis_error: _ProtocolError | None = None
         incomplete = False
-        while not self.closing and not self.write_paused:
-            if len(slots) + len(run) >= pending_max:
-                break
-            try:
-                args = reader.gets()
-            except MemoryError:  # hiredis' PyList_New of a declared count
-                problem = "invalid multibulk length"
-                break
-            except _ProtocolError as exc:
-                hiredis_error = exc
-                break
-            if args is False:
-                incomplete = True
-                break
-            if type(args) is not list:
+        room = self.limits.pipeline_pending_max - len(self.slots)
+        if not self.closing and not self.write_paused:
+            while len(got) < room:
+                try:
+                    args = reader.gets()
+                except MemoryError:  # hiredis' PyList_New of a declared count
+                    problem = "invalid multibulk length"
+                    break
+                except _ProtocolError as exc:
+                    hiredis_error = exc
+                    break
+                if type(args) is list:
+                    got.append(args)
+                    continue
+                if args is False:
+                    incomplete = True
+                    break
                 if args is None:
                     self.consumed += 5
                     continue  # ``*-1``: Redis ignores it
                 problem = f"expected '*', got '{_TYPE_BYTES.get(type(args), '?')}'"
                 break
-            for a in args:
-                if type(a) is not bytes:
-                    problem = f"expected '$', got '{_TYPE_BYTES.get(type(a), '?')}'"
-                    break
-            if problem is not None:
-                break
-            got.append(args)
-            if not args:
-                continue  # ``*0``
-            if many is None or state.user is None or args[0].upper() in front:
-                if run:
-                    self._start_many(run)
-                    run = []
-                self._start(args)
-                continue
-            run.append(args)
         if got:
+            if set(map(type, itertools.chain.from_iterable(got))) - {bytes}:
+                # An argument that is not a bulk string: what comes before it runs.
+                for i, args in enumerate(got):
+                    bad = [a for a in args if type(a) is not bytes]
+                    if bad:
+                        problem = f"expected '$', got '{_TYPE_BYTES.get(type(bad[0]), '?')}'"
+                        del got[i:]
+                        break
             self.consumed += _wire_total(got)
-        if run:
-            self._start_many(run)
+            many = self.execute_many
+            if (
+                many is not None
+                and self.state.user is not None
+                and all(got)  # no ``*0``
+                and _FRONT.keys().isdisjoint(map(bytes.upper, map(_first, got)))
+            ):
+                self._start_many(got)
+            else:
+                self._start_each(got)
         if problem is not None:
             self._protocol_error(problem)
             return
@@ -623,6 +640,28 @@ class RespConnection(asyncio.Protocol):
         if incomplete:
             self._check_incomplete()
         self._update_reading()
+
+    def _start_each(self, got: list[list[bytes]]) -> None:
+        """Start ``got`` request by request: connection commands alone, runs of
+        data commands together; nothing after a request that closes."""
+        many = self.execute_many
+        state = self.state
+        front = _FRONT
+        run: list[list[bytes]] = []  # data commands not yet handed to the backend
+        for args in got:
+            if self.closing:
+                break
+            if not args:
+                continue  # ``*0``
+            if many is None or state.user is None or args[0].upper() in front:
+                if run:
+                    self._start_many(run)
+                    run = []
+                self._start(args)
+                continue
+            run.append(args)
+        if run:
+            self._start_many(run)
 
     def _inline_follows(self) -> bool:
         """After complete requests, a line that is not ``*``: an inline command, as
