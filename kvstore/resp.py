@@ -214,7 +214,7 @@ def _encode(value: _Reply, out: list[bytes], resp3: bool) -> None:
         out.append(b"+%s\r\n" % _line(value.text))
     elif t is Error:
         out.append(b"-%s\r\n" % _line(value.text))
-    elif t is list or t is tuple:
+    elif t is list or t is tuple or t is OkList:
         out.append(b"*%d\r\n" % len(value))
         for item in value:
             _encode(item, out, resp3)
@@ -851,8 +851,10 @@ class RespConnection(asyncio.Protocol):
     def _late_flush(self) -> None:
         self.flush_scheduled = False
         self._flush()
-        if not self.closing and not self.lost:
-            self._drain()  # requests held back by the in-flight bound
+        if self.consumed != self.fed and not self.closing and not self.lost:
+            # hiredis holds requests held back by the in-flight bound (or part
+            # of one, which _drain leaves there).
+            self._drain()
             self._flush()
 
     def _flush(self) -> None:
@@ -892,7 +894,7 @@ class _Quit(NamedTuple):
     """The QUIT marker: reply OK, then close once earlier replies are written."""
 
 
-_VALUE_TYPES = frozenset({bytes, int, type(None), Simple, Error, list, _Map, bool})
+_VALUE_TYPES = frozenset({bytes, int, type(None), Simple, Error, list, OkList, _Map, bool})
 _NO_AUTH = frozenset({b"AUTH", b"HELLO", b"QUIT", b"RESET"})
 
 
