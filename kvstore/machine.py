@@ -306,7 +306,7 @@ class KVStore:
             self._table[spec.name.encode()] = entry
             self._table[spec.name.upper().encode()] = entry
         #: What a plain SET answers as a query (a write refused), for SET runs.
-        self._refused_set = self._pack(self.execute([b"SET", b"k", b"v"], writes=False))
+        self._refused_set: bytes = self._pack(self.execute([b"SET", b"k", b"v"], writes=False))
 
     # -- the StateMachine protocol --
 
@@ -344,6 +344,20 @@ class KVStore:
             return _MALFORMED_BYTES
         if type(items) is not list or not items:
             return _MALFORMED_BYTES
+        count: int = items[0]
+        if type(count) is int and len(items) == 1 + 2 * count and count > 0:
+            # One run of plain SETs, the whole batch (what a SET pipeline makes).
+            keys = items[1::2]
+            values = items[2::2]
+            if set(map(type, keys)) != {bytes} or set(map(type, values)) != {bytes}:
+                return _MALFORMED_BYTES
+            if not writes:
+                return array_header(count) + self._refused_set * count
+            data = self._data
+            if self._sorted is not None and not data.keys() >= set(keys):
+                self._sorted = None
+            data.update(zip(keys, values, strict=True))
+            return array_header(count) + _OK_BYTES * count
         if int in set(map(type, items)):
             # SET runs: check each before anything is applied, so that a
             # malformed batch changes nothing (a bad command alone is answered

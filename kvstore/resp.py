@@ -801,7 +801,7 @@ class RespConnection(asyncio.Protocol):
         slot.data = b"".join(data)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._late_flush)
+            self.server.flush_later(self)
 
     def _deliver(self, slot: _Slot, value: Value, resp3: bool) -> None:
         """A :class:`Deferred`'s reply is known: encode it into its slot."""
@@ -817,7 +817,7 @@ class RespConnection(asyncio.Protocol):
         slot.data = data[0] if len(data) == 1 else b"".join(data)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._late_flush)
+            self.server.flush_later(self)
 
     def _deliver_many(self, slot: _Slot, resp3: bool, count: int, values: Value) -> None:
         """A :class:`DeferredList`'s ``count`` replies are known: encode them all
@@ -828,7 +828,7 @@ class RespConnection(asyncio.Protocol):
             slot.data = _OK_REPLY * count
             if not self.flush_scheduled:
                 self.flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._late_flush)
+                self.server.flush_later(self)
             return
         data: list[bytes] = []
         try:
@@ -846,7 +846,7 @@ class RespConnection(asyncio.Protocol):
         slot.data = b"".join(data)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._late_flush)
+            self.server.flush_later(self)
 
     def _late_flush(self) -> None:
         self.flush_scheduled = False
@@ -1313,6 +1313,25 @@ class RespServer:
         self.connections: set[RespConnection] = set()
         self.server: asyncio.Server | None = None
         self.port: int | None = None
+        #: Connections with replies that became ready since the last late flush.
+        self._to_flush: list[RespConnection] = []
+
+    def flush_later(self, conn: RespConnection) -> None:
+        """Write ``conn``'s ready replies at the next loop turn, together with
+        every other connection's: one loop callback for all of them (a batch
+        answers hundreds of connections at once)."""
+        if not self._to_flush:
+            asyncio.get_running_loop().call_soon(self._late_flush)
+        self._to_flush.append(conn)
+
+    def _late_flush(self) -> None:
+        conns = self._to_flush
+        self._to_flush = []
+        for conn in conns:
+            try:
+                conn._late_flush()
+            except Exception:
+                log.exception("writing the replies of %s failed", conn.state.addr)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on ``host:port`` (``port=0`` picks a free port, see ``self.port``)."""
