@@ -55,7 +55,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol, TypeAlias, cast
 
@@ -112,6 +112,13 @@ class RespLimits:
     bulk_bytes_max: int = BULK_BYTES_MAX
     multibulk_max: int = MULTIBULK_MAX
     inline_bytes_max: int = INLINE_BYTES_MAX
+
+    @cached_property
+    def count_line_safe(self) -> int:
+        """A ``*N`` line of at most this many bytes (without its CRLF) has an
+        N with fewer digits than ``multibulk_max``, so under it: the front end
+        need not parse it."""
+        return len(str(self.multibulk_max)) if self.multibulk_max >= 0 else 0
 
 
 _conn_ids = itertools.count(1)
@@ -269,8 +276,11 @@ def _wire_len(args: list[bytes]) -> int:
     """How many bytes ``args`` took as a canonical multibulk (hiredis accepts no
     other spelling of a length), so the front end can tell where the next
     request starts in the stream without parsing it."""
-    lens = list(map(len, args))
-    return 3 + len(str(len(args))) + 5 * len(args) + sum(lens) + sum(map(len, map(str, lens)))
+    total = 3 + len(str(len(args)))
+    for arg in args:
+        n = len(arg)
+        total += n + 5 + (1 if n < 10 else 2 if n < 100 else len(str(n)))
+    return total
 
 
 def _wire_total(requests: list[list[bytes]]) -> int:
@@ -303,6 +313,8 @@ def _count_problem(data: bytes, limits: RespLimits) -> str | None:
     nl = data.find(b"\r\n", 0, HEADER_LINE_MAX + 2)
     if nl < 0:
         return None  # the walk checks it when the line is complete
+    if nl <= limits.count_line_safe:  # ``*`` and fewer digits than the limit has
+        return None
     try:
         count = int(data[1:nl])
     except ValueError:
@@ -429,7 +441,10 @@ class DeferredList(Deferred):
     __slots__ = ("count",)
 
     def __init__(self, count: int) -> None:
-        super().__init__()
+        # Deferred.__init__'s fields, set here (one call less: one of these per run).
+        self._callbacks = []
+        self.done = False
+        self.value = None
         self.count = count
 
 
@@ -608,7 +623,25 @@ class RespConnection(asyncio.Protocol):
                     continue  # ``*-1``: Redis ignores it
                 problem = f"expected '*', got '{_TYPE_BYTES.get(type(args), '?')}'"
                 break
-        if got:
+        if len(got) == 1:  # one request (no pipelining): the same, without the passes
+            args = got[0]
+            for a in args:
+                if type(a) is not bytes:
+                    problem = f"expected '$', got '{_TYPE_BYTES.get(type(a), '?')}'"
+                    got.clear()
+                    break
+            else:
+                self.consumed += _wire_len(args)
+                if (
+                    args
+                    and self.execute_many is not None
+                    and self.state.user is not None
+                    and args[0].upper() not in _FRONT
+                ):
+                    self._start_many(got)
+                else:
+                    self._start_each(got)
+        elif got:
             if set(map(type, itertools.chain.from_iterable(got))) - {bytes}:
                 # An argument that is not a bulk string: what comes before it runs.
                 for i, args in enumerate(got):
