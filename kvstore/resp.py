@@ -603,7 +603,7 @@ class RespConnection(asyncio.Protocol):
         incomplete = False
         room = self.limits.pipeline_pending_max - len(self.slots)
         if not self.closing and not self.write_paused:
-            while len(got) < room:
+            for _ in range(room):
                 try:
                     args = reader.gets()
                 except MemoryError:  # hiredis' PyList_New of a declared count
@@ -656,7 +656,7 @@ class RespConnection(asyncio.Protocol):
                 many is not None
                 and self.state.user is not None
                 and all(got)  # no ``*0``
-                and _FRONT.keys().isdisjoint(map(bytes.upper, map(_first, got)))
+                and _FRONT.keys().isdisjoint(map(bytes.upper, set(map(_first, got))))
             ):
                 self._start_many(got)
             else:
