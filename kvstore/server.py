@@ -101,18 +101,22 @@ class KVBackend:
         self.read_timeout_s = read_timeout_s
         #: Each connection's latest write not yet answered (connection id -> its part).
         self._writing: dict[int, Deferred] = {}
+        # This node applies the batches it packs without unpacking them (prime).
         self._writes = _Batcher(
-            lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
+            lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"),
+            store.prime,
         )
         if node.reads_at_every_replica:
             self._reads = _Batcher(
-                lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s)
+                lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s),
+                store.prime,
             )
         else:
             # The protocol has no read path at every replica: a batch of reads goes
             # through the log like writes (a read changes nothing when applied).
             self._reads = _Batcher(
-                lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
+                lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"),
+                store.prime,
             )
         self._table = [
             RespSpec(
@@ -332,6 +336,7 @@ class _Batcher:
         "_keyed",
         "_open",
         "_parts",
+        "_prime",
         "_run_at",
         "_scheduled",
         "_sealed",
@@ -339,9 +344,14 @@ class _Batcher:
     )
 
     def __init__(
-        self, submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]]
+        self,
+        submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]],
+        prime: Callable[[bytes, list[Any]], None] | None = None,
     ) -> None:
         self._submit = submit
+        #: Told each batch payload and the items it was packed from
+        #: (:meth:`kvstore.machine.KVStore.prime`), before it is submitted.
+        self._prime = prime
         #: The batch's items: argument lists, and SET runs (a count, then keys and values).
         self._items: list[Any] = []
         self._count = 0  # commands in the batch
@@ -465,6 +475,8 @@ class _Batcher:
         self._bytes = 0
         if count > 1:
             payload = encode_batch_items(items)
+            if self._prime is not None:
+                self._prime(payload, items)
         elif type(items[0]) is int:  # one plain SET
             payload = encode_command([b"SET", items[1], items[2]])
         else:

@@ -1020,3 +1020,50 @@ def test_encode_batch_items_without_runs_is_encode_batch_args() -> None:
     commands = [[b"GET", b"a"], [b"SET", b"a", b"1", b"NX"], [b"INCR", b"n"]]
     assert set_runs(commands) == commands
     assert encode_batch_items(set_runs(commands)) == encode_batch_args(commands)
+
+
+@settings(derandomize=True, max_examples=200)
+@given(
+    st.lists(
+        st.one_of(
+            command.map(list),
+            st.tuples(st.sampled_from([b"SET", b"set"]), key, value).map(list),
+        ),
+        min_size=2,
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_a_primed_batch_answers_and_changes_what_unpacking_does(
+    commands: list[list[bytes]], writes: bool
+) -> None:
+    """The node applies the batches it packed from their items (prime);
+    every other replica unpacks the bytes: the same replies, byte for byte,
+    and the same whole state."""
+    from kvstore.codec import encode_batch_items, set_runs
+
+    items = set_runs(commands)
+    payload = encode_batch_items(items)
+    primed, unpacked = KVStore(), KVStore()
+    primed.prime(payload, items)
+    if writes:
+        assert primed.apply(payload) == unpacked.apply(payload)
+    else:
+        assert primed.query(payload) == unpacked.query(payload)
+    assert primed.snapshot() == unpacked.snapshot()
+    assert not primed._primed  # taken once
+
+
+def test_prime_is_used_for_that_very_payload_only_and_is_bounded() -> None:
+    from kvstore.codec import encode_batch_items
+
+    store = KVStore()
+    payload = encode_batch_items([2, b"a", b"1", b"b", b"2"])
+    store.prime(payload, [1, b"c", b"3"])  # not what payload says: shows which is used
+    assert store.apply(bytes(bytearray(payload))) == store._pack([OK, OK])  # an equal copy
+    assert store.items() == [(b"a", b"1"), (b"b", b"2")]
+    assert store.apply(payload) == store._pack([OK])  # the very object: the items given
+    assert store.items() == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+    for i in range(machine.PRIMED_MAX + 10):
+        store.prime(encode_batch_items([1, b"k%d" % i, b"v"]), [1, b"k", b"v"])
+    assert len(store._primed) == machine.PRIMED_MAX
