@@ -553,8 +553,10 @@ class RespConnection(asyncio.Protocol):
         self.fed += len(data)
         self.last_data = data
         self.reader.feed(data)
-        self._drain()
-        self._flush()
+        self._drain()  # which updates reading when it ends normally
+        slots = self.slots
+        if self.out or (slots and slots[0].data is not None):
+            self._flush()
 
     # -- reading ----------------------------------------------------------------------
 

@@ -165,7 +165,20 @@ class KVBackend:
         front end checks it).
         """
         writes = self._writes
-        if set(map(len, requests)) == {3} and PLAIN_SET.issuperset(map(_first, requests)):
+        if len(requests) == 1:  # no pipelining: one plain SET is one add
+            args = requests[0]
+            if len(args) == 3 and args[0] in PLAIN_SET:
+                size = len(args[1]) + len(args[2]) + _SET_BOUND
+                if size <= COMMAND_BYTES_MAX:
+                    try:
+                        writes.add_set(args[1], args[2], size)
+                        sealed = writes.seal()
+                    except NodeError:
+                        writes.drop_open()
+                        return [_STOPPED]
+                    self._note_write(conn.id, sealed[-1])
+                    return list(sealed)
+        elif set(map(len, requests)) == {3} and PLAIN_SET.issuperset(map(_first, requests)):
             # Only plain SETs (a redis-benchmark pipeline, a bulk load): one
             # run of the batch, counted and checked a read at a time.
             n = len(requests)
