@@ -2,6 +2,7 @@
 
     python -m bench.kv_vs_pysyncobj                 # about 3 minutes
     python -m bench.kv_vs_pysyncobj --quick --out /tmp/kvbench
+    python -m bench.kv_vs_pysyncobj --set-only --skip-pysyncobj   # the SET row alone
 
 1. **PySyncObj**: 3 processes on loopback, its ``ReplDict``, 5,000 writes
    outstanding from inside the leader, memory only (no journal, so no fsync;
@@ -14,8 +15,11 @@
    connections: 5,008 outstanding) and without (5,001 connections, one each).
 3. **kv-store, fsync on**: SET, pipelined, the durable figure.
 
-Writes the JSON, a Markdown table and a PNG (writes/s and p99 side by side)
-to ``--out``; prints the table and the kv-store-over-PySyncObj ratio. Needs
+Each row also gives the CPU (user + system, from ``/proc``) its servers and
+its load generator used per 1,000 requests: the cost of a write, which other
+work on a shared machine disturbs less than the rate. Writes the JSON, a
+Markdown table and a PNG (writes/s, p99 and CPU per write side by side) to
+``--out``; prints the table and the kv-store-over-PySyncObj ratio. Needs
 ``redis-benchmark`` (Debian ``redis-tools``) and ``pip install
 '.[bench]'`` (PySyncObj, matplotlib).
 """
@@ -175,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="shorter runs (about a minute)")
     p.add_argument("--out", default="bench/results/kv_vs_pysyncobj")
     p.add_argument("--skip-pysyncobj", action="store_true")
+    p.add_argument(
+        "--set-only",
+        action="store_true",
+        help="of the kv-store rows, only SET pipelined with fsync off (before/after runs)",
+    )
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -199,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
                 "load_cpu_ms_per_1k": None,  # PySyncObj's load runs inside its leader
             }
         )
-    rows += run_kvstore(False, ["set", "get"], [PIPELINED, UNPIPELINED], requests)
-    rows += run_kvstore(True, ["set"], [PIPELINED], requests)
+    if args.set_only:
+        rows += run_kvstore(False, ["set"], [PIPELINED], requests)
+    else:
+        rows += run_kvstore(False, ["set", "get"], [PIPELINED, UNPIPELINED], requests)
+        rows += run_kvstore(True, ["set"], [PIPELINED], requests)
     table = _table(rows)
     pso_rows = [r for r in rows if r["system"] == "PySyncObj"]
     kv = next(r for r in rows if r["system"] == "kv-store (fsync off)" and r["test"] == "SET")
