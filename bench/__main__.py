@@ -9,23 +9,25 @@ deployment the same way the README's numbers were measured.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import RESULTS_ROOT, Context
+from bench.engines import RuntimeEngine
 from sdpaxos.protocols import PROTOCOL_NAMES
 
 #: Each experiment: one line of help (``--help`` lists them).
 EXPERIMENTS: dict[str, str] = {
     "latency": "per-region commit and read latency on paper3/paper5 (Figs. 12, 13)",
-    "throughput": "CPU per 1,000 commands and one-core-per-replica capacity (Fig. 11)",
+    "throughput": "capacity per protocol vs conflict and read share, CPU and NIC (Figs. 10, 11)",
     "straggler": "throughput with one slow replica; SDPaxos moving a slow sequencer (Fig. 9)",
     "failover": "throughput over time per replica when the sequencer/leader is killed (Fig. 14)",
     "report": "runs the quick set and writes one self-contained HTML page",
 }
-#: Experiments the runtime engine can run (real processes run SDPaxos only, light load).
-RUNTIME_EXPERIMENTS = ("latency",)
+#: Experiments the runtime engine can run: all of them.
+RUNTIME_EXPERIMENTS = tuple(EXPERIMENTS)
 
 
 def _runner(name: str) -> Callable[[Context], int]:
@@ -72,8 +74,15 @@ def parser() -> argparse.ArgumentParser:
         "--engine",
         choices=("sim", "runtime"),
         default="sim",
-        help="sim: the simulator in virtual time (default); runtime: real node processes"
-        " behind the delay emulator (latency, SDPaxos only)",
+        help="sim: the simulator in virtual time (default); runtime: one real node process"
+        " per region (the delay emulator for wide-area profiles) and one load-generator"
+        " process per region",
+    )
+    p.add_argument(
+        "--fsync",
+        action="store_true",
+        help="runtime engine: nodes fsync their log (default off, as the paper's prototype,"
+        " whose log was never made durable)",
     )
     p.add_argument(
         "--protocols",
@@ -83,6 +92,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=1, help="seed of every workload and run (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--nic-mbps",
+        type=float,
+        default=None,
+        help="throughput: the NIC of each replica, Mbit/s each way, for the capacity with"
+        " one core and one NIC per replica (default 445: the paper's EC2 m4.large)",
+    )
     return p
 
 
@@ -99,13 +115,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.engine == "runtime" and args.experiment not in RUNTIME_EXPERIMENTS:
         print(
-            f"runtime engine supports: {', '.join(RUNTIME_EXPERIMENTS)} with sdpaxos;"
+            f"runtime engine supports: {', '.join(RUNTIME_EXPERIMENTS)};"
             f" run {args.experiment} with --engine sim",
             file=sys.stderr,
         )
         return 2
-    if args.engine == "runtime" and "sdpaxos" not in protocols:
-        print("runtime engine supports: sdpaxos", file=sys.stderr)
+    if args.fsync and args.engine != "runtime":
+        print("--fsync is for --engine runtime (the simulator has no disk)", file=sys.stderr)
+        return 2
+    RuntimeEngine.fsync_default = args.fsync
+    if args.nic_mbps is not None and not args.nic_mbps > 0:
+        print(f"--nic-mbps must be > 0, got {args.nic_mbps}", file=sys.stderr)
         return 2
     out = args.out if args.out is not None else RESULTS_ROOT / args.experiment
     ctx = Context(
@@ -116,10 +136,21 @@ def main(argv: list[str] | None = None) -> int:
         protocols=protocols,
         seed=args.seed,
         quiet=args.quiet,
+        nic_mbps=args.nic_mbps,
     )
     for name, why in ctx.skipped.items():
         ctx.progress(f"skipping {name}: {why}")
-    return _runner(args.experiment)(ctx)
+    # SIGTERM unwinds like Ctrl-C, so that every experiment's cleanup (the
+    # runtime engine's node and loader processes) runs on that exit path too.
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _runner(args.experiment)(ctx)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

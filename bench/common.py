@@ -41,6 +41,9 @@ class Context:
     protocols: tuple[str, ...] = ()
     seed: int = 1
     quiet: bool = False
+    #: The throughput experiment's NIC model, Mbit/s each way per replica
+    #: (``None``: its default, the paper's instance class).
+    nic_mbps: float | None = None
     #: Why each protocol that cannot run is skipped (``"not built: ..."``).
     skipped: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)

@@ -3,9 +3,11 @@
 Why engines: the experiments say *what* to measure (regions, clients, faults,
 workload); an engine says *where*: in the simulator's virtual time
 (:class:`SimEngine`) or on real node processes behind the delay emulator
-(:class:`RuntimeEngine`). Both take a :class:`RunSpec` and return a
-:class:`RunOutput` holding per-operation records, so statistics, tables and
-histories are computed one way for both.
+(:class:`RuntimeEngine`, :mod:`bench.runtime_engine`). Both take a
+:class:`RunSpec` and return a :class:`RunOutput` holding per-operation records,
+so statistics, tables and histories are computed one way for both. Their one
+difference in what a record means: the simulator measures latency at the
+replica, the runtime at the client (the loopback hop and TLS included).
 
 Protocols are looked up by name in :mod:`sdpaxos.protocols`; a baseline whose
 module does not import yet is reported by :func:`protocol_status` as "not
@@ -32,6 +34,7 @@ from sdpaxos.protocols import PROTOCOL_NAMES, ProtocolError, protocol
 from sdpaxos.sim.checkers import LivenessViolation, SafetyViolation
 from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.cluster import SimCluster
+from sdpaxos.sim.statemachine import keyed_payload
 
 Progress = Callable[[str], None]
 
@@ -134,6 +137,9 @@ class RunOutput:
     cpu: CpuMeter | None = None
     #: ``(time_us, believed leader)`` every ``spec.sample_ms``.
     leader_samples: list[tuple[int, int | None]] = field(default_factory=list)
+    #: What an engine measured beside the records (the runtime: CPU per
+    #: process, node-side latency, status samples, the verification).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def regions(self) -> list[str]:
@@ -203,6 +209,17 @@ class _SimClients:
                 for at_us in times:
                     self.cluster.call_at(at_us, functools.partial(self._issue_now, index), "op")
 
+    def _payload(self, key: bytes, body: bytes) -> bytes:
+        """``body`` as the cluster's state machine must see it.
+
+        A protocol that orders only interfering commands (EPaxos) runs the
+        per-key state machine, which must be told the key in the payload
+        (:func:`~sdpaxos.sim.statemachine.keyed_payload`); otherwise it treats
+        the command as writing every object, whose result then depends on the
+        order of commands on other keys, which such a protocol leaves free.
+        """
+        return keyed_payload(key, body) if self.cluster.per_key_order else body
+
     def _issue_now(self, index: int) -> None:
         self._issue(index, self.cluster.now_us)
 
@@ -227,7 +244,8 @@ class _SimClients:
         if op.kind == "write":
             pending = _Pending(rec, r, index, ReplyKind.READY)
             self.by_cid[cid] = pending
-            self.cluster.propose_at(at_us, r, Command(cid, 1, op.payload, op.key), Wait.READY)
+            payload = self._payload(op.key, op.payload)
+            self.cluster.propose_at(at_us, r, Command(cid, 1, payload, op.key), Wait.READY)
             return
         replica = self.cluster.replicas[r]
         if replica is not None and getattr(replica, "read", None) is not None:
@@ -245,7 +263,8 @@ class _SimClients:
         pending.record.path = "log"
         pending.wait = ReplyKind.EXECUTED
         self.by_cid[cid] = pending
-        command = Command(cid, 1, b"r" + pending.record.key, pending.record.key)
+        key = pending.record.key
+        command = Command(cid, 1, self._payload(key, b"r" + key), key)
         self.cluster.propose_at(at_us, pending.replica, command, Wait.EXECUTED)
 
     def _on_reply(self, replica: int, reply: Reply, now_us: int) -> None:
@@ -371,60 +390,65 @@ class SimEngine:
 class RuntimeEngine:
     """Real ``python -m sdpaxos node`` processes on loopback, delayed by the emulator.
 
-    Why so narrow: the runtime runs only SDPaxos today, and the only runtime
-    measurement that exists is light-load commit latency
-    (:mod:`bench.runtime_latency`): one region at a time, one client submitting
-    writes one after another. This engine runs that and records every command;
-    anything else raises :class:`EngineUnsupported`.
+    Any protocol, any spec the runtime can run (:func:`bench.runtime_engine.check`
+    says what it cannot, as :class:`EngineUnsupported`): one node process per
+    region, one load-generator process per region with clients, faults as
+    signals (SIGKILL; a SIGSTOP/SIGCONT duty cycle for a slow node). The bulk is
+    in :mod:`bench.runtime_engine`. ``fsync`` is off by default, as in the
+    paper's prototype; ``metrics`` serves each node's ``/metrics`` so that runs
+    report the node-side commit latency too. A cluster is reused by the next
+    spec that fits it: :meth:`close` (or ``with``) ends every process.
     """
 
     name = "runtime"
-    PROTOCOLS = ("sdpaxos",)
+    #: fsync when the constructor is not told (``python -m bench --fsync`` sets it).
+    fsync_default = False
 
-    def __init__(self, commands_per_region: int = 20, warmup: int = 3, fsync: bool = True) -> None:
-        self.commands_per_region = commands_per_region
-        self.warmup = warmup
-        self.fsync = fsync
+    def __init__(self, fsync: bool | None = None, metrics: bool = False) -> None:
+        from bench.runtime_engine import RuntimeRunner
+
+        fsync = self.fsync_default if fsync is None else fsync
+        self._runner = RuntimeRunner(fsync=fsync, metrics=metrics)
+
+    @property
+    def fsync(self) -> bool:
+        return self._runner.fsync
+
+    @property
+    def metrics(self) -> bool:
+        return self._runner.metrics
+
+    @metrics.setter
+    def metrics(self, on: bool) -> None:
+        if on != self._runner.metrics:
+            self._runner.close()
+            self._runner.metrics = on
 
     def check(self, spec: RunSpec) -> None:
         """Raise :class:`EngineUnsupported` unless this engine can run ``spec``."""
-        if spec.protocol not in self.PROTOCOLS:
-            raise EngineUnsupported(
-                f"runtime engine supports: {', '.join(self.PROTOCOLS)} (not {spec.protocol})"
-            )
-        if spec.workload.read_pct or spec.slow or spec.kill or spec.cpu:
-            raise EngineUnsupported("runtime engine supports light-load writes only")
+        from bench.runtime_engine import check
+
+        check(spec)
 
     def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput:
-        self.check(spec)
-        from bench import runtime_latency
+        return self._runner.run(spec, progress)
 
-        started = time.perf_counter()
-        per_region = runtime_latency.run_records(
-            spec.profile.name,
-            self.commands_per_region,
-            self.warmup,
-            self.fsync,
-            progress=progress,
-        )
-        records: list[OpRecord] = []
-        for region, samples in per_region.items():
-            for invoke_s, complete_s in samples:
-                records.append(
-                    OpRecord(
-                        op_id=len(records),
-                        client=spec.profile.index(region) + 1,
-                        region=region,
-                        kind="write",
-                        key=b"",
-                        invoke_us=round(invoke_s * 1e6),
-                        complete_us=round(complete_s * 1e6),
-                        value=f"v{len(records)}",
-                    )
-                )
-        out = RunOutput(spec, records)
-        out.wall_s = time.perf_counter() - started
-        return out
+    def close(self) -> None:
+        """End every node process this engine started."""
+        self._runner.close()
+
+    def __enter__(self) -> RuntimeEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def close_engine(engine: Engine) -> None:
+    """End what ``engine`` holds (the runtime's processes); nothing for the simulator."""
+    close = getattr(engine, "close", None)
+    if close is not None:
+        close()
 
 
 ENGINES: dict[str, Callable[[], Engine]] = {"sim": SimEngine, "runtime": RuntimeEngine}

@@ -42,6 +42,20 @@ FIG13_SDPAXOS_UNIFORM_MS: dict[str, dict[str, float]] = {
     "paper5": {"CA": 1, "OR": 22, "OH": 54, "IRE": 136, "SEL": 148},
 }
 
+#: Fig. 10, throughput (thousand req/s) against conflict rate, writes only:
+#: per (protocol, replicas, payload bytes), at FIG10_CONFLICT_PCTS.
+FIG10_CONFLICT_PCTS = (0, 5, 25, 50, 75, 100)
+FIG10_K: dict[tuple[str, int, int], tuple[float, ...]] = {
+    ("sdpaxos", 3, 16): (122, 120, 123, 120, 122, 120),
+    ("sdpaxos", 5, 16): (119, 118, 120, 117, 118, 119),
+    ("epaxos", 3, 16): (92, 71, 65, 67, 61, 60),
+    ("epaxos", 5, 16): (91, 70, 65, 58, 57, 51),
+    ("sdpaxos", 3, 1024): (70, 70, 70, 69, 70, 69),
+    ("sdpaxos", 5, 1024): (69, 69, 68, 68, 68, 68),
+    ("epaxos", 3, 1024): (69, 65.5, 60.5, 55.5, 52.5, 45),
+    ("epaxos", 5, 1024): (68, 51, 53, 52, 50, 45),
+}
+
 #: Fig. 11, throughput (thousand req/s) against read share, no straggler, no
 #: conflict: SDPaxos per (replicas, payload bytes) at 0/25/50/75/100 % reads,
 #: and the flat lines of the others (write-only).

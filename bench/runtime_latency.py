@@ -40,15 +40,15 @@ import asyncio
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.runtime_procs import spawn, stop_processes
 from sdpaxos.profiles import builtin
 from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.local import client_tls, free_ports, make_local_cluster, node_configs
@@ -80,7 +80,7 @@ async def _wait_up(path: Path, replicas: int) -> None:
             await asyncio.sleep(0.1)
 
 
-def _commit_histogram(metrics_port: int) -> tuple[float, float]:
+def commit_histogram(metrics_port: int) -> tuple[float, float]:
     """(sum of seconds, count) of a node's commit-latency histogram."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -106,14 +106,14 @@ async def _region(
     try:
         for j in range(warmup):
             await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
-        before = await asyncio.to_thread(_commit_histogram, metrics_port)
+        before = await asyncio.to_thread(commit_histogram, metrics_port)
         samples = []
         for j in range(commands):
             started = time.perf_counter()
             await client.submit(b"m%d-%d" % (k, j), timeout_s=30)
             samples.append((time.perf_counter() - started) * 1000)
             print(f"\r  region {r.region}: {j + 1}/{commands}", end="", file=sys.stderr)
-        after = await asyncio.to_thread(_commit_histogram, metrics_port)
+        after = await asyncio.to_thread(commit_histogram, metrics_port)
         count = after[1] - before[1]
         node_mean_ms = (after[0] - before[0]) / count * 1000 if count else float("nan")
         return samples, node_mean_ms
@@ -124,9 +124,11 @@ async def _region(
 @contextlib.contextmanager
 def local_nodes(profile_name: str, fsync: bool) -> Iterator[tuple[Path, list[int]]]:
     """One node process per region of the profile (sequencer in CA), stopped on
-    exit; yields the cluster's config path and each node's metrics port. Shared
-    with ``python -m bench latency --engine runtime``; callers wait for the nodes
-    with :func:`_wait_up`."""
+    every exit path (:func:`bench.runtime_procs.stop_processes`; they die with
+    this process too); yields the cluster's config path and each node's metrics
+    port. Callers wait for the nodes with :func:`_wait_up`. (``python -m bench
+    latency --engine runtime`` runs every protocol under load on
+    :mod:`bench.runtime_engine` instead.)"""
     profile = builtin(profile_name)
     regions = list(profile.regions)
     n = len(regions)
@@ -153,55 +155,13 @@ def local_nodes(profile_name: str, fsync: bool) -> Iterator[tuple[Path, list[int
             cmd.append("--no-fsync")
         metrics_ports = free_ports(n)
         procs = [
-            subprocess.Popen(
-                [*cmd, "--id", str(k), "--metrics", f"127.0.0.1:{metrics_ports[k]}"],
-                stdout=subprocess.DEVNULL,
-            )
+            spawn([*cmd, "--id", str(k), "--metrics", f"127.0.0.1:{metrics_ports[k]}"])
             for k in range(n)
         ]
         try:
             yield path, metrics_ports
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(10)
-
-
-def run_records(
-    profile_name: str,
-    commands: int,
-    warmup: int,
-    fsync: bool,
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, list[tuple[float, float]]]:
-    """Per region, ``(invoke, complete)`` of each measured command, in seconds
-    from one origin (the client's view: loopback hop and TLS included)."""
-    regions = list(builtin(profile_name).regions)
-    origin = time.perf_counter()
-    out: dict[str, list[tuple[float, float]]] = {}
-    with local_nodes(profile_name, fsync) as (path, _ports):
-
-        async def main() -> None:
-            await _wait_up(path, len(regions))
-            for k, region in enumerate(regions):
-                r = node_configs(path)[0].replicas[k]
-                client = Client([(r.host, r.port)], tls=client_tls(path))
-                try:
-                    for j in range(warmup):
-                        await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
-                    samples = out.setdefault(region, [])
-                    for j in range(commands):
-                        t0 = time.perf_counter()
-                        await client.submit(b"m%d-%d" % (k, j), timeout_s=30)
-                        samples.append((t0 - origin, time.perf_counter() - origin))
-                finally:
-                    await client.close()
-                if progress is not None:
-                    progress(f"runtime: region {region} done ({commands} commands)")
-
-        asyncio.run(main())
-    return out
+            stop_processes(procs)
 
 
 def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str, Any]:

@@ -52,12 +52,10 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -66,6 +64,11 @@ from typing import Any, cast
 
 import msgpack
 
+from bench.runtime_procs import ChildLines, cpu_seconds, machine_cpu, spawn, stop_processes
+from bench.runtime_procs import StdinWords as _Stdin
+from bench.runtime_procs import run_loop as _run_loop
+from bench.runtime_procs import say as _say
+from bench.runtime_procs import split as _split
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.config import load_config
 from sdpaxos.runtime.local import client_tls, make_local_cluster
@@ -78,24 +81,6 @@ STARTUP_TIMEOUT_S = 60.0
 LOADER_TIMEOUT_S = 120.0
 #: How often a loader reports its count to the parent.
 REPORT_INTERVAL_S = 0.1
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """``utime + stime`` of a process (all its threads) from ``/proc/<pid>/stat``."""
-    with open(f"/proc/{pid}/stat") as f:
-        text = f.read()
-    fields = text[text.rindex(")") + 2 :].split()
-    # After the command name: state is field 3 (index 0 here); utime 14, stime 15.
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
-def machine_cpu() -> tuple[float, float]:
-    """(busy, total) jiffies of all cores, from ``/proc/stat``."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return sum(values) - idle, sum(values)
 
 
 async def _fsyncs(path: Path) -> list[int]:
@@ -114,18 +99,6 @@ async def _fsyncs(path: Path) -> list[int]:
         finally:
             await c.close()
     return out
-
-
-def _run_loop(coro: Any, fast: bool = False) -> Any:
-    """Run ``coro``; on uvloop when ``fast`` and it is installed (the raw loader only:
-    the runtime's ``Client`` asserts an ``asyncio.Transport``, which uvloop's is not)."""
-    if not fast:
-        return asyncio.run(coro)
-    try:
-        import uvloop  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 # ------------------------------------------------------------------ the loaders
@@ -309,31 +282,6 @@ class _RawConn(asyncio.Protocol):
                 fut.set_exception(ConnectionError(self.failure or "connection lost"))
 
 
-class _Stdin:
-    """Lines from the parent (``go``, ``stop``) as an asyncio queue."""
-
-    def __init__(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-
-        def read() -> None:
-            for line in sys.stdin:
-                loop.call_soon_threadsafe(self.queue.put_nowait, line.strip())
-            loop.call_soon_threadsafe(self.queue.put_nowait, "stop")
-
-        threading.Thread(target=read, daemon=True).start()
-
-    async def expect(self, word: str) -> None:
-        while (line := await self.queue.get()) != word:
-            if line == "stop" and word == "go":
-                raise SystemExit(0)
-
-
-def _say(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
 async def _report_until(done: asyncio.Future[Any], count: Any) -> None:
     while not done.done():
         _say(f"count {count()}")
@@ -462,10 +410,6 @@ def _loader_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _split(total: int, parts: int) -> list[int]:
-    return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
-
-
 # ------------------------------------------------------------------ the parent
 
 
@@ -495,31 +439,8 @@ class ModeResult:
     node_status: list[dict[str, Any]] = field(default_factory=list)
 
 
-class _Loader:
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.count = 0
-        self.ready = threading.Event()
-        self.done: dict[str, Any] | None = None
-        self.finished = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            word, _, rest = line.strip().partition(" ")
-            if word == "count":
-                self.count = int(rest)
-            elif word == "ready":
-                self.ready.set()
-            elif word == "done":
-                self.done = json.loads(rest)
-        self.finished.set()
-
-    def tell(self, word: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(word + "\n")
-        self.proc.stdin.flush()
+#: A loader process's lines (``count``, ``ready``, ``done``), read by a thread.
+_Loader = ChildLines
 
 
 async def _wait_up(path: Path, timeout_s: float) -> None:
@@ -592,7 +513,7 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
                     *cmd[2:],
                 ]
             with open(root / f"node{k}.log", "ab") as log:
-                nodes.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log))
+                nodes.append(spawn(cmd, stderr=log))
         _run_loop(_wait_up(path, STARTUP_TIMEOUT_S))
         progress(f"{label}: cluster up in {root}")
         for i, n in enumerate(_split(args.outstanding, args.loaders)):
@@ -601,9 +522,7 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
             cmd += ["--load", args.load]
             if args.loader_profile:
                 cmd += ["--loader-profile", f"{args.loader_profile}.{i}.{label[-3:].strip()}.prof"]
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
-            )
+            proc = spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             loaders.append(_Loader(proc))
         for ld in loaders:
             if not ld.ready.wait(LOADER_TIMEOUT_S):
@@ -702,15 +621,7 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
             if ld.proc.poll() is None:
                 ld.proc.kill()
             ld.proc.wait()
-        for p in nodes:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in nodes:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(nodes)
         if not args.keep:
             import shutil
 

@@ -62,6 +62,10 @@ class Workload:
     zipf_exponent: float = ZIPF_EXPONENT
     payload_bytes: int = 16
     seed: int = 1
+    #: A read goes to the key its client wrote last (so it returns a value of
+    #: ``payload_bytes``), not to the key the key mode draws; a client that has
+    #: not written yet reads the drawn key. The draws are the same either way.
+    read_written: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.conflict_pct <= 100:
@@ -96,6 +100,7 @@ class Workload:
             "zipf_exponent": self.zipf_exponent,
             "payload_bytes": self.payload_bytes,
             "seed": self.seed,
+            "read_written": self.read_written,
         }
 
 
@@ -145,13 +150,14 @@ class Op:
 class OpStream:
     """The operations of one client (``stream``), reproducible from ``(workload.seed, stream)``."""
 
-    __slots__ = ("_n", "_rng", "_zipf", "stream", "workload")
+    __slots__ = ("_last_write_key", "_n", "_rng", "_zipf", "stream", "workload")
 
     def __init__(self, workload: Workload, stream: int) -> None:
         self.workload = workload
         self.stream = stream
         self._rng = random.Random(f"{workload.seed}:{stream}")
         self._n = 0
+        self._last_write_key: bytes | None = None
         self._zipf = (
             zipf_table(workload.key_count, workload.zipf_exponent)
             if workload.keys == "zipf"
@@ -175,6 +181,9 @@ class OpStream:
         payload = b""
         if kind == "write":
             payload = (b"s%dn%d" % (self.stream, self._n)).ljust(w.payload_bytes, b".")
+            self._last_write_key = key
+        elif w.read_written and self._last_write_key is not None:
+            key = self._last_write_key
         return Op(kind, key, payload)
 
     def take(self, count: int) -> list[Op]:

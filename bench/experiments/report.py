@@ -68,23 +68,28 @@ def machine() -> dict[str, Any]:
 
 
 def run(ctx: Context) -> int:
+    """The simulator's quick set; with ``--engine runtime``, the runtime's quick
+    set too (real processes, in ``runtime/<experiment>/``)."""
     from bench.__main__ import _runner
 
     status = 0
     parts: list[tuple[str, int]] = []
-    for name in PARTS:
-        sub = Context(
-            name,
-            ctx.out / name,
-            quick=True,
-            engine_name="sim",
-            protocols=ctx.protocols,
-            seed=ctx.seed,
-            quiet=ctx.quiet,
-        )
-        code = _runner(name)(sub)
-        parts.append((name, code))
-        status = max(status, code)
+    engines = ("sim", "runtime") if ctx.engine_name == "runtime" else ("sim",)
+    for engine in engines:
+        for name in PARTS:
+            where = name if engine == "sim" else f"runtime/{name}"
+            sub = Context(
+                name,
+                ctx.out / where,
+                quick=True,
+                engine_name=engine,
+                protocols=ctx.protocols,
+                seed=ctx.seed,
+                quiet=ctx.quiet,
+            )
+            code = _runner(name)(sub)
+            parts.append((where, code))
+            status = max(status, code)
     page = render(ctx.out, machine(), parts)
     path = ctx.out / "report.html"
     path.write_text(page, encoding="utf-8")
@@ -107,7 +112,9 @@ def render(out: Path, info: dict[str, Any], parts: list[tuple[str, int]]) -> str
     for name, code in parts:
         md_path = out / name / "results.md"
         verdict = "ok" if code == 0 else f"exit status {code} (something was flagged)"
-        body.append(f"<h2 id='{name}'>{name}: {html.escape(verdict)}</h2>")
+        anchor = name.replace("/", "-")
+        title = f"{name.split('/')[-1]} (runtime engine)" if "/" in name else name
+        body.append(f"<h2 id='{anchor}'>{html.escape(title)}: {html.escape(verdict)}</h2>")
         if md_path.exists():
             body.append(markdown_to_html(md_path.read_text(encoding="utf-8"), out / name))
     style = (

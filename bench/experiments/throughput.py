@@ -1,34 +1,44 @@
-"""``throughput``: batched capacity per protocol against read share and payload (Fig. 11).
+"""``throughput``: capacity per protocol against conflict rate and read share (Figs. 10, 11).
 
 How it measures (:mod:`bench.rounds`): every protocol runs in the round-based
 in-memory driver, not the simulator. Each replica steps everything in its
 inbox, calls ``ready()`` once per round and sends one encoded frame per
 destination, with many closed-loop sessions per replica, so protocols batch
-the way a loaded node does. The thread's CPU time of each replica's calls
-(``propose``, ``step``, ``tick``, ``ready``, ``read``) and of its encoding and
-decoding is charged to it. Per cell the table gives each replica's CPU seconds
-per 1,000 completed operations and the **capacity** with one core per replica:
-1,000 / the busiest replica's CPU seconds per 1,000 (the paper's machines had
-a core or more per replica; the busiest replica is the bottleneck).
+the way a loaded node does. The state machine is the paper's in-memory
+key-value store. Per run the driver gives each replica's CPU seconds (thread
+CPU of its calls and its codec work) and bytes out and in (frames between
+replicas, and the clients' requests and answers) per operation. From them, per
+cell, two capacities:
 
-Setup: 3 and 5 replicas, no emulated delay, sessions at every replica (Multi-Paxos:
-at the leader, the paper's setup; ``Multi-Paxos-fwd`` has them everywhere,
-forwarded by the replicas), read share 0-100 %, 16 B and 1 KB payloads, writes to
-unique keys (EPaxos at 0, 5, 50 % conflict), reads through each protocol's read
-path (``read()``; not ``ok`` goes through the log). Warm-up operations are excluded.
-Every run is verified (:func:`bench.rounds.verify`): every replica executed every
-command in the same order (equal BLAKE2b chains) and every operation completed once.
+* **CPU**: one core per replica, ``1000 / busiest replica's CPU s per 1,000
+  operations`` (the replicas share this machine's cores, so wall-clock rates
+  would say nothing);
+* **CPU + NIC**: also one NIC of ``--nic-mbps`` each way per replica (default
+  445 Mbit/s, the paper's EC2 m4.large: :data:`bench.rounds.NIC_MBPS_DEFAULT`),
+  the lowest of the CPU bound and every replica's egress and ingress bound.
+  Which one binds is named per cell.
+
+Fig. 10: writes only, conflict rate (share of writes to one hot key) 0-100 %,
+SDPaxos and EPaxos. Fig. 11: no conflict, read share 0-100 %, every protocol;
+a read goes to the key its session wrote last (so it returns a value of the
+payload's size, as the paper's 1 KB reads did) through the protocol's
+``read()`` (not ``ok``: through the log). Multi-Paxos's clients are at the
+leader (the paper's setup); ``Multi-Paxos-fwd`` (full run) puts them at every
+replica, which forward. 3 and 5 replicas, 16 B and 1 KB. Every run is verified
+(:func:`bench.rounds.verify`); a cell that fails is flagged and the experiment
+exits 1.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
-from bench.rounds import RoundSpec, run_rounds
+from bench.rounds import NIC_MBPS_DEFAULT, RoundResult, RoundSpec, run_rounds
 
 TITLES = {
     "sdpaxos": "SDPaxos",
@@ -36,316 +46,656 @@ TITLES = {
     "mencius": "Mencius",
     "epaxos": "EPaxos",
 }
+COLORS = {
+    "SDPaxos": "tab:blue",
+    "Multi-Paxos": "tab:red",
+    "Multi-Paxos-fwd": "tab:pink",
+    "Mencius": "tab:green",
+    "EPaxos": "tab:orange",
+}
+
+#: The issue's bars: SDPaxos over the other, (column, replicas, payload, conflict %).
+BARS: list[tuple[str, int, int, float, float]] = [
+    ("Multi-Paxos", 5, 16, 0.0, 2.0),
+    ("Multi-Paxos", 5, 1024, 0.0, 6.0),
+    ("EPaxos", 5, 16, 5.0, 1.7),
+    ("EPaxos", 3, 16, 5.0, 1.7),
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     replicas: tuple[int, ...]
     payloads_bytes: tuple[int, ...]
+    #: Fig. 10's conflict rates (SDPaxos and EPaxos, writes only).
+    conflicts_pct: tuple[float, ...]
+    #: Fig. 11's read shares (every protocol, no conflict).
     read_pcts: tuple[float, ...]
     #: Closed-loop sessions per replica (each one operation outstanding).
     sessions: int
     warmup: int
     commands: int
-    #: EPaxos's conflict rates (the others run without conflict).
-    epaxos_conflicts_pct: tuple[float, ...]
+    #: Runs per cell; the cell is the run with the median CPU capacity (the
+    #: bytes are the same in every run: the driver is deterministic).
+    repeats: int
+    #: Also Multi-Paxos with clients at every replica (forwarding).
+    forwarding: bool
 
 
-QUICK = Settings((3, 5), (16, 1024), (0.0, 50.0, 100.0), 1000, 6_000, 24_000, (5.0,))
+QUICK = Settings(
+    (3, 5), (16, 1024), (0.0, 5.0, 50.0, 100.0), (0.0, 50.0, 100.0), 1000, 3_000, 12_000, 1, False
+)
+#: The full run's operations (warm-up, measured and the last sessions' in flight)
+#: stay below the SDPaxos sequencer's history table (``history_keys_max``,
+#: 65,536 keys; every write here has a key of its own): past it, the core's
+#: eviction (``next(iter(history))`` after pops at the front of a dict) costs the
+#: sequencer time proportional to the keys evicted so far, and its CPU per
+#: operation grows with the length of the run (bench/README.md).
 FULL = Settings(
-    (3, 5), (16, 1024), (0.0, 25.0, 50.0, 75.0, 100.0), 2000, 30_000, 150_000, (0.0, 5.0, 50.0)
+    (3, 5),
+    (16, 1024),
+    (0.0, 5.0, 25.0, 50.0, 75.0, 100.0),
+    (0.0, 25.0, 50.0, 75.0, 100.0),
+    2000,
+    10_000,
+    40_000,
+    3,
+    True,
 )
 
 
 @dataclass(frozen=True, slots=True)
-class Variant:
-    column: str
+class Column:
+    """One line of a figure: a protocol and where its clients are."""
+
+    title: str
     protocol: str
-    conflict_pct: float = 0.0
     clients_at: str = "all"
 
 
-def _variants(ctx: Context, settings: Settings) -> list[Variant]:
-    """The table's columns, in order."""
+def _fig11_columns(ctx: Context, settings: Settings) -> list[Column]:
     out = []
     for proto in ctx.protocols:
-        if proto == "epaxos":
-            for c in settings.epaxos_conflicts_pct:
-                out.append(Variant(f"EPaxos-{c:g}%", proto, c))
-        elif proto == "multipaxos":
-            out.append(Variant("Multi-Paxos", proto, clients_at="leader"))
-            out.append(Variant("Multi-Paxos-fwd", proto))
+        if proto == "multipaxos":
+            out.append(Column("Multi-Paxos", proto, "leader"))
+            if settings.forwarding:
+                out.append(Column("Multi-Paxos-fwd", proto))
         else:
-            out.append(Variant(TITLES.get(proto, proto), proto))
+            out.append(Column(TITLES.get(proto, proto), proto))
     return out
+
+
+def _fig10_columns(ctx: Context) -> list[Column]:
+    return [Column(TITLES[p], p) for p in ("sdpaxos", "epaxos") if p in ctx.protocols]
+
+
+CellKey = tuple[str, str, int, int, float, float]  # title, protocol, n, payload, reads, conflict
 
 
 def run(ctx: Context) -> int:
+    if ctx.engine_name == "runtime":
+        return _run_runtime(ctx)
     settings = QUICK if ctx.quick else FULL
-    variants = _variants(ctx, settings)
-    rows: list[dict[str, Any]] = []
+    nic_mbps = ctx.nic_mbps if ctx.nic_mbps is not None else NIC_MBPS_DEFAULT
+    load_start = _load()
+    fig10 = _fig10_columns(ctx)
+    fig11 = _fig11_columns(ctx, settings)
+    keys: list[CellKey] = []
+    for n in settings.replicas:
+        for payload in settings.payloads_bytes:
+            for col in fig10:
+                for c in settings.conflicts_pct:
+                    keys.append((col.title, col.protocol, n, payload, 0.0, c))
+            for col in fig11:
+                for r in settings.read_pcts:
+                    keys.append((col.title, col.protocol, n, payload, r, 0.0))
+    keys = list(dict.fromkeys(keys))  # Fig. 10's 0 % and Fig. 11's 0 % reads: one cell
+    clients = {col.title: col.clients_at for col in fig10 + fig11}
+    cells: dict[CellKey, dict[str, Any]] = {}
     failures: list[str] = []
-    cells = [
-        (n, payload, read_pct)
-        for n in settings.replicas
-        for payload in settings.payloads_bytes
-        for read_pct in settings.read_pcts
-    ]
-    total = len(cells) * len(variants)
-    done = 0
-    for n, payload, read_pct in cells:
-        for v in variants:
-            done += 1
-            row: dict[str, Any] = {
-                "replicas": n,
-                "payload_bytes": payload,
-                "read_pct": read_pct,
-                "column": v.column,
-                "protocol": v.protocol,
-                "conflict_pct": v.conflict_pct,
-                "clients_at": v.clients_at,
-            }
-            rows.append(row)
-            why = ctx.status(v.protocol)
-            if why:
-                row["status"] = why
-                continue
-            spec = RoundSpec(
-                v.protocol,
-                replicas=n,
-                sessions=settings.sessions,
-                commands=settings.commands,
-                warmup=settings.warmup,
-                read_pct=read_pct,
-                payload_bytes=payload,
-                conflict_pct=v.conflict_pct,
-                clients_at=v.clients_at,
-                seed=ctx.seed,
-            )
-            label = f"[{done}/{total}] {n} replicas, {payload} B, {read_pct:g}% reads, {v.column}"
-            res = run_rounds(spec, progress=ctx.progress)
-            row.update(res.to_json())
-            row["status"] = "ok" if res.ok else "FAILED: " + "; ".join(res.problems[:3])
-            if not res.ok:
-                failures.append(f"{label}: {row['status']}")
-            ctx.progress(
-                f"{label}: capacity {res.capacity_per_s:,.0f} ops/s with one core per replica"
-                f" (busiest r{res.busiest} {res.cpu_s_per_1000()[res.busiest] * 1000:.2f} ms"
-                f" CPU per 1,000; {res.commands_per_instance:.0f} commands per instance;"
-                f" {res.wall_s:.1f} s){'' if res.ok else ' ' + row['status']}"
-            )
-    ratios = _ratios(rows)
-    _plot(ctx, settings, variants, rows)
+    _warm_up(ctx, settings)
+    for i, key in enumerate(keys, start=1):
+        title, proto, n, payload, reads, conflict = key
+        label = (
+            f"[{i}/{len(keys)}] {title}, {n} replicas, {payload} B, {reads:g}% reads,"
+            f" {conflict:g}% conflict"
+        )
+        cell: dict[str, Any] = {
+            "column": title,
+            "protocol": proto,
+            "clients_at": clients[title],
+            "replicas": n,
+            "payload_bytes": payload,
+            "read_pct": reads,
+            "conflict_pct": conflict,
+        }
+        cells[key] = cell
+        why = ctx.status(proto)
+        if why:
+            cell["status"] = why
+            continue
+        spec = RoundSpec(
+            proto,
+            replicas=n,
+            sessions=settings.sessions,
+            commands=settings.commands,
+            warmup=settings.warmup,
+            read_pct=reads,
+            payload_bytes=payload,
+            conflict_pct=conflict,
+            read_written=True,
+            clients_at=clients[title],
+            seed=ctx.seed,
+            nic_mbps=nic_mbps,
+        )
+        runs = [run_rounds(spec, progress=ctx.progress) for _ in range(settings.repeats)]
+        res = _median(runs)
+        cell.update(res.to_json())
+        cell["capacity_runs_per_s"] = [round(r.capacity_per_s, 1) for r in runs]
+        problems = [p for r in runs for p in r.problems]
+        if any(r.bytes != runs[0].bytes for r in runs):
+            problems.append("the repeats sent different bytes (the driver is not deterministic)")
+        cell["status"] = "ok" if not problems else "FAILED: " + "; ".join(problems[:3])
+        if problems:
+            failures.append(f"{label}: {cell['status']}")
+        ctx.progress(
+            f"{label}: CPU {res.capacity_per_s / 1000:,.0f}K ops/s (busiest r{res.busiest}"
+            f" {res.cpu_s_per_1000()[res.busiest] * 1000:.2f} ms per 1,000), CPU+NIC"
+            f" {res.capacity_both_per_s / 1000:,.0f}K ({res.bound}),"
+            f" {res.commands_per_instance:.0f} per instance, {res.wall_s:.1f} s"
+            + ("" if not problems else " " + cell["status"])
+        )
+    rows = list(cells.values())
+    bars = _bars(cells)
+    ratios = _ratios(cells, settings)
+    _plot_fig10(ctx, settings, fig10, cells)
+    _plot_fig11(ctx, settings, fig11, cells)
+    load_end = _load()
     result = {
         "settings": dataclasses.asdict(settings),
-        "driver": "bench.rounds (round-based, batched, codec in the loop)",
-        "rows": rows,
+        "nic_mbps": nic_mbps,
+        "driver": "bench.rounds (round-based, batched, codec in the loop, key-value store)",
+        "load_average": {"start": load_start, "end": load_end},
+        "cells": rows,
+        "bars": bars,
         "ratios": ratios,
         "failures": failures,
     }
-    write_results(ctx, result, _markdown(ctx, settings, variants, rows, ratios))
+    md = _markdown(ctx, settings, nic_mbps, fig10, fig11, cells, bars, ratios, load_start, load_end)
+    write_results(ctx, result, md)
     return 1 if failures else 0
 
 
-def _row(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
-    for row in rows:
-        if all(row.get(k) == v for k, v in match.items()):
-            return row
+def _warm_up(ctx: Context, settings: Settings) -> None:
+    """One untimed run of the largest cell: the process's heap grows to its size
+    here, so that no measured run pays the page faults of first touching it."""
+    n, payload = max(settings.replicas), max(settings.payloads_bytes)
+    ctx.progress(f"warm-up: an untimed SDPaxos run, {n} replicas, {payload} B")
+    run_rounds(
+        RoundSpec(
+            "sdpaxos",
+            replicas=n,
+            sessions=settings.sessions,
+            commands=settings.commands,
+            warmup=settings.warmup,
+            payload_bytes=payload,
+            seed=ctx.seed,
+        )
+    )
+
+
+def _load() -> list[float] | None:
+    return [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def _median(runs: list[RoundResult]) -> RoundResult:
+    """The run whose CPU capacity is the median (the lower middle of an even count)."""
+    ordered = sorted(runs, key=lambda r: r.capacity_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _ok(cell: dict[str, Any] | None) -> bool:
+    return cell is not None and cell.get("status") == "ok"
+
+
+def _cell(
+    cells: dict[CellKey, dict[str, Any]],
+    title: str,
+    n: int,
+    payload: int,
+    reads: float = 0.0,
+    conflict: float = 0.0,
+) -> dict[str, Any] | None:
+    for (t, _p, nn, pp, rr, cc), cell in cells.items():
+        if (t, nn, pp, rr, cc) == (title, n, payload, reads, conflict):
+            return cell
     return None
 
 
-def paper_ratio(column: str, protocol: str, conflict: float, n: int, payload: int) -> float | None:
-    """SDPaxos over ``column`` in the paper (Fig. 10's stated ratios, else Fig. 11's lines)."""
-    for want in paper.PAPER_RATIOS:
-        same = (want["over"], want["replicas"], want["payload_bytes"]) == (protocol, n, payload)
-        if (
-            same
-            and float(want["conflict_pct"]) == conflict
-            and (protocol != "multipaxos" or column == "Multi-Paxos")
-        ):
-            return float(want["ratio"])
-    flat = paper.FIG11_FLAT_K.get(protocol, {}).get((n, payload))
-    sd = paper.FIG11_SDPAXOS_K.get((n, payload))
-    if flat is None or sd is None or column == "Multi-Paxos-fwd" or conflict not in (0.0,):
+def _ratio(sd: dict[str, Any] | None, other: dict[str, Any] | None, field: str) -> float | None:
+    if not (_ok(sd) and _ok(other)) or sd is None or other is None or not other[field] > 0:
         return None
-    return round(sd[0] / flat, 1)
+    return round(float(sd[field]) / float(other[field]), 2)
 
 
-def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """SDPaxos's write-only capacity over every other column's, beside the paper's."""
+def _paper_ratio(title: str, n: int, payload: int, conflict: float) -> float | None:
+    """SDPaxos over ``title`` in the paper, write-only (Fig. 10 where it has the
+    conflict rate, else Fig. 11's flat lines at no conflict)."""
+    proto = {v: k for k, v in TITLES.items()}.get(title)
+    if proto is None:
+        return None
+    pcts = paper.FIG10_CONFLICT_PCTS
+    sd10 = paper.FIG10_K.get(("sdpaxos", n, payload))
+    other10 = paper.FIG10_K.get((proto, n, payload))
+    if sd10 and other10 and conflict in pcts:
+        i = pcts.index(int(conflict))
+        return round(sd10[i] / other10[i], 2)
+    flat = paper.FIG11_FLAT_K.get(proto, {}).get((n, payload))
+    sd = paper.FIG11_SDPAXOS_K.get((n, payload))
+    if flat is None or sd is None or conflict != 0.0:
+        return None
+    return round(sd[0] / flat, 2)
+
+
+def _bars(cells: dict[CellKey, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    seen: set[tuple[int, int, str]] = set()
-    for row in rows:
-        if row["protocol"] == "sdpaxos" or row["read_pct"] != 0.0:
-            continue
-        n, payload, column = row["replicas"], row["payload_bytes"], row["column"]
-        if (n, payload, column) in seen:
-            continue
-        seen.add((n, payload, column))
-        sd = _row(rows, protocol="sdpaxos", replicas=n, payload_bytes=payload, read_pct=0.0)
-        ok = (
-            sd is not None
-            and row.get("status") == "ok"
-            and sd.get("status") == "ok"
-            and row["capacity_per_s"] > 0
-        )
-        measured = round(sd["capacity_per_s"] / row["capacity_per_s"], 2) if ok and sd else None
+    for title, n, payload, conflict, bar in BARS:
+        sd = _cell(cells, "SDPaxos", n, payload, 0.0, conflict)
+        other = _cell(cells, title, n, payload, 0.0, conflict)
         out.append(
             {
-                "over": column,
-                "protocol": row["protocol"],
+                "over": title,
                 "replicas": n,
                 "payload_bytes": payload,
-                "conflict_pct": row["conflict_pct"],
-                "measured": measured,
-                "paper": paper_ratio(column, row["protocol"], row["conflict_pct"], n, payload),
-                "status": row.get("status", ""),
+                "conflict_pct": conflict,
+                "bar": bar,
+                "paper": _paper_ratio(title, n, payload, conflict),
+                "cpu": _ratio(sd, other, "capacity_per_s"),
+                "cpu_nic": _ratio(sd, other, "capacity_both_per_s"),
+                "nic": _ratio(sd, other, "nic_capacity_per_s"),
+                "nic_peers_only": _ratio(sd, other, "nic_peers_only_capacity_per_s"),
+                "closed_loop": _ratio(sd, other, "ops_per_round"),
+                "bound_sdpaxos": sd.get("bound") if _ok(sd) and sd else None,
+                "bound_other": other.get("bound") if _ok(other) and other else None,
+                # The NIC model for a leader that sends every payload to N-1
+                # peers against replicas that each send (N-1)/N of them: N
+                # counting replica links only, N-1 with the clients' requests
+                # arriving at the replicas (an SDPaxos replica then takes in one
+                # payload per command: a 1/N share from clients, (N-1)/N from peers).
+                "nic_theory_peers_only": n if title.startswith("Multi-Paxos") else None,
+                "nic_theory_with_clients": n - 1 if title.startswith("Multi-Paxos") else None,
             }
         )
     return out
+
+
+def _ratios(cells: dict[CellKey, dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
+    """SDPaxos's write-only capacity over every other column's, each cell of Fig. 10/11."""
+    out = []
+    for (title, _proto, n, payload, reads, conflict), cell in cells.items():
+        if title == "SDPaxos" or reads != 0.0:
+            continue
+        sd = _cell(cells, "SDPaxos", n, payload, 0.0, conflict)
+        out.append(
+            {
+                "over": title,
+                "replicas": n,
+                "payload_bytes": payload,
+                "conflict_pct": conflict,
+                "cpu": _ratio(sd, cell, "capacity_per_s"),
+                "cpu_nic": _ratio(sd, cell, "capacity_both_per_s"),
+                "paper": _paper_ratio(title, n, payload, conflict),
+            }
+        )
+    return out
+
+
+def _k(value: float) -> str:
+    return f"{value / 1000:,.0f}K"
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def _markdown(
     ctx: Context,
     settings: Settings,
-    variants: list[Variant],
-    rows: list[dict[str, Any]],
+    nic_mbps: float,
+    fig10: list[Column],
+    fig11: list[Column],
+    cells: dict[CellKey, dict[str, Any]],
+    bars: list[dict[str, Any]],
     ratios: list[dict[str, Any]],
+    load_start: list[float] | None,
+    load_end: list[float] | None,
 ) -> str:
     lines = [
-        "# throughput: batched CPU per operation and one-core-per-replica capacity (Fig. 11)",
+        "# throughput: capacity vs conflict rate (Fig. 10) and read share (Fig. 11)",
         "",
-        f"Round-based driver (`bench/rounds.py`), seed {ctx.seed}{', quick' if ctx.quick else ''}:"
-        f" {settings.sessions} closed-loop sessions per replica (Multi-Paxos: all at the leader;"
-        f" Multi-Paxos-fwd: at every replica, forwarded), {settings.warmup:,} operations of"
-        f" warm-up excluded, {settings.commands:,} measured. Each replica steps its whole inbox"
-        " and calls ready() once per round; frames encoded and decoded with the protocol's"
-        " codec. CPU: `time.thread_time` around each replica's calls and codec work.",
+        f"Round-based driver (`bench/rounds.py`), seed {ctx.seed}"
+        f"{', quick' if ctx.quick else ''}: {settings.sessions} closed-loop sessions per"
+        f" replica (Multi-Paxos: all at the leader), {settings.warmup:,} operations of warm-up,"
+        f" {settings.commands:,} measured, {settings.repeats} run(s) per cell (the median"
+        " CPU capacity). State machine: an in-memory key-value store. Load average (1, 5,"
+        f" 15 min) at the start {load_start}, at the end {load_end}.",
         "",
-        "Capacity = 1000 / (busiest replica's CPU s per 1,000 operations): ops/s with one core"
-        " per replica. Cells: capacity ops/s (busiest replica's CPU ms per 1,000 ops).",
+        "**CPU** = ops/s with one core per replica (1000 / the busiest replica's CPU s per"
+        f" 1,000 ops). **CPU+NIC** = also one {nic_mbps:g} Mbit/s NIC each way per replica"
+        " (the lowest of the CPU bound and every replica's egress and ingress bound; client"
+        " requests and answers count on the replica's NIC). What binds is named"
+        " (`cpu r0`, `egress r0`, `ingress r2`: the bound and its replica).",
         "",
-        "## SDPaxos over the others (write-only capacity), beside the paper",
+        "## The bars: SDPaxos over the other",
         "",
         md_table(
-            ["over", "replicas", "payload", "measured", "paper"],
+            [
+                "over",
+                "replicas",
+                "payload",
+                "conflict",
+                "CPU",
+                "CPU+NIC",
+                "NIC, replica links only",
+                "NIC theory",
+                "closed loop",
+                "bar",
+                "paper",
+                "binds (SDPaxos / other)",
+            ],
+            [
+                [
+                    b["over"],
+                    b["replicas"],
+                    f"{b['payload_bytes']} B",
+                    f"{b['conflict_pct']:g}%",
+                    _fmt_ratio(b["cpu"]),
+                    _fmt_ratio(b["cpu_nic"]),
+                    _fmt_ratio(b["nic_peers_only"]),
+                    "-"
+                    if b["nic_theory_peers_only"] is None
+                    else f"{b['nic_theory_with_clients']}x / {b['nic_theory_peers_only']}x",
+                    _fmt_ratio(b["closed_loop"]),
+                    f"{b['bar']:g}x",
+                    _fmt_ratio(b["paper"]),
+                    f"{b['bound_sdpaxos']} / {b['bound_other']}",
+                ]
+                for b in bars
+            ],
+        ),
+        "",
+        "NIC theory (Multi-Paxos): the leader sends every payload to N-1 peers, an SDPaxos"
+        " replica (N-1)/N of them, so replica links alone give N; with the clients'"
+        " requests on the replicas' NICs an SDPaxos replica also takes in a payload per"
+        " command, which gives N-1 (shown as N-1 / N). Closed loop: operations completed per"
+        " round with the same sessions (latency-bound throughput: what a fixed number of"
+        " clients gets when the CPU does not limit it; no CPU noise in it).",
+        "",
+    ]
+    # Fig. 10
+    if fig10:
+        lines += ["## Fig. 10: writes, capacity vs conflict rate", ""]
+        for n in settings.replicas:
+            for payload in settings.payloads_bytes:
+                header = ["conflict"]
+                for col in fig10:
+                    header += [f"{col.title} CPU", f"{col.title} CPU+NIC", f"paper {col.title}"]
+                if len(fig10) == 2:
+                    header += ["ratio CPU", "ratio CPU+NIC", "ratio closed loop", "paper ratio"]
+                table = []
+                for c in settings.conflicts_pct:
+                    row: list[Any] = [f"{c:g}%"]
+                    got = []
+                    for col in fig10:
+                        cell = _cell(cells, col.title, n, payload, 0.0, c)
+                        got.append(cell)
+                        row += _cpu_nic(cell)
+                        row.append(_paper10(col.protocol, n, payload, c))
+                    if len(got) == 2:
+                        row += [
+                            _fmt_ratio(_ratio(got[0], got[1], "capacity_per_s")),
+                            _fmt_ratio(_ratio(got[0], got[1], "capacity_both_per_s")),
+                            _fmt_ratio(_ratio(got[0], got[1], "ops_per_round")),
+                            _fmt_ratio(_paper_ratio(fig10[1].title, n, payload, c)),
+                        ]
+                    table.append(row)
+                lines += [f"### {n} replicas, {payload} B", "", md_table(header, table), ""]
+        if "throughput_fig10.png" in ctx.plots:
+            lines += ["![Fig. 10](throughput_fig10.png)", ""]
+    # Fig. 11
+    if fig11:
+        lines += ["## Fig. 11: no conflict, capacity vs read share (CPU / CPU+NIC)", ""]
+        for n in settings.replicas:
+            for payload in settings.payloads_bytes:
+                table = []
+                for r in settings.read_pcts:
+                    row = [f"{r:g}%"]
+                    for col in fig11:
+                        cpu, both = _cpu_nic(_cell(cells, col.title, n, payload, r, 0.0))
+                        row.append(f"{cpu} / {both}")
+                    row.append(_paper11(n, payload, r))
+                    table.append(row)
+                flat = ", ".join(
+                    f"{TITLES[p]} {vals[(n, payload)]:g}K"
+                    for p, vals in paper.FIG11_FLAT_K.items()
+                    if (n, payload) in vals
+                )
+                lines += [
+                    f"### {n} replicas, {payload} B",
+                    "",
+                    md_table(["reads", *[c.title for c in fig11], "paper SDPaxos"], table),
+                    "",
+                    f"Paper, the others (flat): {flat}.",
+                    "",
+                ]
+        if "throughput_fig11.png" in ctx.plots:
+            lines += ["![Fig. 11](throughput_fig11.png)", ""]
+    # Per-replica detail
+    lines += [
+        "## Per replica: CPU ms per 1,000 ops; bytes out / in per op (with clients)",
+        "",
+    ]
+    detail = []
+    for cell in cells.values():
+        if not _ok(cell):
+            continue
+        detail.append(
+            [
+                cell["column"],
+                cell["replicas"],
+                f"{cell['payload_bytes']} B",
+                f"{cell['read_pct']:g}%",
+                f"{cell['conflict_pct']:g}%",
+                " ".join(f"{v * 1000:.2f}" for v in cell["cpu_s_per_1000"]),
+                " ".join(f"{e:.0f}/{i:.0f}" for e, i in cell["bytes_per_op"]),
+                f"{cell['commands_per_instance']:.0f}",
+                f"{cell['reads_ok']} / {cell['reads_via_log']}",
+                cell["bound"],
+            ]
+        )
+    lines += [
+        md_table(
+            [
+                "column",
+                "N",
+                "payload",
+                "reads",
+                "conflict",
+                "CPU ms / 1,000 ops (r0 r1 ...)",
+                "bytes out/in per op (r0 r1 ...)",
+                "cmds/instance",
+                "reads ok / log",
+                "binds",
+            ],
+            detail,
+        ),
+        "",
+        "SDPaxos over the others, every write-only cell (CPU / CPU+NIC; paper):",
+        "",
+        md_table(
+            ["over", "replicas", "payload", "conflict", "CPU", "CPU+NIC", "paper"],
             [
                 [
                     r["over"],
                     r["replicas"],
                     f"{r['payload_bytes']} B",
-                    "not measured" if r["measured"] is None else f"{r['measured']:.2f}x",
-                    "-" if r["paper"] is None else f"{r['paper']:g}x",
+                    f"{r['conflict_pct']:g}%",
+                    _fmt_ratio(r["cpu"]),
+                    _fmt_ratio(r["cpu_nic"]),
+                    _fmt_ratio(r["paper"]),
                 ]
                 for r in ratios
             ],
         ),
         "",
-        "Paper: Fig. 10 states 2.1x and 6.1x over Multi-Paxos (5 replicas, 16 B / 1 KB) and"
-        " 1.7x over EPaxos at 5 % conflict; the other ratios are read off Fig. 11's lines.",
-        "",
     ]
-    columns = [v.column for v in variants]
-    for n in settings.replicas:
-        for payload in settings.payloads_bytes:
-            lines += [f"## {n} replicas, {payload} B", ""]
-            table = []
-            for read_pct in settings.read_pcts:
-                cells: list[Any] = [f"{read_pct:g}%"]
-                for column in columns:
-                    row = _row(
-                        rows, replicas=n, payload_bytes=payload, read_pct=read_pct, column=column
-                    )
-                    assert row is not None
-                    if row.get("status") == "ok":
-                        busiest = row["cpu_s_per_1000"][row["busiest"]] * 1000
-                        cells.append(f"{row['capacity_per_s']:,.0f} ({busiest:.2f} ms)")
-                    else:
-                        cells.append(str(row.get("status", "")).split(" (")[0][:60])
-                k = paper.FIG11_SDPAXOS_K.get((n, payload))
-                pct = int(read_pct)
-                cells.append(
-                    f"{k[paper.FIG11_READ_PCTS.index(pct)]:g}K"
-                    if k and pct in paper.FIG11_READ_PCTS
-                    else "-"
-                )
-                table.append(cells)
-            lines += [md_table(["reads", *columns, "paper SDPaxos"], table), ""]
-            per = [
-                r
-                for r in rows
-                if r["replicas"] == n and r["payload_bytes"] == payload and "cpu_s_per_1000" in r
-            ]
-            if per:
-                lines += [
-                    "CPU ms per 1,000 operations, per replica; commands per instance; reads"
-                    " served locally / through the log:",
-                    "",
-                    md_table(
-                        [
-                            "reads",
-                            "protocol",
-                            *[f"r{i}" for i in range(n)],
-                            "cmds/instance",
-                            "reads ok / log",
-                        ],
-                        [
-                            [
-                                f"{r['read_pct']:g}%",
-                                r["column"],
-                                *[f"{v * 1000:.2f}" for v in r["cpu_s_per_1000"]],
-                                f"{r['commands_per_instance']:.0f}",
-                                f"{r['reads_ok']} / {r['reads_via_log']}",
-                            ]
-                            for r in per
-                        ],
-                    ),
-                    "",
-                ]
-    lines += [
-        "The paper's flat lines (write-only, thousand req/s): "
-        + "; ".join(
-            f"{TITLES[p]} " + ", ".join(f"{n}R {b} B {v:g}K" for (n, b), v in vals.items())
-            for p, vals in paper.FIG11_FLAT_K.items()
-        ),
-        "",
-    ]
-    for plot in ctx.plots:
-        lines += [f"![{plot}]({plot})", ""]
-    if ctx.skipped:
-        lines += ["## Not run", ""] + [f"- {p}: {why}" for p, why in ctx.skipped.items()] + [""]
+    failed = [c for c in cells.values() if c.get("status") not in (None, "ok")]
+    if failed:
+        lines += ["## Not measured or failed", ""]
+        lines += [
+            f"- {c['column']} {c['replicas']}R {c['payload_bytes']} B {c['read_pct']:g}% reads"
+            f" {c['conflict_pct']:g}% conflict: {c['status']}"
+            for c in failed
+        ]
+        lines.append("")
     return "\n".join(lines)
 
 
-def _plot(
-    ctx: Context,
-    settings: Settings,
-    variants: list[Variant],
-    rows: list[dict[str, Any]],
+def _cpu_nic(cell: dict[str, Any] | None) -> list[str]:
+    if not _ok(cell) or cell is None:
+        status = "-" if cell is None else str(cell.get("status", "-")).split(":")[0][:30]
+        return [status, status]
+    return [_k(cell["capacity_per_s"]), _k(cell["capacity_both_per_s"])]
+
+
+def _paper10(proto: str, n: int, payload: int, conflict: float) -> str:
+    vals = paper.FIG10_K.get((proto, n, payload))
+    if vals is None or int(conflict) not in paper.FIG10_CONFLICT_PCTS:
+        return "-"
+    return f"{vals[paper.FIG10_CONFLICT_PCTS.index(int(conflict))]:g}K"
+
+
+def _paper11(n: int, payload: int, reads: float) -> str:
+    vals = paper.FIG11_SDPAXOS_K.get((n, payload))
+    if vals is None or int(reads) not in paper.FIG11_READ_PCTS:
+        return "-"
+    return f"{vals[paper.FIG11_READ_PCTS.index(int(reads))]:g}K"
+
+
+# -- plots ---------------------------------------------------------------------------------
+
+
+def _panels(settings: Settings) -> list[tuple[int, int]]:
+    return [(n, p) for n in settings.replicas for p in settings.payloads_bytes]
+
+
+def _plot_fig10(
+    ctx: Context, settings: Settings, columns: list[Column], cells: dict[CellKey, dict[str, Any]]
 ) -> None:
-    if not any(r.get("status") == "ok" for r in rows):
+    if not columns or not any(_ok(c) and c["read_pct"] == 0.0 for c in cells.values()):
         return
-    combos = [(n, p) for n in settings.replicas for p in settings.payloads_bytes]
+    panels = _panels(settings)
+
+    rows = (
+        ("capacity_per_s", "one core per replica", 1000.0, "thousand ops/s"),
+        ("capacity_both_per_s", "core + NIC", 1000.0, "thousand ops/s"),
+        ("ops_per_round", "closed loop", 1.0, "ops per round"),
+    )
 
     def draw(plt: Any) -> None:
-        fig, axes = plt.subplots(1, len(combos), figsize=(4 * len(combos), 3.6), squeeze=False)
-        for ax, (n, payload) in zip(axes[0], combos, strict=True):
-            for v in variants:
-                pts = [
-                    (r["read_pct"], r["capacity_per_s"])
-                    for r in rows
-                    if r["replicas"] == n
-                    and r["payload_bytes"] == payload
-                    and r["column"] == v.column
-                    and r.get("status") == "ok"
-                ]
-                if pts:
-                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=v.column)
-            ax.set_title(f"{n} replicas, {payload} B")
-            ax.set_xlabel("reads (%)")
-            ax.set_ylabel("ops/s, one core per replica")
-            ax.set_ylim(bottom=0)
-            ax.legend(fontsize=7)
-        fig.suptitle("capacity from CPU time per operation (round-based driver, batched)")
+        fig, axes = plt.subplots(
+            len(rows), len(panels), figsize=(4 * len(panels), 10), squeeze=False, sharex=True
+        )
+        for row, (field, what, scale, unit) in enumerate(rows):
+            for ax, (n, payload) in zip(axes[row], panels, strict=True):
+                for col in columns:
+                    pts = [
+                        (c, cell[field] / scale)
+                        for c in settings.conflicts_pct
+                        if _ok(cell := _cell(cells, col.title, n, payload, 0.0, c))
+                    ]
+                    color = COLORS.get(col.title)
+                    if pts:
+                        ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=col.title)
+                    vals = paper.FIG10_K.get((col.protocol, n, payload))
+                    if vals and field != "ops_per_round":
+                        ax.plot(
+                            paper.FIG10_CONFLICT_PCTS,
+                            vals,
+                            linestyle="--",
+                            marker="x",
+                            color=color,
+                            alpha=0.6,
+                            label=f"{col.title} (paper)",
+                        )
+                ax.set_title(f"{n} replicas, {payload} B: {what}", fontsize=9)
+                ax.set_xlabel("conflict rate (%)")
+                ax.set_ylabel(unit)
+                ax.set_ylim(bottom=0)
+                ax.legend(fontsize=7)
+        fig.suptitle(
+            "Fig. 10: writes vs conflict rate (solid: measured; dashed: the paper). Closed loop:"
+            f" {settings.sessions} sessions per replica, operations completed per round"
+        )
 
-    save_plot(ctx, "throughput.png", draw)
+    save_plot(ctx, "throughput_fig10.png", draw)
+
+
+def _plot_fig11(
+    ctx: Context, settings: Settings, columns: list[Column], cells: dict[CellKey, dict[str, Any]]
+) -> None:
+    if not columns or not any(_ok(c) and c["conflict_pct"] == 0.0 for c in cells.values()):
+        return
+    panels = _panels(settings)
+
+    def draw(plt: Any) -> None:
+        fig, axes = plt.subplots(
+            2, len(panels), figsize=(4 * len(panels), 7), squeeze=False, sharex=True
+        )
+        for row, (field, what) in enumerate(
+            (("capacity_per_s", "one core per replica"), ("capacity_both_per_s", "core + NIC"))
+        ):
+            for ax, (n, payload) in zip(axes[row], panels, strict=True):
+                for col in columns:
+                    pts = [
+                        (r, cell[field] / 1000)
+                        for r in settings.read_pcts
+                        if _ok(cell := _cell(cells, col.title, n, payload, r, 0.0))
+                    ]
+                    color = COLORS.get(col.title)
+                    if pts:
+                        ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=col.title)
+                    if col.protocol == "sdpaxos":
+                        sd = paper.FIG11_SDPAXOS_K.get((n, payload))
+                        if sd:
+                            ax.plot(
+                                paper.FIG11_READ_PCTS,
+                                sd,
+                                linestyle="--",
+                                marker="x",
+                                color=color,
+                                alpha=0.6,
+                                label="SDPaxos (paper)",
+                            )
+                    elif col.clients_at != "all" or col.protocol != "multipaxos":
+                        flat = paper.FIG11_FLAT_K.get(col.protocol, {}).get((n, payload))
+                        if flat is not None:
+                            ax.axhline(flat, linestyle="--", color=color, alpha=0.5)
+                ax.set_title(f"{n} replicas, {payload} B: {what}", fontsize=9)
+                ax.set_xlabel("reads (%)")
+                ax.set_ylabel("thousand ops/s")
+                ax.set_ylim(bottom=0)
+                ax.legend(fontsize=7)
+        fig.suptitle(
+            "Fig. 11: no conflict vs read share (solid: measured capacity; dashed: the paper,"
+            " writes-only flat lines for the others)"
+        )
+
+    save_plot(ctx, "throughput_fig11.png", draw)
+
+
+def _run_runtime(ctx: Context) -> int:
+    """``--engine runtime``: real node processes (:mod:`bench.experiments.throughput_runtime`)."""
+    from bench.experiments import throughput_runtime
+
+    return throughput_runtime.run(ctx)

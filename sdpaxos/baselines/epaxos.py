@@ -10,8 +10,9 @@ The protocol, as implemented:
 
 * **Instances.** Every replica leads its own instances ``(replica, i)``,
   ``i = 0, 1, 2, ...``. One instance holds a batch: the proposals waiting at a
-  ``ready()`` turn, at most ``config.c_batch_max``; its keys are the union of
-  the commands' :attr:`Command.key`.
+  ``ready()`` turn, at most ``config.c_batch_max`` (more waiting: more
+  instances in the same turn); its keys are the union of the commands'
+  :attr:`Command.key`.
 * **Interference.** Two instances interfere when they share a key, or when
   either holds a command with ``key=None`` (an unnamed object: it interferes
   with everything).
@@ -21,17 +22,27 @@ The protocol, as implemented:
   is one more than the largest ``seq`` of an interfering instance known.
 * **PreAccept.** The leader computes the attributes from what it knows and
   sends ``PreAccept`` to the fast quorum minus itself: F + floor((F+1)/2) - 1
-  peers, the nearest ones (``config.rtt_ms``, then :meth:`observe_rtt`) when
+  peers, the nearest ones (``config.rtt_ms``, then :meth:`observe_rtt`; equal
+  round trips in ring order from the leader, as the SDPaxos core orders them,
+  so that on a LAN the leaders' quorums spread over the peers) when
   ``config.thrifty``, else every peer. Each acceptor merges its own
-  interference into the attributes, makes the instance durable, and answers.
+  interference into the attributes (the per-owner, per-key table of the
+  authors' ``conflicts``), makes the instance durable, and answers.
 * **Fast path.** Replies from fast-quorum-minus-one peers that all equal the
   leader's attributes: commit (one round trip to the farthest of them).
 * **Slow path.** Otherwise, with a majority (leader included) of replies: the
   union of the deps and the largest seq, ``Accept`` to a majority (the nearest
-  when thrifty), and commit on majority-minus-one ``AcceptOK``.
+  when thrifty), and commit on majority-minus-one ``AcceptOK``. A peer that
+  answered the PreAccept holds the commands and gets ``AcceptShort`` (the
+  authors' ``Accept`` never carries commands); a retransmission carries them.
 * **Commit** is durable at the leader, then broadcast; the client's ``READY``
-  reply comes then (the order of interfering commands is fixed). Every replica
-  makes a commit durable when it learns it.
+  reply comes then (the order of interfering commands is fixed). Peers that
+  answered the PreAccept or Accept get ``CommitShort`` (no commands), the
+  others the full ``Commit``: the authors' thrifty ``bcastCommit``, so the
+  leader sends every payload N-1 times in all, as a Multi-Paxos leader or an
+  SDPaxos command leader does. Every replica makes a commit durable when it
+  learns it; a ``CommitShort`` of an instance it never saw changes nothing
+  (``CommitUpto`` and ``CommitRequest`` bring the full commit).
 * **Execution.** A committed instance executes once every instance it depends
   on (transitively) is committed: strongly connected components of the
   dependency graph (Tarjan's algorithm, iterative), components in reverse
@@ -72,11 +83,13 @@ driver gives) and drives its own unfinished instances again.
 """
 
 import math
+import operator
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from sdpaxos.baselines.common import BaselineReplica
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import ConfigError, LocalProtocolError, Overloaded
@@ -90,8 +103,10 @@ __all__ = [
     "TITLE",
     "Accept",
     "AcceptOK",
+    "AcceptShort",
     "Commit",
     "CommitRequest",
+    "CommitShort",
     "CommitUpto",
     "EPaxosReplica",
     "InstanceRecord",
@@ -174,6 +189,29 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True)
+class CommitShort:
+    """Leader ``src`` committed its instance ``index`` with these attributes; the
+    commands are left out: the receiver answered the instance's PreAccept or
+    Accept, so it holds them (the authors' thrifty ``CommitShort``)."""
+
+    src: int
+    index: int
+    seq: int
+    deps: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptShort:
+    """Slow path, to a peer that answered the PreAccept: :class:`Accept` without
+    the commands it already holds (the authors' ``Accept`` never carries them)."""
+
+    src: int
+    index: int
+    seq: int
+    deps: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CommitRequest:
     """``src`` asks for the commits of ``instances`` (``(owner, index)`` pairs)."""
 
@@ -197,9 +235,21 @@ MESSAGE_TYPES: tuple[type, ...] = (
     Commit,
     CommitRequest,
     CommitUpto,
+    CommitShort,
+    AcceptShort,
 )
 
-EMessage = PreAccept | PreAcceptOK | Accept | AcceptOK | Commit | CommitRequest | CommitUpto
+EMessage = (
+    PreAccept
+    | PreAcceptOK
+    | Accept
+    | AcceptOK
+    | Commit
+    | CommitRequest
+    | CommitUpto
+    | CommitShort
+    | AcceptShort
+)
 
 
 # -- durable record -------------------------------------------------------------
@@ -215,6 +265,10 @@ class InstanceRecord:
     seq: int
     deps: tuple[int, ...]
     commands: tuple[Command, ...]
+
+
+#: The records the runtime's durable log must carry for EPaxos (append-only).
+RECORD_TYPES: tuple[type, ...] = (InstanceRecord,)
 
 
 # -- state ------------------------------------------------------------------------
@@ -267,6 +321,9 @@ class _Inst:
     deps: tuple[int, ...]
     status: int
     executed: bool = False
+    #: The seq this instance was last entered into the interference tables with
+    #: (its keys never change; only a larger seq needs entering again).
+    noted_seq: int = -1
     # -- leader only
     #: Attributes the leader proposed (the fast path needs replies equal to them).
     seq0: int = 0
@@ -274,6 +331,9 @@ class _Inst:
     oks: set[int] = field(default_factory=set)
     agree: int = 0
     asked: set[int] = field(default_factory=set)
+    #: Peers known to hold the commands (they answered a PreAccept or an
+    #: Accept): the Accept and the Commit they get leave the commands out.
+    holders: set[int] = field(default_factory=set)
     sent_ms: float = 0.0
 
 
@@ -287,7 +347,7 @@ def fast_quorum(n: int) -> int:
     return max(1, f + (f + 1) // 2)
 
 
-class EPaxosReplica:
+class EPaxosReplica(BaselineReplica):
     """One EPaxos replica; see the module docstring."""
 
     def __init__(
@@ -299,24 +359,13 @@ class EPaxosReplica:
         observe: bool = False,
         records: list[Record] | None = None,
     ) -> None:
-        if not isinstance(config, ClusterConfig):
-            raise LocalProtocolError("config must be a ClusterConfig")
-        if not 0 <= replica_id < config.replicas:
-            raise LocalProtocolError(f"replica_id {replica_id} is not in 0..{config.replicas - 1}")
+        super().__init__(config, replica_id, state_machine, rng, observe)
         if config.session_lifetime_slots is not None:
             raise ConfigError("the EPaxos baseline does not support expiring sessions")
-        self.config = config
-        self.id = ReplicaId(replica_id)
-        self.n = n = config.replicas
-        self.sm = state_machine
-        self.rng = rng
-        self.observe = observe
+        n = self.n
         self.stats = EPaxosStats()
-        self.majority = config.majority
         self.fast = fast_quorum(n)
         self._window = config.c_index_window_max
-        self.now_ms = 0.0
-        self._clock_origin_ms: float | None = None
         # Proximity: configured round trips, replaced by measured ones.
         self._rtt: list[float] = [math.inf] * n
         if config.rtt_ms is not None:
@@ -333,9 +382,12 @@ class EPaxosReplica:
         self.exec_dirty = False
         #: Highest instance number heard of, per owner (from CommitUpto or messages).
         self.heard_upto = [0] * n
-        # Interference tables: per key (and for "every key"), the largest
-        # instance per owner and the largest seq; any_*: all instances.
-        self._key_max: dict[bytes, list[int]] = {}
+        # Interference tables: per owner, the largest instance of that owner
+        # holding each key (the authors' ``conflicts[q][key]``); per key, the
+        # largest seq; wild_*: instances with no key; any_*: all instances.
+        self._key_max: list[dict[bytes, int]] = [{} for _ in range(n)]
+        #: Per owner, the largest instance ever entered in its ``_key_max``.
+        self._key_top = [-1] * n
         self._key_seq: dict[bytes, int] = {}
         self._wild_max = [-1] * n
         self._wild_seq = 0
@@ -355,12 +407,6 @@ class EPaxosReplica:
         #: not committed here), with the time it started waiting for each.
         self._blocked: dict[tuple[int, int], float] = {}
         self._requested_ms = -math.inf
-        # The effects batch.
-        self._persist: list[InstanceRecord] = []
-        self._messages: list[tuple[ReplicaId, EMessage]] = []
-        self._replies: list[Reply] = []
-        self._executed: list[Executed] = []
-        self._reads: list[ReadResult] = []
         if records:
             self._restore(records)
 
@@ -408,8 +454,13 @@ class EPaxosReplica:
                 self._request_commits(late)
 
     def ready(self) -> Ready:
-        """Start an instance for the waiting proposals, execute, hand over effects."""
-        if self.proposals and len(self.inflight) < self.config.c_inflight_max:
+        """Start instances for the waiting proposals, execute, hand over effects.
+
+        As many instances as the queue fills (``c_batch_max`` commands each, at
+        most ``c_inflight_max`` in flight), as the SDPaxos command leader does:
+        one per turn would leave commands queued for turns behind a full batch.
+        """
+        while self.proposals and len(self.inflight) < self.config.c_inflight_max:
             self._start_instance()
         if self.exec_dirty:
             self.exec_dirty = False
@@ -476,11 +527,21 @@ class EPaxosReplica:
             self._send(p, msg)
         inst.sent_ms = self.now_ms
 
-    def _send_accept(self, inst: _Inst, peers: Iterable[int]) -> None:
-        msg = Accept(self.id, inst.index, inst.seq, inst.deps, inst.commands)
+    def _send_accept(self, inst: _Inst, peers: Iterable[int], short: bool = True) -> None:
+        """Accept to ``peers``; those known to hold the commands get them left out
+        (unless ``short`` is off: a retransmission carries them to everyone)."""
+        full: Accept | None = None
+        brief: AcceptShort | None = None
         for p in peers:
             inst.asked.add(p)
-            self._send(p, msg)
+            if short and p in inst.holders:
+                if brief is None:
+                    brief = AcceptShort(self.id, inst.index, inst.seq, inst.deps)
+                self._send(p, brief)
+            else:
+                if full is None:
+                    full = Accept(self.id, inst.index, inst.seq, inst.deps, inst.commands)
+                self._send(p, full)
         inst.sent_ms = self.now_ms
 
     def _retransmit(self, inst: _Inst) -> None:
@@ -493,7 +554,7 @@ class EPaxosReplica:
                 return
             self._send_pre_accept(inst, missing)
         else:
-            self._send_accept(inst, missing)
+            self._send_accept(inst, missing, short=False)
 
     def _fast_possible(self, inst: _Inst) -> bool:
         outstanding = len(inst.asked - inst.oks)
@@ -527,9 +588,11 @@ class EPaxosReplica:
     def _commit_own(self, inst: _Inst) -> None:
         del self.inflight[inst.index]
         self._committed(inst)
-        msg = Commit(self.id, self.id, inst.index, inst.seq, inst.deps, inst.commands)
+        full = Commit(self.id, self.id, inst.index, inst.seq, inst.deps, inst.commands)
+        brief = CommitShort(self.id, inst.index, inst.seq, inst.deps)
+        holders = inst.holders
         for p in self._peers():
-            self._send(p, msg)
+            self._send(p, brief if p in holders else full)
         waiters = self.exec_waiters
         ready = ReplyKind.READY
         for cmd in inst.commands:
@@ -543,6 +606,7 @@ class EPaxosReplica:
             self.stats.stale += 1
             return
         inst.oks.add(m.src)
+        inst.holders.add(m.src)
         if m.seq == inst.seq0 and m.deps == inst.deps0:
             inst.agree += 1
         else:
@@ -556,6 +620,7 @@ class EPaxosReplica:
             self.stats.stale += 1
             return
         inst.oks.add(m.src)
+        inst.holders.add(m.src)
         if len(inst.oks) + 1 >= self.majority:
             self.stats.slow_commits += 1
             self._commit_own(inst)
@@ -584,13 +649,34 @@ class EPaxosReplica:
         owner, index = m.src, m.index
         self._heard(owner, index)
         inst = self.logs[owner].get(index)
-        if inst is None or inst.status < ACCEPTED:
+        if inst is None:
             keys, wild = _keys(m.commands)
             inst = _Inst(owner, index, m.commands, keys, wild, m.seq, m.deps, ACCEPTED)
             self.logs[owner][index] = inst
             self._note(inst)
             self._record(inst)
+        elif inst.status < ACCEPTED:
+            self._accepted(inst, m.seq, m.deps)
         self._send(owner, AcceptOK(self.id, owner, index))
+
+    def _on_accept_short(self, m: AcceptShort) -> None:
+        owner, index = m.src, m.index
+        self._heard(owner, index)
+        inst = self.logs[owner].get(index)
+        if inst is None:
+            # We never got the PreAccept (we restarted without it, or it was
+            # lost and a resend is on its way): the retransmitted Accept carries
+            # the commands.
+            self.stats.stale += 1
+            return
+        if inst.status < ACCEPTED:
+            self._accepted(inst, m.seq, m.deps)
+        self._send(owner, AcceptOK(self.id, owner, index))
+
+    def _accepted(self, inst: _Inst, seq: int, deps: tuple[int, ...]) -> None:
+        inst.seq, inst.deps, inst.status = seq, deps, ACCEPTED
+        self._note(inst)
+        self._record(inst)
 
     def _on_commit(self, m: Commit) -> None:
         owner, index = m.owner, m.index
@@ -602,11 +688,27 @@ class EPaxosReplica:
         if inst is not None and inst.status == COMMITTED:
             self.stats.stale += 1
             return
-        keys, wild = _keys(m.commands)
-        inst = _Inst(owner, index, m.commands, keys, wild, m.seq, m.deps, COMMITTED)
-        self.logs[owner][index] = inst
+        if inst is None:
+            keys, wild = _keys(m.commands)
+            inst = _Inst(owner, index, m.commands, keys, wild, m.seq, m.deps, COMMITTED)
+            self.logs[owner][index] = inst
+        else:  # the same instance (its leader's commands never change): new attributes
+            inst.seq, inst.deps = m.seq, m.deps
         if owner == self.id:
             self.inflight.pop(index, None)
+        self.stats.commits_learned += 1
+        self._committed(inst)
+
+    def _on_commit_short(self, m: CommitShort) -> None:
+        owner, index = m.src, m.index
+        self._heard(owner, index)
+        inst = self.logs[owner].get(index)
+        if inst is None or inst.status == COMMITTED:
+            # Without the commands we cannot commit it: CommitUpto and execution's
+            # CommitRequest fetch the whole commit later.
+            self.stats.stale += 1
+            return
+        inst.seq, inst.deps = m.seq, m.deps
         self.stats.commits_learned += 1
         self._committed(inst)
 
@@ -653,34 +755,69 @@ class EPaxosReplica:
         else:
             deps = list(self._wild_max)
             top = self._wild_seq
-            for k in keys:
-                row = self._key_max.get(k)
-                if row is not None:
-                    deps = [max(a, b) for a, b in zip(deps, row, strict=True)]
-                    top = max(top, self._key_seq[k])
+            key_seq = self._key_seq
+            # Only the keys some instance already holds matter (one pass in C;
+            # usually none or a few: a hot key).
+            known = key_seq.keys() & keys
+            if known:
+                for k in known:
+                    if key_seq[k] > top:
+                        top = key_seq[k]
+                for q, table in enumerate(self._key_max):
+                    d = deps[q]
+                    for k in known:
+                        j = table.get(k, -1)
+                        if j > d:
+                            d = j
+                    deps[q] = d
         if deps_in is not None:
             deps = [max(a, b) for a, b in zip(deps, deps_in, strict=True)]
         return max(seq_in, top + 1), tuple(deps)
 
     def _note(self, inst: _Inst) -> None:
-        """Add ``inst`` to the interference tables (they only grow)."""
+        """Add ``inst`` to the interference tables (they only grow).
+
+        Keys no instance held before are entered in bulk (``dict.fromkeys``: one
+        pass in C); only keys already present need a comparison. An instance is
+        entered again only when its seq grew (its keys and index never change).
+        """
         q, j, seq = inst.owner, inst.index, inst.seq
+        if seq <= inst.noted_seq:
+            return
+        first = inst.noted_seq < 0
+        inst.noted_seq = seq
         if j > self._any_max[q]:
             self._any_max[q] = j
-        self._any_seq = max(self._any_seq, seq)
+        if seq > self._any_seq:
+            self._any_seq = seq
         if inst.wild:
             if j > self._wild_max[q]:
                 self._wild_max[q] = j
-            self._wild_seq = max(self._wild_seq, seq)
-        for k in inst.keys:
-            row = self._key_max.get(k)
-            if row is None:
-                row = self._key_max[k] = [-1] * self.n
-                self._key_seq[k] = 0
-            if j > row[q]:
-                row[q] = j
-            if seq > self._key_seq[k]:
-                self._key_seq[k] = seq
+            if seq > self._wild_seq:
+                self._wild_seq = seq
+        keys = inst.keys
+        if not keys:
+            return
+        key_seq = self._key_seq
+        known = key_seq.keys() & keys
+        if known:
+            for k in known:
+                if seq > key_seq[k]:
+                    key_seq[k] = seq
+            if len(known) < len(keys):
+                key_seq.update(dict.fromkeys(keys - known, seq))
+        else:
+            key_seq.update(dict.fromkeys(keys, seq))
+        if first:
+            table = self._key_max[q]
+            if j > self._key_top[q]:  # above every instance of q entered: no comparison
+                self._key_top[q] = j
+                table.update(dict.fromkeys(keys, j))
+            else:
+                get = table.get
+                for k in keys:
+                    if get(k, -1) < j:
+                        table[k] = j
 
     def _committed(self, inst: _Inst) -> None:
         inst.status = COMMITTED
@@ -711,16 +848,11 @@ class EPaxosReplica:
         return [p for p in range(self.n) if p != self.id]
 
     def _sort_near(self) -> None:
-        self._near = sorted(self._peers(), key=lambda p: (self._rtt[p], p))
-
-    def _advance_clock(self, now_ms: float) -> None:
-        if type(now_ms) not in (int, float) or not math.isfinite(now_ms):
-            raise LocalProtocolError(f"now_ms must be a finite number, got {now_ms!r}")
-        if self._clock_origin_ms is None:
-            self._clock_origin_ms = now_ms
-        now = now_ms - self._clock_origin_ms
-        if now > self.now_ms:
-            self.now_ms = now
+        """Peers by round trip, ties in ring order from us (as the SDPaxos core's
+        proximity does): with equal round trips, every leader's fast quorum is
+        then a different set of peers instead of everyone picking the lowest ids."""
+        n, me = self.n, self.id
+        self._near = sorted(self._peers(), key=lambda p: (self._rtt[p], (p - me) % n))
 
     def _request_commits(self, wanted: list[tuple[int, int]]) -> None:
         self._requested_ms = self.now_ms
@@ -753,6 +885,16 @@ class EPaxosReplica:
             # A dependency far beyond what we executed is garbage, not a reason to scan.
             floor, window = self.exec_floor, self._window
             return all(d < floor[q] + window for q, d in enumerate(m.deps))
+        if isinstance(m, CommitShort | AcceptShort):
+            floor, window = self.exec_floor, self._window
+            return (
+                type(m.index) is int
+                and 0 <= m.index < floor[src] + window
+                and type(m.seq) is int
+                and 0 <= m.seq < SEQ_MAX
+                and _deps_ok(m.deps, n)
+                and all(d < floor[q] + window for q, d in enumerate(m.deps))
+            )
         if isinstance(m, PreAcceptOK):
             return (
                 type(m.index) is int
@@ -987,15 +1129,15 @@ class EPaxosReplica:
                 inst.asked = set(self._peers())
 
 
+_key_of = operator.itemgetter(3)  # Command.key (Command is a named tuple)
+
+
 def _keys(commands: tuple[Command, ...]) -> tuple[frozenset[bytes], bool]:
-    keys = set()
-    wild = False
-    for c in commands:
-        if c.key is None:
-            wild = True
-        else:
-            keys.add(c.key)
-    return frozenset(keys), wild
+    """The keys of ``commands``, and whether one has none (it interferes with all)."""
+    keys: frozenset[bytes | None] = frozenset(map(_key_of, commands))
+    if None in keys:
+        return cast(frozenset[bytes], keys - {None}), True
+    return cast(frozenset[bytes], keys), False
 
 
 def _deps_ok(deps: object, n: int) -> bool:
@@ -1007,11 +1149,8 @@ def _deps_ok(deps: object, n: int) -> bool:
 
 
 def _commands_ok(commands: object, batch_max: int) -> bool:
-    return (
-        isinstance(commands, tuple)
-        and 0 < len(commands) <= batch_max
-        and all(isinstance(c, Command) for c in commands)
-    )
+    """A batch's shape; each item's type the codec checked (as for the SDPaxos core)."""
+    return isinstance(commands, tuple) and 0 < len(commands) <= batch_max
 
 
 _HANDLERS: dict[type, Any] = {
@@ -1022,6 +1161,8 @@ _HANDLERS: dict[type, Any] = {
     Commit: EPaxosReplica._on_commit,
     CommitRequest: EPaxosReplica._on_commit_request,
     CommitUpto: EPaxosReplica._on_commit_upto,
+    CommitShort: EPaxosReplica._on_commit_short,
+    AcceptShort: EPaxosReplica._on_accept_short,
 }
 
 

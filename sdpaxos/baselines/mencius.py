@@ -2,31 +2,41 @@
 
 The global instance sequence ``0, 1, 2, ...`` is partitioned round robin:
 instance ``i`` is owned by replica ``i mod N``. Every replica is the
-coordinator of its own instances (the paper's Coordinated Paxos):
+coordinator of its own instances (the paper's Coordinated Paxos). Its rules
+and optimizations, as this module implements them:
 
-* **Propose.** A replica puts a batch of queued commands (at most
-  ``config.c_batch_max``, one instance per :meth:`ready` turn, at most
-  ``config.c_inflight_max`` in flight) in its next own instance at ballot 0 and
-  goes straight to phase 2: ``Accept`` to every peer (Mencius needs every
-  replica to hear of the instance, so there is no thrifty quorum). A majority
-  of ``Accepted`` makes it chosen; the owner sends ``Commit`` to everyone. With
-  N = 3 the owner's acceptance and one acceptor's are a majority already, so an
-  acceptor knows a ballot-0 value chosen as soon as it accepts it (plain Paxos:
-  the same ballot and value at a majority).
-* **Skip.** A replica that hears of instance ``j`` of another owner (its
-  ballot-0 ``Accept`` or a ``Commit``) beyond its own next index skips its own
-  instances below ``j``: they become no-ops, and its next index moves past
-  ``j`` (durably, :class:`OwnNext`, before anyone may hear of it). Skips travel
-  as two numbers on every message a replica sends, ``(last_valued,
-  next_own)``: "my instances strictly between these are no-ops"; an ``Accept``
-  of the owner's instance ``k`` also carries ``prev``, its previous valued
-  instance, so the instances between them are no-ops ("accept implies skip").
-  Only the owner ever proposes a value at ballot 0 and revocation proposes
-  only what it finds accepted, so a skipped instance can only ever be chosen
-  as a no-op: learning it from the owner is learning it chosen. An idle
-  replica sends an explicit :class:`Skip` when its skips moved, at most every
-  :data:`SKIP_INTERVAL_TICKS` ticks, and every ``heartbeat_ms / 2`` anyway (a
-  heartbeat for failure detection).
+* **Propose (rule 1).** A replica puts a batch of queued commands (at most
+  ``config.c_batch_max``) in its next own instance at ballot 0 and goes straight
+  to phase 2: ``Accept`` to every peer (Mencius needs every replica to hear of
+  the instance, so there is no thrifty quorum). It starts as many instances per
+  :meth:`ready` turn as its queue fills, as SDPaxos's command leader does, at
+  most ``config.c_inflight_max`` in flight.
+* **Learn (optimization 3: no waiting for the owner's word).** Only the owner
+  proposes at ballot 0, so a majority of ballot-0 acceptances chooses its value,
+  and any replica that counts them knows it. With N = 3 the owner's acceptance
+  and an acceptor's own are that majority: an acceptor knows the value chosen as
+  soon as it accepts it, and answers ``Accepted`` to the owner alone. With N >= 5
+  an acceptor sends its ``Accepted`` to every replica, and each counts the owner
+  (whose acceptance precedes its ``Accept``), itself and the others
+  (:meth:`MenciusReplica._count`). Nobody waits for a ``Commit`` from the owner,
+  which would come half a round trip later; there is none in the normal case
+  (``Commit`` carries revocation outcomes and answers retransmissions).
+* **Skip (rule 2, optimizations 1 and 2).** A replica that hears of instance
+  ``j`` of another owner (its ``Accept``, an ``Accepted`` of it, or a
+  ``Commit``) beyond its own next index skips its own instances below ``j`` at
+  once: they become no-ops, and its next index moves past ``j`` (durably,
+  :class:`OwnNext`, before anyone may hear of it). Skips travel as two numbers
+  on every message a replica sends, ``(last_valued, next_own)``: "my instances
+  strictly between these are no-ops". So the ``Accepted`` answering ``j``
+  carries the skips ``j`` caused (optimization 1); the other replicas hear of
+  them lazily, with the next message that goes to them anyway, or an explicit
+  :class:`Skip` at most :data:`SKIP_INTERVAL_TICKS` ticks later (optimization
+  2), and every ``heartbeat_ms / 2`` (a heartbeat for failure detection). An
+  ``Accept`` of the owner's instance ``k`` also carries ``prev``, its previous
+  valued instance, so the instances between them are no-ops ("accept implies
+  skip"). Only the owner ever proposes a value at ballot 0 and revocation
+  proposes only what it finds accepted, so a skipped instance can only ever be
+  chosen as a no-op: learning it from the owner is learning it chosen.
 * **Execution** runs instances strictly in order, a no-op executing nothing;
   ``(client_id, seq)`` sessions (:mod:`sdpaxos.core.sessions`) make it
   exactly-once. ``Executed.slot`` and ``Executed.c_index`` are the global
@@ -34,19 +44,21 @@ coordinator of its own instances (the paper's Coordinated Paxos):
 * **Ready.** A command is answered READY only when its instance is chosen and
   every lower instance is decided (chosen or skipped), i.e. when its owner
   executes it: before that, a command proposed later at a lagging owner could
-  still take a lower instance and break real-time order.
-* **Revocation.** A replica whose execution waits on an instance of an owner it
-  has heard nothing from for ``lease_ms + election_margin_ms`` plus a jitter
-  in ``[0, election_jitter_ms]`` (from the rng) runs phase 1 at a higher ballot
-  on that owner's instances ``[blocked, blocked + N * recovery_batch_max)``,
-  adopts the highest-ballot value any promise reports (a value some promiser
-  knows chosen wins outright), and otherwise proposes a no-op; chosen values go
-  out as ``Commit``. It repeats while the owner stays silent, so the others keep
-  executing. The owner, when it hears a ``Prepare`` or learns an own instance
-  decided without it, moves its next index past it and proposes again the
-  commands of any own instance that became a no-op. A restarted replica rebuilds
-  its acceptor state, its next index and its last valued instance from its
-  records (:class:`~sdpaxos.core.storage.CAccepted`,
+  still take a lower instance and break real-time order. A command proposed
+  with ``Wait.EXECUTED`` is answered once, EXECUTED.
+* **Revocation (rules 3 and 4).** A replica whose execution waits on an
+  instance of an owner it has heard nothing from for ``lease_ms +
+  election_margin_ms`` plus a jitter in ``[0, election_jitter_ms]`` (from the
+  rng) runs phase 1 at a higher ballot on that owner's instances ``[blocked,
+  blocked + N * recovery_batch_max)``, adopts the highest-ballot value any
+  promise reports (a value some promiser knows chosen wins outright), and
+  otherwise proposes a no-op; chosen values go out as ``Commit``. It repeats
+  while the owner stays silent, so the others keep executing. The owner, when it
+  hears a ``Prepare`` or learns an own instance decided without it, moves its
+  next index past it and proposes again the commands of any own instance that
+  became a no-op (rule 4). A restarted replica rebuilds its acceptor state, its
+  next index and its last valued instance from its records
+  (:class:`~sdpaxos.core.storage.CAccepted`,
   :class:`~sdpaxos.core.storage.CPromised`, :class:`OwnNext`), drives its last
   own instances again, and learns the rest (revoked instances included) with
   ``LearnRequest``; it continues beyond all of it.
@@ -54,34 +66,37 @@ coordinator of its own instances (the paper's Coordinated Paxos):
   local read without it): :meth:`MenciusReplica.read` always answers
   ``ok=False``.
 
-**Latency.** The owner ``o`` of instance ``k`` answers once ``k`` is chosen
-(``M_o``, the round trip to its nearest majority, as for SDPaxos) and it knows
-every lower instance decided. For another owner ``q`` that means hearing that
-``q`` skipped or filled its instances below ``k``: at the latest ``q``'s answer
-to ``o``'s ``Accept``, one round trip ``RTT(o, q)``, often sooner, since a busy
-``q`` announces its skips on its own ``Accept`` messages. An instance ``q``
-filled below ``k`` was proposed before ``q`` heard of ``k`` (within
-``RTT(o, q) / 2``) and must be known chosen at ``o`` too: with N = 3 ``o`` knows
-it when it accepts it (the rule above), with N >= 5 from ``q``'s ``Commit``,
-``M_q`` plus a one-way delay after ``q`` proposed it. So without faults::
+**Latency** (``d`` one-way delays, ``RTT = 2d``). A command proposed at ``o`` in
+instance ``k`` is READY when ``k`` is chosen there, ``M_o`` (the round trip to
+its nearest majority, as for SDPaxos), and every lower instance is decided
+there. Another owner ``q`` skips its instances below ``k`` when it hears of
+``k`` and says so in its ``Accepted``: by ``RTT(o, q)``. An instance ``q``
+filled below ``k`` was proposed before that, and ``o`` knows a value of ``q``
+chosen ``K(q, o)`` after ``q`` proposed it: ``d(q, o)`` with N = 3, and with
+N >= 5 when the earliest relayed acceptance arrives, ``max(d(q, o), min over r
+of d(q, r) + d(r, o))``. So every command, without faults::
 
-    SDPaxos(o) <= latency(o) <= max(M_o, max over q != o of RTT(o, q) + [N > 3] * M_q)
+    M_o <= latency(o) <= max(M_o, max over q != o of d(o, q) + K(q, o))
 
-roughly ``max(M_o, the round trip to the farthest other owner)`` with three
-replicas; ``tests/baselines/test_mencius.py`` asserts both sides per region on
-paper3 and paper5. Under balanced load the owners run nearly in lockstep and
-every region sees about the same latency (simulator, one client per region:
-paper3 about 51 ms everywhere, paper5 about 166 ms).
+(paper3: 52, 68, 68 ms at CA, OR, OH; paper5: 149.5, 149.5, 197.5, 243.5,
+243.5). Where in between depends on the load, through how far each other owner
+trails ``o`` in the instance space. In a quiet cluster whose last instance was
+``s``'s, ``o`` waits exactly for the owners after ``s`` and before ``o`` in the
+round-robin order, ``max(M_o, max RTT(o, q))`` over them. Under load the owners
+advance together, the remote ones a little behind (they hear of the others'
+instances last), and ``o`` waits for ``d(q, o)`` plus how far ``q`` trails. Both
+sides of the bound per command and the quiet formula exactly are asserted per
+region in ``tests/baselines/test_mencius.py``; bench/README.md ("latency")
+gives the figures under the bench's load.
 
 **Simplified, plainly:** no thrifty quorums (Mencius's skips need every replica
-to hear every instance); acknowledgements go to the coordinator only and the
-coordinator's ``Commit`` tells the others (Coordinated Paxos), so with N = 5 a
-replica waits for another owner's ``Commit`` of a lower instance, which puts
-the 5-replica latency above the paper's Fig. 12 values; no snapshots or log
-compaction (chosen values and skip marks are kept for learners, memory grows
-with the instances); revocation does not wait for the suspect to be "really"
-dead (a false suspicion costs the suspect's in-flight instances a retry, never
-safety); a revoked instance runs phase 1 even when its owner had skipped it.
+to hear every instance); no out-of-order execution of commuting commands (the
+paper's remedy for the wait on lagging owners: every instance executes in
+order); no snapshots or log compaction (chosen values and skip marks are kept
+for learners, memory grows with the instances); revocation does not wait for
+the suspect to be "really" dead (a false suspicion costs the suspect's in-flight
+instances a retry, never safety); a revoked instance runs phase 1 even when its
+owner had skipped it.
 """
 
 import random
@@ -90,11 +105,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
+from sdpaxos.baselines.common import (
+    APPLIED,
+    DUPLICATE,
+    EXECUTED,
+    EXPIRED,
+    READY,
+    SESSION_EXPIRED,
+    WAIT_EXECUTED,
+    BaselineReplica,
+    all_commands,
+)
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
-from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
-from sdpaxos.core.sessions import Outcome, Sessions
+from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
+from sdpaxos.core.sessions import Sessions
 from sdpaxos.core.storage import CAccepted, CPromised
 from sdpaxos.core.types import (
     BALLOT_STRIDE,
@@ -296,11 +322,11 @@ class _Bad(Exception):
 
 @dataclass(slots=True)
 class _Own:
-    """One of our ballot-0 instances on its way to a majority."""
+    """One of our ballot-0 instances on its way to a majority (its acceptors are
+    counted in :attr:`MenciusReplica.acks`, as every learner counts them)."""
 
     commands: tuple[Command, ...]
     prev: int
-    acks: set[int]
     sent_ms: float
 
 
@@ -316,7 +342,7 @@ class _Revocation:
     accepts: dict[int, tuple[tuple[Command, ...], set[int]]] | None = None
 
 
-class MenciusReplica:
+class MenciusReplica(BaselineReplica):
     """One Mencius replica; the driving API of :class:`sdpaxos.core.replica.Replica`."""
 
     def __init__(
@@ -328,17 +354,8 @@ class MenciusReplica:
         observe: bool = False,
         records: list[Any] | None = None,
     ) -> None:
-        if not isinstance(config, ClusterConfig):
-            raise LocalProtocolError("config must be a ClusterConfig")
-        if not 0 <= replica_id < config.replicas:
-            raise LocalProtocolError(f"replica_id {replica_id} is not in 0..{config.replicas - 1}")
-        self.config = config
-        self.n = n = config.replicas
-        self.id = me = replica_id
-        self.majority = config.majority
-        self.sm = state_machine
-        self.rng = rng
-        self.observe = observe
+        super().__init__(config, replica_id, state_machine, rng, observe)
+        n, me = self.n, int(self.id)
         self.stats = MenciusStats()
         self.sessions = Sessions(config.session_lifetime_slots, config.sessions_max)
         # Acceptor.
@@ -346,6 +363,9 @@ class MenciusReplica:
         self.accepted: dict[int, tuple[int, tuple[Command, ...]]] = {}
         # Learner.
         self.chosen: dict[int, tuple[Command, ...]] = {}
+        #: Ballot-0 instances not decided here -> the acceptors heard of (their
+        #: ``Accepted``, and the owner, whose acceptance any of them implies).
+        self.acks: dict[int, set[int]] = {}
         #: (owner, its last valued instance) -> no-ops already filled up to here.
         self._filled: dict[tuple[int, int], int] = {}
         self.exec_next = 0
@@ -359,9 +379,7 @@ class MenciusReplica:
         self.inflight: dict[int, _Own] = {}
         #: Own instances this incarnation proposed for clients (answered on execution).
         self.mine: dict[int, tuple[Command, ...]] = {}
-        # Failure detection and revocation.
-        self.now_ms = 0.0
-        self._started = False
+        # Failure detection and revocation (times count from the first clock reading).
         self.last_heard = [0.0] * n
         self.suspect_ms = [self._draw_suspect() for _ in range(n)]
         self.round = 0
@@ -373,14 +391,10 @@ class MenciusReplica:
         self._told_ms = [0.0] * n
         self._skip_ticks = 0
         # Learning.
+        #: Where execution was blocked at the last tick, and since when.
+        self._blocked_at = -1
         self._blocked_since = 0.0
         self._learn_sent_ms = -1e18
-        # Effects of the current batch.
-        self._persist: list[Any] = []
-        self._messages: list[tuple[ReplicaId, Any]] = []
-        self._replies: list[Reply] = []
-        self._executed: list[Executed] = []
-        self._reads: list[ReadResult] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
             Accept: self._on_accept,
             Accepted: self._on_accepted,
@@ -413,12 +427,12 @@ class MenciusReplica:
         if len(self.queue) >= self.config.propose_queue_max:
             raise Overloaded(f"{len(self.queue)} proposals are already queued")
         self.queue.append(command)
-        if wait == Wait.EXECUTED:
+        if wait == WAIT_EXECUTED:
             self.exec_waiters.add((command.client_id, command.seq))
 
     def step(self, message: Any, now_ms: float) -> None:
         """Handle one peer message; bad input is counted (``stats.rejected``), never raised."""
-        self._clock(now_ms)
+        self._advance_clock(now_ms)
         self.stats.steps += 1
         handler = self._handlers.get(type(message))
         try:
@@ -437,14 +451,15 @@ class MenciusReplica:
 
     def tick(self, now_ms: float) -> None:
         """Timers: retransmission, explicit skips and heartbeats, learning, revocation."""
-        self._clock(now_ms)
+        self._advance_clock(now_ms)
         now = self.now_ms
         cfg = self.config
         for k, own in self.inflight.items():
             if now - own.sent_ms >= cfg.retransmit_ms:
                 own.sent_ms = now
+                acks = self.acks.get(k, ())
                 for p in self._peers():
-                    if p not in own.acks:
+                    if p not in acks:
                         self._send(p, self._accept(k, 0, own.commands, own.prev))
         # Explicit skips (when ours moved) and heartbeats.
         self._skip_ticks += 1
@@ -464,6 +479,11 @@ class MenciusReplica:
             self._execute()
             x = self.exec_next
         if x <= self.max_known and x not in self.chosen:
+            if x != self._blocked_at:
+                # Blocked here since now (not since the last execution, which
+                # may be long ago in a quiet cluster): ask after learn_ms.
+                self._blocked_at = x
+                self._blocked_since = now
             if (
                 now - self._blocked_since >= cfg.learn_ms
                 and now - self._learn_sent_ms >= cfg.learn_ms
@@ -484,31 +504,21 @@ class MenciusReplica:
         self._execute()
 
     def ready(self) -> Ready:
-        """Propose one batch if commands wait, then hand over the effects batch."""
+        """Propose what waits (batches of c_batch_max), then hand over the effects batch."""
         self._execute()
-        if self.queue and len(self.inflight) < self.config.c_inflight_max:
+        while self.queue and len(self.inflight) < self.config.c_inflight_max:
             self._propose_batch()
         if self.next_own > self._persisted_next:
             self._persisted_next = self.next_own
             self._persist.append(OwnNext(self.next_own))
-        rd = Ready(
-            persist=self._persist,  # CAccepted, CPromised and OwnNext records
-            messages=self._messages,
-            replies=self._replies,
-            executed=self._executed,
-            reads=self._reads,
-        )
-        if rd:
-            self._persist, self._messages, self._replies = [], [], []
-            self._executed, self._reads = [], []
-        return rd
+        return self.hand_over()  # persist: CAccepted, CPromised and OwnNext records
 
     def observe_rtt(self, peer: ReplicaId, rtt_ms: float) -> None:
         """Proximity does not matter: every instance goes to every replica."""
 
     def read(self, read_id: int, key: bytes | None, now_ms: float) -> None:
         """Never a local read: in Mencius reads go through the log (``ok=False``)."""
-        self._clock(now_ms)
+        self._advance_clock(now_ms)
         self._reads.append(ReadResult(read_id, False))
 
     def status(self) -> dict[str, Any]:
@@ -524,17 +534,6 @@ class MenciusReplica:
         }
 
     # ------------------------------------------------------------ internals
-
-    def _clock(self, now_ms: float) -> None:
-        if not self._started:
-            # Timers count from the first time the driver gives us.
-            self._started = True
-            self.now_ms = now_ms
-            self.last_heard = [now_ms] * self.n
-            self._told_ms = [now_ms] * self.n
-            self._blocked_since = now_ms
-        elif now_ms > self.now_ms:
-            self.now_ms = now_ms
 
     def _draw_suspect(self) -> float:
         cfg = self.config
@@ -580,8 +579,9 @@ class MenciusReplica:
             raise _Bad(f"bad skips ({a!r}, {b!r}) from {sender}")
 
     def _check_commands(self, commands: object) -> tuple[Command, ...]:
-        if type(commands) is not tuple or any(type(c) is not Command for c in commands):
+        if not all_commands(commands):
             raise _Bad("commands must be a tuple of Command")
+        assert isinstance(commands, tuple)
         if len(commands) > self.config.c_batch_max:
             raise _Bad("more commands than c_batch_max")
         return commands
@@ -628,6 +628,7 @@ class MenciusReplica:
                 self.stats.invariant_alarms += 1
             return
         self.chosen[x] = value
+        self.acks.pop(x, None)
         if x > self.max_known:
             self.max_known = x
         if x % self.n == self.id:
@@ -660,19 +661,15 @@ class MenciusReplica:
                 if cid:
                     result, outcome = sessions.run(cmd, x, apply)
                 else:
-                    result, outcome = apply(cmd.payload), Outcome.APPLIED
+                    result, outcome = apply(cmd.payload), APPLIED
                 if mine is not None:
                     key = (cid, cmd.seq)
                     if key in waiters:
                         waiters.discard(key)
-                        kind = (
-                            ReplyKind.SESSION_EXPIRED
-                            if outcome is Outcome.EXPIRED
-                            else ReplyKind.EXECUTED
-                        )
+                        kind = SESSION_EXPIRED if outcome is EXPIRED else EXECUTED
                         self._replies.append(Reply(cid, cmd.seq, kind, result))
                     else:
-                        self._replies.append(Reply(cid, cmd.seq, ReplyKind.READY))
+                        self._replies.append(Reply(cid, cmd.seq, READY))
                 if self.observe:
                     self._executed.append(
                         Executed(
@@ -681,8 +678,8 @@ class MenciusReplica:
                             x,
                             cmd,
                             result,
-                            outcome is Outcome.DUPLICATE,
-                            outcome is Outcome.EXPIRED,
+                            outcome is DUPLICATE,
+                            outcome is EXPIRED,
                         )
                     )
             self.stats.commands_executed += len(commands)
@@ -690,7 +687,6 @@ class MenciusReplica:
                 sessions.slot_executed(x)
             x += 1
         self.exec_next = x
-        self._blocked_since = self.now_ms
 
     # -- proposing ----------------------------------------------------------
 
@@ -699,8 +695,12 @@ class MenciusReplica:
         k = self.next_own
         while k in self.chosen or self.promised.get(k, 0) > 0:
             k += n  # revoked (or being revoked): not ours to fill any more
-        size = min(len(self.queue), self.config.c_batch_max)
-        batch = tuple(self.queue.popleft() for _ in range(size))
+        queue = self.queue
+        if len(queue) <= self.config.c_batch_max:
+            batch = tuple(queue)
+            queue.clear()
+        else:
+            batch = tuple(queue.popleft() for _ in range(self.config.c_batch_max))
         prev = self.last_valued
         self.last_valued = k
         self.next_own = k + n
@@ -714,7 +714,8 @@ class MenciusReplica:
         if self.majority == 1:
             self._decide(k, batch)
             return
-        self.inflight[k] = _Own(batch, prev, {self.id}, self.now_ms)
+        self.inflight[k] = _Own(batch, prev, self.now_ms)
+        self.acks[k] = {self.id}
         self._broadcast(self._accept(k, 0, batch, prev))
 
     # -- handlers -----------------------------------------------------------
@@ -754,31 +755,40 @@ class MenciusReplica:
             self._persist.append(CAccepted(ReplicaId(q), CIndex(k), Ballot(ballot), commands))
         if k > self.max_known:
             self.max_known = k
-        if ballot == 0:
-            self._heard_of(k)
-        else:
+        if ballot != 0:
+            # A revocation: answer its coordinator, which tells everyone the outcome.
             self._hold_until[q] = self.now_ms + 2 * self.config.retransmit_ms
-        self._send(m.sender, Accepted(self.id, k, ballot, True, self.last_valued, self.next_own))
-        if ballot == 0 and self.majority <= 2:
-            # The owner accepted it at ballot 0 too: a majority (N <= 3), so chosen.
+            self._send(
+                m.sender, Accepted(self.id, k, ballot, True, self.last_valued, self.next_own)
+            )
+            return
+        self._heard_of(k)  # rule 2: skip ours below k first, so the answer carries it
+        ok = Accepted(self.id, k, 0, True, self.last_valued, self.next_own)
+        if self.majority <= 2:
+            # The owner accepted it at ballot 0 too: with ours a majority (N <= 3),
+            # so chosen here now; only the owner needs our answer.
+            self._send(q, ok)
             self._decide(k, commands)
+        else:
+            # Every replica counts the acceptances itself and learns the
+            # decision without waiting for the owner (optimization 3).
+            self._broadcast(ok)
+            self._count(k, self.id)
 
     def _on_accepted(self, m: Accepted) -> None:
         k = self._check_instance(m.instance)
         if type(m.ballot) is not int or type(m.ok) is not bool or m.ballot < 0:
             raise _Bad("bad accepted")
-        own = self.inflight.get(k)
-        if own is not None and k % self.n == self.id:
-            if m.ok and m.ballot == 0:
-                own.acks.add(m.sender)
-                if len(own.acks) >= self.majority:
-                    del self.inflight[k]
-                    self._decide(k, own.commands)
-                    self._broadcast(self._commit(k, own.commands))
-            elif not m.ok:
-                # Revoked: stop driving it; its fate comes with a Commit (or a learn).
-                self.stats.stale += 1
-                del self.inflight[k]
+        if m.ok and m.ballot == 0:
+            if k % self.n != self.id:
+                self._heard_of(k)  # another owner's instance k exists (rule 2)
+            self._count(k, m.sender)
+            return
+        if k in self.inflight:
+            # Our ballot-0 instance is being revoked: stop driving it; its fate
+            # comes with a Commit (or a learn).
+            self.stats.stale += 1
+            del self.inflight[k]
             return
         rev = self.revocations.get(k % self.n)
         if rev is None or rev.accepts is None or k not in rev.accepts:
@@ -798,6 +808,22 @@ class MenciusReplica:
             self._broadcast(self._commit(k, value))
             if not rev.accepts:
                 del self.revocations[rev.owner]
+
+    def _count(self, k: int, acceptor: int) -> None:
+        """``acceptor`` accepted the owner's ballot-0 value of ``k``: at a majority
+        it is chosen (only the owner proposes at ballot 0, so there is one such
+        value), and decided here once we hold it (we accepted it ourselves)."""
+        if k in self.chosen:
+            return
+        acks = self.acks.get(k)
+        if acks is None:
+            # The owner accepted before sending its Accept, so before anyone else.
+            acks = self.acks[k] = {k % self.n}
+        acks.add(acceptor)
+        if len(acks) >= self.majority:
+            acc = self.accepted.get(k)
+            if acc is not None and acc[0] == 0:
+                self._decide(k, acc[1])
 
     def _on_commit(self, m: Commit) -> None:
         k = self._check_instance(m.instance)
@@ -931,7 +957,12 @@ class MenciusReplica:
         now = self.now_ms
         if q in self.revocations or now < self._hold_until.get(q, -1e18):
             return
-        if now - self.last_heard[q] < self.suspect_ms[q]:
+        wait = self.suspect_ms[q]
+        if now - self.last_heard[q] < wait and now - self._blocked_since < wait:
+            # The owner is heard from, and execution has not waited on x that
+            # long. (An owner refused at ballot 0 leaves its instance to the
+            # revocation that began it; if that one stopped, someone must finish
+            # it although the owner is alive.)
             return
         self.suspect_ms[q] = self._draw_suspect()
         self.round += 1
@@ -1024,7 +1055,8 @@ class MenciusReplica:
             acc = self.accepted[x]
             if acc[0] == 0 and self.promised.get(x, 0) == 0:
                 prev = max((y for y in own if y < x), default=me - n)
-                self.inflight[x] = _Own(acc[1], prev, {me}, -1e18)
+                self.inflight[x] = _Own(acc[1], prev, -1e18)
+                self.acks[x] = {me}
         self._learn_sent_ms = -1e18
 
 

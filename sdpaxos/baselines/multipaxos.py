@@ -14,10 +14,12 @@ everyone otherwise, and to everyone on a retransmission). A majority of
 ``Accepted`` (the leader counts itself) commits the instance; the leader then
 sends ``Commit`` to everyone, without the commands to those that accepted them.
 At most ``config.c_inflight_max`` instances are in flight. Another replica
-forwards its clients' proposals to the leader (``Forward``) and answers READY
-when it learns the instance that holds them committed, and EXECUTED when it
-executed them. Commit latency at replica ``r``: RTT(r, leader) + the leader's
-nearest-majority RTT (0 + that at the leader).
+forwards its clients' proposals to the leader (``Forward``). Every replica
+answers its clients READY when it learns the instance that holds their command
+committed; a command proposed with ``Wait.EXECUTED`` is answered once,
+EXECUTED, when this replica executed it (as SDPaxos's core does). Commit
+latency at replica ``r``: RTT(r, leader) + the leader's nearest-majority RTT
+(0 + that at the leader).
 
 Execution follows instance order. A command's ``(client_id, seq)`` executes
 once (:class:`~sdpaxos.core.sessions.Sessions`); a duplicate is reported as such.
@@ -31,13 +33,16 @@ it adopts the highest-ballot accepted value per instance, fills holes with
 no-ops (empty instances) and proposes them again in phase 2. A message of a
 stale ballot is answered with a ``Nack`` carrying the higher ballot, so an old
 leader steps down. A replica re-forwards its clients' proposals that were not
-committed within ``retransmit_ms`` (exactly-once makes that safe), and a
+committed within ``retransmit_ms`` of leaving (exactly-once makes that safe; a
+deposed leader hands its clients' uncommitted commands to the next one), and a
 replica that falls behind asks for the commits it is missing (``LearnRequest``).
 
 Reads. The leader answers ``read`` with ``ok=True`` only while a majority
 lease holds (granted by heartbeat acknowledgements, shortened by
 ``lease_hold_ms`` for clock drift), once it has executed every instance it
 started; anything else is ``ok=False`` (the client goes through the log).
+Pending reads wait in arrival order (each waits for the instances started
+before it, so the oldest is always answered first): O(1) per read.
 
 Durability: a promise is a :class:`~sdpaxos.core.storage.ViewPromised` record
 (its ``view`` is the ballot) and an acceptance a
@@ -54,17 +59,28 @@ unbounded); membership is fixed; a promise reports accepted instances whole
 
 import math
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
+from sdpaxos.baselines.common import (
+    APPLIED,
+    DUPLICATE,
+    EXECUTED,
+    EXPIRED,
+    READY,
+    SESSION_EXPIRED,
+    WAIT_EXECUTED,
+    BaselineReplica,
+    all_commands,
+)
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded, PeerMessageError
-from sdpaxos.core.messages import Message
 from sdpaxos.core.proximity import Proximity
-from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
-from sdpaxos.core.sessions import REGISTRATION_SEQ, Outcome, Sessions
+from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
+from sdpaxos.core.sessions import REGISTRATION_SEQ, Sessions
 from sdpaxos.core.storage import CAccepted, Record, ViewPromised
 from sdpaxos.core.types import (
     BALLOT_STRIDE,
@@ -316,16 +332,6 @@ class _Inflight:
 
 
 @dataclass(slots=True)
-class _Waiter:
-    """A command proposed at this replica, not answered in full yet."""
-
-    command: Command
-    wants_executed: bool
-    ready_sent: bool = False
-    sent_ms: float = -math.inf
-
-
-@dataclass(slots=True)
 class _Candidacy:
     ballot: int
     start: int
@@ -351,23 +357,14 @@ def _is_int(value: object) -> bool:
 
 
 def _check_commands(value: object, what: str) -> None:
-    if type(value) is not tuple:
+    if not all_commands(value):
         raise PeerMessageError(f"{what} is not a tuple of commands")
-    for c in value:
-        if (
-            type(c) is not Command
-            or type(c.client_id) is not int
-            or type(c.seq) is not int
-            or type(c.payload) is not bytes
-            or not (c.key is None or type(c.key) is bytes)
-        ):
-            raise PeerMessageError(f"{what} holds a malformed command")
 
 
 # ---------------------------------------------------------------------- replica
 
 
-class MultiPaxosReplica:
+class MultiPaxosReplica(BaselineReplica):
     """One Multi-Paxos replica, driven like :class:`sdpaxos.core.replica.Replica`."""
 
     def __init__(
@@ -380,25 +377,17 @@ class MultiPaxosReplica:
         observe: bool = False,
         records: list[Record] | None = None,
     ) -> None:
-        if not isinstance(config, ClusterConfig):
-            raise LocalProtocolError("config must be a ClusterConfig")
-        if not _is_int(replica_id) or not 0 <= replica_id < config.replicas:
-            raise LocalProtocolError(
-                f"replica_id {replica_id!r} is not in 0..{config.replicas - 1}"
-            )
-        self.config = config
-        self.id = ReplicaId(replica_id)
-        self.n = config.replicas
-        self.majority = config.majority
-        self.sm = state_machine
-        self.rng = rng if rng is not None else random.Random(replica_id)
-        self.observe = observe
+        super().__init__(
+            config,
+            replica_id,
+            state_machine,
+            rng if rng is not None else random.Random(replica_id),
+            observe,
+        )
         self.stats = Stats()
         #: The log owner named in records and Executed entries (there is one log).
         self.log_owner = ReplicaId(config.sequencer)
         self.prox = Proximity(self.id, self.n, self.majority, config.thrifty, config.rtt_ms)
-        self.now_ms = 0.0
-        self._clock_origin_ms: float | None = None
         # -- acceptor (durable: promised, accepted values)
         initial = make_ballot(0, ReplicaId(config.sequencer))
         self.promised: int = initial
@@ -431,14 +420,18 @@ class MultiPaxosReplica:
         self.lease_until_ms = -math.inf  # promised not to support another leader until
         self.jitter_ms = self._jitter()
         # -- clients of this replica
-        self.waiting: dict[Key, _Waiter] = {}
-        self.reads: list[tuple[int, int]] = []  # (read_id, instance to have executed)
+        #: Commands proposed here whose commit this replica has not seen yet.
+        self.waiting: dict[Key, Command] = {}
+        #: Commands proposed here with ``Wait.EXECUTED``: answered once, at execution.
+        self.exec_waiters: set[Key] = set()
+        #: ``(when, key)`` of our clients' commands as they left for the leader,
+        #: oldest first: retried if not committed ``retransmit_ms`` later.
+        self.forwarded: deque[tuple[float, Key]] = deque()
+        #: Leader reads in arrival order: ``(read_id, instance to have executed)``
+        #: (that instance never decreases while this replica leads), and their ids.
+        self.reads: deque[tuple[int, int]] = deque()
+        self.read_ids: set[int] = set()
         # -- effects
-        self._persist: list[Record] = []
-        self._messages: list[tuple[ReplicaId, Any]] = []
-        self._replies: list[Reply] = []
-        self._executed: list[Executed] = []
-        self._read_results: list[ReadResult] = []
         self._dirty = False
         self._handlers: dict[type, Callable[[Any], None]] = {
             Forward: self._on_forward,
@@ -492,26 +485,24 @@ class MultiPaxosReplica:
     def propose(self, command: Command, wait: Wait = Wait.READY) -> None:
         if not isinstance(command, Command):
             raise LocalProtocolError(f"propose() takes a Command, got {type(command).__name__}")
-        if len(self.queue) >= self.config.propose_queue_max:
-            raise Overloaded(f"{len(self.queue)} proposals are already queued")
+        queue = self.queue
+        if len(queue) >= self.config.propose_queue_max:
+            raise Overloaded(f"{len(queue)} proposals are already queued")
         self.stats.proposals += 1
-        key = _key(command)
-        wants = wait == Wait.EXECUTED
-        done = self._executed_result(command)
-        if done is not None:
-            # Already executed here (a client's retry): answer at once.
-            self._replies.append(Reply(key[0], key[1], ReplyKind.READY))
-            if wants:
-                self._replies.append(Reply(key[0], key[1], ReplyKind.EXECUTED, done[0]))
-            return
-        w = self.waiting.get(key)
-        if w is not None:
-            w.wants_executed = w.wants_executed or wants
-            if w.ready_sent:
+        key = (command.client_id, command.seq)
+        if wait == WAIT_EXECUTED:
+            self.exec_waiters.add(key)
+        if key not in self.waiting:
+            done = self._executed_result(command)
+            if done is not None:
+                # Already executed here (a client's retry): answer at once.
+                self._answer_executed(key, done[0], False)
                 return
-        else:
-            self.waiting[key] = _Waiter(command, wants)
-        self._enqueue(command)
+            self.waiting[key] = command
+        in_log = self.in_log
+        if key not in in_log:  # (a client's retry of a command forwarded already goes again)
+            in_log.add(key)
+            queue.append(command)
 
     def step(self, message: Any, now_ms: float) -> None:
         """Handle one message from a peer. Never raises for bad peer input."""
@@ -561,30 +552,22 @@ class MultiPaxosReplica:
             self._execute()
         if self.reads:
             self._serve_reads()
-        rd = Ready(
-            self._persist,
-            cast("list[tuple[ReplicaId, Message]]", self._messages),
-            self._replies,
-            self._executed,
-            self._read_results,
-        )
-        self._persist, self._messages, self._replies = [], [], []
-        self._executed, self._read_results = [], []
-        return rd
+        return self.hand_over()
 
     def read(self, read_id: int, key: bytes | None, now_ms: float) -> None:
         """A linearizable local read: ``ok`` at the leader under a majority lease,
         once it executed every instance it started; otherwise not ``ok``."""
         self._advance_clock(now_ms)
-        if any(r == read_id for r, _ in self.reads):
+        if read_id in self.read_ids:
             raise LocalProtocolError(f"read {read_id} is already waiting")
         if len(self.reads) >= self.config.reads_pending_max:
             raise Overloaded("too many reads are waiting")
         if self.has_lease():
             self.reads.append((read_id, self.next_instance))
+            self.read_ids.add(read_id)
         else:
             self.stats.reads_refused += 1
-            self._read_results.append(ReadResult(read_id, False))
+            self._reads.append(ReadResult(read_id, False))
 
     def observe_rtt(self, peer: ReplicaId, rtt_ms: float) -> None:
         if not _is_int(peer) or not 0 <= peer < self.n or peer == self.id or not rtt_ms >= 0:
@@ -610,7 +593,7 @@ class MultiPaxosReplica:
     # ----------------------------------------------------------- proposals
 
     def _enqueue(self, command: Command) -> None:
-        key = _key(command)
+        key = (command.client_id, command.seq)
         if key in self.in_log:
             return
         self.in_log.add(key)
@@ -630,9 +613,14 @@ class MultiPaxosReplica:
         if self.is_leader:
             cfg = self.config
             batch_max = cfg.c_batch_max
-            while self.queue and len(self.inflight) < cfg.c_inflight_max:
-                batch = tuple(self.queue[:batch_max])
-                del self.queue[:batch_max]
+            queue = self.queue
+            while queue and len(self.inflight) < cfg.c_inflight_max:
+                if len(queue) <= batch_max:
+                    batch = tuple(queue)
+                    queue.clear()
+                else:
+                    batch = tuple(queue[:batch_max])
+                    del queue[:batch_max]
                 self._propose_instance(self.next_instance, batch, self._accept_targets())
                 self.next_instance += 1
             return
@@ -640,10 +628,12 @@ class MultiPaxosReplica:
         if leader is None or leader == self.id or self.candidacy is not None:
             return  # held until a leader is known
         now = self.now_ms
+        waiting = self.waiting
+        forwarded = self.forwarded
         for c in self.queue:
-            w = self.waiting.get(_key(c))
-            if w is not None:
-                w.sent_ms = now
+            key = (c.client_id, c.seq)
+            if key in waiting:
+                forwarded.append((now, key))
         self.stats.forwarded += len(self.queue)
         self._send(leader, Forward(self.id, self.promised, tuple(self.queue)))
         self.queue = []
@@ -693,17 +683,17 @@ class MultiPaxosReplica:
                     self._send(p, msg)
 
     def _retry_waiting(self, now: float) -> None:
-        """Re-forward (or re-queue, at the leader) our clients' proposals that were
-        not committed within a retransmission period."""
+        """Re-forward (or re-queue, if we lead now) our clients' proposals that
+        were not committed within a retransmission period of leaving."""
+        forwarded = self.forwarded
         retransmit = self.config.retransmit_ms
-        for w in self.waiting.values():
-            if w.ready_sent or now - w.sent_ms < retransmit:
-                continue
-            w.sent_ms = now
-            if _key(w.command) in self.in_log:
-                continue  # still queued here, or in one of our instances
+        while forwarded and now - forwarded[0][0] >= retransmit:
+            key = forwarded.popleft()[1]
+            command = self.waiting.get(key)
+            if command is None or key in self.in_log:
+                continue  # committed, or queued here again (it leaves again later)
             self.stats.forward_retries += 1
-            self._enqueue(w.command)
+            self._enqueue(command)
 
     # -------------------------------------------------------------- leader
 
@@ -796,10 +786,11 @@ class MultiPaxosReplica:
             # The lease we promised ourselves protected our own reads only, and
             # they stop here: release it, so that a successor need not wait.
             self.lease_until_ms = min(self.lease_until_ms, self.now_ms)
-            # Our clients' commands in the queue go to the new leader; others'
-            # are retried by the replicas that forwarded them.
-            self.queue = [c for c in self.queue if _key(c) in self.waiting]
-            self.in_log = {_key(c) for c in self.queue}
+            # Our clients' uncommitted commands, queued or in our instances, go
+            # to the new leader; others' are retried by the replicas that
+            # forwarded them.
+            self.queue = list(self.waiting.values())
+            self.in_log = set(self.waiting)
             self._fail_reads()
         self.candidacy = None
         self.leader = _owner(ballot)
@@ -1080,14 +1071,16 @@ class MultiPaxosReplica:
         self.stats.instances_committed += 1
         if instance + 1 > self.commit_hint:
             self.commit_hint = instance + 1
-        # The READY of our clients' commands in it.
-        for c in commands:
-            w = self.waiting.get(_key(c))
-            if w is not None and not w.ready_sent:
-                w.ready_sent = True
-                self._replies.append(Reply(c.client_id, c.seq, ReplyKind.READY))
-                if not w.wants_executed:
-                    del self.waiting[_key(c)]
+        # The READY of our clients' commands in it (not of those waiting for
+        # EXECUTED: they are answered once, at execution).
+        waiting = self.waiting
+        if waiting:
+            exec_waiters = self.exec_waiters
+            reply = self._replies.append
+            for c in commands:
+                key = (c.client_id, c.seq)
+                if waiting.pop(key, None) is not None and key not in exec_waiters:
+                    reply(Reply(key[0], key[1], READY))
         if instance == self.commit_upto:
             upto = instance
             log = self.log
@@ -1166,40 +1159,61 @@ class MultiPaxosReplica:
     def _execute(self) -> None:
         log = self.log
         sessions = self.sessions
+        run = sessions.run
         sm_apply = self.sm.apply
+        expiring = sessions.lifetime_slots is not None
         leading, in_log = self.is_leader, self.in_log
-        while self.exec_upto < self.commit_upto:
-            i = self.exec_upto
+        waiting, exec_waiters = self.waiting, self.exec_waiters
+        observe, owner = self.observe, self.log_owner
+        applied, duplicate, expired = APPLIED, DUPLICATE, EXPIRED
+        stats = self.stats
+        i = self.exec_upto
+        while i < self.commit_upto:
             commands = log[i].commands or ()
             for cmd in commands:
-                if cmd.client_id:
-                    result, outcome = sessions.run(cmd, i, sm_apply)
+                cid = cmd.client_id
+                if cid:
+                    result, outcome = run(cmd, i, sm_apply)
+                    if outcome is duplicate:
+                        stats.duplicates += 1
                 else:
-                    result, outcome = sm_apply(cmd.payload), Outcome.APPLIED
-                duplicate = outcome is Outcome.DUPLICATE
-                expired = outcome is Outcome.EXPIRED
-                if duplicate:
-                    self.stats.duplicates += 1
-                self.stats.commands_executed += 1
-                key = _key(cmd)
-                if leading:
-                    in_log.discard(key)
-                w = self.waiting.get(key)
-                if w is not None:
-                    if not w.ready_sent:
-                        w.ready_sent = True
-                        self._replies.append(Reply(key[0], key[1], ReplyKind.READY))
-                    if w.wants_executed:
-                        kind = ReplyKind.SESSION_EXPIRED if expired else ReplyKind.EXECUTED
-                        self._replies.append(Reply(key[0], key[1], kind, result))
-                    del self.waiting[key]
-                if self.observe:
+                    result, outcome = sm_apply(cmd.payload), applied
+                if leading or waiting or exec_waiters:
+                    key = (cid, cmd.seq)
+                    if leading:
+                        in_log.discard(key)
+                    if waiting and waiting.pop(key, None) is not None and key not in exec_waiters:
+                        # Proposed here again after its commit: READY now.
+                        self._replies.append(Reply(cid, key[1], READY))
+                    if exec_waiters and key in exec_waiters:
+                        self._answer_executed(key, result, outcome is expired)
+                if observe:
                     self._executed.append(
-                        Executed(Slot(i), self.log_owner, i, cmd, result, duplicate, expired)
+                        Executed(
+                            Slot(i),
+                            owner,
+                            i,
+                            cmd,
+                            result,
+                            outcome is duplicate,
+                            outcome is expired,
+                        )
                     )
-            if sessions.lifetime_slots is not None:
+            stats.commands_executed += len(commands)
+            if expiring:
                 sessions.slot_executed(i)
-            self.exec_upto = i + 1
+            i += 1
+            self.exec_upto = i
+
+    def _answer_executed(self, key: Key, result: bytes | None, expired: bool) -> None:
+        """``key`` executed here: EXECUTED (or SESSION_EXPIRED) to a client waiting
+        for it, READY to one waiting for that only."""
+        if key in self.exec_waiters:
+            self.exec_waiters.discard(key)
+            kind = SESSION_EXPIRED if expired else EXECUTED
+            self._replies.append(Reply(key[0], key[1], kind, result))
+        else:
+            self._replies.append(Reply(key[0], key[1], READY))
 
     # ---------------------------------------------------------------- reads
 
@@ -1207,34 +1221,24 @@ class MultiPaxosReplica:
         if not self.is_leader:
             self._fail_reads()
             return
-        keep = []
-        for read_id, upto in self.reads:
-            if self.exec_upto >= upto:
-                self.stats.reads_ok += 1
-                self._read_results.append(ReadResult(read_id, True))
-            else:
-                keep.append((read_id, upto))
-        self.reads = keep
+        reads, done = self.reads, self.exec_upto
+        while reads and reads[0][1] <= done:
+            read_id = reads.popleft()[0]
+            self.read_ids.discard(read_id)
+            self.stats.reads_ok += 1
+            self._reads.append(ReadResult(read_id, True))
 
     def _fail_reads(self) -> None:
         for read_id, _ in self.reads:
             self.stats.reads_refused += 1
-            self._read_results.append(ReadResult(read_id, False))
-        self.reads = []
+            self._reads.append(ReadResult(read_id, False))
+        self.reads.clear()
+        self.read_ids.clear()
 
     # ------------------------------------------------------------ internals
 
     def _send(self, dst: ReplicaId, message: MultiPaxosMessage) -> None:
         self._messages.append((dst, message))
-
-    def _advance_clock(self, now_ms: float) -> None:
-        if type(now_ms) not in (int, float) or not math.isfinite(now_ms):
-            raise LocalProtocolError(f"now_ms must be a finite number, got {now_ms!r}")
-        if self._clock_origin_ms is None:
-            self._clock_origin_ms = now_ms
-        now = now_ms - self._clock_origin_ms
-        if now > self.now_ms:
-            self.now_ms = now
 
     def _restore(self, records: list[Record]) -> None:
         """Rebuild from durable records: the promise and the accepted values."""

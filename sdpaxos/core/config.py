@@ -113,6 +113,9 @@ class ClusterConfig:
         history_keys_max: most keys in the sequencer's history table; the
             oldest are forgotten (reads of them then wait a little longer).
         reads_pending_max: most reads a replica keeps waiting at once.
+        reads_per_message_max: most reads one R-request batch (or its reply)
+            carries; a replica that starts more in one turn sends several, and
+            a batch from a peer with more is refused.
         straggler_window_ms: the window in which a command leader compares the
             C-instances it needed ordered with those the sequencer ordered
             (paper section 4: 500 ms).
@@ -175,6 +178,7 @@ class ClusterConfig:
     recovery_batch_max: int = 64
     history_keys_max: int = 1 << 16
     reads_pending_max: int = 1 << 16
+    reads_per_message_max: int = 4096
     straggler_window_ms: float = 500.0
     straggler_ratio_pct: int = 50
     straggler_strikes: int = 3
@@ -210,6 +214,7 @@ class ClusterConfig:
             "recovery_batch_max",
             "history_keys_max",
             "reads_pending_max",
+            "reads_per_message_max",
             "straggler_ratio_pct",
             "straggler_strikes",
             "straggler_need_min",

@@ -332,6 +332,41 @@ class RReply:
 
 
 @dataclass(frozen=True, slots=True)
+class RRequestBatch:
+    """Several R-requests in one message: ``read_ids[k]`` asks about ``keys[k]``.
+
+    Every read a replica starts between two ``Replica.ready`` calls goes to the
+    sequencer in one of these (split at ``reads_per_message_max``), so a read
+    costs the sequencer a table lookup, not a message. The sequencer handles it
+    as ``len(read_ids)`` :class:`RRequest` messages delivered together, answered
+    at one instant (the model's ``HandleRRequest``, once per read). ``b""`` is a
+    read of no named key (it waits for the whole log).
+    """
+
+    src: ReplicaId
+    view: View
+    read_ids: tuple[int, ...]
+    keys: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RReplyBatch:
+    """Answer to :class:`RRequestBatch`: read ``read_ids[k]`` once every slot up to
+    ``slots[k]`` has executed, if ``oks[k]``; if not, it goes through the log.
+
+    One answer per read, in the request's order; ``oks[k]`` is false when the
+    sequencer cannot answer that read safely (no majority lease): ``slots[k]``
+    is then meaningless (-1).
+    """
+
+    src: ReplicaId
+    view: View
+    read_ids: tuple[int, ...]
+    slots: tuple[Slot, ...]
+    oks: tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StragglerPoll:
     """``src`` thinks the sequencer is too slow; does the recipient agree? (section 4)"""
 
@@ -409,6 +444,8 @@ Message: TypeAlias = (
     | SequencerHandover
     | SnapshotRequest
     | SnapshotChunk
+    | RRequestBatch
+    | RReplyBatch
 )
 
 #: Every message class, in wire-tag order. Append only: the index is the tag.
@@ -435,4 +472,6 @@ MESSAGE_TYPES: tuple[type, ...] = (
     SequencerHandover,
     SnapshotRequest,
     SnapshotChunk,
+    RRequestBatch,
+    RReplyBatch,
 )

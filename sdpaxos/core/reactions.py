@@ -82,8 +82,8 @@ class Reactions(Protocol):
         """Reads: may the sequencer answer reads now?"""
         ...
 
-    def read_slot(self, key: bytes | None) -> Slot:
-        """Reads: the last slot a write of ``key`` may occupy."""
+    def read_slots(self, keys: tuple[bytes, ...]) -> tuple[Slot, ...]:
+        """Reads: for each key, the last slot a write of it may occupy (``b""``: any write)."""
         ...
 
     def rebuilding(self) -> bool:

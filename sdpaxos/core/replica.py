@@ -64,7 +64,9 @@ from sdpaxos.core.messages import (
     OAck,
     OCommit,
     RReply,
+    RReplyBatch,
     RRequest,
+    RRequestBatch,
     SequencerHandover,
     SnapshotChunk,
     SnapshotRequest,
@@ -219,6 +221,8 @@ class Replica:
             SequencerHandover: self.straggler.handle_sequencer_handover,
             SnapshotRequest: self.snapshots.handle_snapshot_request,
             SnapshotChunk: self.snapshots.handle_snapshot_chunk,
+            RRequestBatch: self.reads.handle_r_request_batch,
+            RReplyBatch: self.reads.handle_r_reply_batch,
         }
         if snapshot is not None:
             self.snapshots.restart_from(snapshot)
@@ -327,10 +331,8 @@ class Replica:
         if views.sequencer is not None and self.command_leader.inflight:
             self.command_leader.retransmit(now)
         self.straggler.tick(now)
-        reads = self.reads
-        if reads.pending and now - reads.checked_ms >= cfg.retransmit_ms:
-            reads.checked_ms = now
-            reads.serve()
+        if self.reads.asked:
+            self.reads.expire()
         executor = self.executor
         # Learner: execution stalled while we know there is more to execute (and
         # no snapshot is on its way: peers would answer each request with one).
@@ -368,12 +370,14 @@ class Replica:
             self.learner.advance_safe_prefix()
         if s.progress.dirty:
             self.executor.execute()
-            if self.reads.pending:
+            if self.reads.slots:
                 self.reads.serve()
             self._keep_learning()
             self.snapshots.after_execute()
         if self.learner.commit_out:
             self.learner.broadcast_o_commit()
+        if self.reads.queued_ids:
+            self.reads.flush()  # after execution: reads of executed slots are served now
         return s.out.take()
 
     def read(self, read_id: int, key: bytes | None, now_ms: float) -> None:
@@ -385,7 +389,10 @@ class Replica:
         log (propose it as a command). The sequencer answers with the last slot
         it gave a write of ``key`` (its history table), or, while its history is
         young, the whole log (the paper's i_G); it answers only while it holds a
-        lease from a majority, judged at ``now_ms`` (the driver's clock now).
+        lease from a majority, judged when it handles the question: the reads
+        started before a :meth:`ready` are asked about in one batch by that
+        ``ready()`` (at the sequencer itself, answered by it, at the latest time
+        the driver gave, never earlier than ``now_ms``).
 
         Raises:
             LocalProtocolError: ``read_id`` is already waiting.
@@ -655,8 +662,8 @@ class _Router:
     def has_lease(self) -> bool:
         return self._r.sequencer_role.has_lease()
 
-    def read_slot(self, key: bytes | None) -> Slot:
-        return self._r.sequencer_role.read_slot(key)
+    def read_slots(self, keys: tuple[bytes, ...]) -> tuple[Slot, ...]:
+        return self._r.sequencer_role.read_slots(keys)
 
     def rebuilding(self) -> bool:
         return self._r.sequencer_role.rebuild is not None

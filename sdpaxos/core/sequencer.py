@@ -15,6 +15,7 @@ heard of, so duplicated or reordered C-accepts and C-requests can never
 over-allocate.
 """
 
+import itertools
 import math
 
 from sdpaxos.core.context import Context
@@ -24,6 +25,10 @@ from sdpaxos.core.quorum import majority_prefix
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import OAccepted
 from sdpaxos.core.types import OValue, ReplicaId, Slot
+
+#: When the history table outgrows ``history_keys_max`` it evicts down to this
+#: fraction below the limit (``limit // 8`` keys more), in one pass.
+HISTORY_EVICT_DIVISOR = 8
 
 
 class Sequencer:
@@ -375,6 +380,23 @@ class Sequencer:
             return Slot(self.s.olog.acc_upto - 1)
         return max(self.history.get(key, floor), floor)
 
+    def read_slots(self, keys: tuple[bytes, ...]) -> tuple[Slot, ...]:
+        """:meth:`read_slot` of each key (``b""``: a read of no named key), in one pass.
+
+        Why a batch: an R-request batch from a busy replica carries hundreds of
+        reads, and at the sequencer, the busiest replica, two calls per read
+        cost more than the lookup itself.
+        """
+        floor = self.history_floor
+        whole = Slot(self.s.olog.acc_upto - 1)
+        get = self.history.get
+        return tuple(
+            [
+                whole if not key else (slot if (slot := get(key, floor)) > floor else floor)
+                for key in keys
+            ]
+        )
+
     def record_history(self, slot: Slot, owner: ReplicaId, first: int, count: int) -> None:
         """Slot ``slot`` orders C-instances ``first ..`` of ``owner``."""
         history = self.history
@@ -388,6 +410,26 @@ class Sequencer:
             for key in keys:
                 history.pop(key, None)
                 history[key] = slot
-        while len(history) > self.s.config.history_keys_max:
-            oldest = next(iter(history))
-            self.history_floor = max(self.history_floor, history.pop(oldest))
+        limit = self.s.config.history_keys_max
+        if len(history) > limit:
+            self._evict_history(len(history) - limit + limit // HISTORY_EVICT_DIVISOR)
+
+    def _evict_history(self, count: int) -> None:
+        """Forget the ``count`` least recently written keys; reads of them then
+        wait for the latest slot forgotten (the floor), which is always safe.
+
+        Why in chunks: a dict keeps the places of removed entries until it is
+        resized, and iterating it from the start walks over them. Taking the
+        oldest key one at a time made each write past the limit cost as much as
+        every key evicted since the last resize (the sequencer's CPU per command
+        grew with run length, measured: 71K instead of about 450K commands/s
+        after 120,000 operations). One pass per ``limit // 8`` keys makes it O(1)
+        per key, amortised.
+        """
+        history = self.history
+        floor = self.history_floor
+        for key in list(itertools.islice(history, count)):
+            slot = history.pop(key)
+            if slot > floor:
+                floor = slot
+        self.history_floor = floor

@@ -30,7 +30,9 @@ from sdpaxos.core.messages import (
     OAck,
     OCommit,
     RReply,
+    RReplyBatch,
     RRequest,
+    RRequestBatch,
     SequencerHandover,
     SnapshotChunk,
     SnapshotRequest,
@@ -336,6 +338,51 @@ def _r_reply(s: Context, m: RReply) -> None:
         raise PeerMessageError("bad R-reply")
 
 
+#: The one type a tuple of read ids, or of slots, may hold (``bool`` is not ``int`` here).
+_INTS = {int}
+_BYTES = {bytes}
+_BOOLS = {bool}
+
+
+def _read_ids(s: Context, ids: object, what: str) -> int:
+    """``ids`` is a tuple of at most ``reads_per_message_max`` ints; its length.
+
+    Checked with ``set(map(type, ...))``, which runs in C: a batch holds
+    hundreds of reads and this is the busiest replica's hot path.
+    """
+    if type(ids) is not tuple:
+        raise PeerMessageError(f"bad {what}: read ids are not a tuple")
+    count = len(ids)
+    if count > s.config.reads_per_message_max:
+        raise PeerMessageError(
+            f"{what} carries {count} reads, more than reads_per_message_max"
+            f" ({s.config.reads_per_message_max})"
+        )
+    if count and not set(map(type, ids)) <= _INTS:
+        raise PeerMessageError(f"bad {what}: a read id is not an int")
+    return count
+
+
+def _r_request_batch(s: Context, m: RRequestBatch) -> None:
+    count = _read_ids(s, m.read_ids, "R-request batch")
+    keys = m.keys
+    if type(keys) is not tuple or len(keys) != count:
+        raise PeerMessageError("bad R-request batch: not one key per read")
+    if count and not set(map(type, keys)) <= _BYTES:
+        raise PeerMessageError("bad R-request batch: a key is not bytes")
+
+
+def _r_reply_batch(s: Context, m: RReplyBatch) -> None:
+    count = _read_ids(s, m.read_ids, "R-reply batch")
+    slots, oks = m.slots, m.oks
+    if type(slots) is not tuple or type(oks) is not tuple or not len(slots) == len(oks) == count:
+        raise PeerMessageError("bad R-reply batch: not one slot and one verdict per read")
+    if count and not (set(map(type, slots)) <= _INTS and set(map(type, oks)) <= _BOOLS):
+        raise PeerMessageError("bad R-reply batch: a slot is not an int or a verdict not a bool")
+    if count and min(slots) < -1:
+        raise PeerMessageError(f"bad R-reply batch: slot {min(slots)}")
+
+
 def _straggler_poll(s: Context, m: StragglerPoll) -> None:
     """Nothing to check beyond sender and view."""
 
@@ -393,6 +440,8 @@ CHECKS: dict[type, Callable[[Context, Any], None]] = {
     SequencerHandover: _sequencer_handover,
     SnapshotRequest: _snapshot_request,
     SnapshotChunk: _snapshot_chunk,
+    RRequestBatch: _r_request_batch,
+    RReplyBatch: _r_reply_batch,
 }
 
 

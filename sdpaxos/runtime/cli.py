@@ -170,7 +170,15 @@ async def _run_node(
         from sdpaxos.runtime.metrics import NodeMetrics
 
         metrics = NodeMetrics(config.node_id)
-    node = Node(config, app, fsync=not args.no_fsync, metrics=metrics, listen_host=args.listen)
+    events = [e for e in (args.trace_events or "").split(",") if e]
+    node = Node(
+        config,
+        app,
+        fsync=not args.no_fsync,
+        metrics=metrics,
+        listen_host=args.listen,
+        trace_events=events,
+    )
     if context is not None:
         context.node = node
     stop = asyncio.Event()
@@ -438,6 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     n.add_argument("--listen", default=None, help="host to listen on (default: its address)")
     n.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics here")
     n.add_argument("--log-level", default="INFO")
+    n.add_argument(
+        "--trace-events",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated core trace events to keep, timed, in the status (SDPaxos;"
+        " e.g. StragglerSuspect,StragglerViewChange)",
+    )
     n.add_argument(
         "--gc-gen0",
         type=int,

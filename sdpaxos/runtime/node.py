@@ -45,7 +45,7 @@ import os
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol
@@ -55,7 +55,7 @@ from sdpaxos.core.errors import LocalProtocolError, Overloaded
 from sdpaxos.core.messages import Message
 from sdpaxos.core.ready import ReadResult, Ready, Reply, ReplyKind
 from sdpaxos.core.replica import Replica
-from sdpaxos.core.sessions import decode_session_id, registration
+from sdpaxos.core.sessions import decode_session_id, encode_session_id, registration
 from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.protocols import ProtocolError, ProtocolSpec, protocol
@@ -110,10 +110,19 @@ _TIMER_GUARD_S = 0.0012
 _WaitName = Literal["ready", "executed"]
 #: The file in a data directory that names the protocol whose records it holds.
 PROTOCOL_FILE = "protocol"
+#: Trace events kept for the status (``trace_events``): the latest this many.
+TRACE_EVENTS_KEPT = 256
 #: Protocols whose ``read`` serves a linearizable read at every replica (SDPaxos:
 #: through the sequencer's lease, section 3.5). A baseline's answers at most at
 #: its leader (Multi-Paxos) or nowhere (Mencius): reads go through the log there.
 _READS_AT_EVERY_REPLICA = frozenset({"sdpaxos"})
+#: Protocols whose core keeps no session table (EPaxos remembers every executed
+#: ``(client_id, seq)`` for good and has no expiring sessions). A registration
+#: proposed there would reach the state machine as an empty command, and its
+#: "session id" would be whatever the state machine answered; the node answers
+#: it itself with a random id instead, as :meth:`Node.session` does whenever
+#: sessions do not expire.
+_NO_SESSION_TABLE = frozenset({"epaxos"})
 
 
 class CoreReplica(Protocol):
@@ -198,6 +207,9 @@ class NodeStatus:
     #: whether this node takes snapshots (only SDPaxos has them).
     protocol: str = "sdpaxos"
     snapshots: bool = True
+    #: The latest core trace events of the kinds the node was asked to keep
+    #: (``trace_events``), each ``(time.monotonic() in ms, name)``.
+    events: tuple[tuple[float, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -321,6 +333,11 @@ class Node:
             many bytes (None: only by ``ClusterConfig.snapshot_slots_min``).
         rng: randomness for the core and the reconnect jitter (default: seeded
             from ``os.urandom``).
+        trace_events: names of core trace events (``tla/README.md``) to keep,
+            timed, in :attr:`NodeStatus.events` (SDPaxos only: the baselines
+            have no tracer). Meant for rare events, such as the straggler
+            detection's ``StragglerSuspect`` and ``StragglerViewChange``: with
+            any name given, the core calls the tracer for every event.
     """
 
     def __init__(
@@ -334,6 +351,7 @@ class Node:
         listen_host: str | None = None,
         snapshot_log_bytes: int | None = SNAPSHOT_LOG_BYTES_DEFAULT,
         rng: random.Random | None = None,
+        trace_events: Collection[str] = (),
     ) -> None:
         self.config = config
         self.id: ReplicaId = config.node_id
@@ -374,6 +392,12 @@ class Node:
         self._executed_waits: set[tuple[int, int]] | None = (
             None if self.protocol.name == "sdpaxos" else set()
         )
+        #: Whether this node answers registrations itself (no session table).
+        self._registers_locally = self.protocol.name in _NO_SESSION_TABLE
+        #: Core trace events to keep for the status (rare ones, e.g. the
+        #: straggler detection's): none by default, and then no tracer at all.
+        self._trace_events = frozenset(trace_events)
+        self.events: deque[tuple[float, str]] = deque(maxlen=TRACE_EVENTS_KEPT)
         #: Whether this node takes snapshots: see :class:`CoreReplica`.
         self.snapshots = False
         self.replica: CoreReplica | None = None
@@ -460,6 +484,7 @@ class Node:
                 rng=rng,
                 records=records,
                 snapshot=snapshot,
+                tracer=self._keep_event if self._trace_events else None,
             )
         else:
             if snapshot is not None:
@@ -1063,6 +1088,10 @@ class Node:
         if f.seq == 0 and f.payload:
             self._answer(conn, f.request_id, rf.Code.ERROR, "seq 0 is a registration: no payload")
             return
+        if f.seq == 0 and self._registers_locally:  # no session table: see _NO_SESSION_TABLE
+            session_id = encode_session_id(self._rng.getrandbits(63) | 1)
+            self._answer(conn, f.request_id, rf.Code.EXECUTED, session_id)
+            return
         wait = Wait.EXECUTED if f.wait == 1 or f.seq == 0 else Wait.READY
         waiter = (conn, f.request_id, _clock_ms())
         if not self._enqueue(Command(f.client_id, f.seq, f.payload, f.key), wait, waiter):
@@ -1454,7 +1483,13 @@ class Node:
             stats=_counters(replica.stats),
             protocol=self.protocol.name,
             snapshots=self.snapshots,
+            events=tuple(self.events),
         )
+
+    def _keep_event(self, event: str, me: ReplicaId, fields: dict[str, Any]) -> None:
+        """The core's tracer, when ``trace_events`` names some: keep those, with the time."""
+        if event in self._trace_events:
+            self.events.append((_clock_ms(), event))
 
     def _update_metrics(self) -> None:
         metrics = self.metrics

@@ -140,6 +140,10 @@ class Net:
     cut: set[tuple[int, int]] = field(default_factory=set)
     #: Replicas whose ticks are withheld by :meth:`tick` (a paused or starved process).
     paused: set[int] = field(default_factory=set)
+    #: Per replica: how many times it was restarted. Each incarnation gets an rng
+    #: of its own, as a real process does: the core tells its own read asks apart
+    #: from an earlier incarnation's by ids derived from its rng.
+    restarts: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, replicas: int = 3, **config: Any) -> Net:
@@ -165,13 +169,15 @@ class Net:
         """Rebuild ``r`` from exactly what it made durable (its newest snapshot and
         the records after it), with a fresh state machine."""
         self.down.discard(r)
+        incarnation = self.restarts.get(r, 0) + 1
+        self.restarts[r] = incarnation
         sm = Register()
         self.machines[r] = sm
         self.replicas[r] = Replica(
             self.config,
             ReplicaId(r),
             sm,
-            rng=random.Random(100 + r),
+            rng=random.Random(100 * incarnation + r),
             observe=True,
             records=self.storages[r].load(),
             snapshot=self.storages[r].load_snapshot(),

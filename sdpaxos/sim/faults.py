@@ -121,7 +121,9 @@ MESSAGE_GROUPS: dict[str, tuple[type, ...]] = {
     "LeaseGrant": (m.LeaseGrant,),
     "CCommit": (m.CCommit,),
     "LearnRequest": (m.LearnRequest,),
-    "RRequest/RReply": (m.RRequest, m.RReply),
+    # The batches are what the core sends; the single forms only come from an
+    # older peer, and are lost or held alike.
+    "RRequest/RReply": (m.RRequest, m.RReply, m.RRequestBatch, m.RReplyBatch),
 }
 #: Types only the sequencer sends: dropped *from* it (the sequencer) half of the time.
 SEQUENCER_GROUPS = frozenset({"OAccept", "Heartbeat", "NewView"})

@@ -86,6 +86,8 @@ TRACE_FAULTS = frozenset(
 #: Code events with no spec step: they change nothing the spec tracks (a
 #: rejected or stale message, a deferred vote, a learn request, counting the
 #: votes before the last, ...), or the step is taken by the event they lead to.
+#: The read events are here because recorded runs have no reads yet (the spec
+#: answers with i_G, the core with its history table; ``tla/README.md``).
 SILENT_EVENTS = frozenset(
     {
         "Reject",
@@ -103,6 +105,7 @@ SILENT_EVENTS = frozenset(
         "StragglerSuspect",
         "StragglerViewChange",
         "HandleRRequest",
+        "HandleRReply",
     }
 )
 

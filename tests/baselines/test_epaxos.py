@@ -15,8 +15,10 @@ from sdpaxos.baselines import epaxos
 from sdpaxos.baselines.epaxos import (
     Accept,
     AcceptOK,
+    AcceptShort,
     Commit,
     CommitRequest,
+    CommitShort,
     CommitUpto,
     EPaxosReplica,
     InstanceRecord,
@@ -340,9 +342,31 @@ def test_fast_path_commits_on_agreeing_replies_and_answers_ready() -> None:
     leader.step(PreAcceptOK(2, 0, 0, pre.seq, pre.deps), 0.0)
     rd = leader.ready()
     assert rd.replies == [Reply(1, 1, ReplyKind.READY), Reply(2, 1, ReplyKind.READY)]
-    assert sorted(dst for dst, m in rd.messages if isinstance(m, Commit)) == [1, 2, 3, 4]
+    # The fast quorum holds the commands: its commit leaves them out (the
+    # authors' thrifty CommitShort); the others get them in the commit.
+    assert sorted(dst for dst, m in rd.messages if isinstance(m, Commit)) == [3, 4]
+    shorts = [(dst, m) for dst, m in rd.messages if isinstance(m, CommitShort)]
+    assert sorted(dst for dst, _ in shorts) == [1, 2]
+    assert all(m == CommitShort(0, 0, pre.seq, pre.deps) for _, m in shorts)
     assert [type(r) for r in rd.persist] == [InstanceRecord]
     assert leader.stats.fast_commits == 1 and leader.stats.slow_commits == 0
+
+
+def test_equal_round_trips_pick_the_fast_quorum_in_ring_order() -> None:
+    """On a LAN every round trip is equal: each leader's quorum is its ring
+    successors (as the SDPaxos core picks them), so quorums spread over the peers."""
+    lan = tuple(tuple(0.0 if p == q else 0.2 for q in range(5)) for p in range(5))
+    for me, want in ((0, [1, 2]), (3, [4, 0]), (4, [0, 1])):
+        leader, _ = _replica(n=5, me=me, rtt_ms=lan)
+        sent = _propose(leader, Command(1, 1, b"p", b"k"))
+        assert sorted(dst for dst, _ in sent) == sorted(want), me
+
+
+def test_a_full_queue_starts_several_instances_in_one_turn() -> None:
+    leader, _ = _replica(n=3, c_batch_max=4)
+    sent = _propose(leader, *(Command(1, i, b"p", b"k%d" % i) for i in range(1, 10)))
+    pre = [m for _, m in sent if isinstance(m, PreAccept)]
+    assert [(m.index, len(m.commands)) for m in pre] == [(0, 4), (1, 4), (2, 1)]
 
 
 def test_a_differing_reply_takes_the_slow_path_with_merged_attributes() -> None:
@@ -351,13 +375,56 @@ def test_a_differing_reply_takes_the_slow_path_with_merged_attributes() -> None:
     assert isinstance(pre, PreAccept)
     leader.step(PreAcceptOK(dst, 0, 0, pre.seq + 3, (-1, -1, 7)), 0.0)
     rd = leader.ready()
-    accepts = [m for _, m in rd.messages if isinstance(m, Accept)]
-    assert accepts == [Accept(0, 0, pre.seq + 3, (-1, -1, 7), pre.commands)]
+    # The peer answered the PreAccept, so it holds the commands: they are left out.
+    accepts = [m for _, m in rd.messages if isinstance(m, Accept | AcceptShort)]
+    assert accepts == [AcceptShort(0, 0, pre.seq + 3, (-1, -1, 7))]
     assert rd.replies == []
     leader.step(AcceptOK(dst, 0, 0), 0.0)
     rd = leader.ready()
     assert rd.replies == [Reply(1, 1, ReplyKind.READY)]
     assert leader.stats.slow_commits == 1
+
+
+def test_a_retransmitted_accept_carries_the_commands() -> None:
+    leader, _ = _replica(n=3, retransmit_ms=100.0)
+    leader.tick(0.0)
+    ((dst, pre),) = _propose(leader, Command(1, 1, b"p", b"k"))
+    leader.step(PreAcceptOK(dst, 0, 0, pre.seq + 1, (-1, -1, 7)), 0.0)
+    leader.ready()
+    leader.tick(150.0)
+    resent = [m for _, m in leader.ready().messages]
+    assert resent and all(isinstance(m, Accept) for m in resent)
+    assert all(m.commands == pre.commands for m in resent if isinstance(m, Accept))
+
+
+def test_short_accept_and_commit_at_an_acceptor_that_holds_the_commands() -> None:
+    acceptor, sm = _replica(n=3, me=1)
+    acceptor.step(PreAccept(0, 0, 1, (-1, -1, -1), _cmd("y")), 0.0)
+    acceptor.ready()
+    acceptor.step(AcceptShort(0, 0, 4, (-1, -1, 2)), 0.0)
+    rd = acceptor.ready()
+    assert rd.messages == [(0, AcceptOK(1, 0, 0))]
+    assert [(r.status, r.seq, r.deps, r.commands) for r in rd.persist] == [
+        (epaxos.ACCEPTED, 4, (-1, -1, 2), _cmd("y"))
+    ]
+    acceptor.step(CommitShort(0, 0, 4, (-1, -1, -1)), 0.0)
+    rd = acceptor.ready()
+    assert [(r.status, r.seq, r.deps) for r in rd.persist] == [(epaxos.COMMITTED, 4, (-1, -1, -1))]
+    assert sm.applied == [b"y"]
+
+
+def test_short_accept_or_commit_of_an_unknown_instance_changes_nothing() -> None:
+    """Without the commands nothing can be accepted or committed: the leader's
+    retransmission (full Accept) or CommitUpto and CommitRequest bring them."""
+    replica, sm = _replica(n=3, me=1)
+    for m in (AcceptShort(0, 0, 4, (-1, -1, -1)), CommitShort(0, 0, 4, (-1, -1, -1))):
+        replica.step(m, 0.0)
+        rd = replica.ready()
+        assert not rd.messages and not rd.persist and sm.applied == []
+    assert replica.stats.stale == 2
+    replica.step(CommitUpto(0, 1), 0.0)
+    asks = [m for _, m in replica.ready().messages]
+    assert asks == [CommitRequest(1, ((0, 0),))]
 
 
 def test_an_acceptor_merges_its_interference_and_answers_a_resend_alike() -> None:
@@ -454,6 +521,8 @@ def test_crash_and_restart_in_the_simulator() -> None:
         AcceptOK(2, 0, 0),  # stale
         CommitRequest(1, ((9, 0), (-1, 2))),  # nothing to answer
         CommitUpto(1, -3),
+        CommitShort(1, 0, 1, (-1, -1)),  # deps of the wrong length
+        AcceptShort(2, 1 << 50, 1, (-1, -1, -1)),  # an instance far off
         "not a message",
     ],
 )
@@ -489,6 +558,8 @@ def test_the_codec_round_trips_every_message_type() -> None:
         Commit(1, 0, 2, 3, (-1, 0, 5), cmds),
         CommitRequest(1, ((0, 1), (2, 3))),
         CommitUpto(1, 10),
+        CommitShort(1, 2, 3, (-1, 0, 5)),
+        AcceptShort(1, 2, 3, (-1, 0, 5)),
     ]
     assert {type(m) for m in samples} == set(epaxos.MESSAGE_TYPES)
     assert codec.decode_batch(codec.encode_batch(samples)) == samples

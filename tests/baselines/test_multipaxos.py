@@ -1,5 +1,6 @@
 """The Multi-Paxos baseline (``sdpaxos.baselines.multipaxos``): registry and codec,
-latency formula, safety under faults, leader crash, restart, stale ballots, reads."""
+latency formula, safety under faults, leader crash, restart, stale ballots, reads,
+and its clients (EXECUTED answered once, forward retries, pending reads)."""
 
 import random
 from typing import Any
@@ -8,6 +9,7 @@ import pytest
 
 from sdpaxos.baselines import multipaxos as mp
 from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.errors import LocalProtocolError
 from sdpaxos.core.ready import ReadResult, ReplyKind
 from sdpaxos.core.storage import CAccepted, ViewPromised
 from sdpaxos.core.types import Ballot, CIndex, Command, ReplicaId, View, Wait, make_ballot
@@ -373,7 +375,7 @@ def test_reads_are_ok_only_at_the_leader_under_a_majority_lease() -> None:
     net.deliver_all()
     assert net.reads[2:] == [(0, ReadResult(3, True))]
     kinds = [rep.kind for i, rep in net.replies if i == 0]
-    assert kinds == [ReplyKind.READY, ReplyKind.EXECUTED]
+    assert kinds == [ReplyKind.EXECUTED]  # once: no READY before it
     # The lease runs out without heartbeat acknowledgements.
     net.down = {1, 2}
     net.tick(net.config.lease_ms)
@@ -461,3 +463,127 @@ def test_proposals_waiting_at_the_leader_share_one_instance_within_the_limits() 
     net.deliver_all()
     assert leader.commit_upto == 3 and not leader.queue
     assert all(m.applied == [b"%d" % s for s in range(1, 9)] for m in net.machines)
+
+
+# -- clients: EXECUTED answered once, retries, pending reads --------------------
+
+
+def _kinds(net: "_Net", replica: int) -> list[tuple[int, ReplyKind]]:
+    return [(rep.client_id, rep.kind) for i, rep in net.replies if i == replica]
+
+
+@pytest.mark.parametrize("at", [0, 1], ids=["leader", "follower"])
+def test_a_command_waiting_for_executed_gets_no_ready_before_it(at: int) -> None:
+    """As SDPaxos's core: READY for a READY wait, only EXECUTED for an EXECUTED
+    wait (with the result), at the leader and at a replica that forwards."""
+    net = _Net()
+    net.tick(1)
+    net.deliver_all()
+    r = net.r[at]
+    r.propose(Command(1, 1, b"a"), Wait.EXECUTED)
+    r.propose(Command(2, 1, b"b"), Wait.READY)
+    net.flush(at)
+    net.deliver_all()
+    assert _kinds(net, at) == [(2, ReplyKind.READY), (1, ReplyKind.EXECUTED)]
+    assert [rep.result for i, rep in net.replies if i == at and rep.client_id == 1] == [b"1"]
+    # A retry of an executed command is answered at once, in the same way.
+    r.propose(Command(1, 1, b"a"), Wait.EXECUTED)
+    r.propose(Command(2, 1, b"b"), Wait.READY)
+    net.flush(at)
+    assert _kinds(net, at)[2:] == [(1, ReplyKind.EXECUTED), (2, ReplyKind.READY)]
+    assert not r.waiting and not r.exec_waiters
+
+
+def test_a_lost_forward_is_sent_again_once_per_retransmission_period() -> None:
+    net = _Net()
+    net.tick(1)
+    net.deliver_all()
+    follower = net.r[1]
+    follower.propose(Command(1, 1, b"a"))
+    net.flush(1)
+    assert [type(m) for _, m in net.pending] == [mp.Forward]
+    net.pending = []  # lost
+    net.tick(net.config.retransmit_ms - 1)
+    assert follower.stats.forward_retries == 0
+    net.tick(1)
+    assert follower.stats.forward_retries == 1
+    assert [type(m) for d, m in net.pending if d == 0] == [mp.Forward]
+    net.deliver_all()
+    assert _kinds(net, 1) == [(1, ReplyKind.READY)]
+    net.tick(net.config.retransmit_ms)  # committed: nothing more to retry
+    assert follower.stats.forward_retries == 1 and not follower.forwarded
+
+
+def test_a_deposed_leader_hands_its_clients_commands_in_flight_to_the_new_one() -> None:
+    net = _Net()
+    old = net.r[0]
+    net.tick(1)
+    net.deliver_all()
+    old.propose(Command(1, 1, b"a"))
+    net.flush(0)
+    net.pending = []  # its Accept is lost: the instance stays in flight
+    old.step(mp.Nack(1, make_ballot(1, ReplicaId(2))), net.now)
+    assert not old.is_leader and old.queue == [Command(1, 1, b"a")]
+    assert [(d, type(m)) for d, m in old.ready().messages] == [(2, mp.Forward)]
+
+
+def test_pending_reads_are_answered_in_order_and_their_ids_free_again() -> None:
+    net = _Net()
+    leader = net.r[0]
+    net.tick(1)
+    net.deliver_all()
+    assert leader.has_lease()
+    leader.propose(Command(1, 1, b"w"))
+    net.flush(0)  # instance 0 in flight
+    for read_id in range(1, 2001):
+        leader.read(read_id, b"k", net.now)
+    with pytest.raises(LocalProtocolError):
+        leader.read(1500, b"k", net.now)  # still waiting
+    net.flush(0)
+    assert [x for x in net.reads] == []
+    net.deliver_all()
+    assert [x.read_id for _, x in net.reads] == list(range(1, 2001))
+    assert all(x.ok for _, x in net.reads)
+    leader.read(1500, b"k", net.now)  # answered: the id may come again
+    net.flush(0)
+    assert net.reads[-1] == (0, ReadResult(1500, True))
+    # A deposed leader refuses what is pending, and forgets the ids too.
+    leader.propose(Command(1, 2, b"w2"))
+    net.flush(0)
+    leader.read(7, None, net.now)
+    leader.step(mp.Nack(1, make_ballot(1, ReplicaId(2))), net.now)
+    net.flush(0)
+    assert net.reads[-1] == (0, ReadResult(7, False))
+    assert not leader.read_ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", [PAPER3, PAPER5], ids=lambda p: p.name)
+def test_sweep_with_faults_and_crashes(profile: DelayProfile) -> None:
+    """Not in CI (``-m slow``): more seeds and clients, heavier drop, duplication
+    and reordering, and two crash-restarts per run."""
+    for seed in range(200, 215):
+        rnd = random.Random(seed)
+
+        def hook(cluster: SimCluster, rnd: random.Random = rnd) -> None:
+            for _ in range(2):
+                r = rnd.randrange(profile.size)
+                at = rnd.randrange(100_000, 2_000_000)
+                cluster.call_at(at, lambda r=r: cluster.crash(r), "crash")
+                back = at + rnd.randrange(50_000, 800_000)
+                cluster.call_at(back, lambda r=r: cluster.restart(r), "restart")
+
+        result = run_closed_loop(
+            profile,
+            protocol=NAME,
+            seed=seed,
+            commands_per_region=30,
+            clients_per_region=3,
+            client_retry_ms=700.0,
+            network=NetworkConfig(
+                drop_probability=0.15, duplicate_probability=0.1, fifo=False, jitter_ms_max=50
+            ),
+            catch=False,
+            cluster_hook=hook,
+        )
+        assert result.ok, (seed, result.verdict)

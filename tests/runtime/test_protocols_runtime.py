@@ -1,12 +1,13 @@
-"""The runtime runs any protocol by name: Multi-Paxos and Mencius nodes replicate,
-the kv-store runs on Multi-Paxos, a bad name is refused, and no node of another
-protocol gets into a cluster."""
+"""The runtime runs any protocol by name: Multi-Paxos, Mencius and EPaxos nodes
+replicate, the kv-store runs on Multi-Paxos, a bad name is refused, and no node of
+another protocol gets into a cluster."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
+import time
 
 import pytest
 import redis.asyncio as aioredis
@@ -18,8 +19,9 @@ from kvstore.local import make_kv_cluster
 from kvstore.server import KVNode
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.runtime.apps import PayloadLog
+from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.config import parse_config
-from sdpaxos.runtime.local import make_local_cluster, node_configs
+from sdpaxos.runtime.local import client_tls, make_local_cluster, node_configs
 from sdpaxos.runtime.node import Node, NodeError
 
 from .helpers import FAST_PROTOCOL, ProcessCluster, eventually, in_process, payloads_of
@@ -113,6 +115,120 @@ def test_mencius_node_processes_replicate_and_restart(tmp_path):
             cluster.stop_all()
 
     asyncio.run(asyncio.wait_for(main(), 60))  # a node that cannot log hangs its clients
+
+
+def _hot(payloads: list[bytes]) -> list[bytes]:
+    """The commands on the one conflicting key, in the order a replica executed them."""
+    return [p for p in payloads if p.startswith(b"h")]
+
+
+def test_epaxos_nodes_order_conflicting_commands_alike_at_every_node(tmp_path):
+    """EPaxos: commands on one hot key, submitted at all three nodes at once,
+    execute in one order everywhere; commands on keys of their own may execute
+    in different orders but execute everywhere, once. A client's registration
+    never reaches the state machine (EPaxos keeps no session table), and what
+    EPaxos lacks (snapshots, a sequencer, an executed slot) is refused or None."""
+
+    async def main():
+        protocol = {"name": "epaxos", **FAST_PROTOCOL}
+        async with in_process(tmp_path, 3, PayloadLog, protocol=protocol) as (path, nodes):
+            hot = [b"h%d" % k for k in range(45)]
+            own = [b"u%d" % k for k in range(45)]
+            await asyncio.gather(
+                *(nodes[k % 3].submit(p, key=b"hot", timeout_s=20) for k, p in enumerate(hot)),
+                *(nodes[k % 3].submit(p, key=p, timeout_s=20) for k, p in enumerate(own)),
+            )
+            client = Client(
+                [(r.host, r.port) for r in node_configs(path)[0].replicas],
+                tls=client_tls(path),
+            )
+            try:
+                result = await client.submit(b"h-client", key=b"hot", wait="executed")
+                assert result is not None
+            finally:
+                await client.close()
+            sent = sorted([*hot, *own, b"h-client"])
+
+            def settled() -> bool:
+                logs = [n.state_machine.payloads for n in nodes]  # type: ignore[attr-defined]
+                return all(sorted(p) == sent for p in logs)
+
+            await eventually(settled, what="every command executed at every node, once")
+            logs = [n.state_machine.payloads for n in nodes]  # type: ignore[attr-defined]
+            assert _hot(logs[0]) == _hot(logs[1]) == _hot(logs[2])
+            assert b"" not in logs[0]  # the client's registration was not applied
+            st = nodes[2].status()
+            assert st.protocol == "epaxos" and st.snapshots is False
+            assert st.executed_upto is None and st.sequencer is None and st.view is None
+            assert st.stats["commands_executed"] == len(sent)
+            assert st.stats["fast_commits"] + st.stats["slow_commits"] > 0
+            assert all(n.frames_rejected == 0 for n in nodes)
+            with pytest.raises(ValueError, match="has no snapshots"):
+                nodes[0].admin("snapshot", None)
+            with pytest.raises(ValueError, match="has no sequencer to transfer"):
+                nodes[0].admin("transfer_sequencer", 1)
+
+    asyncio.run(main())
+
+
+def test_epaxos_node_processes_replicate_and_restart_from_their_log(tmp_path):
+    """Real EPaxos processes: commands at every node, half of them on one hot key;
+    a node SIGKILLed and restarted rebuilds its instances (``InstanceRecord``s)
+    from its durable log, and every node ends with every command, the hot key's
+    in one order."""
+
+    async def main():
+        cluster = ProcessCluster(
+            tmp_path, 3, protocol={"name": "epaxos", **FAST_PROTOCOL}, fsync=False
+        )
+        clients = []
+        try:
+            cluster.start_all()
+            for k in range(3):
+                assert (await cluster.wait_up(k))["protocol"] == "epaxos"
+            clients = [cluster.client(only=k) for k in range(3)]
+
+            async def burst(first: int, last: int, at: list[int]) -> None:
+                await asyncio.gather(
+                    *(
+                        clients[at[k % len(at)]].submit(
+                            b"%s%d" % (b"h" if k % 2 else b"u", k),
+                            key=b"hot" if k % 2 else b"u%d" % k,
+                            timeout_s=20,
+                        )
+                        for k in range(first, last)
+                    )
+                )
+
+            await burst(0, 30, [0, 1, 2])
+            await clients[2].close()
+            cluster.kill(2)
+            await burst(30, 40, [0, 1])  # a majority goes on without node 2
+            cluster.start(2)
+            await cluster.wait_up(2)
+            clients[2] = cluster.client(only=2)
+            await burst(40, 50, [0, 1, 2])
+            expected = sorted(b"%s%d" % (b"h" if k % 2 else b"u", k) for k in range(50))
+
+            async def logs() -> list[list[bytes]]:
+                return [payloads_of(await c.read(None, stale=True, timeout_s=5)) for c in clients]
+
+            deadline = asyncio.get_running_loop().time() + 20
+            while True:
+                got = await logs()
+                if all(sorted(g) == expected for g in got):
+                    break
+                assert asyncio.get_running_loop().time() < deadline, got
+                await asyncio.sleep(0.1)
+            assert _hot(got[0]) == _hot(got[1]) == _hot(got[2])
+            assert (tmp_path / "node2" / "protocol").read_text().strip() == "epaxos"
+            assert "restarted from" in cluster.log_tail(2, 200)
+        finally:
+            for c in clients:
+                await c.close()
+            cluster.stop_all()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def test_kvstore_runs_on_multipaxos(tmp_path):
@@ -210,3 +326,36 @@ def _fields(config):
     import dataclasses
 
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+
+
+def test_a_node_keeps_the_trace_events_it_is_asked_for(tmp_path):
+    """``trace_events`` (``python -m sdpaxos node --trace-events``): the named core
+    events, timed, in the status; none for a node that was not asked. The
+    benchmarks read the straggler detection's events so."""
+
+    async def main():
+        path = make_local_cluster(tmp_path, 3, insecure=True, protocol=FAST_PROTOCOL)
+        wanted = {"SequencerHandover", "Establish"}
+        nodes = [
+            Node(cfg, PayloadLog(), fsync=False, trace_events=wanted if k < 2 else ())
+            for k, cfg in enumerate(node_configs(path))
+        ]
+        for n in nodes:
+            await n.start()
+        try:
+            await nodes[1].submit(b"before", timeout_s=20)
+            before = time.monotonic() * 1000
+            nodes[0].admin("transfer_sequencer", 1)
+            await eventually(lambda: nodes[1].status().is_sequencer is True, what="handed over")
+            await nodes[2].submit(b"after", timeout_s=20)
+            # The old sequencer hands over, then follows the new view.
+            kept = nodes[0].status().events
+            assert [e for _, e in kept] == ["SequencerHandover", "Establish"]
+            assert before <= kept[0][0] <= kept[1][0] <= time.monotonic() * 1000
+            assert {e for _, e in nodes[1].status().events} <= wanted
+            assert nodes[2].status().events == ()
+        finally:
+            for n in nodes:
+                await n.stop()
+
+    asyncio.run(main())

@@ -34,7 +34,9 @@ from sdpaxos.core.messages import (
     OAck,
     OCommit,
     RReply,
+    RReplyBatch,
     RRequest,
+    RRequestBatch,
     SequencerHandover,
     SnapshotChunk,
     SnapshotRequest,
@@ -43,6 +45,7 @@ from sdpaxos.core.messages import (
     Vote,
     VRequest,
 )
+from sdpaxos.core.reads import ASK_BASE_END
 from sdpaxos.core.types import NO_CL_VALUE, Command, make_ballot
 from sdpaxos.wire import codec
 from sdpaxos.wire.codec import (
@@ -153,6 +156,20 @@ def test_extreme_ints_round_trip() -> None:
         assert decode(encode(msg)) == msg
 
 
+def test_ask_ids_round_trip_up_to_2_63() -> None:
+    """A reader's R-requests travel under its ask ids (``sdpaxos.core.reads``),
+    which start below ``ASK_BASE_END`` and stay below 2**63: they cross exactly."""
+    ids = (0, ASK_BASE_END - 1, ASK_BASE_END, 2**63 - 1)
+    for msg in (
+        RRequestBatch(src=1, view=4, read_ids=ids, keys=(b"k", b"", b"k", b"k")),
+        RReplyBatch(src=0, view=4, read_ids=ids, slots=(1, -1, 2**62, 3), oks=(True,) * 4),
+        RRequest(src=1, view=4, read_id=2**63 - 1, key=b"k"),
+        RReply(src=0, view=4, read_id=2**63 - 1, slot=7, ok=False),
+    ):
+        assert decode(encode(msg)) == msg
+        assert decode_batch(encode_batch([msg, msg])) == [msg, msg]
+
+
 # --------------------------------------------------------------------------
 # Golden encodings: pin every tag and the field order.
 # --------------------------------------------------------------------------
@@ -249,6 +266,14 @@ GOLDEN: list[tuple[Message, str]] = [
     (
         SnapshotChunk(src=2, view=4, slot=120, offset=3, total=9, data=b"abc"),
         "0197150204780309c403616263",
+    ),
+    (
+        RRequestBatch(src=1, view=4, read_ids=(77, 78), keys=(b"k1", b"")),
+        "0195160104" + "924d4e" + "92c4026b31c400",
+    ),
+    (
+        RReplyBatch(src=0, view=4, read_ids=(77, 78), slots=(120, -1), oks=(True, False)),
+        "0196170004" + "924d4e" + "9278ff" + "92c3c2",
     ),
 ]
 
@@ -349,6 +374,16 @@ MALFORMED: list[tuple[str, bytes, str]] = [
     ("O-commit entry of 3", _packed([6, 1, 2, [[1, 2, 3]]]), "OCommit.entries"),
     ("O-commit entry with nil", _packed([6, 1, 2, [[1, 0, 2, None]]]), "OCommit.entries"),
     ("c_wanted not an array", _packed([7, 1, 2, 3, None]), "LearnRequest.c_wanted"),
+    ("read ids not an array", _packed([22, 1, 2, 77, [b"k"]]), "RRequestBatch.read_ids"),
+    ("bool read id", _packed([22, 1, 2, [77, True], [b"k", b""]]), "RRequestBatch.read_ids"),
+    ("nil read id", _packed([22, 1, 2, [None], [b"k"]]), "RRequestBatch.read_ids"),
+    ("key not bin", _packed([22, 1, 2, [77], [7]]), "RRequestBatch.keys"),
+    ("keys nil", _packed([22, 1, 2, [77], None]), "RRequestBatch.keys"),
+    ("str key", _packed([22, 1, 2, [77], ["k"]]), "malformed msgpack"),
+    ("R-reply slot not int", _packed([23, 1, 2, [77], [b"x"], [True]]), "RReplyBatch.slots"),
+    ("R-reply int verdict", _packed([23, 1, 2, [77], [1], [1]]), "RReplyBatch.oks"),
+    ("R-reply bool slot", _packed([23, 1, 2, [77], [False], [True]]), "RReplyBatch.slots"),
+    ("R-reply nested ids", _packed([23, 1, 2, [[77]], [1], [True]]), "RReplyBatch.read_ids"),
     ("trailing byte", encode(CAck(1, 2, 3, 4, 5)) + b"\x00", "malformed msgpack"),
     ("two messages", encode(OAck(1, 2, 3)) + encode(OAck(1, 2, 3))[1:], "malformed msgpack"),
     ("reserved byte 0xc1", bytes([VERSION, 0xC1]), "malformed msgpack"),
@@ -509,6 +544,18 @@ BAD_TO_ENCODE: list[tuple[str, object, str]] = [
     ("values list", OAccept(1, 2, 3, [(1, 2)], 0, False), "OAccept.values"),  # type: ignore[arg-type]
     ("bool in entry", OCommit(1, 2, ((1, 0, 2, True),)), "OCommit.entries"),
     ("triple entry", OCommit(1, 2, ((1, 0, 2),)), "OCommit.entries"),  # type: ignore[arg-type]
+    ("read ids list", RRequestBatch(1, 2, [77], (b"k",)), "RRequestBatch.read_ids"),  # type: ignore[arg-type]
+    ("bool read id", RRequestBatch(1, 2, (True,), (b"k",)), "RRequestBatch.read_ids"),
+    ("str key", RRequestBatch(1, 2, (77,), ("k",)), "RRequestBatch.keys"),  # type: ignore[arg-type]
+    ("None key", RRequestBatch(1, 2, (77,), (None,)), "RRequestBatch.keys"),  # type: ignore[arg-type]
+    ("int verdict", RReplyBatch(1, 2, (77,), (3,), (1,)), "RReplyBatch.oks"),  # type: ignore[arg-type]
+    ("float slot", RReplyBatch(1, 2, (77,), (3.0,), (True,)), "RReplyBatch.slots"),  # type: ignore[arg-type]
+    ("huge read id", RRequestBatch(1, 2, (INT_MAX + 1,), (b"k",)), "out of range"),
+    (
+        "too many read ids",
+        RRequestBatch(1, 2, (0,) * (ARRAY_ITEMS_MAX + 1), ()),
+        "RRequestBatch.read_ids",
+    ),
     (
         "too large",
         CAccept(1, 2, 3, 4, 5, (Command(1, 2, b"x" * FRAME_BYTES_MAX),)),

@@ -37,6 +37,13 @@ class Recorder:
             0, 0, owner, start, ballot, True, ballot, (-1,) * n, (None,) * n, (False,) * n
         )
 
+    def read_slots(self, keys: tuple[bytes, ...]) -> tuple[int, ...]:
+        """One answer per key: ``answers["read_slot"]``, or the key's entry in
+        ``answers["read_slots"]`` (a dict key -> slot) when there is one."""
+        self.calls.append(("read_slots", (keys,)))
+        by_key = self.answers.get("read_slots", {})
+        return tuple(by_key.get(k, self.answers["read_slot"]) for k in keys)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)

@@ -16,8 +16,9 @@ from sdpaxos.core.messages import (
     CRequest,
     LeaseGrant,
     OAccept,
-    RReply,
+    RReplyBatch,
     RRequest,
+    RRequestBatch,
     StragglerVote,
     Vote,
     VRequest,
@@ -119,12 +120,56 @@ def test_sequencer_history_table_answers_reads_by_key(rec: Recorder) -> None:
     assert seq.read_slot(b"a") == 0 and seq.read_slot(b"b") == 1 and seq.read_slot(b"z") == -1
 
 
+def test_sequencer_answers_a_batch_of_keys_as_it_answers_each(rec: Recorder) -> None:
+    """``read_slots`` (one pass, for R-request batches) is ``read_slot`` of each key:
+    the history table where it is above the floor, the floor otherwise, and a read
+    of no named key (``b""``) waits for the whole log (i_G)."""
+    ctx = make_ctx(3, me=0, sequencer=0)
+    seq = Sequencer(ctx, rec)
+    seq.order(1, 0, (b"a",))
+    seq.order(2, 0, (b"b",))
+    seq.allocate()
+    keys = (b"a", b"b", b"z", b"")
+    assert seq.read_slots(keys) == (0, 1, -1, 1)
+    seq.history_floor = 0  # e.g. a write of unknown objects at slot 0
+    assert seq.read_slots(keys) == (0, 1, 0, 1)
+    assert seq.read_slots(keys) == tuple(seq.read_slot(k) for k in keys)
+
+
+def test_sequencer_history_table_evicts_the_least_recently_written_keys_in_chunks(
+    rec: Recorder,
+) -> None:
+    """Past ``history_keys_max`` the oldest keys go, ``limit // 8`` more than needed
+    in one pass; a forgotten key is read at the floor (the latest slot forgotten),
+    a key written again since stays exact, and the table never outgrows the limit."""
+    ctx = make_ctx(3, me=0, sequencer=0, history_keys_max=16)
+    seq = Sequencer(ctx, rec)
+    for i in range(16):  # one O-instance each: key k<i> at slot i
+        seq.order(1, i, (b"k%d" % i,))
+        seq.allocate()
+    assert len(seq.history) == 16 and seq.history_floor == -1
+    seq.order(1, 16, (b"k0",))  # rewritten: now the most recent
+    seq.allocate()
+    seq.order(1, 17, (b"new",))
+    seq.allocate()
+    slot_k0 = seq.read_slot(b"k0")
+    # 17 keys > 16: evict 1 + 16 // 8 = 3, the least recently written: k1, k2, k3.
+    assert len(seq.history) == 14
+    assert seq.history_floor == 3 == seq.read_slot(b"k3") == seq.read_slot(b"k1")
+    assert seq.read_slot(b"k4") == 4 and seq.read_slot(b"k4") > seq.history_floor
+    assert seq.read_slot(b"k0") == slot_k0 > seq.history_floor
+    assert seq.read_slot(b"never") == seq.history_floor
+    for i in range(100):
+        seq.order(2, i, (b"x%d" % i,))
+        seq.allocate()
+        assert len(seq.history) <= 16
+
+
 def test_learner_commits_own_o_instances_in_the_majority_prefix(rec: Recorder) -> None:
     ctx = make_ctx(3, me=1, sequencer=0)
     learner = Learner(ctx, rec)
     ctx.olog.grow(2)
     ctx.olog.owner[:2], ctx.olog.count[:2], ctx.olog.ballot[:2] = [1, 2], [1, 1], [0, 0]
-    ctx.olog.acc_upto = 2
     ctx.olog.acked = [2, 2, -1]
     learner.advance_safe_prefix()
     assert learner.safe_upto == 2 and ctx.own_ordered == 1
@@ -188,9 +233,13 @@ def test_reads_ask_the_sequencer_then_wait_for_the_slot(rec: Recorder) -> None:
     ctx = make_ctx(3, me=1, sequencer=0)
     reads = Reads(ctx, rec)
     reads.read(7, b"k")
-    assert kinds(ctx) == [(0, "RRequest")]
-    reads.handle_r_reply(RReply(0, 0, 7, 3, True))
-    assert reads.pending[7][0] == 3
+    assert kinds(ctx) == []  # asked at the next ready(), with the turn's other reads
+    reads.flush()
+    assert kinds(ctx) == [(0, "RRequestBatch")]
+    [(_, request)] = ctx.out.messages
+    assert isinstance(request, RRequestBatch) and request.keys == (b"k",)
+    reads.handle_r_reply_batch(RReplyBatch(0, 0, request.read_ids, (3,), (True,)))
+    assert reads.pending[7] == 3
     reads.serve()
     assert not ctx.out.reads  # slot 3 not executed yet
     ctx.progress.slot = 4
@@ -202,7 +251,9 @@ def test_reads_at_the_sequencer_answer_from_its_history(rec: Recorder) -> None:
     ctx = make_ctx(3, me=0, sequencer=0)
     reads = Reads(ctx, rec)
     reads.handle_r_request(RRequest(1, 0, 9, b"k"))
-    assert [(d, m.slot, m.ok) for d, m in ctx.out.messages] == [(1, 4, True)]
+    assert [(d, type(m).__name__, m.slot, m.ok) for d, m in ctx.out.messages] == [
+        (1, "RReply", 4, True)
+    ]
     with pytest.raises(LocalProtocolError):
         reads.read(3, b"k")
         reads.read(3, b"k")

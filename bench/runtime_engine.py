@@ -1,0 +1,898 @@
+"""``--engine runtime``: a :class:`~bench.engines.RunSpec` on real node processes.
+
+What runs, for one spec:
+
+* **Nodes.** One ``python -m sdpaxos node`` process per region of the spec's
+  profile, on loopback, TLS on (certificates made fresh), the protocol by name
+  (``[cluster.protocol] name``), the sequencer / leader at ``spec.leader``, the
+  profile's round trips as the thrifty quorums' starting point (``rtt_ms``), and
+  ``spec.config_overrides`` (heartbeat, lease, ...). Wide-area profiles are
+  emulated by the node's delay emulator (``[emulator]``: a built-in profile by
+  name, any other as a JSON matrix); a LAN profile (every round trip between
+  replicas under :data:`LAN_RTT_MS`) runs without the emulator. fsync is **off**
+  by default, as in the paper's prototype (its log was never made durable, so
+  neither its figures nor the formula contain a disk flush); ``fsync=True`` turns
+  it on. The state machine is :class:`bench.runtime_app.BenchLog`.
+* **Load.** One load-generator process per region with clients
+  (:mod:`bench.runtime_loader`): its clients, closed or open loop, the spec's
+  workload, one connection to the region's node. Latency is therefore the
+  **client's**: from sending the request to reading its answer, the loopback
+  hop, TLS and the client's own work included (the simulator measures at the
+  replica). Every operation becomes an :class:`~bench.workloads.OpRecord`, in
+  microseconds from the run's origin.
+* **Faults.** ``spec.kill = (replica, at_ms)``: SIGKILL of that node's process.
+  ``spec.slow = (replica, factor, at_ms)``: a SIGSTOP/SIGCONT duty cycle that
+  leaves the node ``1 / factor`` of the wall clock
+  (:class:`bench.runtime_procs.DutyCycle` says why this and not CPU hogs).
+* **Measured beside the records** (``RunOutput.extra``): each node's and each
+  loader's CPU seconds over the window (``/proc/<pid>/stat``, all threads), the
+  machine's busy share and load average; each node's mean commit latency from
+  its own histogram when ``metrics`` is on (the replica's view, as in the
+  paper's formula); status samples every ``spec.sample_ms`` (who each node
+  believes leads; view changes started); and the **verification**: after the
+  load drains, every live node answers its ``BenchLog`` digests, which must be
+  equal (same commands; same order where the protocol orders everything; the
+  hot key's commands in one order for EPaxos).
+
+A cluster is kept for the next spec when that one needs the same cluster (same
+protocol, profile, leader, settings) and the last run had no fault: starting
+five TLS node processes on two cores takes seconds. :meth:`RuntimeRunner.close`
+(or leaving the ``with`` block, or the interpreter's exit) ends every process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from bench.engines import EngineUnsupported, RunOutput, RunSpec, protocol_status
+from bench.runtime_app import parse_query
+from bench.runtime_loader import KIND_READ, PATH_LOCAL, PATH_LOG
+from bench.runtime_procs import (
+    ChildLines,
+    DutyCycle,
+    cpu_seconds_or_nan,
+    load_average,
+    machine_cpu,
+    spawn,
+    stop_processes,
+)
+from bench.workloads import OpRecord
+from sdpaxos.profiles import BUILTIN, DelayProfile
+from sdpaxos.runtime.local import (
+    LOCAL_CLIENT_CERTS,
+    LOCAL_REPLICAS_MAX,
+    client_tls,
+    free_ports,
+    make_local_cluster,
+    node_configs,
+)
+
+Progress = Callable[[str], None]
+
+#: Round trips between replicas below this are a LAN: no emulator.
+LAN_RTT_MS = 1.0
+#: The app every node runs (see :mod:`bench.runtime_app`).
+APP = "bench.runtime_app:BenchLog"
+#: Processes may take this long to come up (TLS, imports, a leader's lease).
+STARTUP_TIMEOUT_S = 90.0
+#: Starts of a cluster whose leader did not end up where the spec put it.
+START_ATTEMPTS = 5
+#: Loaders may take this long to connect.
+LOADER_READY_TIMEOUT_S = 60.0
+#: The origin is set this far after every loader is ready, so that all start together.
+START_LEAD_S = 0.3
+#: After the window, closed-loop clients' last operations are waited for this long.
+CLOSED_DRAIN_S = 5.0
+#: Open-loop drains wait at most this long, whatever the spec's ``drain_ms``.
+OPEN_DRAIN_MAX_S = 10.0
+#: After the drain, nodes may take this long to agree (execution trails READY).
+VERIFY_TIMEOUT_S = 15.0
+#: The smallest status-sampling interval (each sample costs the node a status map).
+SAMPLE_MS_MIN = 20.0
+#: Where a protocol serves reads itself: "every" replica, the "leader" only, or
+#: none (reads go through the log), as :mod:`bench.engines`'s simulator does it.
+READ_PATHS = {"sdpaxos": "every", "multipaxos": "leader"}
+#: Protocols that order every command (the order chain must be equal); the
+#: others (EPaxos) order conflicting commands only (the hot chain must be).
+TOTAL_ORDER = frozenset({"sdpaxos", "multipaxos", "mencius"})
+#: SDPaxos trace events the nodes keep in runs that sample their status: a
+#: command leader polls the others about a slow sequencer (``StragglerSuspect``),
+#: a majority agreed and a view change starts (``StragglerViewChange``), a new
+#: view is established (``Establish``).
+TRACE_EVENTS = ("StragglerSuspect", "StragglerViewChange", "Establish")
+#: Protocols with a single leader whose lease is awaited before load starts.
+LEADER_PROTOCOLS = frozenset({"sdpaxos", "multipaxos"})
+
+_PATHS = {0: "commit", PATH_LOCAL: "local", PATH_LOG: "log"}
+
+
+def read_path(protocol: str, replica: int, leader: int) -> str:
+    """``"local"`` when ``protocol`` serves a read at ``replica`` itself, else ``"log"``."""
+    where = READ_PATHS.get(protocol)
+    if where == "every" or (where == "leader" and replica == leader):
+        return "local"
+    return "log"
+
+
+def is_lan(profile: DelayProfile) -> bool:
+    n = profile.size
+    return all(profile.rtt_ms[i][j] < LAN_RTT_MS for i in range(n) for j in range(n) if i != j)
+
+
+def check(spec: RunSpec) -> None:
+    """Raise :class:`EngineUnsupported` (saying why) unless the runtime can run ``spec``."""
+    why = protocol_status(spec.protocol)
+    if why is not None:
+        raise EngineUnsupported(f"{spec.protocol}: {why}")
+    n = spec.profile.size
+    if not 1 <= n <= LOCAL_REPLICAS_MAX:
+        raise EngineUnsupported(f"the runtime engine runs 1..{LOCAL_REPLICAS_MAX} nodes, not {n}")
+    if len(spec.clients.per_region) != n:
+        raise EngineUnsupported(f"clients.per_region needs {n} entries")
+    if spec.processing_us:
+        raise EngineUnsupported(
+            "processing_us is the simulator's CPU model; real nodes have real CPUs"
+            " (slow one with slow=(replica, factor, at_ms))"
+        )
+    for what, fault in (("slow", spec.slow), ("kill", spec.kill)):
+        if fault is not None and not 0 <= fault[0] < n:
+            raise EngineUnsupported(f"{what}: no replica {fault[0]} in a cluster of {n}")
+    if spec.slow is not None and not spec.slow[1] >= 1:
+        raise EngineUnsupported(f"slow: factor must be >= 1, got {spec.slow[1]}")
+    if not 0 <= spec.leader < n:
+        raise EngineUnsupported(f"leader {spec.leader} is not a replica of {n}")
+    if spec.sample_ms is not None and spec.sample_ms < SAMPLE_MS_MIN:
+        raise EngineUnsupported(f"sample_ms below {SAMPLE_MS_MIN:g} would load the nodes")
+    if not sum(spec.clients.per_region) and spec.sample_ms is None:
+        raise EngineUnsupported("no clients and no sampling: nothing to run")
+
+
+# -------------------------------------------------------------------- the cluster
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterKey:
+    """What makes two specs run on the same cluster."""
+
+    protocol: str
+    profile: DelayProfile
+    leader: int
+    overrides: tuple[tuple[str, Any], ...]
+    fsync: bool
+    metrics: bool
+    #: Keep the straggler detection's trace events (SDPaxos runs that sample).
+    trace: bool
+
+    @classmethod
+    def of(cls, spec: RunSpec, fsync: bool, metrics: bool) -> ClusterKey:
+        overrides = tuple(sorted((k, _hashable(v)) for k, v in spec.config_overrides.items()))
+        trace = spec.sample_ms is not None and spec.protocol == "sdpaxos"
+        return cls(spec.protocol, spec.profile, spec.leader, overrides, fsync, metrics, trace)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+class LocalCluster:
+    """Node processes of one cluster in a temporary directory."""
+
+    def __init__(self, key: ClusterKey, progress: Progress | None = None) -> None:
+        self.key = key
+        self.progress = progress
+        self.root = Path(tempfile.mkdtemp(prefix="sdpaxos-bench-"))
+        profile = key.profile
+        self.n = profile.size
+        protocol: dict[str, Any] = {
+            "name": key.protocol,
+            "rtt_ms": [list(row) for row in profile.replica_rtt_ms()],
+        }
+        protocol.update({k: _plain(v) for k, v in key.overrides})
+        emulator: dict[str, Any] | None = None
+        if not is_lan(profile):
+            if BUILTIN.get(profile.name) == profile:
+                emulator = {"profile": profile.name}
+            else:
+                (self.root / "profile.json").write_text(json.dumps(_profile_json(profile)))
+                emulator = {"profile": "profile.json"}
+        self.path = make_local_cluster(
+            self.root,
+            self.n,
+            regions=list(profile.regions),
+            sequencer=key.leader,
+            protocol=protocol,
+            emulator=emulator,
+        )
+        self.emulated = emulator is not None
+        self.configs = node_configs(self.path)
+        self.tls = client_tls(self.path)
+        self.nodes: list[subprocess.Popen[bytes] | None] = [None] * self.n
+        self.metrics_ports = free_ports(self.n) if key.metrics else []
+        self.dead: set[int] = set()
+        #: Each region's load generator (:meth:`loader`).
+        self.loaders: dict[int, ChildLines] = {}
+        #: Commands every node should have executed so far (answered to loaders).
+        self.commands_answered = 0
+        self.runs = 0
+        self.dirty = False
+
+    # ------------------------------------------------------------ processes
+
+    def start(self) -> None:
+        """Start the nodes; again (up to :data:`START_ATTEMPTS` times) if a node
+        other than the spec's leader took the lead while they came up."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except _WrongLeader as exc:
+                stop_processes([p for p in self.nodes if p is not None])
+                self.nodes = [None] * self.n
+                for k in range(self.n):
+                    shutil.rmtree(self.root / f"node{k}", ignore_errors=True)
+                    (self.root / f"node{k}").mkdir()
+                if attempt == START_ATTEMPTS:
+                    raise RuntimeError(
+                        f"{self.key.protocol}: node {exc.leader} kept taking the lead from"
+                        f" node {self.key.leader} while the cluster came up"
+                        f" ({START_ATTEMPTS} attempts)"
+                    ) from None
+                if self.progress is not None:
+                    self.progress(f"runtime: node {exc.leader} took the lead while starting; again")
+
+    def _start_once(self) -> None:
+        cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(self.path)]
+        cmd += ["--app", APP, "--log-level", "WARNING"]
+        if not self.key.fsync:
+            cmd.append("--no-fsync")
+        if self.key.trace:
+            cmd += ["--trace-events", ",".join(TRACE_EVENTS)]
+        # A Multi-Paxos follower that hears no leader within a lease of its
+        # start runs for election itself. A node dials the peers above its id.
+        # So a leader with the highest id starts first: the others dial it as
+        # they come up. Any other leader starts with the rest: started first, it
+        # would dial peers that are not up yet and back off (up to seconds).
+        first = [self.key.leader] if self.key.leader == self.n - 1 else []
+        for k in first + [k for k in range(self.n) if k not in first]:
+            extra = ["--id", str(k)]
+            if self.metrics_ports:
+                extra += ["--metrics", f"127.0.0.1:{self.metrics_ports[k]}"]
+            with open(self.root / f"node{k}.log", "ab") as log:
+                self.nodes[k] = spawn([*cmd, *extra], stderr=log)
+            if k in first:
+                asyncio.run(self._wait_listening(k))
+        asyncio.run(self._wait_up())
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [p.pid if p is not None else None for p in self.nodes]
+
+    def alive(self) -> list[int]:
+        return [k for k, p in enumerate(self.nodes) if p is not None and p.poll() is None]
+
+    def kill(self, k: int) -> None:
+        """SIGKILL node ``k`` (a fault: no cleanup, no flush)."""
+        p = self.nodes[k]
+        if p is not None:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGKILL)
+        self.dead.add(k)
+        self.dirty = True
+
+    def loader(self, k: int) -> ChildLines:
+        """Region ``k``'s load generator: connected to node ``k`` once, kept for
+        every run on this cluster (starting a Python process per run cost seconds)."""
+        lines = self.loaders.get(k)
+        if lines is not None and not lines.finished.is_set():
+            return lines
+        node = self.configs[0].replicas[k]
+        tls = client_tls(self.path, k % LOCAL_CLIENT_CERTS)
+        conn = {
+            "host": node.host,
+            "port": node.port,
+            "tls": None if tls is None else [str(tls.ca), str(tls.cert), str(tls.key)],
+        }
+        spec_path = self.root / f"loader{k}.json"
+        spec_path.write_text(json.dumps(conn))
+        with open(self.root / f"loader{k}.log", "ab") as log:
+            proc = spawn(
+                [sys.executable, "-m", "bench.runtime_loader", str(spec_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        lines = ChildLines(proc)
+        self.loaders[k] = lines
+        if not lines.connected.wait(LOADER_READY_TIMEOUT_S):
+            raise RuntimeError(
+                f"the load generator of node {k} did not connect:\n{self.loader_log(k)}"
+            )
+        return lines
+
+    def loader_log(self, k: int) -> str:
+        path = self.root / f"loader{k}.log"
+        return path.read_text(errors="replace")[-2000:] if path.exists() else "(no log)"
+
+    def stop_loaders(self) -> None:
+        for lines in self.loaders.values():
+            lines.tell("quit")
+        stop_processes([lines.proc for lines in self.loaders.values()], timeout_s=5.0)
+        self.loaders.clear()
+
+    def close(self) -> None:
+        self.stop_loaders()
+        stop_processes([p for p in self.nodes if p is not None])
+        self.nodes = [None] * self.n
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def log_tail(self, k: int, lines: int = 15) -> str:
+        path = self.root / f"node{k}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    # ------------------------------------------------------------ talking to nodes
+
+    def _client(self, k: int, timeout_s: float = 2.0) -> Any:
+        from sdpaxos.runtime.client import Client
+
+        r = self.configs[0].replicas[k]
+        return Client([(r.host, r.port)], tls=self.tls, attempt_timeout_s=timeout_s)
+
+    async def status(self, k: int, timeout_s: float = 2.0) -> dict[str, Any] | None:
+        c = self._client(k, timeout_s)
+        try:
+            st: dict[str, Any] = await c.status(timeout_s)
+            return st
+        except Exception:
+            return None
+        finally:
+            await c.close()
+
+    def _check_exits(self) -> None:
+        for k, p in enumerate(self.nodes):
+            if p is not None and p.poll() is not None and k not in self.dead:
+                raise RuntimeError(f"node {k} exited with {p.returncode}:\n{self.log_tail(k)}")
+
+    async def _wait_listening(self, k: int) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while await self.status(k, 1.0) is None:
+            self._check_exits()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {k} did not answer within {STARTUP_TIMEOUT_S:g} s")
+            await asyncio.sleep(0.05)
+
+    async def _wait_up(self) -> None:
+        """Every node answers and sees every peer; a leader protocol's leader holds its lease.
+
+        Raises :class:`_WrongLeader` when another node holds the lead.
+        """
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        leader = self.key.leader
+        while True:
+            self._check_exits()
+            statuses = [await self.status(k, 1.0) for k in range(self.n)]
+            if all(s is not None for s in statuses):
+                up = [s for s in statuses if s is not None]
+                connected = all(all(p["connected"] for p in s["peers"]) for s in up)
+                led = self.key.protocol not in LEADER_PROTOCOLS or bool(
+                    up[leader].get("is_sequencer") and up[leader].get("has_lease")
+                )
+                if connected and led:
+                    return
+                if self.key.protocol in LEADER_PROTOCOLS:
+                    for k, st in enumerate(up):
+                        if k != leader and st.get("is_sequencer") and st.get("has_lease"):
+                            raise _WrongLeader(k)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster not up after {STARTUP_TIMEOUT_S:g} s: {statuses}")
+            await asyncio.sleep(0.1)
+
+    async def digests(self, nodes: list[int]) -> dict[int, tuple[int, int, bytes, bytes] | None]:
+        """Each node's ``BenchLog`` answer (a stale read: what it executed so far)."""
+        out: dict[int, tuple[int, int, bytes, bytes] | None] = {}
+        for k in nodes:
+            c = self._client(k, 2.0)
+            try:
+                value = await c.read(None, stale=True, timeout_s=2.0)
+                out[k] = parse_query(value) if value is not None else None
+            except Exception:
+                out[k] = None
+            finally:
+                await c.close()
+        return out
+
+    def commit_histograms(self) -> dict[int, tuple[float, float]]:
+        """Each live node's ``sdpaxos_commit_latency_seconds`` (sum, count)."""
+        from bench.runtime_latency import commit_histogram
+
+        out: dict[int, tuple[float, float]] = {}
+        for k in self.alive():
+            try:
+                out[k] = commit_histogram(self.metrics_ports[k])
+            except OSError:
+                continue
+        return out
+
+
+class _WrongLeader(Exception):
+    def __init__(self, leader: int) -> None:
+        super().__init__(f"node {leader} leads")
+        self.leader = leader
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _profile_json(profile: DelayProfile) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": profile.name,
+        "regions": list(profile.regions),
+        "rtt_ms": [list(r) for r in profile.rtt_ms],
+    }
+    if profile.one_way_ms is not None:
+        out["one_way_ms"] = [list(r) for r in profile.one_way_ms]
+    return out
+
+
+# Every cluster alive in this process, ended at exit whatever happened.
+_LIVE: set[LocalCluster] = set()
+
+
+@atexit.register
+def _close_all() -> None:
+    for cluster in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cluster.close()
+        _LIVE.discard(cluster)
+
+
+# -------------------------------------------------------------------- one run
+
+
+@dataclass(slots=True)
+class _LoaderProc:
+    """One region's load generator in one run."""
+
+    region: int
+    lines: ChildLines
+    out: Path
+    spec_path: Path
+    result: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class _Window:
+    """CPU and counters at the window's start and end (taken by a timer thread)."""
+
+    times: list[float] = field(default_factory=list)
+    nodes: list[list[float]] = field(default_factory=list)
+    loaders: list[list[float]] = field(default_factory=list)
+    machine: list[tuple[float, float]] = field(default_factory=list)
+    histograms: list[dict[int, tuple[float, float]]] = field(default_factory=list)
+
+
+class RuntimeRunner:
+    """Runs specs on local clusters, keeping the last one for a spec that fits it."""
+
+    def __init__(self, fsync: bool = False, metrics: bool = False) -> None:
+        self.fsync = fsync
+        self.metrics = metrics
+        self.cluster: LocalCluster | None = None
+        self.clusters_started = 0
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.close()
+            _LIVE.discard(cluster)
+
+    def _cluster_for(self, spec: RunSpec, progress: Progress | None) -> LocalCluster:
+        key = ClusterKey.of(spec, self.fsync, self.metrics)
+        if self.cluster is not None and (self.cluster.key != key or self.cluster.dirty):
+            self.close()
+        if self.cluster is not None:
+            try:
+                asyncio.run(self.cluster._wait_up())
+                return self.cluster
+            except _WrongLeader as exc:  # the lead moved in an earlier run: start afresh
+                if progress is not None:
+                    progress(f"runtime: node {exc.leader} leads now; a fresh cluster")
+                self.close()
+        started = time.perf_counter()
+        cluster = LocalCluster(key, progress)
+        _LIVE.add(cluster)
+        self.cluster = cluster
+        cluster.start()
+        self.clusters_started += 1
+        if progress is not None:
+            where = "emulated " + spec.profile.name if cluster.emulated else "LAN, no emulator"
+            progress(
+                f"runtime: {spec.protocol} cluster of {cluster.n} nodes up"
+                f" ({where}, fsync {'on' if self.fsync else 'off'})"
+                f" in {time.perf_counter() - started:.1f} s"
+            )
+        return cluster
+
+    def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput:
+        check(spec)
+        started = time.perf_counter()
+        cluster = self._cluster_for(spec, progress)
+        try:
+            out = self._run_on(cluster, spec, progress)
+        except BaseException:
+            self.close()
+            raise
+        if cluster.dirty:
+            self.close()
+        out.wall_s = time.perf_counter() - started
+        return out
+
+    # ------------------------------------------------------------ the run itself
+
+    def _run_on(self, cluster: LocalCluster, spec: RunSpec, progress: Progress | None) -> RunOutput:
+        n = cluster.n
+        cluster.runs += 1
+        end_us = spec.window_us[1]
+        open_loop = spec.clients.mode == "open"
+        drain_s = min(OPEN_DRAIN_MAX_S, spec.drain_ms / 1000) if open_loop else CLOSED_DRAIN_S
+        loaders: list[_LoaderProc] = []
+        index = 0
+        sample_alive = spec.sample_ms is not None
+        for r in range(n):
+            count = spec.clients.per_region[r]
+            clients = list(range(index, index + count))
+            index += count
+            if not count and not (sample_alive and r in cluster.alive()):
+                continue
+            spec_path = cluster.root / f"run{cluster.runs}-load{r}.json"
+            out_path = cluster.root / f"run{cluster.runs}-load{r}.msgpack"
+            loader_spec = {
+                "region_index": r,
+                "clients": clients,
+                "mode": spec.clients.mode,
+                "rate_per_s": spec.clients.rate_per_s,
+                "poisson": spec.clients.poisson,
+                "workload": spec.workload.to_json(),
+                "read_path": read_path(spec.protocol, r, spec.leader),
+                "end_us": end_us,
+                "drain_s": drain_s,
+                "sample_ms": spec.sample_ms,
+                "out": str(out_path),
+            }
+            spec_path.write_text(json.dumps(loader_spec))
+            loaders.append(_LoaderProc(r, cluster.loader(r), out_path, spec_path))
+        duty: DutyCycle | None = None
+        timers: list[threading.Timer] = []
+        window = _Window()
+        finished = False
+        try:
+            deadline = time.monotonic() + LOADER_READY_TIMEOUT_S
+            for ld in loaders:
+                ld.lines.reset()
+                ld.lines.tell(f"run {ld.spec_path}")
+            for ld in loaders:
+                if not ld.lines.ready.wait(max(0.0, deadline - time.monotonic())):
+                    raise RuntimeError(
+                        f"the load generator of {spec.profile.regions[ld.region]} did not"
+                        f" connect:\n{cluster.loader_log(ld.region)}"
+                    )
+            t0 = time.monotonic() + START_LEAD_S
+            for ld in loaders:
+                ld.lines.tell(f"go {t0!r}")
+
+            def snapshot() -> None:
+                window.times.append(time.monotonic())
+                window.nodes.append(
+                    [cpu_seconds_or_nan(p) if p is not None else math.nan for p in cluster.pids]
+                )
+                window.loaders.append([cpu_seconds_or_nan(ld.lines.proc.pid) for ld in loaders])
+                window.machine.append(machine_cpu())
+                if cluster.metrics_ports:
+                    window.histograms.append(cluster.commit_histograms())
+
+            def at(offset_s: float, action: Callable[[], None]) -> None:
+                timer = threading.Timer(max(0.0, t0 + offset_s - time.monotonic()), action)
+                timer.daemon = True
+                timers.append(timer)
+                timer.start()
+
+            start_us, _ = spec.window_us
+            at(start_us / 1e6, snapshot)
+            at(end_us / 1e6, snapshot)
+            if spec.kill is not None:
+                victim, kill_ms = spec.kill
+                at(kill_ms / 1000, lambda: cluster.kill(victim))
+            if spec.slow is not None:
+                slow_pid = cluster.pids[spec.slow[0]]
+                assert slow_pid is not None
+                duty = DutyCycle(slow_pid, spec.slow[1])
+                cluster.dirty = True
+                at(spec.slow[2] / 1000, duty.start)
+            self._wait_loaders(spec, loaders, t0, end_us, drain_s, progress)
+            finished = True
+        finally:
+            for timer in timers:
+                timer.cancel()
+            if duty is not None:
+                duty.stop()
+            if not finished:  # a loader in the middle of a run is no use for the next
+                cluster.stop_loaders()
+        return self._collect(cluster, spec, loaders, window, duty)
+
+    def _wait_loaders(
+        self,
+        spec: RunSpec,
+        loaders: list[_LoaderProc],
+        t0: float,
+        end_us: int,
+        drain_s: float,
+        progress: Progress | None,
+    ) -> None:
+        hard_deadline = t0 + end_us / 1e6 + drain_s + 30.0
+        next_report = time.monotonic() + 2.0
+        while not all(ld.lines.done_event.is_set() for ld in loaders):
+            time.sleep(0.05)
+            now = time.monotonic()
+            if now > hard_deadline:
+                for ld in loaders:
+                    ld.lines.tell("stop")
+                if now > hard_deadline + 10:
+                    raise RuntimeError("load generators did not finish")
+            if progress is not None and now >= next_report:
+                next_report = now + 2.0
+                done = sum(ld.lines.count for ld in loaders)
+                progress(
+                    f"{spec.protocol}: {max(0.0, now - t0):.1f}/{end_us / 1e6:.1f} s,"
+                    f" {done:,} ops completed"
+                )
+        for ld in loaders:
+            ld.result = ld.lines.done
+
+    def _collect(
+        self,
+        cluster: LocalCluster,
+        spec: RunSpec,
+        loaders: list[_LoaderProc],
+        window: _Window,
+        duty: DutyCycle | None,
+    ) -> RunOutput:
+        regions = spec.profile.regions
+        records: list[OpRecord] = []
+        samples: dict[str, list[list[Any]]] = {}
+        events: list[tuple[int, str, str]] = []
+        problems: list[str] = []
+        answered_commands = 0
+        for ld in loaders:
+            region = regions[ld.region]
+            if ld.result is None or not ld.out.exists():
+                problems.append(f"the load generator of {region} ended without its records")
+                continue
+            data = msgpack.unpackb(ld.out.read_bytes(), raw=False)
+            for uid, kind, path, key, invoke_us, complete_us in data["records"]:
+                op_id = len(records)
+                rec = OpRecord(
+                    op_id=op_id,
+                    client=uid,
+                    region=region,
+                    kind="read" if kind == KIND_READ else "write",
+                    key=bytes(key),
+                    invoke_us=invoke_us,
+                    complete_us=None if complete_us < 0 else complete_us,
+                    path=_PATHS[path],
+                    value=f"v{ld.region}-{op_id}",
+                )
+                records.append(rec)
+                if rec.complete_us is not None and rec.path != "local":
+                    answered_commands += 1
+            samples[region] = data["samples"]
+            events += [(t, name, region) for t, name in data.get("events", [])]
+            failures = ld.result.get("failures", [])
+            if ld.region in cluster.dead:  # its node was killed on purpose: expected
+                failures = [f for f in failures if not f.startswith("connection lost")]
+            problems += [f"{region}: {f}" for f in failures]
+        cluster.commands_answered += answered_commands
+        out = RunOutput(spec, records)
+        extra: dict[str, Any] = {
+            "engine": "runtime",
+            "node_pids": [p for p in cluster.pids if p is not None],
+            "loader_pids": [ld.lines.proc.pid for ld in loaders],
+            "fsync": self.fsync,
+            "emulated": cluster.emulated,
+            "cluster_runs": cluster.runs,
+            "loaders": {regions[ld.region]: ld.result for ld in loaders},
+            "status_samples": samples,
+            "events": sorted(events),
+        }
+        extra.update(self._window_figures(cluster, spec, loaders, window, records))
+        if duty is not None:
+            extra["slow"] = {
+                "replica": spec.slow[0] if spec.slow else None,
+                "factor": duty.factor,
+                "period_ms": duty.period_s * 1000,
+                "stops": duty.stops,
+            }
+        if spec.kill is not None:
+            extra["killed"] = sorted(cluster.dead)
+        if spec.sample_ms is not None:
+            out.leader_samples = believed_leaders(samples, regions, spec.sample_ms)
+        for k, p in enumerate(cluster.nodes):
+            if p is not None and p.poll() is not None and k not in cluster.dead:
+                cluster.dirty = True
+                problems.append(
+                    f"node {k} exited with {p.returncode} during the run:\n{cluster.log_tail(k)}"
+                )
+        cpu = extra.get("cpu")
+        if cpu and not cpu["completed_in_window"] and sum(spec.clients.per_region):
+            problems.append("no operation completed in the measured window")
+        verify = self._verify(cluster, spec)
+        extra["verify"] = verify
+        if not verify["ok"]:
+            problems.append(verify["verdict"])
+        out.extra = extra
+        if problems:
+            out.ok = False
+            out.verdict = "; ".join(problems[:5])
+        return out
+
+    def _window_figures(
+        self,
+        cluster: LocalCluster,
+        spec: RunSpec,
+        loaders: list[_LoaderProc],
+        window: _Window,
+        records: list[OpRecord],
+    ) -> dict[str, Any]:
+        if len(window.times) < 2:
+            return {"cpu": None}
+        regions = spec.profile.regions
+        seconds = window.times[1] - window.times[0]
+        start_us, end_us = spec.window_us
+        completed = sum(
+            1 for r in records if r.complete_us is not None and start_us <= r.complete_us < end_us
+        )
+        node_cpu = [b - a for a, b in zip(window.nodes[0], window.nodes[1], strict=True)]
+        loader_cpu = {
+            regions[ld.region]: b - a
+            for ld, a, b in zip(loaders, window.loaders[0], window.loaders[1], strict=True)
+        }
+        (b0, t0), (b1, t1) = window.machine
+        per1000 = max(completed, 1) / 1000
+        figures: dict[str, Any] = {
+            "cpu": {
+                "window_s": seconds,
+                "completed_in_window": completed,
+                "ops_per_s": completed / seconds if seconds > 0 else 0.0,
+                "node_cpu_s": node_cpu,
+                "node_cpu_s_per_1000": [c / per1000 for c in node_cpu],
+                "loader_cpu_s": loader_cpu,
+                "loader_cpu_s_per_1000": sum(loader_cpu.values()) / per1000,
+                "machine_busy": (b1 - b0) / max(1.0, t1 - t0),
+                "load_average": load_average(),
+                "cores": os.cpu_count(),
+            }
+        }
+        if len(window.histograms) == 2:
+            means: dict[str, float | None] = {}
+            for k in range(cluster.n):
+                a = window.histograms[0].get(k)
+                b = window.histograms[1].get(k)
+                if a is None or b is None or b[1] <= a[1]:
+                    means[regions[k]] = None
+                else:
+                    means[regions[k]] = (b[0] - a[0]) / (b[1] - a[1]) * 1000
+            figures["node_commit_ms"] = means
+        return figures
+
+    def _verify(self, cluster: LocalCluster, spec: RunSpec) -> dict[str, Any]:
+        """Every live node executed the same commands (and orders, as promised)."""
+        alive = cluster.alive()
+        total = spec.protocol in TOTAL_ORDER
+        deadline = time.monotonic() + VERIFY_TIMEOUT_S
+        while True:
+            got = asyncio.run(cluster.digests(alive))
+            answers = [v for v in got.values() if v is not None]
+            ok = answers and len(answers) == len(alive)
+            if ok and agree(answers, spec.protocol, cluster.commands_answered):
+                return {
+                    "ok": True,
+                    "verdict": f"{len(alive)} nodes executed the same"
+                    f" {answers[0][0]:,} commands"
+                    + (" in one order" if total else ", the hot key's in one order"),
+                    "executed": answers[0][0],
+                    "nodes": alive,
+                    # Who each node follows at the end (a fault may have moved it).
+                    "leaders": asyncio.run(_leaders_of(cluster, alive)),
+                }
+            if time.monotonic() > deadline:
+                counts = {k: (v[0] if v else None) for k, v in got.items()}
+                return {
+                    "ok": False,
+                    "verdict": f"nodes disagree or miss commands after {VERIFY_TIMEOUT_S:g} s:"
+                    f" executed {counts}, at least {cluster.commands_answered} answered",
+                    "executed": counts,
+                    "nodes": alive,
+                }
+            time.sleep(0.2)
+
+
+def agree(answers: list[tuple[int, int, bytes, bytes]], protocol: str, answered: int) -> bool:
+    """Do these nodes' ``BenchLog`` answers show the same commands, at least the
+    ``answered`` ones, in the order ``protocol`` promises: every command's (total
+    order), or the hot key's (EPaxos orders only conflicting commands)?"""
+    if protocol in TOTAL_ORDER:
+        same = len({(count, total, chain) for count, total, chain, _ in answers}) == 1
+    else:
+        same = len({(count, total, hot) for count, total, _, hot in answers}) == 1
+    return same and answers[0][0] >= answered
+
+
+async def _leaders_of(cluster: LocalCluster, alive: list[int]) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    for k in alive:
+        st = await cluster.status(k, 2.0)
+        out[k] = None if st is None else st.get("sequencer")
+    return out
+
+
+def believed_leaders(
+    samples: dict[str, list[list[Any]]], regions: tuple[str, ...], sample_ms: float
+) -> list[tuple[int, int | None]]:
+    """Per ``sample_ms`` bin, the leader a majority of the cluster's nodes believed
+    in (their latest sample in the bin), else None (no majority, or in a view change)."""
+    bin_us = round(sample_ms * 1000)
+    by_bin: dict[int, dict[str, Any]] = {}
+    for region, rows in samples.items():
+        for row in rows:
+            by_bin.setdefault(row[0] // bin_us, {})[region] = row[1]
+    out: list[tuple[int, int | None]] = []
+    majority = len(regions) // 2 + 1
+    for b in sorted(by_bin):
+        votes = Counter(v for v in by_bin[b].values() if v is not None)
+        top = votes.most_common(1)
+        leader = top[0][0] if top and top[0][1] >= majority else None
+        out.append((b * bin_us, leader))
+    return out
+
+
+def describe_latency() -> str:
+    """The sentence every runtime table carries about what its latency is."""
+    return (
+        "Latency is the client's: from the load generator sending the request to"
+        " reading its answer, so the loopback hop, TLS and the client's own work are"
+        " included (the simulator and the paper's formula measure at the replica)."
+    )
+
+
+def run_spec(spec: RunSpec, progress: Progress | None = None, **kw: Any) -> RunOutput:
+    """One spec on a fresh cluster, ended afterwards (tests, one-off runs)."""
+    runner = RuntimeRunner(**kw)
+    try:
+        return runner.run(spec, progress)
+    finally:
+        runner.close()

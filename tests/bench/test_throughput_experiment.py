@@ -1,0 +1,93 @@
+"""``python -m bench throughput`` end to end on tiny settings, and its paper arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import __main__ as cli
+from bench.common import Context
+from bench.experiments import throughput
+from bench.rounds import NIC_MBPS_DEFAULT
+
+TINY = throughput.Settings(
+    replicas=(3,),
+    payloads_bytes=(1024,),
+    conflicts_pct=(5.0,),
+    read_pcts=(0.0, 50.0),
+    sessions=10,
+    warmup=60,
+    commands=200,
+    repeats=2,
+    forwarding=True,
+)
+
+
+def test_the_paper_ratios_come_from_fig10_then_fig11() -> None:
+    assert throughput._paper_ratio("EPaxos", 5, 16, 5.0) == round(118 / 70, 2)
+    assert throughput._paper_ratio("EPaxos", 3, 1024, 100.0) == round(69 / 45, 2)
+    assert throughput._paper_ratio("Multi-Paxos", 5, 1024, 0.0) == round(69 / 11, 2)
+    assert throughput._paper_ratio("Mencius", 3, 16, 0.0) == round(122 / 115, 2)
+    assert throughput._paper_ratio("Mencius", 3, 16, 5.0) is None  # not in the paper
+    assert throughput._paper_ratio("Multi-Paxos-fwd", 5, 16, 0.0) is None
+
+
+def test_a_tiny_run_writes_both_figures_and_the_bars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(throughput, "QUICK", TINY)
+    ctx = Context(
+        "throughput",
+        tmp_path,
+        quick=True,
+        protocols=("sdpaxos", "multipaxos", "epaxos"),
+        quiet=True,
+        nic_mbps=100.0,
+    )
+    assert throughput.run(ctx) == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["nic_mbps"] == 100.0
+    assert set(ctx.plots) == {"throughput_fig10.png", "throughput_fig11.png"}
+    assert all((tmp_path / p).stat().st_size > 10_000 for p in ctx.plots)
+    cells = result["cells"]
+    # Fig. 10: SDPaxos and EPaxos at 5 % conflict; Fig. 11: four columns at 0 and
+    # 50 % reads.
+    assert len(cells) == 2 + 4 * 2
+    assert all(c["status"] == "ok" for c in cells), [c["status"] for c in cells]
+    assert all(len(c["capacity_runs_per_s"]) == 2 for c in cells)
+    mp = next(c for c in cells if c["column"] == "Multi-Paxos" and c["read_pct"] == 0.0)
+    assert mp["clients_at"] == "leader" and mp["bound"] == "egress r0"  # 1 KB, 100 Mbit/s
+    sd = next(c for c in cells if c["column"] == "SDPaxos" and c["read_pct"] == 0.0)
+    assert sd["capacity_both_per_s"] == min(sd["capacity_per_s"], sd["nic_capacity_per_s"])
+    # The bars name only what ran: 3 replicas, 1 KB here.
+    assert all(b["cpu"] is None for b in result["bars"])
+    ratios = {(r["over"], r["conflict_pct"]): r for r in result["ratios"]}
+    assert set(ratios) == {
+        ("Multi-Paxos", 0.0),
+        ("Multi-Paxos-fwd", 0.0),
+        ("EPaxos", 0.0),
+        ("EPaxos", 5.0),
+    }
+    assert ratios[("Multi-Paxos", 0.0)]["cpu_nic"] == round(
+        sd["capacity_both_per_s"] / mp["capacity_both_per_s"], 2
+    )
+    md = (tmp_path / "results.md").read_text()
+    assert "## Fig. 10" in md and "## Fig. 11" in md and "100 Mbit/s" in md
+    assert "![Fig. 10](throughput_fig10.png)" in md
+
+
+def test_the_nic_option_is_checked_and_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli.main(["throughput", "--nic-mbps", "0", "--quiet"]) == 2
+    seen: list[float | None] = []
+
+    def fake(ctx: Context) -> int:
+        seen.append(ctx.nic_mbps)
+        return 0
+
+    monkeypatch.setattr(cli, "_runner", lambda name: fake)
+    assert cli.main(["throughput", "--nic-mbps", "1000", "--quiet"]) == 0
+    assert cli.main(["throughput", "--quiet"]) == 0
+    assert seen == [1000.0, None]
+    assert NIC_MBPS_DEFAULT == 445.0
