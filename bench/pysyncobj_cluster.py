@@ -57,8 +57,10 @@ Settings (``SyncObjConf``)
   poll timeout when no socket is readable, never reached under load).
 
 At the end the orchestrator waits until every replica has applied the same
-log index, and reports each replica's ``len(dict)`` (they must agree).
-Output: one JSON object on stdout (and ``--json FILE``); progress on stderr.
+log index, and reports each replica's ``len(dict)`` (they must agree), and
+each process's CPU (user + system, from ``/proc``) over the window with their
+sum per 1,000 writes (the load generator runs inside the leader, so its cost
+is in that sum). Output: one JSON object on stdout (and ``--json FILE``); progress on stderr.
 """
 
 from __future__ import annotations
@@ -352,6 +354,15 @@ def _log(msg: str) -> None:
     print(f"[pysyncobj] {msg}", file=sys.stderr, flush=True)
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, from ``/proc``
+    (Linux; its threads included, its children not): what a run costs, which
+    wall-clock rates on a shared machine do not say."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start the cluster, load it, measure, check the replicas agree; return the report."""
     cluster = Cluster(args)
@@ -389,6 +400,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.warmup)
         for i in loaders:
             cluster.call(i, {"op": "window"})
+        cpu_open = [process_cpu_s(p.pid) for p in cluster.procs]
         t_open = time.monotonic()
         last = sum(cluster.call(i, {"op": "progress"})["completed_total"] for i in loaders)
         while (remaining := args.seconds - (time.monotonic() - t_open)) > 0:
@@ -396,6 +408,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             done = sum(cluster.call(i, {"op": "progress"})["completed_total"] for i in loaders)
             _log(f"t={time.monotonic() - t_open:5.1f} s  {done - last:>7} writes in the last tick")
             last = done
+        cpu_s = [process_cpu_s(p.pid) - c for p, c in zip(cluster.procs, cpu_open, strict=True)]
         stops = [cluster.call(i, {"op": "stop"}) for i in loaders]
         # Each loader's own window (phase switch to phase switch); the longest is conservative.
         window_s = max(s["window_s"] for s in stops)
@@ -428,6 +441,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "compaction_entries": args.compaction_entries,
             },
             "result": {**result, "window_s": window_s},
+            # The 3 processes' CPU over the window, the in-process load generator's included.
+            "cpu_s": [round(c, 2) for c in cpu_s],
+            "cpu_ms_per_1k_writes": round(1e6 * sum(cpu_s) / result["writes"], 2)
+            if result["writes"]
+            else None,
             "errors": errors,
             # A raft term change during the run means an election (a leader lost its lease).
             "elections_during_run": max(s["term"] for s in statuses) - term_at_start,

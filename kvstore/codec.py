@@ -10,11 +10,21 @@ error never read back as a bulk string (bin):
 * ``ExtType(2, text)``: :class:`~kvstore.values.Error` (UTF-8 text).
 
 A *batch* (``encode_batch``) is many commands replicated as one log command:
-``ExtType(3, array of commands)``. The node groups the writes that arrive in
+``ExtType(3, array of items)``. The node groups the writes that arrive in
 one event-loop turn into one batch, so the protocol's per-command work (a
 session, a log record, a slot in a C-instance) is paid once per batch; the
-store applies its commands in order and answers the array of their results.
-No Redis command can encode to it (a command is an array, never an extension).
+store applies its commands in order and answers the array of their results,
+one per command. No Redis command can encode to it (a command is an array,
+never an extension). An item is either
+
+* a command (an array of bin), or
+* a **run of plain SETs**: the integer ``n >= 1`` followed by ``2n`` bin
+  items, ``key1, value1, key2, value2, ...``, meaning ``SET key1 value1``,
+  ``SET key2 value2``, ... (no options). Every replica unpacks every command
+  it applies, and SET is the commonest: as a run it unpacks two objects a SET
+  instead of four, and is applied by one ``dict.update`` (see
+  :meth:`kvstore.machine.KVStore.apply`). A batch whose run is malformed (a
+  count past the end, or an argument that is not bin) is refused whole.
 
 Bulk strings are bin, integers are msgpack ints (signed 64-bit only, as in
 Redis), nil is nil and arrays nest. Anything else (float, bool, map, another
@@ -36,15 +46,22 @@ __all__ = [
     "EXT_SIMPLE",
     "INT_MAX",
     "INT_MIN",
+    "OK_ITEM",
+    "PLAIN_SET",
+    "array_header",
     "codec_default",
     "decode_command",
     "decode_results",
     "decode_value",
     "encode_batch",
     "encode_batch_args",
+    "encode_batch_items",
     "encode_command",
     "encode_value",
+    "encoded_oks",
+    "is_plain_set",
     "pack_trusted",
+    "set_runs",
 ]
 
 #: msgpack extension codes of an error reply and of a batch of commands (1, once
@@ -67,17 +84,31 @@ def encode_command(args: list[bytes]) -> bytes:
     return packed
 
 
+def array_header(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` items (its items' encodings follow)."""
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+#: The encoding of an ``OK`` result (a msgpack str: see the module docstring).
+OK_ITEM = b"\xa2OK"
+
+
+def encoded_oks(n: int) -> bytes:
+    """The bytes of an array of ``n`` OK results: what a batch of ``n`` plain
+    SETs answers, so that the node can recognise that answer by comparing
+    bytes instead of decoding it."""
+    return array_header(n) + OK_ITEM * n
+
+
 def encode_batch(payloads: list[bytes]) -> bytes:
     """Commands already encoded by :func:`encode_command`, as one payload (see above)."""
-    n = len(payloads)
-    if n < 16:
-        header = bytes([0x90 | n])
-    elif n < 1 << 16:
-        header = b"\xdc" + n.to_bytes(2, "big")
-    else:
-        header = b"\xdd" + n.to_bytes(4, "big")
     packed: bytes = msgpack.packb(
-        msgpack.ExtType(EXT_BATCH, header + b"".join(payloads)), use_bin_type=True
+        msgpack.ExtType(EXT_BATCH, array_header(len(payloads)) + b"".join(payloads)),
+        use_bin_type=True,
     )
     return packed
 
@@ -88,6 +119,46 @@ def encode_batch_args(commands: list[list[bytes]]) -> bytes:
     its items' encodings, back to back). The caller vouches that every
     argument is bytes (the Redis front end checks each one as it parses)."""
     inner = msgpack.packb(commands, use_bin_type=True)
+    packed: bytes = msgpack.packb(msgpack.ExtType(EXT_BATCH, inner), use_bin_type=True)
+    return packed
+
+
+#: SET as clients spell it: ``SET key value`` in one of these spellings, and no
+#: option, is a *plain* SET (any other case goes through the general dispatch).
+PLAIN_SET = frozenset({b"SET", b"set", b"Set"})
+
+
+def is_plain_set(args: list[bytes]) -> bool:
+    """Whether ``args`` is ``SET key value`` without options (see :data:`PLAIN_SET`)."""
+    return len(args) == 3 and args[0] in PLAIN_SET
+
+
+def set_runs(commands: list[list[bytes]]) -> list[list[bytes] | int | bytes]:
+    """A batch's items (see the module docstring): ``commands`` in order, each
+    stretch of consecutive plain SETs written as one run."""
+    items: list[list[bytes] | int | bytes] = []
+    at = -1  # index of the open run's count
+    for args in commands:
+        if is_plain_set(args):
+            if at < 0:
+                at = len(items)
+                items.append(0)
+            items[at] += 1  # type: ignore[operator]
+            items.append(args[1])
+            items.append(args[2])
+        else:
+            at = -1
+            items.append(args)
+    return items
+
+
+def encode_batch_items(items: list[list[bytes] | int | bytes]) -> bytes:
+    """A batch of items already in the batch layout (commands and SET runs: see
+    the module docstring), with one ``packb``; ``encode_batch_args(commands)``
+    is ``encode_batch_items(commands)`` when no SET is written as a run. The
+    caller vouches that the layout is right and every argument is bytes (the
+    node's batcher builds it; :func:`set_runs` does too)."""
+    inner = msgpack.packb(items, use_bin_type=True)
     packed: bytes = msgpack.packb(msgpack.ExtType(EXT_BATCH, inner), use_bin_type=True)
     return packed
 

@@ -50,6 +50,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
+from itertools import islice
+from typing import Any
 
 import msgpack
 
@@ -57,6 +59,8 @@ from kvstore.codec import (
     EXT_BATCH,
     INT_MAX,
     INT_MIN,
+    PLAIN_SET,
+    array_header,
     codec_default,
     decode_command,
     decode_value,
@@ -81,6 +85,9 @@ __all__ = [
 SNAPSHOT_MAGIC = b"sdpaxos-kvstore"
 SNAPSHOT_VERSION = 1
 
+#: Batches :meth:`KVStore.prime` remembers at once (a node has a few in flight).
+PRIMED_MAX = 64
+
 #: Redis' proto-max-bulk-len default: the longest string APPEND may build.
 MAX_STRING = 512 * 1024 * 1024
 
@@ -94,8 +101,6 @@ ERR_CURSOR = Error("ERR invalid cursor")
 ERR_TOO_LONG = Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 
 _OK_BYTES = pack_trusted(OK)
-#: SET as clients spell it (any other case goes through the general dispatch).
-_PLAIN_SET = frozenset({b"SET", b"set", b"Set"})
 _NIL_BYTES = pack_trusted(None)
 _MALFORMED_BYTES = pack_trusted(ERR_MALFORMED)
 
@@ -256,13 +261,37 @@ def decode_cursor(cursor: bytes) -> bytes | None:
         return None
 
 
+# --- batches ---------------------------------------------------------------------------------
+
+
+def _runs_total(items: list[object]) -> int | None:
+    """How many commands a batch's items stand for, or ``None`` if a SET run in
+    it is malformed: its count is not a positive int, it runs past the end,
+    or one of its keys and values is not bytes (:mod:`kvstore.codec`)."""
+    total = 0
+    i = 0
+    n = len(items)
+    while i < n:
+        item = items[i]
+        if type(item) is int:
+            end = i + 1 + 2 * item
+            if item < 1 or end > n or set(map(type, items[i + 1 : end])) != {bytes}:
+                return None
+            total += item
+            i = end
+        else:
+            total += 1
+            i += 1
+    return total
+
+
 # --- the state machine -----------------------------------------------------------------------
 
 
 class KVStore:
     """A deterministic Redis-like string store, for SDPaxos' StateMachine protocol."""
 
-    __slots__ = ("_data", "_pack", "_sorted", "_table")
+    __slots__ = ("_data", "_pack", "_primed", "_refused_set", "_sorted", "_table")
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
@@ -280,6 +309,10 @@ class KVStore:
             entry = (spec.arity, spec.kind == "write", spec.name, handler)
             self._table[spec.name.encode()] = entry
             self._table[spec.name.upper().encode()] = entry
+        #: Batches this node packed, not yet applied (see :meth:`prime`).
+        self._primed: dict[int, tuple[bytes, list[Any]]] = {}
+        #: What a plain SET answers as a query (a write refused), for SET runs.
+        self._refused_set: bytes = self._pack(self.execute([b"SET", b"k", b"v"], writes=False))
 
     # -- the StateMachine protocol --
 
@@ -291,7 +324,25 @@ class KVStore:
         """Answer a read command from local state (a write is refused, nothing changes)."""
         return self._run(request, writes=False)
 
+    def prime(self, payload: bytes, items: list[Any]) -> None:
+        """Remember that batch ``payload`` decodes to ``items``: this node just
+        packed it from them (``encode_batch_items(items) == payload``, and the
+        caller never changes ``items`` again), so applying that very object
+        here need not unpack it. Only the same object counts (``is``), and at
+        most :data:`PRIMED_MAX` are kept (the oldest is forgotten: it is then
+        unpacked as any other payload). Every other replica unpacks the same
+        bytes into equal items, so they all apply the same commands."""
+        primed = self._primed
+        if len(primed) >= PRIMED_MAX:
+            del primed[next(iter(primed))]
+        primed[id(payload)] = (payload, items)
+
     def _run(self, payload: bytes, writes: bool) -> bytes:
+        primed = self._primed
+        if primed:
+            known = primed.pop(id(payload), None)
+            if known is not None and known[0] is payload:
+                return self._batch_items(known[1], writes)
         try:
             args = msgpack.unpackb(payload)
         except Exception:
@@ -307,37 +358,73 @@ class KVStore:
 
     def _batch(self, ext: msgpack.ExtType, writes: bool) -> bytes:
         """A batch (:func:`kvstore.codec.encode_batch`): each command in order,
-        answered as the array of their results."""
+        answered as the array of their results (one per command; a run of
+        ``n`` plain SETs answers ``n``)."""
         if ext.code != EXT_BATCH:
             return _MALFORMED_BYTES
         try:
-            commands = msgpack.unpackb(ext.data)
+            items = msgpack.unpackb(ext.data)
         except Exception:
             return _MALFORMED_BYTES
-        if type(commands) is not list or not commands:
+        return self._batch_items(items, writes)
+
+    def _batch_items(self, items: object, writes: bool) -> bytes:
+        """A batch's items (unpacked, or given to :meth:`prime`), applied."""
+        if type(items) is not list or not items:
             return _MALFORMED_BYTES
+        count: int = items[0]
+        if type(count) is int and len(items) == 1 + 2 * count and count > 0:
+            # One run of plain SETs, the whole batch (what a SET pipeline makes).
+            keys = items[1::2]
+            values = items[2::2]
+            if set(map(type, keys)) != {bytes} or set(map(type, values)) != {bytes}:
+                return _MALFORMED_BYTES
+            if not writes:
+                return array_header(count) + self._refused_set * count
+            data = self._data
+            if self._sorted is not None and not data.keys() >= set(keys):
+                self._sorted = None
+            data.update(zip(keys, values, strict=True))
+            return array_header(count) + _OK_BYTES * count
+        if int in set(map(type, items)):
+            # SET runs: check each before anything is applied, so that a
+            # malformed batch changes nothing (a bad command alone is answered
+            # alone, as it changes nothing either).
+            total = _runs_total(items)
+            if total is None:
+                return _MALFORMED_BYTES
+        else:
+            total = len(items)
         execute = self.execute
         pack = self._pack
-        n = len(commands)
-        if n < 16:
-            out = [bytes([0x90 | n])]
-        elif n < 1 << 16:
-            out = [b"\xdc" + n.to_bytes(2, "big")]
-        else:
-            out = [b"\xdd" + n.to_bytes(4, "big")]
-        for args in commands:
+        out = [array_header(total)]
+        it = iter(items)
+        for args in it:
+            if type(args) is int:
+                # A run of plain SETs (checked above): key, value, key, value, ...
+                pairs = list(islice(it, 2 * args))
+                if not writes:
+                    out.append(self._refused_set * args)
+                    continue
+                keys = pairs[::2]
+                data = self._data  # not hoisted: FLUSHDB replaces the dict
+                if self._sorted is not None and not data.keys() >= set(keys):
+                    self._sorted = None
+                data.update(zip(keys, pairs[1::2], strict=True))
+                out.append(_OK_BYTES * args)
+                continue
             # The commonest command, plain SET, without the general dispatch
             # (every replica applies every command: this is the hot loop).
             if (
                 writes
                 and type(args) is list
                 and len(args) == 3
-                and args[0] in _PLAIN_SET
+                and args[0] in PLAIN_SET
                 and type(args[1]) is bytes
                 and type(args[2]) is bytes
             ):
                 key = args[1]
-                data = self._data  # not hoisted: FLUSHDB replaces the dict
+                data = self._data
                 if self._sorted is not None and key not in data:
                     self._sorted = None
                 data[key] = args[2]

@@ -51,10 +51,12 @@ import hmac
 import itertools
 import logging
 import ssl as _ssl
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol, TypeAlias, cast
 
 import hiredis
@@ -69,6 +71,7 @@ __all__ = [
     "ConnState",
     "Deferred",
     "DeferredList",
+    "OkList",
     "RespLimits",
     "RespServer",
     "serve_resp",
@@ -109,6 +112,13 @@ class RespLimits:
     bulk_bytes_max: int = BULK_BYTES_MAX
     multibulk_max: int = MULTIBULK_MAX
     inline_bytes_max: int = INLINE_BYTES_MAX
+
+    @cached_property
+    def count_line_safe(self) -> int:
+        """A ``*N`` line of at most this many bytes (without its CRLF) has an
+        N with fewer digits than ``multibulk_max``, so under it: the front end
+        need not parse it."""
+        return len(str(self.multibulk_max)) if self.multibulk_max >= 0 else 0
 
 
 _conn_ids = itertools.count(1)
@@ -211,7 +221,7 @@ def _encode(value: _Reply, out: list[bytes], resp3: bool) -> None:
         out.append(b"+%s\r\n" % _line(value.text))
     elif t is Error:
         out.append(b"-%s\r\n" % _line(value.text))
-    elif t is list or t is tuple:
+    elif t is list or t is tuple or t is OkList:
         out.append(b"*%d\r\n" % len(value))
         for item in value:
             _encode(item, out, resp3)
@@ -257,6 +267,8 @@ _HIREDIS_MESSAGES = {
     "Multi-bulk length out of range": "invalid multibulk length",
 }
 
+_first = itemgetter(0)
+
 _TYPE_BYTES = {int: ":", list: "*", type(None): "_", dict: "%", float: ",", bool: "#"}
 
 
@@ -264,8 +276,11 @@ def _wire_len(args: list[bytes]) -> int:
     """How many bytes ``args`` took as a canonical multibulk (hiredis accepts no
     other spelling of a length), so the front end can tell where the next
     request starts in the stream without parsing it."""
-    lens = list(map(len, args))
-    return 3 + len(str(len(args))) + 5 * len(args) + sum(lens) + sum(map(len, map(str, lens)))
+    total = 3 + len(str(len(args)))
+    for arg in args:
+        n = len(arg)
+        total += n + 5 + (1 if n < 10 else 2 if n < 100 else len(str(n)))
+    return total
 
 
 def _wire_total(requests: list[list[bytes]]) -> int:
@@ -273,13 +288,24 @@ def _wire_total(requests: list[list[bytes]]) -> int:
     arguments at once (the front end counts every request's bytes)."""
     lens = list(map(len, itertools.chain.from_iterable(requests)))
     counts = list(map(len, requests))
-    return (
-        sum(lens)
-        + sum(map(len, map(str, lens)))
-        + 5 * len(lens)
-        + 3 * len(counts)
-        + sum(map(len, map(str, counts)))
-    )
+    return sum(lens) + _digits(lens) + 5 * len(lens) + 3 * len(counts) + _digits(counts)
+
+
+def _digits(numbers: list[int]) -> int:
+    """How many decimal digits ``numbers`` (not negative) take, all together:
+    one each, one more each for those of 10 and over, and so on (sorting and
+    bisecting costs less than a ``str`` per number)."""
+    if not numbers:
+        return 0
+    ordered = sorted(numbers)
+    n = len(ordered)
+    total = n
+    top = ordered[-1]
+    step = 10
+    while step <= top:
+        total += n - bisect_left(ordered, step)
+        step *= 10
+    return total
 
 
 def _count_problem(data: bytes, limits: RespLimits) -> str | None:
@@ -287,6 +313,8 @@ def _count_problem(data: bytes, limits: RespLimits) -> str | None:
     nl = data.find(b"\r\n", 0, HEADER_LINE_MAX + 2)
     if nl < 0:
         return None  # the walk checks it when the line is complete
+    if nl <= limits.count_line_safe:  # ``*`` and fewer digits than the limit has
+        return None
     try:
         count = int(data[1:nl])
     except ValueError:
@@ -413,8 +441,24 @@ class DeferredList(Deferred):
     __slots__ = ("count",)
 
     def __init__(self, count: int) -> None:
-        super().__init__()
+        # Deferred.__init__'s fields, set here (one call less: one of these per run).
+        self._callbacks = []
+        self.done = False
+        self.value = None
         self.count = count
+
+
+class OkList(list[Value]):
+    """A list of replies that are all ``OK`` (a batch of plain SETs answered):
+    the value a backend may set a :class:`DeferredList` to so that the front
+    end writes ``+OK`` that many times without looking at each item. Build it
+    only from ``OK`` items; it is a list, so any other reader sees the same
+    replies."""
+
+    __slots__ = ()
+
+
+_OK_REPLY = b"+OK\r\n"
 
 
 class _Slot:
@@ -509,8 +553,10 @@ class RespConnection(asyncio.Protocol):
         self.fed += len(data)
         self.last_data = data
         self.reader.feed(data)
-        self._drain()
-        self._flush()
+        self._drain()  # which updates reading when it ends normally
+        slots = self.slots
+        if self.out or (slots and slots[0].data is not None):
+            self._flush()
 
     # -- reading ----------------------------------------------------------------------
 
@@ -545,58 +591,78 @@ class RespConnection(asyncio.Protocol):
         backend's ``execute_many`` in one call (when it has one); a connection
         command, an unauthenticated connection, an error or the end of what
         hiredis holds ends the run, which is started before anything after it.
+
+        The requests are taken from hiredis first and looked at afterwards,
+        a few C-level passes over all of them (a pipeline of data commands,
+        the common case, is then one ``execute_many`` with no Python work per
+        request but the ``gets``); only a read that holds a connection command
+        or a bad argument goes request by request.
         """
         reader = self.reader
-        slots = self.slots
-        pending_max = self.limits.pipeline_pending_max
-        many = self.execute_many
-        state = self.state
-        front = _FRONT
-        run: list[list[bytes]] = []  # data commands not yet handed to the backend
-        got: list[list[bytes]] = []  # every request read, for the byte count
+        got: list[list[bytes]] = []  # every request read, in order
         problem: str | None = None
         hiredis_error: _ProtocolError | None = None
         incomplete = False
-        while not self.closing and not self.write_paused:
-            if len(slots) + len(run) >= pending_max:
-                break
-            try:
-                args = reader.gets()
-            except MemoryError:  # hiredis' PyList_New of a declared count
-                problem = "invalid multibulk length"
-                break
-            except _ProtocolError as exc:
-                hiredis_error = exc
-                break
-            if args is False:
-                incomplete = True
-                break
-            if type(args) is not list:
+        room = self.limits.pipeline_pending_max - len(self.slots)
+        if not self.closing and not self.write_paused:
+            for _ in range(room):
+                try:
+                    args = reader.gets()
+                except MemoryError:  # hiredis' PyList_New of a declared count
+                    problem = "invalid multibulk length"
+                    break
+                except _ProtocolError as exc:
+                    hiredis_error = exc
+                    break
+                if type(args) is list:
+                    got.append(args)
+                    continue
+                if args is False:
+                    incomplete = True
+                    break
                 if args is None:
                     self.consumed += 5
                     continue  # ``*-1``: Redis ignores it
                 problem = f"expected '*', got '{_TYPE_BYTES.get(type(args), '?')}'"
                 break
+        if len(got) == 1:  # one request (no pipelining): the same, without the passes
+            args = got[0]
             for a in args:
                 if type(a) is not bytes:
                     problem = f"expected '$', got '{_TYPE_BYTES.get(type(a), '?')}'"
+                    got.clear()
                     break
-            if problem is not None:
-                break
-            got.append(args)
-            if not args:
-                continue  # ``*0``
-            if many is None or state.user is None or args[0].upper() in front:
-                if run:
-                    self._start_many(run)
-                    run = []
-                self._start(args)
-                continue
-            run.append(args)
-        if got:
+            else:
+                self.consumed += _wire_len(args)
+                if (
+                    args
+                    and self.execute_many is not None
+                    and self.state.user is not None
+                    and args[0].upper() not in _FRONT
+                ):
+                    self._start_many(got)
+                else:
+                    self._start_each(got)
+        elif got:
+            if set(map(type, itertools.chain.from_iterable(got))) - {bytes}:
+                # An argument that is not a bulk string: what comes before it runs.
+                for i, args in enumerate(got):
+                    bad = [a for a in args if type(a) is not bytes]
+                    if bad:
+                        problem = f"expected '$', got '{_TYPE_BYTES.get(type(bad[0]), '?')}'"
+                        del got[i:]
+                        break
             self.consumed += _wire_total(got)
-        if run:
-            self._start_many(run)
+            many = self.execute_many
+            if (
+                many is not None
+                and self.state.user is not None
+                and all(got)  # no ``*0``
+                and _FRONT.keys().isdisjoint(map(bytes.upper, set(map(_first, got))))
+            ):
+                self._start_many(got)
+            else:
+                self._start_each(got)
         if problem is not None:
             self._protocol_error(problem)
             return
@@ -609,6 +675,28 @@ class RespConnection(asyncio.Protocol):
         if incomplete:
             self._check_incomplete()
         self._update_reading()
+
+    def _start_each(self, got: list[list[bytes]]) -> None:
+        """Start ``got`` request by request: connection commands alone, runs of
+        data commands together; nothing after a request that closes."""
+        many = self.execute_many
+        state = self.state
+        front = _FRONT
+        run: list[list[bytes]] = []  # data commands not yet handed to the backend
+        for args in got:
+            if self.closing:
+                break
+            if not args:
+                continue  # ``*0``
+            if many is None or state.user is None or args[0].upper() in front:
+                if run:
+                    self._start_many(run)
+                    run = []
+                self._start(args)
+                continue
+            run.append(args)
+        if run:
+            self._start_many(run)
 
     def _inline_follows(self) -> bool:
         """After complete requests, a line that is not ``*``: an inline command, as
@@ -748,7 +836,7 @@ class RespConnection(asyncio.Protocol):
         slot.data = b"".join(data)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._late_flush)
+            self.server.flush_later(self)
 
     def _deliver(self, slot: _Slot, value: Value, resp3: bool) -> None:
         """A :class:`Deferred`'s reply is known: encode it into its slot."""
@@ -764,20 +852,26 @@ class RespConnection(asyncio.Protocol):
         slot.data = data[0] if len(data) == 1 else b"".join(data)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._late_flush)
+            self.server.flush_later(self)
 
     def _deliver_many(self, slot: _Slot, resp3: bool, count: int, values: Value) -> None:
         """A :class:`DeferredList`'s ``count`` replies are known: encode them all
         into its slot (one slot, one join, one flush check for the run)."""
         if self.lost:
             return
+        if type(values) is OkList and len(values) == count:
+            slot.data = _OK_REPLY * count
+            if not self.flush_scheduled:
+                self.flush_scheduled = True
+                self.server.flush_later(self)
+            return
         data: list[bytes] = []
         try:
-            if type(values) is not list or len(values) != count:
+            if not isinstance(values, list) or len(values) != count:
                 raise TypeError(f"{count} replies expected, got {values!r:.200}")
             for value in values:
                 if value is OK:
-                    data.append(b"+OK\r\n")
+                    data.append(_OK_REPLY)
                 else:
                     _encode(value, data, resp3)
         except Exception:
@@ -787,13 +881,15 @@ class RespConnection(asyncio.Protocol):
         slot.data = b"".join(data)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._late_flush)
+            self.server.flush_later(self)
 
     def _late_flush(self) -> None:
         self.flush_scheduled = False
         self._flush()
-        if not self.closing and not self.lost:
-            self._drain()  # requests held back by the in-flight bound
+        if self.consumed != self.fed and not self.closing and not self.lost:
+            # hiredis holds requests held back by the in-flight bound (or part
+            # of one, which _drain leaves there).
+            self._drain()
             self._flush()
 
     def _flush(self) -> None:
@@ -833,7 +929,7 @@ class _Quit(NamedTuple):
     """The QUIT marker: reply OK, then close once earlier replies are written."""
 
 
-_VALUE_TYPES = frozenset({bytes, int, type(None), Simple, Error, list, _Map, bool})
+_VALUE_TYPES = frozenset({bytes, int, type(None), Simple, Error, list, OkList, _Map, bool})
 _NO_AUTH = frozenset({b"AUTH", b"HELLO", b"QUIT", b"RESET"})
 
 
@@ -1252,6 +1348,25 @@ class RespServer:
         self.connections: set[RespConnection] = set()
         self.server: asyncio.Server | None = None
         self.port: int | None = None
+        #: Connections with replies that became ready since the last late flush.
+        self._to_flush: list[RespConnection] = []
+
+    def flush_later(self, conn: RespConnection) -> None:
+        """Write ``conn``'s ready replies at the next loop turn, together with
+        every other connection's: one loop callback for all of them (a batch
+        answers hundreds of connections at once)."""
+        if not self._to_flush:
+            asyncio.get_running_loop().call_soon(self._late_flush)
+        self._to_flush.append(conn)
+
+    def _late_flush(self) -> None:
+        conns = self._to_flush
+        self._to_flush = []
+        for conn in conns:
+            try:
+                conn._late_flush()
+            except Exception:
+                log.exception("writing the replies of %s failed", conn.state.addr)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on ``host:port`` (``port=0`` picks a free port, see ``self.port``)."""

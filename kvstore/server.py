@@ -34,15 +34,24 @@ import asyncio
 import logging
 import ssl as _ssl
 from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
-from kvstore.codec import decode_results, decode_value, encode_batch_args, encode_command
+from kvstore.codec import (
+    PLAIN_SET,
+    decode_results,
+    decode_value,
+    encode_batch_items,
+    encode_command,
+    encoded_oks,
+)
 from kvstore.commands import COMMANDS, parse
 from kvstore.config import KVConfig
 from kvstore.machine import KVStore
 from kvstore.resp import CommandSpec as RespSpec
-from kvstore.resp import ConnState, Deferred, DeferredList, RespLimits, RespServer
-from kvstore.values import Error, Value
+from kvstore.resp import ConnState, Deferred, DeferredList, OkList, RespLimits, RespServer
+from kvstore.values import OK, Error, Value
 from sdpaxos.runtime.frames import COMMAND_BYTES_MAX
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.node import Node, NodeError, SessionExpired
@@ -58,6 +67,10 @@ BATCH_COMMANDS_MAX = 1024
 BATCH_BYTES_MAX = 256 * 1024
 #: Entries in the table of connections' last writes before answered ones are swept.
 WRITING_SWEEP_AT = 4096
+#: What :func:`_packed_bound` adds to a plain SET's key and value lengths.
+_SET_BOUND = 5 * 3 + 5 + len(b"SET")
+_first = itemgetter(0)
+_key_value = itemgetter(1, 2)
 
 _TRYAGAIN = Error("TRYAGAIN no linearizable answer in time (no sequencer lease); try again")
 _MALFORMED_ANSWER = Error("ERR malformed batch answer")
@@ -88,18 +101,22 @@ class KVBackend:
         self.read_timeout_s = read_timeout_s
         #: Each connection's latest write not yet answered (connection id -> its part).
         self._writing: dict[int, Deferred] = {}
+        # This node applies the batches it packs without unpacking them (prime).
         self._writes = _Batcher(
-            lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
+            lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"),
+            store.prime,
         )
         if node.reads_at_every_replica:
             self._reads = _Batcher(
-                lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s)
+                lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s),
+                store.prime,
             )
         else:
             # The protocol has no read path at every replica: a batch of reads goes
             # through the log like writes (a read changes nothing when applied).
             self._reads = _Batcher(
-                lambda payload, key: node.submit_nowait(payload, key=key, wait="executed")
+                lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"),
+                store.prime,
             )
         self._table = [
             RespSpec(
@@ -126,7 +143,7 @@ class KVBackend:
         single = Deferred()
 
         def first(values: Value) -> None:
-            single.set(values[0] if type(values) is list and values else _MALFORMED_ANSWER)
+            single.set(values[0] if isinstance(values, list) and values else _MALFORMED_ANSWER)
 
         answer.add_callback(first)
         return single
@@ -147,8 +164,37 @@ class KVBackend:
         a connection's commands in order). Every argument must be bytes (the
         front end checks it).
         """
-        out: list[Value | Deferred | DeferredList] = []
         writes = self._writes
+        if len(requests) == 1:  # no pipelining: one plain SET is one add
+            args = requests[0]
+            if len(args) == 3 and args[0] in PLAIN_SET:
+                size = len(args[1]) + len(args[2]) + _SET_BOUND
+                if size <= COMMAND_BYTES_MAX:
+                    try:
+                        writes.add_set(args[1], args[2], size)
+                        sealed = writes.seal()
+                    except NodeError:
+                        writes.drop_open()
+                        return [_STOPPED]
+                    self._note_write(conn.id, sealed[-1])
+                    return list(sealed)
+        elif set(map(len, requests)) == {3} and PLAIN_SET.issuperset(map(_first, requests)):
+            # Only plain SETs (a redis-benchmark pipeline, a bulk load): one
+            # run of the batch, counted and checked a read at a time.
+            n = len(requests)
+            flat = list(chain.from_iterable(map(_key_value, requests)))
+            size = sum(map(len, flat)) + _SET_BOUND * n
+            if size <= COMMAND_BYTES_MAX:  # so is each SET's
+                keys = flat[::2]
+                try:
+                    writes.add_sets(flat, keys[0] if keys.count(keys[0]) == n else None, size)
+                    sealed = writes.seal()
+                except NodeError:
+                    writes.drop_open()
+                    return [_STOPPED] * n
+                self._note_write(conn.id, sealed[-1])
+                return list(sealed)
+        out: list[Value | Deferred | DeferredList] = []
         prior = self._writing.get(conn.id)
         logged = prior is not None and not prior.done  # a write of this connection in flight
         opened = 0  # commands added to the write batch since its last part
@@ -177,6 +223,11 @@ class KVBackend:
                         )
                         continue
                 key = args[1] if spec.single_key else None
+                if len(args) == 3 and args[0] in PLAIN_SET:
+                    writes.add_set(key, args[2], size)  # type: ignore[arg-type]
+                    opened += 1
+                    logged = True
+                    continue
                 if spec.kind == "write" or logged:
                     writes.add(args, key, size)
                     opened += 1
@@ -278,34 +329,46 @@ class _Batcher:
     slot in a C-instance, whatever its size; a Redis pipeline, or many clients
     at once, bring hundreds of small commands per loop turn. So the commands
     that arrive in one turn travel as one :func:`~kvstore.codec.encode_batch`
-    payload (packed by one ``msgpack.packb`` of their argument lists when the
-    batch is sent), and the array of results is handed back in *parts*: a part
-    is a :class:`DeferredList` for a run of consecutive commands of one
-    connection (:meth:`add` them, then :meth:`seal`), so the answers cost one
-    callback per run, not per command. The batch names a key only if all its
-    commands name the same one. It is linearizable still: the batch takes
-    effect at one point, inside every command's interval. A batch is sent
-    early when it reaches :data:`BATCH_COMMANDS_MAX` commands or
-    :data:`BATCH_BYTES_MAX` bytes (counted with :func:`_packed_bound`).
+    payload (packed by one ``msgpack.packb`` of their items when the batch is
+    sent; consecutive plain SETs as one run, see :mod:`kvstore.codec`), and
+    the array of results is handed back in *parts*: a part is a
+    :class:`DeferredList` for a run of consecutive commands of one connection
+    (:meth:`add` them, then :meth:`seal`), so the answers cost one callback
+    per run, not per command. The batch names a key only if all its commands
+    name the same one. It is linearizable still: the batch takes effect at one
+    point, inside every command's interval. A batch is sent early when it
+    reaches :data:`BATCH_COMMANDS_MAX` commands or :data:`BATCH_BYTES_MAX`
+    bytes (counted with :func:`_packed_bound`).
     """
 
     __slots__ = (
-        "_args",
         "_bytes",
+        "_count",
+        "_items",
         "_key",
         "_keyed",
         "_open",
         "_parts",
+        "_prime",
+        "_run_at",
         "_scheduled",
         "_sealed",
         "_submit",
     )
 
     def __init__(
-        self, submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]]
+        self,
+        submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]],
+        prime: Callable[[bytes, list[Any]], None] | None = None,
     ) -> None:
         self._submit = submit
-        self._args: list[list[bytes]] = []
+        #: Told each batch payload and the items it was packed from
+        #: (:meth:`kvstore.machine.KVStore.prime`), before it is submitted.
+        self._prime = prime
+        #: The batch's items: argument lists, and SET runs (a count, then keys and values).
+        self._items: list[Any] = []
+        self._count = 0  # commands in the batch
+        self._run_at = -1  # index of the open SET run's count in _items, or -1
         #: (part, how many commands) in batch order; the open run is not in it yet.
         self._parts: list[tuple[DeferredList, int]] = []
         self._open = 0  # commands added since the last part was made
@@ -315,24 +378,77 @@ class _Batcher:
         self._keyed = True  # every command so far names self._key
         self._scheduled = False
 
-    def add(self, args: list[bytes], key: bytes | None, size: int) -> None:
-        """Append one command (``size``: its :func:`_packed_bound`); its answer
-        comes in the part :meth:`seal` makes."""
-        if self._args and self._bytes + size > BATCH_BYTES_MAX:
-            self.flush()  # a big command goes alone, never over the payload limit
-        batch = self._args
-        if not batch:
+    def _note_key(self, key: bytes | None) -> None:
+        if not self._count:
             self._key, self._keyed = key, key is not None
         elif self._keyed and key != self._key:
             self._keyed = False
-        batch.append(args)
-        self._open += 1
+
+    def _added(self, count: int, size: int) -> None:
+        self._count += count
+        self._open += count
         self._bytes += size
-        if len(batch) >= BATCH_COMMANDS_MAX or self._bytes >= BATCH_BYTES_MAX:
+        if self._count >= BATCH_COMMANDS_MAX or self._bytes >= BATCH_BYTES_MAX:
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
+
+    def add(self, args: list[bytes], key: bytes | None, size: int) -> None:
+        """Append one command (``size``: its :func:`_packed_bound`); its answer
+        comes in the part :meth:`seal` makes."""
+        if self._count and self._bytes + size > BATCH_BYTES_MAX:
+            self.flush()  # a big command goes alone, never over the payload limit
+        self._note_key(key)
+        self._items.append(args)
+        self._run_at = -1
+        self._added(1, size)
+
+    def add_set(self, key: bytes, value: bytes, size: int) -> None:
+        """Append ``SET key value`` (a plain SET: no options) to the batch's
+        open SET run; as :meth:`add` otherwise."""
+        if self._count and self._bytes + size > BATCH_BYTES_MAX:
+            self.flush()
+        self._note_key(key)
+        items = self._items
+        at = self._run_at
+        if at < 0:
+            self._run_at = len(items)
+            items.append(1)
+        else:
+            items[at] += 1
+        items.append(key)
+        items.append(value)
+        self._added(1, size)
+
+    def add_sets(self, flat: list[bytes], key: bytes | None, size: int) -> None:
+        """Append plain SETs at once: ``flat`` is key, value, key, value, ...;
+        ``key`` the one key they all name (else None), ``size`` the sum of
+        their :func:`_packed_bound`. What does not fit the batch goes into the
+        next, as :meth:`add_set` would send it."""
+        count = len(flat) // 2
+        if self._bytes + size > BATCH_BYTES_MAX:
+            for i in range(0, len(flat), 2):
+                k, v = flat[i], flat[i + 1]
+                self.add_set(k, v, len(k) + len(v) + _SET_BOUND)
+            return
+        room = BATCH_COMMANDS_MAX - self._count
+        if count > room:  # the batch fills up part-way: the rest starts the next
+            head = flat[: 2 * room]
+            self.add_sets(head, key, sum(map(len, head)) + _SET_BOUND * room)
+            tail = flat[2 * room :]
+            self.add_sets(tail, key, sum(map(len, tail)) + _SET_BOUND * (count - room))
+            return
+        self._note_key(key)
+        items = self._items
+        at = self._run_at
+        if at < 0:
+            self._run_at = len(items)
+            items.append(count)
+        else:
+            items[at] += count
+        items += flat
+        self._added(count, size)
 
     def _close_run(self) -> None:
         if self._open:
@@ -358,26 +474,36 @@ class _Batcher:
 
     def flush(self) -> None:
         self._scheduled = False
-        batch = self._args
-        if not batch:
+        count = self._count
+        if not count:
             return
         self._close_run()
+        items = self._items
         parts = self._parts
         key = self._key if self._keyed else None
-        self._args = []
+        self._items = []
         self._parts = []
+        self._count = 0
+        self._run_at = -1
         self._bytes = 0
-        payload = encode_command(batch[0]) if len(batch) == 1 else encode_batch_args(batch)
+        if count > 1:
+            payload = encode_batch_items(items)
+            if self._prime is not None:
+                self._prime(payload, items)
+        elif type(items[0]) is int:  # one plain SET
+            payload = encode_command([b"SET", items[1], items[2]])
+        else:
+            payload = encode_command(items[0])
         try:
             future = self._submit(payload, key)
         except NodeError:
-            for part, count in parts:
-                part.set([_STOPPED] * count)
+            for part, n in parts:
+                part.set([_STOPPED] * n)
             return
-        if len(batch) == 1:
+        if count == 1:
             future.add_done_callback(lambda f: _answer_one(f, parts[0][0]))
         else:
-            future.add_done_callback(lambda f: _answer_many(f, parts, len(batch)))
+            future.add_done_callback(lambda f: _answer_many(f, parts, count))
 
 
 def _answer_one(future: asyncio.Future[bytes | None], out: DeferredList) -> None:
@@ -397,6 +523,12 @@ def _answer_many(
     failed = _failure(future)
     if failed is None:
         raw = future.result()
+        if raw == encoded_oks(total):
+            # Every command answered OK (a batch of plain SETs): no decoding,
+            # and the front end writes each part without looking at its items.
+            for part, count in parts:
+                part.set(OkList([OK] * count))
+            return
         try:
             results: Value = None if raw is None else decode_results(raw)
         except ValueError:

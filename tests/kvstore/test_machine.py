@@ -901,3 +901,169 @@ def test_encode_batch_args_is_encode_batch_of_the_commands() -> None:
     for n in (2, 15, 16, 300, 70_000):
         commands = [[b"SET", b"k%d" % i, b"v" * (i % 300)] for i in range(n)]
         assert encode_batch_args(commands) == encode_batch([encode_command(c) for c in commands])
+
+
+# --- SET runs (kvstore.codec: a count, then key, value, ...) ---------------------------------
+
+
+def _both_ways(commands: list[list[bytes]]) -> tuple[bytes, bytes]:
+    """``commands`` as a batch of command arrays, and as the node packs them (SET runs)."""
+    from kvstore.codec import encode_batch_items, set_runs
+
+    return encode_batch([encode_command(c) for c in commands]), encode_batch_items(
+        set_runs(commands)
+    )
+
+
+@settings(derandomize=True, max_examples=300)
+@given(
+    st.lists(
+        st.one_of(
+            command.map(list),
+            st.tuples(st.sampled_from([b"SET", b"set", b"Set"]), key, value).map(list),
+            st.tuples(st.sampled_from([b"SET", b"set", b"Set"]), key, value).map(list),
+            st.lists(st.binary(max_size=3), min_size=1, max_size=4),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_a_batch_with_set_runs_answers_and_changes_what_command_arrays_do(
+    commands: list[list[bytes]], keys_first: bool
+) -> None:
+    """The run layout (and the fast path for a batch that is one run) gives
+    byte-identical answers and the same whole state as the general path, at
+    apply and at query; KEYS beforehand fills the sorted-key cache, which a
+    run that adds a key must drop."""
+    general, runs = KVStore(), KVStore()
+    for store in (general, runs):
+        store.apply(encode_command([b"SET", b"k1", b"old"]))
+        if keys_first:
+            store.apply(encode_command([b"KEYS", b"*"]))
+    plain, packed = _both_ways(commands)
+    assert runs.query(packed) == general.query(plain)
+    assert runs.apply(packed) == general.apply(plain)
+    assert runs.snapshot() == general.snapshot()
+    assert runs.execute([b"KEYS", b"*"]) == general.execute([b"KEYS", b"*"])
+
+
+def test_a_batch_of_plain_sets_is_one_run_and_answers_ok_for_each() -> None:
+    from kvstore.codec import encoded_oks, set_runs
+
+    commands = [[b"SET", b"k%d" % (i % 7), b"v%d" % i] for i in range(100)]
+    items = set_runs(commands)
+    assert items[0] == 100 and len(items) == 201
+    store, twin = KVStore(), KVStore()
+    assert store.apply(encode_command([b"KEYS", b"*"])) == store._pack([])  # cache filled
+    plain, packed = _both_ways(commands)
+    assert store.apply(packed) == encoded_oks(100) == twin.apply(plain)
+    assert decode_results(encoded_oks(100)) == [OK] * 100
+    assert store.snapshot() == twin.snapshot()
+    assert store.execute([b"KEYS", b"*"]) == [b"k%d" % i for i in range(7)]
+    assert store.execute([b"GET", b"k6"]) == b"v97"  # the last SET of a key wins
+
+
+def test_a_run_between_commands_applies_in_order() -> None:
+    store = KVStore()
+    payload = msgpack.packb(
+        msgpack.ExtType(
+            3,
+            msgpack.packb(
+                [[b"SET", b"a", b"1"], 2, b"a", b"2", b"b", b"3", [b"GET", b"a"], 1, b"a", b"4"]
+            ),
+        )
+    )
+    assert decode_results(store.apply(payload)) == [OK, OK, OK, b"2", OK]
+    assert store.items() == [(b"a", b"4"), (b"b", b"3")]
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [0],  # an empty run
+        [-1, b"k", b"v"],  # a negative count
+        [2, b"k", b"v", b"k2"],  # past the end
+        [1, b"k", 5],  # a value that is not bytes
+        [1, "k", b"v"],  # a key that is not bytes
+        [1, None, b"v"],
+        [1, [b"k"], b"v"],
+        [[b"SET", b"a", b"1"], 1, b"k", b"v", 3, b"x"],  # a good start, a bad run after it
+        [1, b"k", b"v", [b"SET", b"a", b"1"], 1, b"k"],
+    ],
+)
+def test_a_batch_with_a_malformed_run_changes_nothing(items: list[object]) -> None:
+    store = KVStore()
+    store.apply(encode_command([b"SET", b"k", b"before"]))
+    before = store.snapshot()
+    payload = msgpack.packb(msgpack.ExtType(3, msgpack.packb(items)))
+    assert decode_value(store.apply(payload)) == machine.ERR_MALFORMED
+    assert decode_value(store.query(payload)) == machine.ERR_MALFORMED
+    assert store.snapshot() == before
+
+
+def test_a_run_read_as_a_query_refuses_each_set_and_changes_nothing() -> None:
+    from kvstore.codec import encode_batch_items
+
+    store = KVStore()
+    refused = store.execute([b"SET", b"k", b"v"], writes=False)
+    assert isinstance(refused, Error)
+    for items in ([2, b"a", b"1", b"b", b"2"], [[b"GET", b"a"], 1, b"a", b"1"]):
+        answer = decode_results(store.query(encode_batch_items(items)))
+        assert answer[-1] == refused and len(answer) == 2
+    assert len(store) == 0
+
+
+def test_encode_batch_items_without_runs_is_encode_batch_args() -> None:
+    from kvstore.codec import encode_batch_args, encode_batch_items, set_runs
+
+    commands = [[b"GET", b"a"], [b"SET", b"a", b"1", b"NX"], [b"INCR", b"n"]]
+    assert set_runs(commands) == commands
+    assert encode_batch_items(set_runs(commands)) == encode_batch_args(commands)
+
+
+@settings(derandomize=True, max_examples=200)
+@given(
+    st.lists(
+        st.one_of(
+            command.map(list),
+            st.tuples(st.sampled_from([b"SET", b"set"]), key, value).map(list),
+        ),
+        min_size=2,
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_a_primed_batch_answers_and_changes_what_unpacking_does(
+    commands: list[list[bytes]], writes: bool
+) -> None:
+    """The node applies the batches it packed from their items (prime);
+    every other replica unpacks the bytes: the same replies, byte for byte,
+    and the same whole state."""
+    from kvstore.codec import encode_batch_items, set_runs
+
+    items = set_runs(commands)
+    payload = encode_batch_items(items)
+    primed, unpacked = KVStore(), KVStore()
+    primed.prime(payload, items)
+    if writes:
+        assert primed.apply(payload) == unpacked.apply(payload)
+    else:
+        assert primed.query(payload) == unpacked.query(payload)
+    assert primed.snapshot() == unpacked.snapshot()
+    assert not primed._primed  # taken once
+
+
+def test_prime_is_used_for_that_very_payload_only_and_is_bounded() -> None:
+    from kvstore.codec import encode_batch_items
+
+    store = KVStore()
+    payload = encode_batch_items([2, b"a", b"1", b"b", b"2"])
+    store.prime(payload, [1, b"c", b"3"])  # not what payload says: shows which is used
+    assert store.apply(bytes(bytearray(payload))) == store._pack([OK, OK])  # an equal copy
+    assert store.items() == [(b"a", b"1"), (b"b", b"2")]
+    assert store.apply(payload) == store._pack([OK])  # the very object: the items given
+    assert store.items() == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+    for i in range(machine.PRIMED_MAX + 10):
+        store.prime(encode_batch_items([1, b"k%d" % i, b"v"]), [1, b"k", b"v"])
+    assert len(store._primed) == machine.PRIMED_MAX

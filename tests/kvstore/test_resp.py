@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from kvstore.resp import RespLimits, _wire_len, _wire_total, encode_reply
+from kvstore.resp import RespLimits, _count_problem, _wire_len, _wire_total, encode_reply
 from kvstore.values import OK, Error, Simple
 from sdpaxos.runtime.certs import make_cluster_certs
 from tests.kvstore.resp_fake import BatchFakeBackend, FakeBackend, running_server
@@ -294,11 +294,29 @@ def test_redis_cli_and_redis_benchmark() -> None:
 
 
 def test_wire_total_counts_what_wire_len_counts() -> None:
-    """The bulk byte count (every request of a read at once) is exact."""
+    """The bulk byte count (every request of a read at once, or one alone) is
+    exact: the bytes of the requests as a client sends them."""
     rng = random.Random(5)
+    sizes = [0, 1, 9, 10, 99, 100, 999, 1000, 12345, 100000]
     for _ in range(300):
         requests = [
-            [b"x" * rng.choice([0, 1, 9, 10, 99, 100, 12345]) for _ in range(rng.randrange(0, 14))]
+            [b"x" * rng.choice(sizes) for _ in range(rng.randrange(0, 14))]
             for _ in range(rng.randrange(0, 5))
         ]
-        assert _wire_total(requests) == sum(map(_wire_len, requests))
+        wire = [
+            b"*%d\r\n" % len(r) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in r)
+            for r in requests
+        ]
+        assert [_wire_len(r) for r in requests] == list(map(len, wire))
+        assert _wire_total(requests) == sum(map(len, wire))
+
+
+@pytest.mark.parametrize("limit", [0, 9, 10, 99, 1000, 1048576, 999999])
+def test_a_multibulk_count_is_refused_exactly_when_over_the_limit(limit: int) -> None:
+    """Short ``*N`` lines skip the parse; the answer is the same as parsing."""
+    limits = RespLimits(multibulk_max=limit)
+    for n in [*range(0, 1200), *range(limit - 3, limit + 4), 10**7, 4 * 10**9, -1]:
+        if n < -1:
+            continue
+        expected = "invalid multibulk length" if n > limit else None
+        assert _count_problem(b"*%d\r\n$3\r\n" % n, limits) == expected, n

@@ -80,6 +80,20 @@ def healthy(server: RespServer) -> None:
             [b"*1\r\n$-5\r\n"], b"-ERR Protocol error: invalid bulk length\r\n", id="negative-bulk"
         ),
         pytest.param(
+            [b"*2\r\n$3\r\nGET\r\n:12\r\n"],
+            b"-ERR Protocol error: expected '$', got ':'\r\n",
+            id="integer-argument-alone",
+        ),
+        pytest.param(
+            [
+                b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n1\r\n" * 3
+                + b"*2\r\n$3\r\nGET\r\n*1\r\n$1\r\na\r\n"
+                + b"*1\r\n$4\r\nPING\r\n"
+            ],
+            b"+OK\r\n+OK\r\n+OK\r\n-ERR Protocol error: expected '$', got '*'\r\n",
+            id="array-argument-after-a-pipeline",
+        ),
+        pytest.param(
             [b"P" * 5000], b"-ERR Protocol error: too big inline request\r\n", id="inline-too-long"
         ),
         pytest.param(
@@ -200,6 +214,16 @@ def test_execute_many_gets_each_reads_run_of_data_commands_in_one_call() -> None
     transport = feed([PIPELINE], backend)
     assert transport.written == EXPECTED
     assert backend.runs == [13]
+
+
+def test_a_connection_command_in_any_case_ends_a_run() -> None:
+    """A read of data commands is one run; ``ping`` in lower case between them
+    is the front end's (it splits the run), as ``PING`` is."""
+    backend = BatchFakeBackend()
+    sets = b"".join(b"*3\r\n$3\r\nSET\r\n$1\r\n%d\r\n$1\r\nv\r\n" % i for i in range(5))
+    transport = feed([sets, sets + b"*1\r\n$4\r\nping\r\n" + sets], backend)
+    assert transport.written == b"+OK\r\n" * 10 + b"+PONG\r\n" + b"+OK\r\n" * 5
+    assert backend.runs == [5, 5, 5]
 
 
 def test_a_bulk_longer_than_declared_is_framed_as_redis_frames_it() -> None:
