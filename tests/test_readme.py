@@ -106,3 +106,19 @@ def test_the_readme_kvstore_commands_exist() -> None:
             kv_main([command, "--help"])
         except SystemExit as exc:
             assert exc.code == 0, command
+
+
+def test_the_readme_names_exactly_the_protocols_a_node_runs() -> None:
+    """The cluster file's comment and the baselines paragraph list the protocols
+    by name; a protocol added to (or dropped from) ``sdpaxos.protocols`` must be
+    added to (or dropped from) both."""
+    from sdpaxos.protocols import PROTOCOL_NAMES
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    comment = re.search(r"# the protocol: (.*)\n", text)
+    assert comment is not None
+    listed = [name.replace("(default)", "").strip() for name in comment.group(1).split(",")]
+    assert listed == list(PROTOCOL_NAMES)
+    start = text.index("The baselines run on the same nodes by name")
+    paragraph = text[start : text.index("\n\n", start)]
+    assert set(re.findall(r'"(\w+)"', paragraph)) | {"sdpaxos"} == set(PROTOCOL_NAMES)
