@@ -123,6 +123,12 @@ class CoreReplica(Protocol):
     """What a node needs of any protocol's replica: the driving API of
     :class:`~sdpaxos.core.replica.Replica` (:mod:`sdpaxos.protocols`).
 
+    A command proposed with ``Wait.EXECUTED`` is answered once, EXECUTED with
+    its result, never READY first: the node hands each reply to whoever waits
+    for that ``(client_id, seq)`` and forgets the wait (every protocol's core
+    keeps that contract; each protocol's runtime test submits with
+    ``wait="executed"`` and checks the results).
+
     Everything else is a capability the node looks up once, with a fallback,
     so that a protocol without it still runs (see :meth:`Node.status`):
 
@@ -370,11 +376,6 @@ class Node:
             and "sender" in getattr(self.protocol.message_types[0], "__dataclass_fields__", {})
             else "src"
         )
-        #: Commands waited for EXECUTED, for a core that answers READY first as
-        #: well (Multi-Paxos does; SDPaxos's core answers such a command once).
-        self._executed_waits: set[tuple[int, int]] | None = (
-            None if self.protocol.name == "sdpaxos" else set()
-        )
         #: Whether this node answers registrations itself (no session table).
         self._registers_locally = self.protocol.name in _NO_SESSION_TABLE
         #: Core trace events to keep for the status (rare ones, e.g. the
@@ -573,8 +574,6 @@ class Node:
     def _abandon_waiters(self) -> None:
         """Wake everyone still waiting: no answer will come from this node."""
         waiting, self._waiting = self._waiting, {}
-        if self._executed_waits is not None:
-            self._executed_waits.clear()
         for waiters in waiting.values():
             for w in waiters:
                 if not isinstance(w, tuple):
@@ -720,14 +719,7 @@ class Node:
                 q.append(msg)
         if replies:
             waiting = self._waiting
-            executed_waits = self._executed_waits
             for reply in replies:
-                if executed_waits is not None:
-                    key = (reply.client_id, reply.seq)
-                    if key in executed_waits:
-                        if reply.kind == ReplyKind.READY:
-                            continue  # the core says READY too; the EXECUTED follows
-                        executed_waits.discard(key)
                 waiters = waiting.pop((reply.client_id, reply.seq), None)
                 if waiters is not None:
                     for w in waiters:
@@ -1080,8 +1072,6 @@ class Node:
                 self._room.clear()
             return False
         self._waiting[key] = [waiter]
-        if wait == Wait.EXECUTED and self._executed_waits is not None:
-            self._executed_waits.add(key)
         self._kick()
         return True
 
