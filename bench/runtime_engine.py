@@ -117,8 +117,9 @@ TOTAL_ORDER = frozenset({"sdpaxos", "multipaxos", "mencius"})
 #: SDPaxos trace events the nodes keep in runs that sample their status: a
 #: command leader polls the others about a slow sequencer (``StragglerSuspect``),
 #: a majority agreed and a view change starts (``StragglerViewChange``), a new
-#: view is established (``Establish``).
-TRACE_EVENTS = ("StragglerSuspect", "StragglerViewChange", "Establish")
+#: view is established (``Establish``, at each follower) and who won it
+#: (``BecomeSequencer``, at the winner only).
+TRACE_EVENTS = ("StragglerSuspect", "StragglerViewChange", "Establish", "BecomeSequencer")
 #: Protocols with a single leader whose lease is awaited before load starts.
 LEADER_PROTOCOLS = frozenset({"sdpaxos", "multipaxos"})
 

@@ -30,8 +30,9 @@ loopback, the straggler slowed by a SIGSTOP/SIGCONT duty cycle to a third of
 the wall clock; part 1 measures closed-loop throughput and CPU, part 2 SDPaxos
 runs with the sequencer slowed (to a third and to a tenth), under part 1's
 closed-loop clients and under an open load, timed by the nodes' trace events
-(``StragglerSuspect``, ``StragglerViewChange``, ``Establish``) and their
-sampled status.
+(``StragglerSuspect``, ``StragglerViewChange``, ``Establish``,
+``BecomeSequencer``) and their sampled status; a run where the slowed sequencer
+wins a view after the straggler view change that deposed it is flagged.
 """
 
 from __future__ import annotations
@@ -633,6 +634,12 @@ def _runtime_detection(
         first("StragglerViewChange"),
         first("Establish"),
     )
+    won = views_won(every_event, slow_us, profile.regions)
+    if straggler_vc is not None and won_back(won, RUNTIME_LEADER, straggler_vc[0]):
+        failures.append(
+            f"{loop} loop, 1/{factor:g}: the slowed sequencer won a view after the straggler"
+            f" view change that deposed it (views won: {won})"
+        )
     if moved_us is None:
         how = "not moved"
     elif straggler_vc is not None and straggler_vc[0] * 1000 + slow_us <= moved_us:
@@ -658,6 +665,7 @@ def _runtime_detection(
         "suspicions_before_slowdown": suspected_before,
         "straggler_view_change_after_ms": None if straggler_vc is None else straggler_vc[0],
         "established_after_ms": None if established is None else established[0],
+        "views_won": won,
         "detected_after_ms": None if moved_us is None else (moved_us - slow_us) / 1000,
         "new_sequencer": new_leader,
         "moved_by": how,
@@ -669,6 +677,27 @@ def _runtime_detection(
         "load_average": cpu.get("load_average"),
         "status": "ok" if out.ok else out.verdict,
     }
+
+
+def views_won(
+    events: list[tuple[int, str, str]], slow_us: int, regions: tuple[str, ...]
+) -> list[tuple[float, int]]:
+    """``(ms after the slowdown, node)`` of each ``BecomeSequencer`` from the
+    slowdown on, from the nodes' events ``(time_us, name, region)``. A view a
+    follower established (``Establish``) says nothing of who won it: the slowed
+    sequencer winning back the view change that deposed it looked like any
+    other view change until this was counted."""
+    return [
+        ((t - slow_us) / 1000, regions.index(region))
+        for t, name, region in events
+        if name == "BecomeSequencer" and t >= slow_us
+    ]
+
+
+def won_back(won: list[tuple[float, int]], slowed: int, deposed_ms: float) -> bool:
+    """The slowed node won a view at or after the straggler view change that
+    deposed it (``deposed_ms``, like ``won``'s times, after the slowdown)."""
+    return any(node == slowed and at_ms >= deposed_ms for at_ms, node in won)
 
 
 def _case_cell(row: dict[str, Any], case: str) -> str:
@@ -779,6 +808,12 @@ def _runtime_markdown(
                 f" (node {d['new_sequencer']})" if d["new_sequencer"] is not None else ""
             )
 
+        def won_cell(won: list[tuple[float, int]]) -> str:
+            if not won:
+                return "none"
+            cells = [f"node {node} at {at_ms:,.0f} ms" for at_ms, node in won[:3]]
+            return "; ".join(cells) + (f" (+{len(won) - 3} more)" if len(won) > 3 else "")
+
         d0 = detections[0]
         opened = next((d for d in detections if d["offered_per_s"] is not None), None)
         load = (
@@ -814,6 +849,10 @@ def _runtime_markdown(
                     [
                         "first Establish (a new view)",
                         *[ms(d["established_after_ms"]) for d in detections],
+                    ],
+                    [
+                        "views won (node, after the slowdown)",
+                        *[won_cell(d.get("views_won", [])) for d in detections],
                     ],
                     [
                         "a majority follows another sequencer",

@@ -68,7 +68,7 @@ class Election:
                 self.maybe_win()  # our own lease grant may have expired meanwhile
         elif self.should_suspect_sequencer():
             self.start_view_change()
-        if self.deferred_vote is not None and self.may_vote_for_another():
+        if self.deferred_vote is not None and self.may_vote_for(self.deferred_vote.src):
             request, self.deferred_vote = self.deferred_vote, None
             if request.view > self.s.views.view:
                 self.vote(request)
@@ -94,6 +94,36 @@ class Election:
             return True
         cfg = self.s.config
         return self.s.now_ms - self.last_hb_ms >= cfg.lease_ms + cfg.election_margin_ms
+
+    def may_vote_for(self, candidate: ReplicaId) -> bool:
+        """We may vote for ``candidate`` now: we do not refuse it, and it is our
+        sequencer (it asks for its own next view) or we may vote for another."""
+        if self.refuses(candidate):
+            return False
+        return candidate == self.s.views.sequencer or self.may_vote_for_another()
+
+    def refuses(self, candidate: ReplicaId) -> bool:
+        """``candidate`` is the sequencer we distrusted (straggler detection or
+        its hand-over) less than ``lease_ms + candidate_timeout_ms`` ago, or
+        that long before we last voted for another candidate, and we have not
+        established a view since.
+
+        Why: the distrusted sequencer is alive. Once one voter has promised the
+        successor's view, that voter's C-accepts of the new view reach the old
+        sequencer, which runs for the view above it (``from_future_view``), and
+        it needs no lease to expire first. The successor may still wait for its
+        own grant to lapse, up to ``lease_ms``. Without this rule the voters'
+        next promise went to the old sequencer, which won and was the slow
+        sequencer again (the runtime straggler bench, sequencer slowed to a
+        tenth). The refusal is bounded so that the old sequencer can still win
+        when no other candidate does (one replica cut off or crashed after the
+        poll): it only delays a vote.
+        """
+        views = self.s.views
+        if candidate != views.distrusted:
+            return False
+        cfg = self.s.config
+        return self.s.now_ms < views.distrusted_ms + cfg.lease_ms + cfg.candidate_timeout_ms
 
     def rank(self, replica: ReplicaId) -> int:
         """0 for the replica right after the old sequencer (the paper's R_{n+1})."""
@@ -208,9 +238,10 @@ class Election:
         c = self.candidate
         if c is not None and c.view >= m.view and self.rank(s.me) <= self.rank(m.src):
             return  # we run for this view ourselves and take precedence
-        if not self.may_vote_for_another() and m.src != views.sequencer:
+        if not self.may_vote_for(m.src):
             # We promised the sequencer not to vote for anyone else yet (section 3.5),
-            # or we still hear from it and so do not share the suspicion.
+            # or we still hear from it and so do not share the suspicion, or the
+            # candidate is the sequencer we distrusted (``refuses``).
             if self.deferred_vote is None or m.view >= self.deferred_vote.view:
                 self.deferred_vote = m
             out.trace("DeferVote", view=m.view, candidate=m.src)
@@ -222,6 +253,8 @@ class Election:
         s = self.s
         views = s.views
         seq = views.sequencer
+        if views.distrusted is not None and m.src != views.distrusted:
+            views.distrusted_ms = s.now_ms  # its successor's election runs on
         views.view = m.view
         self.voted_for = m.src
         self.voted_ms = s.now_ms

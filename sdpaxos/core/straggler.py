@@ -314,12 +314,17 @@ class Straggler:
         self.r.start_view_change()
 
     def distrust_sequencer(self) -> None:
-        """Stop renewing the sequencer's lease; vote for others once it runs out.
+        """Stop renewing the sequencer's lease; vote for others once it runs out;
+        vote for it in no later view for a while (``Election.refuses``).
 
         Distrust never releases a lease we granted: only its expiry, or the
         holder's own hand-over, does.
         """
-        self.s.views.distrust = True
+        views = self.s.views
+        views.distrust = True
+        if views.sequencer is not None and not views.is_sequencer:
+            views.distrusted = views.sequencer
+            views.distrusted_ms = self.s.now_ms
 
     # ------------------------------------------------------------- hand-over
 

@@ -78,6 +78,8 @@ class ViewState:
 
     __slots__ = (
         "distrust",
+        "distrusted",
+        "distrusted_ms",
         "est_base",
         "est_seq",
         "est_start",
@@ -103,6 +105,12 @@ class ViewState:
         #: We stopped trusting the sequencer (straggler or hand-over): its
         #: heartbeats no longer renew our lease nor hold back our vote.
         self.distrust = False
+        #: The sequencer we last distrusted, and when (or when we last voted for
+        #: another candidate since): it gets no vote from us for a while, even
+        #: after we voted for its successor and so stopped following it
+        #: (``Election.refuses``). Until we establish a view.
+        self.distrusted: ReplicaId | None = None
+        self.distrusted_ms = 0.0
         #: Sequencer only: the replica it is handing its role to.
         self.handing_over: ReplicaId | None = None
         #: The NewView of ``view`` once its range is chosen (resent to stragglers).
@@ -135,5 +143,6 @@ class ViewState:
         self.move(ViewEvent.WIN if sequencer == self.me else ViewEvent.ESTABLISH)
         self.range_committed = False
         self.distrust = False
+        self.distrusted = None
         self.handing_over = None
         self.new_view = None

@@ -20,10 +20,12 @@ judgement counts commands. A strike shows as ``strikes``; three in a row as a
 
 import random
 
+from sdpaxos.core import ClusterConfig, Replica
 from sdpaxos.core.clog import CInstance
-from sdpaxos.core.messages import StragglerPoll, StragglerVote
+from sdpaxos.core.messages import Heartbeat, StragglerPoll, StragglerVote, Vote, VRequest
 from sdpaxos.core.straggler import Straggler
-from sdpaxos.core.types import Command
+from sdpaxos.core.types import Command, ReplicaId, Slot, View
+from tests.core.harness import Register
 from tests.core.roles.conftest import Recorder, make_ctx
 
 TICK_MS = 10.0
@@ -189,3 +191,75 @@ def test_the_rate_limit_holds_for_a_replica_that_agreed() -> None:
     assert [m.agree for _, m in loop.ctx.out.take().messages] == [False]
     loop.closed(3_000, backlog=20, pace=10 / 3)  # more strikes, well within the interval
     assert loop.straggler.strikes >= 3 and not loop.polls_at
+
+
+# ------------------------------------------- after the poll: no vote for the straggler
+#
+# The runtime straggler bench (sequencer R2 slowed to a tenth by SIGSTOP/SIGCONT)
+# saw R1 poll, R0 agree, R1 start view 1, and then R2 win view 2 and stay the
+# slow sequencer: R0's lease ran out first and it promised view 1; its C-accepts
+# of view 1 reached R2, which ran for view 2 (``from_future_view``, no lease to
+# wait for); R0 (frozen, so "no sequencer") and R1 (still following R2, which
+# asked for its own next view) both voted for it at once. A replica that
+# distrusted the sequencer now votes for it in no later view for
+# ``lease_ms + candidate_timeout_ms``; its vote then waits (``DeferVote``).
+
+
+def _votes(rep: Replica) -> list[tuple[int, Vote]]:
+    return [(d, m) for d, m in rep.ready().messages if isinstance(m, Vote)]
+
+
+def _follower_of_2(me: int) -> tuple[ClusterConfig, Replica]:
+    """Replica ``me`` of 3, sequencer R2, holding a lease granted at 1000 ms."""
+    cfg = ClusterConfig(replicas=3, sequencer=2)
+    rep = Replica(cfg, me, Register())
+    rep.tick(1000.0)
+    rep.step(Heartbeat(2, 0, 0, 0, -1), 1000.0)
+    rep.ready()
+    return cfg, rep
+
+
+def test_a_voter_that_agreed_the_sequencer_is_slow_does_not_elect_it_again() -> None:
+    cfg, r0 = _follower_of_2(0)
+    r0.straggler.strikes = 1  # its own last window was a strike
+    r0.step(StragglerPoll(1, 0), 1010.0)
+    assert [m for _, m in r0.ready().messages] == [StragglerVote(0, 0, True)]
+    r0.step(VRequest(1, 1, 0), 1020.0)  # the poller runs; we hold R2's lease
+    assert _votes(r0) == []
+    now = 1000.0 + cfg.lease_ms + cfg.election_margin_ms
+    r0.tick(now)
+    assert [(d, m.view) for d, m in _votes(r0)] == [(1, 1)]
+    # Our C-accepts of view 1 reach R2, which runs for view 2: no vote for it.
+    r0.step(VRequest(2, 2, 0), now + 1)
+    assert _votes(r0) == [] and r0.view == 1
+    r0.tick(now + 2)
+    assert _votes(r0) == []
+    # R1 wins view 1 meanwhile in the bench; if nobody else does, R2 still gets
+    # our vote once the refusal has run out (it only delays the vote).
+    end = now + cfg.lease_ms + cfg.candidate_timeout_ms
+    r0.tick(end - 1)
+    assert _votes(r0) == []
+    r0.tick(end + 1)
+    assert [(d, m.view) for d, m in _votes(r0)] == [(2, 2)]
+
+
+def test_the_poller_does_not_vote_for_the_sequencer_it_is_deposing() -> None:
+    """The poller still follows R2 while it runs for view 1, and a request from
+    one's own sequencer needs no expired lease: it was granted at once."""
+    _, r1 = _follower_of_2(1)
+    r1.straggler.polling = {1}
+    r1.step(StragglerVote(0, 0, True), 1010.0)  # a majority agrees
+    sent = [m for _, m in r1.ready().messages]
+    assert VRequest(1, 1, 0) in sent and r1.election.candidate is not None
+    r1.step(VRequest(2, 2, 0), 1020.0)
+    assert _votes(r1) == [] and r1.view == 0 and r1.election.candidate is not None
+
+
+def test_the_refusal_ends_when_a_view_is_established() -> None:
+    """Establishing any view ends the episode: a new view, a new judgement."""
+    _, r0 = _follower_of_2(0)
+    r0.straggler.strikes = 1
+    r0.step(StragglerPoll(1, 0), 1010.0)
+    assert r0.ctx.views.distrusted == 2 and r0.election.refuses(ReplicaId(2))
+    r0.ctx.views.establish(View(1), ReplicaId(1), Slot(0), Slot(0))
+    assert r0.ctx.views.distrusted is None and not r0.election.refuses(ReplicaId(2))
