@@ -202,6 +202,31 @@ def local_nodes(profile_name: str, fsync: bool) -> Iterator[tuple[Path, list[int
             stop_processes(procs)
 
 
+def region_rows(
+    profile_name: str, regions: list[str], samples: list[tuple[list[float], float]]
+) -> list[dict[str, Any]]:
+    """One row per region from its client latencies and its node's mean (ms),
+    judged against the profile's formula (``bench.paper``) when it has one."""
+    formula = PAPER_FORMULA_MS.get(profile_name, {})
+    rows = []
+    for region, (s, node_mean) in zip(regions, samples, strict=True):
+        mean = node_mean
+        target = formula.get(region)
+        rows.append(
+            {
+                "region": region,
+                "mean_ms": round(mean, 2),
+                "client_mean_ms": round(statistics.fmean(s), 2),
+                "p50_ms": round(statistics.median(s), 2),
+                "p99_ms": round(sorted(s)[max(0, int(len(s) * 0.99) - 1)], 2),
+                "formula_ms": target,
+                "ratio": round(mean / target, 3) if target else None,
+                "within_5pct": abs(mean / target - 1) <= TOLERANCE if target else None,
+            }
+        )
+    return rows
+
+
 def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str, Any]:
     regions = list(builtin(profile_name).regions)
     n = len(regions)
@@ -221,23 +246,7 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
 
         samples, delivery, seconds = asyncio.run(main())
         delivery["spin_ms_per_s_per_node"] = round(delivery.pop("spin_us") / 1000 / seconds / n, 2)
-    formula = PAPER_FORMULA_MS.get(profile_name, {})
-    rows = []
-    for region, (s, node_mean) in zip(regions, samples, strict=True):
-        mean = node_mean
-        target = formula.get(region)
-        rows.append(
-            {
-                "region": region,
-                "mean_ms": round(mean, 2),
-                "client_mean_ms": round(statistics.fmean(s), 2),
-                "p50_ms": round(statistics.median(s), 2),
-                "p99_ms": round(sorted(s)[max(0, int(len(s) * 0.99) - 1)], 2),
-                "formula_ms": target,
-                "ratio": round(mean / target, 3) if target else None,
-                "within_5pct": abs(mean / target - 1) <= TOLERANCE if target else None,
-            }
-        )
+    rows = region_rows(profile_name, regions, samples)
     return {
         "profile": profile_name,
         "commands_per_region": commands,
@@ -328,18 +337,22 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if args.plot:
         _plot(results, Path(args.plot))
-    judged = results[0]
+    message, code = verdict(results[0])
+    print(message)
+    return code
+
+
+def verdict(judged: dict[str, Any]) -> tuple[str, int]:
+    """The bar on one configuration's result (the first run: fsync off unless
+    only fsync on was asked): the line to print and the exit status. A profile
+    without a formula is not judged, and says so rather than passing."""
     where = f"fsync {'on' if judged['fsync'] else 'off'}"
-    if args.profile not in PAPER_FORMULA_MS:
-        print(f"no formula for profile {args.profile!r}: nothing judged ({where})")
-        return 0
+    if judged["profile"] not in PAPER_FORMULA_MS:
+        return f"no formula for profile {judged['profile']!r}: nothing judged ({where})", 0
     ok = all(r["within_5pct"] is not False for r in judged["rows"])
-    print(
-        f"every region within 5 % of the formula ({where})"
-        if ok
-        else f"SOME REGION IS OFF BY MORE THAN 5 % ({where})"
-    )
-    return 0 if ok else 1
+    if ok:
+        return f"every region within 5 % of the formula ({where})", 0
+    return f"SOME REGION IS OFF BY MORE THAN 5 % ({where})", 1
 
 
 if __name__ == "__main__":
