@@ -133,8 +133,15 @@ def test_a_killed_leader_is_a_stall_and_is_replaced() -> None:
 
 def test_a_slowed_node_is_slowed() -> None:
     """A duty cycle leaving node 1 a third of the wall clock: its region
-    completes far fewer operations than node 2's (same role, same clients)."""
-    spec = _spec(slow=(1, 3.0, 0.0), duration_ms=1_000.0)
+    completes far fewer operations than node 2's (same role, same clients).
+
+    Thrifty quorums are off: with them, equal LAN round trips are broken in
+    ring order, so the sequencer (node 0) sends its O-accepts to node 1 alone
+    and node 2's commands waited on the slowed node too until the measured
+    round trips moved the quorum (R2 completed 567 to 3,099 operations in six
+    runs, and once only 1.13x R1's). Sent to every peer, an accept needs
+    whichever answers first, and only node 1's own clients wait for it."""
+    spec = _spec(slow=(1, 3.0, 0.0), duration_ms=1_000.0, config_overrides={"thrifty": False})
     with RuntimeEngine() as engine:
         out = engine.run(spec)
     assert out.ok, out.verdict
