@@ -52,7 +52,7 @@ import hashlib
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sdpaxos.core.context import Context
 from sdpaxos.core.errors import LocalProtocolError
@@ -182,12 +182,9 @@ class Reads:
         if m.src != s.views.sequencer:
             return
         asking = self.asking
-        pending = self.pending
-        waiting = self.waiting
-        done = s.progress.slot
-        out = s.out.reads
         tracer = s.out.tracer
-        served = 0
+        ids: list[int] = []
+        slots: list[Slot] = []
         refused: list[int] = []
         for aid, slot, ok in zip(m.read_ids, m.slots, m.oks, strict=True):
             rid = asking.pop(aid, None)
@@ -198,21 +195,13 @@ class Reads:
                 continue
             if tracer is not None:
                 s.out.trace("HandleRReply", src=m.src, read_id=rid, ask_id=aid, slot=slot, ok=ok)
-            if not ok:
-                refused.append(rid)
-            elif slot < done:  # executed already: served now (ServeRead)
-                del pending[rid]
-                out.append(_result((rid, True)))
-                served += 1
+            if ok:
+                ids.append(rid)
+                slots.append(slot)
             else:
-                pending[rid] = slot
-                readers = waiting.get(slot)
-                if readers is None:
-                    waiting[slot] = [rid]
-                    heapq.heappush(self.slots, slot)
-                else:
-                    readers.append(rid)
-        s.stats.reads_served += served
+                refused.append(rid)
+        if ids:
+            self._answered(ids, slots)
         if refused:
             self._refuse_all(refused)
 
@@ -220,8 +209,10 @@ class Reads:
         """A single answer (from a peer that sends one message per read)."""
         self.handle_r_reply_batch(RReplyBatch(m.src, m.view, (m.read_id,), (m.slot,), (m.ok,)))
 
-    def _answered(self, ids: tuple[int, ...], slots: tuple[Slot, ...]) -> None:
-        """The sequencer's own reads ``ids`` may be served once ``slots`` have executed."""
+    def _answered(self, ids: Sequence[int], slots: Sequence[Slot]) -> None:
+        """Reads ``ids`` may be served once ``slots`` have executed (ServeRead):
+        at once if they have, else when execution passes them. The sequencer's
+        own reads come here directly, a replica's from the sequencer's answers."""
         s = self.s
         done = s.progress.slot
         pending = self.pending
