@@ -45,6 +45,8 @@ from sdpaxos.sim.run import run_closed_loop
 from sdpaxos.sim.statemachine import DigestRegister
 from sdpaxos.sim.workload import ClosedLoopClients
 
+from .sweeps import two_crash_restarts
+
 FAULTY = NetworkConfig(
     drop_probability=0.1, duplicate_probability=0.1, fifo=False, jitter_ms_max=30.0
 )
@@ -637,13 +639,7 @@ def test_sweep_with_faults_and_crashes(profile: DelayProfile) -> None:
     for seed in range(200, 215):
         rnd = random.Random(seed)
 
-        def hook(cluster: SimCluster, rnd: random.Random = rnd) -> None:
-            for _ in range(2):
-                r = rnd.randrange(profile.size)
-                at = rnd.randrange(100_000, 2_000_000)
-                cluster.call_at(at, lambda r=r: cluster.crash(r), "crash")
-                back = at + rnd.randrange(50_000, 800_000)
-                cluster.call_at(back, lambda r=r: cluster.restart(r), "restart")
+        hook = two_crash_restarts(profile.size, rnd)
 
         result = run_closed_loop(
             profile,

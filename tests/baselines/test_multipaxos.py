@@ -21,6 +21,8 @@ from sdpaxos.sim.network import NetworkConfig
 from sdpaxos.sim.run import run_closed_loop
 from sdpaxos.sim.workload import ClosedLoopClients
 
+from .sweeps import two_crash_restarts
+
 NAME = "multipaxos"
 
 
@@ -565,13 +567,7 @@ def test_sweep_with_faults_and_crashes(profile: DelayProfile) -> None:
     for seed in range(200, 215):
         rnd = random.Random(seed)
 
-        def hook(cluster: SimCluster, rnd: random.Random = rnd) -> None:
-            for _ in range(2):
-                r = rnd.randrange(profile.size)
-                at = rnd.randrange(100_000, 2_000_000)
-                cluster.call_at(at, lambda r=r: cluster.crash(r), "crash")
-                back = at + rnd.randrange(50_000, 800_000)
-                cluster.call_at(back, lambda r=r: cluster.restart(r), "restart")
+        hook = two_crash_restarts(profile.size, rnd)
 
         result = run_closed_loop(
             profile,
