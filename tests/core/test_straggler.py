@@ -263,3 +263,35 @@ def test_the_refusal_ends_when_a_view_is_established() -> None:
     assert r0.ctx.views.distrusted == 2 and r0.election.refuses(ReplicaId(2))
     r0.ctx.views.establish(View(1), ReplicaId(1), Slot(0), Slot(0))
     assert r0.ctx.views.distrusted is None and not r0.election.refuses(ReplicaId(2))
+
+
+def test_with_five_replicas_those_who_said_no_cannot_re_elect_the_straggler() -> None:
+    """The poll needs a majority of agreers, the poller included, and each of
+    them refuses the old sequencer; the rest are fewer than a majority, even
+    with the old sequencer's own vote (``docs/recovery.md`` section 7)."""
+    cfg = ClusterConfig(replicas=5, sequencer=4)
+    reps = {}
+    for me in range(4):
+        rep = Replica(cfg, me, Register())
+        rep.tick(1000.0)
+        rep.step(Heartbeat(4, 0, 0, 0, -1), 1000.0)
+        rep.ready()
+        reps[me] = rep
+    reps[0].straggler.strikes = reps[2].straggler.strikes = 1  # R3's window was fine
+    reps[1].straggler.polling = {1}
+    answers = []
+    for me in (0, 2, 3):
+        reps[me].step(StragglerPoll(1, 0), 1010.0)
+        answers += [m for _, m in reps[me].ready().messages]
+    no = StragglerVote(3, 0, False)
+    assert answers == [StragglerVote(0, 0, True), StragglerVote(2, 0, True), no]
+    for vote in answers:
+        reps[1].step(vote, 1011.0)
+    assert VRequest(1, 1, 0) in [m for _, m in reps[1].ready().messages]
+    # R4 runs for the view above, at every replica, while they still hold its lease.
+    voters = []
+    for me, rep in reps.items():
+        rep.step(VRequest(4, 2, 0), 1020.0)
+        voters += [me for d, m in _votes(rep) if d == 4]
+    assert voters == [3]
+    assert len(voters) + 1 < cfg.replicas // 2 + 1  # with its own: no majority
