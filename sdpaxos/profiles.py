@@ -236,3 +236,59 @@ def load_json(path: str | Path) -> DelayProfile:
     if not isinstance(name, str):
         raise ProfileError(f"matrix file {p}: name must be a string")
     return DelayProfile.from_lists(name, raw["regions"], raw["rtt_ms"], raw.get("one_way_ms"))
+
+
+#: Most replicas :func:`sdpaxos_commit_ms` has a formula for.
+FORMULA_REPLICAS_MAX = 5
+
+
+def sdpaxos_commit_ms(profile: DelayProfile, sequencer: int) -> dict[str, float]:
+    """SDPaxos's commit latency per region at light load, with no faults: the
+    rules of ``docs/protocol.md`` sections 5.3 to 5.6, from ``propose`` to READY
+    at the command leader (the client's hop left out), thrifty quorums ordered
+    as :class:`sdpaxos.core.proximity.Proximity` orders them (configured round
+    trips, ring order on ties).
+
+    What a deployment should expect before it measures: ``python -m bench latency
+    --profile`` prints it beside what each region measured.
+
+    * The C-instance: the round trip to the farthest replica of the leader's
+      thrifty quorum (its ``N // 2`` nearest peers).
+    * The sequencer's own command: that alone (its O-accept travels with it).
+    * Another's: the longer of that and the round trip to the sequencer (the
+      two-acceptor rule for N = 5, ordinary Paxos for N = 3).
+
+    Up to five replicas only, where one round trip is the claim and the rule is
+    exact (``tests/sim/test_latency.py`` checks it on random matrices). With
+    seven or more, an O-instance needs a majority whose O-ACKs reach the leader
+    by whichever O-accept carried its slot first, which depends on the load.
+
+    Raises:
+        ProfileError: ``sequencer`` is not a replica of ``profile``, or the
+            profile has more than five regions.
+    """
+    n = profile.size
+    if not 0 <= sequencer < n:
+        raise ProfileError(f"sequencer {sequencer} is not a replica of {profile.name} (0..{n - 1})")
+    if n > FORMULA_REPLICAS_MAX:
+        raise ProfileError(
+            f"no latency formula for {n} replicas (up to {FORMULA_REPLICAS_MAX}: one round trip)"
+        )
+    rtt = profile.replica_rtt_ms()
+
+    def one_way(src: int, dst: int) -> float:
+        return profile.one_way_us(src, dst) / 1000
+
+    def near(me: int) -> list[int]:
+        return sorted((p for p in range(n) if p != me), key=lambda p: (rtt[me][p], (p - me) % n))
+
+    majority = n // 2 + 1
+    out: dict[str, float] = {}
+    for leader in range(n):
+        quorum = near(leader)[: majority - 1]
+        latency = max((one_way(leader, p) + one_way(p, leader) for p in quorum), default=0.0)
+        if leader != sequencer:
+            to_sequencer = one_way(leader, sequencer)
+            latency = max(latency, to_sequencer + one_way(sequencer, leader))
+        out[profile.regions[leader]] = round(latency, 3)
+    return out

@@ -5,9 +5,11 @@ jitter or faults, so every region's mean must sit within 2% of the analytic
 value derived from the paper's Table 1 (paper section 3.2 gives the rules).
 """
 
+import random
+
 import pytest
 
-from sdpaxos.profiles import DelayProfile, uniform
+from sdpaxos.profiles import DelayProfile, ProfileError, sdpaxos_commit_ms, uniform
 from sdpaxos.sim import PAPER3, PAPER5, run_closed_loop
 
 COMMANDS = 40
@@ -70,3 +72,52 @@ def test_measured_proximity_finds_the_same_quorums() -> None:
     )
     p50 = {PAPER5.regions[r]: s.p50_ms for r, s in result.stats.items()}
     assert p50 == {"CA": 52, "OR": 68, "OH": 68, "IRE": 139, "SEL": 146}
+
+
+# -- the formula as a function of any matrix (sdpaxos.profiles.sdpaxos_commit_ms) --
+
+
+def test_the_formula_function_gives_the_papers_numbers() -> None:
+    assert sdpaxos_commit_ms(PAPER3, 0) == {"CA": 20, "OR": 20, "OH": 52}
+    assert sdpaxos_commit_ms(PAPER5, 0) == {"CA": 52, "OR": 68, "OH": 68, "IRE": 139, "SEL": 146}
+
+
+def _random_profile(n: int, seed: int, asymmetric: bool = False) -> DelayProfile:
+    rng = random.Random(seed)
+    rtt = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        rtt[i][i] = round(rng.uniform(0.1, 2.0), 2)
+        for j in range(i + 1, n):
+            rtt[i][j] = rtt[j][i] = float(rng.randrange(10, 250))
+    one_way = None
+    if asymmetric:  # each direction its own share of the round trip
+        one_way = [[0.0] * n for _ in range(n)]
+        for i in range(n):
+            for j in range(i + 1, n):
+                share = rng.uniform(0.2, 0.8)
+                one_way[i][j] = round(rtt[i][j] * share, 3)
+                one_way[j][i] = round(rtt[i][j] - one_way[i][j], 3)
+    regions = [f"R{i}" for i in range(n)]
+    return DelayProfile.from_lists(f"random{n}-{seed}", regions, rtt, one_way)
+
+
+@pytest.mark.parametrize(
+    ("n", "seed", "asymmetric"),
+    [(3, 1, False), (3, 2, True), (5, 3, False), (5, 4, True), (5, 5, False)],
+)
+def test_the_simulator_matches_the_formula_on_random_matrices(
+    n: int, seed: int, asymmetric: bool
+) -> None:
+    """Any deployment's matrix, the sequencer anywhere: what ``python -m bench
+    latency --profile`` prints as the expectation is what the protocol does."""
+    profile = _random_profile(n, seed, asymmetric)
+    sequencer = seed % n
+    measured = mean_by_region(profile, profile.regions[sequencer])
+    within_2_percent(measured, sdpaxos_commit_ms(profile, sequencer))
+
+
+def test_the_formula_function_refuses_what_it_cannot_answer() -> None:
+    with pytest.raises(ProfileError, match="no latency formula for 7 replicas"):
+        sdpaxos_commit_ms(uniform(7, 100.0), 0)
+    with pytest.raises(ProfileError, match="sequencer 3 is not a replica"):
+        sdpaxos_commit_ms(PAPER3, 3)
