@@ -16,11 +16,12 @@ from pathlib import Path
 
 from bench.common import RESULTS_ROOT, Context
 from bench.engines import RuntimeEngine
+from sdpaxos.profiles import DelayProfile, ProfileError, builtin, load_json
 from sdpaxos.protocols import PROTOCOL_NAMES
 
 #: Each experiment: one line of help (``--help`` lists them).
 EXPERIMENTS: dict[str, str] = {
-    "latency": "per-region commit and read latency on paper3/paper5 (Figs. 12, 13)",
+    "latency": "per-region commit and read latency on paper3/paper5 or --profile (Figs. 12, 13)",
     "throughput": "capacity per protocol vs conflict and read share, CPU and NIC (Figs. 10, 11)",
     "straggler": "throughput with one slow replica; SDPaxos moving a slow sequencer (Fig. 9)",
     "failover": "throughput over time per replica when the sequencer/leader is killed (Fig. 14)",
@@ -93,6 +94,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="seed of every workload and run (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument(
+        "--profile",
+        action="append",
+        default=None,
+        metavar="NAME_OR_JSON",
+        help="latency: a delay profile to measure instead of the paper's two, by name"
+        " (paper3, paper5, uniformN) or as a JSON matrix file (format: sdpaxos.profiles);"
+        " repeat for several",
+    )
+    p.add_argument(
+        "--sequencer",
+        default=None,
+        metavar="REGION",
+        help="latency: the region of the SDPaxos sequencer and the Multi-Paxos leader"
+        " (default: CA where the profile has it, else its first region)",
+    )
+    p.add_argument(
         "--nic-mbps",
         type=float,
         default=None,
@@ -127,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.nic_mbps is not None and not args.nic_mbps > 0:
         print(f"--nic-mbps must be > 0, got {args.nic_mbps}", file=sys.stderr)
         return 2
+    try:
+        profiles = _profiles(args)
+    except ProfileError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     out = args.out if args.out is not None else RESULTS_ROOT / args.experiment
     ctx = Context(
         args.experiment,
@@ -137,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         quiet=args.quiet,
         nic_mbps=args.nic_mbps,
+        profiles=profiles,
+        sequencer=args.sequencer,
     )
     for name, why in ctx.skipped.items():
         ctx.progress(f"skipping {name}: {why}")
@@ -147,6 +171,29 @@ def main(argv: list[str] | None = None) -> int:
         return _runner(args.experiment)(ctx)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _profiles(args: argparse.Namespace) -> tuple[DelayProfile, ...]:
+    """``--profile``'s profiles (each checked to hold ``--sequencer``'s region).
+
+    Raises:
+        ProfileError: an unknown name, a bad file, or a sequencer not in a profile.
+    """
+    if (args.profile or args.sequencer is not None) and args.experiment != "latency":
+        raise ProfileError("--profile and --sequencer are for the latency experiment")
+    out: list[DelayProfile] = []
+    for given in args.profile or ():
+        is_file = given.endswith(".json") or Path(given).exists()
+        profile = load_json(given) if is_file else builtin(given)
+        if profile.name in {p.name for p in out}:
+            raise ProfileError(f"profile {profile.name!r} given twice")
+        out.append(profile)
+    if args.sequencer is not None:
+        from bench.experiments.latency import PROFILES
+
+        for profile in out or PROFILES:
+            profile.index(args.sequencer)  # raises, naming the profile's regions
+    return tuple(out)
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from bench.engines import ENGINES, Engine, RunOutput, RunSpec, protocol_status
 from bench.workloads import write_history
+from sdpaxos.profiles import DelayProfile
 
 #: Where results go when ``--out`` is not given: ``bench/results/<experiment>/``.
 RESULTS_ROOT = Path(__file__).resolve().parent / "results"
@@ -44,6 +45,11 @@ class Context:
     #: The throughput experiment's NIC model, Mbit/s each way per replica
     #: (``None``: its default, the paper's instance class).
     nic_mbps: float | None = None
+    #: The latency experiment's delay profiles (``--profile``; empty: the paper's).
+    profiles: tuple[DelayProfile, ...] = ()
+    #: Its sequencer's (and Multi-Paxos leader's) region (``--sequencer``; None:
+    #: CA where the profile has it, else its first region).
+    sequencer: str | None = None
     #: Why each protocol that cannot run is skipped (``"not built: ..."``).
     skipped: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)

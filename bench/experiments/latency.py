@@ -1,6 +1,7 @@
 """``latency``: the paper's Figures 12 and 13, per-region commit and read latency.
 
-Setup (the paper's section 5.4): the ``paper3`` (CA, OR, OH) and ``paper5``
+Setup (the paper's section 5.4), unless ``--profile`` and ``--sequencer`` name
+a deployment of your own: the ``paper3`` (CA, OR, OH) and ``paper5``
 (CA, OR, OH, IRE, SEL) profiles of Table 1, the SDPaxos sequencer and the
 Multi-Paxos leader in CA, open-loop clients co-located with every replica, each
 issuing Poisson arrivals at a fixed rate. Operations invoked during the
@@ -42,11 +43,65 @@ from bench.engines import (
 )
 from bench.runtime_engine import describe_latency
 from bench.workloads import Workload, summarize
-from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile
+from sdpaxos.profiles import (
+    FORMULA_REPLICAS_MAX,
+    PAPER3,
+    PAPER5,
+    DelayProfile,
+    sdpaxos_commit_ms,
+)
 
-#: The region with half the clients in the imbalanced Mencius runs (the paper's choice).
+#: The region with half the clients in the imbalanced Mencius runs (the paper's
+#: choice; any other profile: its last region that is not the sequencer's).
 IMBALANCED_REGION = {"paper3": "OH", "paper5": "IRE"}
+#: The profiles run unless ``--profile`` names others.
 PROFILES: tuple[DelayProfile, ...] = (PAPER3, PAPER5)
+#: Where the sequencer and the Multi-Paxos leader go unless ``--sequencer`` says:
+#: the paper's region when the profile has it, else the profile's first.
+SEQUENCER_REGION_DEFAULT = "CA"
+
+
+def profiles(ctx: Context) -> tuple[DelayProfile, ...]:
+    """The profiles this run measures: ``--profile``'s, else the paper's two."""
+    return ctx.profiles or PROFILES
+
+
+def leader_of(ctx: Context, profile: DelayProfile) -> int:
+    """The replica that is the sequencer (and the Multi-Paxos leader) on ``profile``."""
+    if ctx.sequencer is not None:
+        return profile.index(ctx.sequencer)
+    return default_leader(profile)
+
+
+def default_leader(profile: DelayProfile) -> int:
+    if SEQUENCER_REGION_DEFAULT in profile.regions:
+        return profile.index(SEQUENCER_REGION_DEFAULT)
+    return 0
+
+
+def imbalanced_region(profile: DelayProfile, leader: int) -> int:
+    if profile.name in IMBALANCED_REGION and profile == PROFILE_BY_NAME.get(profile.name):
+        return profile.index(IMBALANCED_REGION[profile.name])
+    return max(r for r in range(profile.size) if r != leader) if profile.size > 1 else 0
+
+
+PROFILE_BY_NAME = {p.name: p for p in PROFILES}
+
+
+def formula(profile: DelayProfile, leader: int) -> dict[str, float] | None:
+    """SDPaxos's expected commit latency per region (``sdpaxos_commit_ms``), or
+    None where there is no formula (more than five replicas)."""
+    if profile.size > FORMULA_REPLICAS_MAX:
+        return None
+    return sdpaxos_commit_ms(profile, leader)
+
+
+def paper_figures(profile: DelayProfile, leader: int) -> bool:
+    """The paper's Figs. 12 and 13 apply: its profile, its sequencer (CA)."""
+    return (
+        PROFILE_BY_NAME.get(profile.name) == profile
+        and profile.regions[leader] == SEQUENCER_REGION_DEFAULT
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +170,9 @@ def _spec(
     imbalanced: bool,
 ) -> RunSpec:
     per_region = [settings.clients_per_region] * profile.size
+    leader = leader_of(ctx, profile)
     if imbalanced:
-        per_region[profile.index(IMBALANCED_REGION[profile.name])] = max(
-            1, settings.clients_per_region // 2
-        )
+        per_region[imbalanced_region(profile, leader)] = max(1, settings.clients_per_region // 2)
     return RunSpec(
         protocol=proto,
         profile=profile,
@@ -126,7 +180,7 @@ def _spec(
         clients=Clients("open", tuple(per_region), rate_per_s=settings.rate_per_s),
         duration_ms=settings.duration_ms,
         warmup_ms=settings.warmup_ms,
-        leader=profile.index("CA"),
+        leader=leader,
         seed=ctx.seed,
     )
 
@@ -161,8 +215,9 @@ def _run(ctx: Context, engine: Any) -> int:
         result["fsync"] = engine.fsync
         result["latency_measured_at"] = "client (loopback hop, TLS, client included)"
     failures: list[str] = []
-    for profile in PROFILES:
+    for profile in profiles(ctx):
         regions = list(profile.regions)
+        leader = leader_of(ctx, profile)
         commit: dict[str, dict[str, Any]] = {}
         reads: dict[str, dict[str, Any]] = {}
         for v in WRITE_VARIANTS:
@@ -193,11 +248,13 @@ def _run(ctx: Context, engine: Any) -> int:
                     outputs,
                     failures,
                 )
-        check = _formula_check(profile, commit.get("SDPaxos"))
+        check = _formula_check(profile, commit.get("SDPaxos"), leader)
         if check["flagged"]:
             failures.append(f"{profile.name}: SDPaxos off the formula by more than 5 %")
         result["profiles"][profile.name] = {
             "regions": regions,
+            "sequencer": profile.regions[leader],
+            "paper_figures": paper_figures(profile, leader),
             "commit": commit,
             "reads": reads,
             "formula_check": check,
@@ -205,7 +262,7 @@ def _run(ctx: Context, engine: Any) -> int:
     if outputs:
         history = write_history_file(ctx, outputs)
         ctx.progress(f"wrote {history}")
-    for profile in PROFILES:
+    for profile in profiles(ctx):
         _plot(ctx, profile, result["profiles"][profile.name])
     result["failures"] = failures
     write_results(ctx, result, _markdown(ctx, settings, result))
@@ -278,20 +335,25 @@ def _one(
     return cell
 
 
-def _formula_check(profile: DelayProfile, sd: dict[str, Any] | None) -> dict[str, Any]:
+def _formula_check(
+    profile: DelayProfile, sd: dict[str, Any] | None, leader: int | None = None
+) -> dict[str, Any]:
     """SDPaxos's mean commit latency per region against the formula, flagged beyond 5 %.
 
     The runtime engine's cells carry the nodes' own mean (``node_commit_ms``,
     from proposal to READY at the replica: what the formula and the simulator
     measure) beside the client's; the check is on the node's, and the client's
-    offset is shown beside it (it adds the loopback hop and TLS).
+    offset is shown beside it (it adds the loopback hop and TLS). With no
+    formula (more than five replicas) nothing is judged.
     """
-    formula = paper.FORMULA_MS[profile.name]
+    want_by_region = formula(profile, default_leader(profile) if leader is None else leader)
+    if want_by_region is None:
+        return {"rows": {}, "flagged": False, "measured": False, "judged_on": None}
     rows = {}
     flagged = False
     measured = sd is not None and "regions" in sd
     node_side = (sd or {}).get("node_commit_ms") or None
-    for region, want in formula.items():
+    for region, want in want_by_region.items():
         mean = client = None
         if sd is not None and "regions" in sd:
             mean = client = sd["regions"][region]["mean_ms"]
@@ -344,7 +406,11 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
         f" Open-loop Poisson clients: {settings.clients_per_region} per region at"
         f" {settings.rate_per_s:g} ops/s each (imbalanced: half in one region);"
         f" warm-up {settings.warmup_ms:g} ms excluded, {settings.duration_ms:g} ms measured"
-        f" ({'wall clock' if runtime else 'virtual time'}). Sequencer / leader in CA." + where,
+        f" ({'wall clock' if runtime else 'virtual time'})."
+        " Sequencer / leader: "
+        + ", ".join(f"{n} {p['sequencer']}" for n, p in result["profiles"].items())
+        + "."
+        + where,
         "",
     ]
     if runtime:
@@ -353,8 +419,12 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
         regions = prof["regions"]
         lines += [f"## {name}: commit latency", ""]
         check = prof["formula_check"]
-        fig12 = paper.FIG12_MS[name]
+        fig12 = paper.FIG12_MS.get(name, {}) if prof["paper_figures"] else {}
+        fig12_sd = fig12.get("SDPaxos", {})
         sd = prof["commit"].get("SDPaxos")
+        if not check["rows"]:
+            sd = None  # no formula to hold it against (more than five replicas)
+            lines += [f"No SDPaxos latency formula for {len(regions)} replicas.", ""]
         if sd is not None and check.get("judged_on") == "node":
             rows = []
             for region in regions:
@@ -370,12 +440,13 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
                         s["p50_ms"],
                         s["p99_ms"],
                         _off(c.get("client_off"), True),
-                        fig12["SDPaxos"].get(region),
+                        fig12_sd.get(region),
                     ]
                 )
             lines += [
-                "SDPaxos against the formula (docs/protocol.md 5.6) and the paper's Fig. 12;"
-                " the node's mean is judged (within 5 %), the client's is shown beside it:",
+                "SDPaxos against the formula (docs/protocol.md 5.6)"
+                + (" and the paper's Fig. 12" if fig12_sd else "")
+                + "; the node's mean is judged (within 5 %), the client's is shown beside it:",
                 "",
                 md_table(
                     [
@@ -388,8 +459,8 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
                         "client p99 ms",
                         "client vs formula",
                         "paper Fig. 12 ms",
-                    ],
-                    rows,
+                    ][: None if fig12_sd else -1],
+                    [row[: None if fig12_sd else -1] for row in rows],
                 ),
                 "",
             ]
@@ -406,11 +477,12 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
                         None if s is None else s["p50_ms"],
                         None if s is None else s["p99_ms"],
                         _off(c["off"], c["within_5pct"]),
-                        fig12["SDPaxos"].get(region),
+                        fig12_sd.get(region),
                     ]
                 )
             lines += [
-                "SDPaxos against the formula (docs/protocol.md 5.6) and the paper's Fig. 12:",
+                "SDPaxos against the formula (docs/protocol.md 5.6)"
+                + (" and the paper's Fig. 12:" if fig12_sd else ":"),
                 "",
                 md_table(
                     [
@@ -421,8 +493,8 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
                         "p99 ms",
                         "vs formula",
                         "paper Fig. 12 ms",
-                    ],
-                    rows,
+                    ][: None if fig12_sd else -1],
+                    [row[: None if fig12_sd else -1] for row in rows],
                 ),
                 "",
             ]
@@ -465,18 +537,20 @@ def _markdown(ctx: Context, settings: Settings, result: dict[str, Any]) -> str:
                     + "; ".join(f"{c}: {p}" for c, p in paths.items()),
                     "",
                 ]
-            sd_read = paper.FIG13_SDPAXOS_UNIFORM_MS[name]
-            lines += [
-                "The paper's Fig. 13, SDPaxos, uniform keys (≈ ms): "
-                + ", ".join(f"{r} {v:g}" for r, v in sd_read.items()),
-                "",
-            ]
+            if prof["paper_figures"]:
+                sd_read = paper.FIG13_SDPAXOS_UNIFORM_MS[name]
+                lines += [
+                    "The paper's Fig. 13, SDPaxos, uniform keys (≈ ms): "
+                    + ", ".join(f"{r} {v:g}" for r, v in sd_read.items()),
+                    "",
+                ]
         for plot in ctx.plots:
             if plot.startswith(f"latency_{name}"):
                 lines += [f"![{name}]({plot})", ""]
     moved = [
         f"- {name} {column}: at the end the nodes followed {', '.join(cell['lead_moved'])}"
-        " (the lead moved during the run, so its latencies are not those of a leader in CA)"
+        f" (the lead moved during the run, so its latencies are not those of a leader in"
+        f" {prof['sequencer']})"
         for name, prof in result["profiles"].items()
         for group in ("commit", "reads")
         for column, cell in prof[group].items()
@@ -527,6 +601,7 @@ def _plot(ctx: Context, profile: DelayProfile, prof: dict[str, Any]) -> None:
         return
 
     side = "client" if ctx.engine_name == "runtime" else "replica"
+    expected = {r: c["formula_ms"] for r, c in prof["formula_check"]["rows"].items()}
 
     def bars(ax: Any, data: dict[str, Any], title: str, formula: dict[str, float] | None) -> None:
         width = 0.8 / max(1, len(data))
@@ -555,7 +630,7 @@ def _plot(ctx: Context, profile: DelayProfile, prof: dict[str, Any]) -> None:
         panels = [
             p
             for p in (
-                (commit, "commit latency", paper.FORMULA_MS[profile.name]),
+                (commit, "commit latency", expected or None),
                 (reads, "read latency", None),
             )
             if p[0]
@@ -564,7 +639,7 @@ def _plot(ctx: Context, profile: DelayProfile, prof: dict[str, Any]) -> None:
         for ax, (data, title, formula) in zip(axes[0], panels, strict=True):
             bars(ax, data, f"{profile.name}: {title}", formula)
         fig.suptitle(
-            f"{ctx.engine_name} engine, sequencer/leader in CA"
+            f"{ctx.engine_name} engine, sequencer/leader in {prof['sequencer']}"
             + (", client-side latency (loopback, TLS included)" if side == "client" else "")
         )
 

@@ -178,6 +178,47 @@ def test_tiny_latency_run_writes_its_files_and_meets_the_formula(
     assert len(loaded.history) == len(history.splitlines()) > 20
 
 
+def test_latency_on_your_own_matrix_and_sequencer(tmp_path: Path) -> None:
+    """``--profile FILE.json --sequencer REGION``: a deployment of one's own,
+    judged against the formula for that matrix (``sdpaxos_commit_ms``)."""
+    matrix = {
+        "name": "mine",
+        "regions": ["east", "west", "south"],
+        "rtt_ms": [[0.5, 60, 30], [60, 0.5, 80], [30, 80, 0.5]],
+    }
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(matrix))
+    out = tmp_path / "out"
+    args = ["latency", "--quick", "--quiet", "--out", str(out), "--protocols", "sdpaxos"]
+    assert cli.main([*args, "--profile", str(path), "--sequencer", "west"]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert list(result["profiles"]) == ["mine"]
+    prof = result["profiles"]["mine"]
+    assert prof["sequencer"] == "west" and not prof["paper_figures"]
+    # west is the sequencer: its nearest peer is east (60); east: max(30, 60);
+    # south: max(30 to east, 80 to the sequencer).
+    want = {"east": 60.0, "west": 60.0, "south": 80.0}
+    rows = prof["formula_check"]["rows"]
+    assert {r: rows[r]["formula_ms"] for r in want} == want
+    for region, ms in want.items():
+        assert prof["commit"]["SDPaxos"]["regions"][region]["mean_ms"] == pytest.approx(
+            ms, rel=0.05
+        )
+    assert not prof["formula_check"]["flagged"]
+    markdown = (out / "results.md").read_text()
+    assert "Sequencer / leader: mine west." in markdown and "Fig. 13" not in markdown
+
+
+def test_latency_refuses_a_bad_profile_or_sequencer(tmp_path: Path) -> None:
+    args = ["latency", "--quick", "--quiet", "--out", str(tmp_path)]
+    assert cli.main([*args, "--profile", "paper9"]) == 2
+    assert cli.main([*args, "--profile", str(tmp_path / "missing.json")]) == 2
+    assert cli.main([*args, "--sequencer", "MARS"]) == 2
+    assert cli.main([*args, "--profile", "paper3", "--profile", "paper3"]) == 2
+    assert cli.main(["throughput", "--quick", "--profile", "paper3"]) == 2
+    assert not any(tmp_path.iterdir())  # nothing was run or written
+
+
 def test_history_lines_mark_open_operations_info() -> None:
     from bench.workloads import OpRecord
 
