@@ -23,7 +23,7 @@ from bench.experiments import latency
 from bench.workloads import HOT_KEY, OpStream, Workload, arrivals_us, history_lines
 from sdpaxos import protocols
 from sdpaxos.check.formats import parse_jsonl
-from sdpaxos.profiles import PAPER3
+from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile
 
 OPS = 4000
 
@@ -207,6 +207,17 @@ def test_latency_on_your_own_matrix_and_sequencer(tmp_path: Path) -> None:
     assert not prof["formula_check"]["flagged"]
     markdown = (out / "results.md").read_text()
     assert "Sequencer / leader: mine west." in markdown and "Fig. 13" not in markdown
+
+
+def test_the_imbalanced_region_is_the_papers_or_the_last_but_the_sequencers() -> None:
+    assert latency.imbalanced_region(PAPER5, 0) == PAPER5.index("IRE")
+    assert latency.imbalanced_region(PAPER3, 0) == PAPER3.index("OH")
+    mine = DelayProfile.from_lists("mine", ["a", "b", "c"], [[1, 9, 9], [9, 1, 9], [9, 9, 1]])
+    assert latency.imbalanced_region(mine, 0) == 2
+    assert latency.imbalanced_region(mine, 2) == 1
+    # The paper's regions under another name are not the paper's profile.
+    renamed = DelayProfile.from_lists("paper3", ["x", "y", "z"], [[1, 9, 9], [9, 1, 9], [9, 9, 1]])
+    assert latency.imbalanced_region(renamed, 0) == 2
 
 
 def test_latency_refuses_a_bad_profile_or_sequencer(tmp_path: Path) -> None:
