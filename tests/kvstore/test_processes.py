@@ -17,7 +17,7 @@ from kvstore.cluster import ProcessCluster, redis_ping
 from kvstore.jepsen import run_jepsen
 from kvstore.local import make_kv_cluster
 
-from ..runtime.helpers import FAST_PROTOCOL
+from ..runtime.helpers import FAST_PROTOCOL, default_sigint, kill_group
 
 
 def _kvstore(*args: str, **kw):
@@ -60,6 +60,8 @@ def test_local_prints_the_redis_addresses_and_stops_on_interrupt(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     lines = []
     try:
@@ -78,9 +80,7 @@ def test_local_prints_the_redis_addresses_and_stops_on_interrupt(tmp_path):
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0 and "stopped." in out
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_group(proc)
 
 
 def test_demo_runs_a_failover_and_finds_the_history_linearizable(tmp_path):

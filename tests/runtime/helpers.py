@@ -190,3 +190,22 @@ class ProcessCluster:
         if not path.exists():
             return "(no log)"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test stops with Ctrl-C (SIGINT).
+
+    Why: an ignored signal stays ignored across ``exec``, and a test runner
+    started as a background job of a non-interactive shell ignores SIGINT, so
+    its children would too and never stop. Restoring the default lets Python
+    in the child install its ``KeyboardInterrupt`` handler as usual.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """Kill a child started with ``start_new_session=True`` and everything it
+    started (a ``local`` cluster's nodes too), whatever state the test left it in."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import default_sigint, kill_group
+
 #: How long the commands may take to start and stop (not a measured duration).
 STARTUP_TIMEOUT_S = 60.0
 
@@ -46,6 +48,8 @@ def test_local_prints_its_nodes_serves_status_and_stops_on_ctrl_c(tmp_path: Path
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     try:
         assert proc.stdout is not None
@@ -82,9 +86,7 @@ def test_local_prints_its_nodes_serves_status_and_stops_on_ctrl_c(tmp_path: Path
         down = _sdpaxos("status", "--config", str(config), "--timeout", "0.5")
         assert down.returncode == 1 and down.stdout.count("down") == 3
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_group(proc)
 
 
 @pytest.mark.parametrize(
