@@ -254,7 +254,7 @@ def _resolve_dotted(name: str) -> str | None:
     """Why the dotted ``name`` does not exist, or None."""
     head, *rest = name.split(".")
     if head == "sdpaxos":
-        return None if importlib.util.find_spec(name) else f"no module {name}"
+        return _resolve_in_module(name)
     cls = _classes().get(head)
     if cls is None:
         return f"{head} is not a public class of sdpaxos.core"
@@ -263,6 +263,28 @@ def _resolve_dotted(name: str) -> str | None:
         if part.startswith("_") or part not in _members(obj if inspect.isclass(obj) else type(obj)):
             return f"{name}: no public member {part!r}"
         obj = getattr(obj, part, None)
+    return None
+
+
+def _resolve_in_module(name: str) -> str | None:
+    """Why ``name`` (a module, or a module then attributes: ``sdpaxos.profiles.uniform``)
+    does not exist, or None."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        module = ".".join(parts[:k])
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent is a module, not a package
+            found = False
+        if found:
+            break
+    else:
+        return f"no module {name}"
+    obj: Any = importlib.import_module(module)
+    for part in parts[k:]:
+        if part.startswith("_") or not hasattr(obj, part):
+            return f"{name}: no public {part!r} in {module}"
+        obj = getattr(obj, part)
     return None
 
 
@@ -544,6 +566,12 @@ def test_the_checker_catches_a_broken_name() -> None:
         ("`CPromised`", "`CPromise_d`", _name_problems),
         ("`learn_ms`", "`learn_timeout_ms`", _name_problems),
         ("`Replica.propose`", "`Replica._start_c_instances`", _name_problems),
+        # a function of a module that is not there
+        (
+            "`sdpaxos.profiles.sdpaxos_commit_ms`",
+            "`sdpaxos.profiles.sdpaxos_commit_s`",
+            _name_problems,
+        ),
         # a section reference to nowhere
         ("(section 11)", "(section 21)", lambda t: _section_ref_problems(t, [])),
     ],
