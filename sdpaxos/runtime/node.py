@@ -755,14 +755,27 @@ class Node:
                 q.append(msg)
         if replies:
             waiting = self._waiting
+            answer = self._answer
+            timed = self.metrics is not None
+            code_of = _CODE_OF_KIND.get
             for reply in replies:
                 waiters = waiting.pop((reply.client_id, reply.seq), None)
                 if waiters is not None:
                     for w in waiters:
-                        if isinstance(w, tuple):
-                            self._answer_client(w, reply)
+                        if type(w) is tuple:  # a client connection's request
+                            # (_answer_client, written out: once per command)
+                            conn, request_id, started_ms = w
+                            kind = reply.kind
+                            if timed and started_ms != _NOT_TIMED:
+                                self._observe_latency(kind, started_ms)
+                            answer(
+                                conn,
+                                request_id,
+                                code_of(kind, rf.Code.SESSION_EXPIRED),
+                                reply.result,
+                            )
                         else:
-                            w(reply)
+                            w(reply)  # type: ignore[operator]
         for rr in reads:
             done = self._reads.pop(rr.read_id, None)
             if done is not None:
@@ -1094,15 +1107,6 @@ class Node:
         cmd: Command = _new(Command, (client_id, seq, payload, key))
         if not self._enqueue(cmd, wait, waiter):
             self._answer(conn, request_id, rf.Code.RETRY, "overloaded: the proposal queue is full")
-
-    def _answer_client(self, waiter: tuple[Connection, int, float], reply: Reply) -> None:
-        conn, request_id, started_ms = waiter
-        kind = reply.kind
-        if self.metrics is not None and started_ms != _NOT_TIMED:
-            self._observe_latency(kind, started_ms)
-        self._answer(
-            conn, request_id, _CODE_OF_KIND.get(kind, rf.Code.SESSION_EXPIRED), reply.result
-        )
 
     def _enqueue(self, cmd: Command, wait: Wait, waiter: Waiter) -> bool:
         """Propose ``cmd`` (or join the proposal of the same ``(client_id, seq)``)."""
