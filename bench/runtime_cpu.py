@@ -35,8 +35,10 @@ import argparse
 import asyncio
 import collections
 import json
+import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -127,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default=None, help="py-spy this node: an id, or 'leader'")
     p.add_argument("--profile-out", default=None, help="keep py-spy's raw files in this directory")
     p.add_argument("--perf", default=None, help="perf record this node (an id, or 'leader')")
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count each node's instructions per command (perf stat): a figure the"
+        " machine's load hardly moves, unlike CPU seconds",
+    )
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
@@ -162,6 +170,7 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
     syscalls: list[list[tuple[float, ...]]] = []
     counters: list[list[dict[str, float]]] = []
     ops: list[float] = []
+    instructions: list[list[float]] = []
     profile_dir = Path(args.profile_out or tempfile.mkdtemp(prefix="rtcpu-pyspy-"))
     profile_dir.mkdir(parents=True, exist_ok=True)
     raws: list[Path] = []
@@ -223,7 +232,15 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
+        counting = (
+            [_perf_stat(pid, profile_dir / f"stat-{k}.txt") for k, pid in enumerate(pids)]
+            if args.instructions
+            else []
+        )
         out = runner.run(spec, _say)
+        for proc in counting:
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
         if perf is not None:
             perf.wait()
         if spy is not None:
@@ -242,6 +259,10 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
         io1 = node_io(runner, n)
         answered = sum(1 for rec in out.records if rec.complete_us is not None)
         per = max(answered, 1)
+        if counting:
+            instructions.append(
+                [_read_stat(profile_dir / f"stat-{k}.txt") / per for k in range(len(pids))]
+            )
         cpu = out.extra["cpu"]
         window_cpu.append([c * 1000 for c in cpu["node_cpu_s_per_1000"]])
         ops.append(cpu["ops_per_s"])
@@ -283,6 +304,14 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
             {key: med([c[k][key] for c in counters]) for key in IO_KEYS} for k in range(n)
         ],
     }
+    if instructions:
+        result["instructions_per_cmd_runs"] = instructions
+        result["instructions_per_cmd"] = [med([w[k] for w in instructions]) for k in range(n)]
+        print(
+            "  instructions per command (whole run), per node: "
+            + " ".join(f"{x:,.0f}" for x in result["instructions_per_cmd"]),
+            flush=True,
+        )
     busiest = max(result["window_cpu_ms_per_1000"])
     result["capacity_per_s"] = 1000 / busiest * 1000 if busiest > 0 else 0.0
     print(
@@ -310,6 +339,23 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
         print(summarize_pyspy(merged, args.top), flush=True)
         print(f"  (py-spy raw files in {profile_dir})")
     return result
+
+
+def _perf_stat(pid: int, path: Path) -> subprocess.Popen[bytes]:
+    """``perf stat`` counting the instructions of ``pid`` (all threads) until SIGINT."""
+    return subprocess.Popen(
+        ["perf", "stat", "-e", "instructions", "-x", ",", "-o", str(path), "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _read_stat(path: Path) -> float:
+    for line in path.read_text().splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2].startswith("instructions"):
+            return float(fields[0]) if fields[0].replace(".", "").isdigit() else math.nan
+    return math.nan
 
 
 def _say(text: str) -> None:

@@ -156,20 +156,26 @@ def _commands_from_wire(value: object) -> tuple[Command, ...]:
     out: list[Command] = []
     append = out.append
     for item in value:
-        if (
-            type(item) is not tuple
-            or not 3 <= len(item) <= 4
-            or type(item[0]) is not int
-            or type(item[1]) is not int
-            or type(item[2]) is not bytes
-            or (len(item) == 4 and type(item[3]) is not bytes)
-        ):
-            raise CodecError(
-                f"expected [client_id, seq, payload(bin), key(bin)?], got {_short(item)}"
-            )
-        # The checked tuple itself becomes the Command (a named tuple's own
+        # Each command is checked as [client_id, seq, payload(bin), key(bin)?];
+        # the checked tuple itself becomes the Command (a named tuple's own
         # constructor is a Python function: twice the cost, on every command).
-        append(_new(Command, item) if len(item) == 4 else _new(Command, item + _NO_KEY))
+        if type(item) is tuple:
+            if len(item) == 4:
+                client_id, seq, payload, key = item
+                if (
+                    type(client_id) is int
+                    and type(seq) is int
+                    and type(payload) is bytes
+                    and type(key) is bytes
+                ):
+                    append(_new(Command, item))
+                    continue
+            elif len(item) == 3:
+                client_id, seq, payload = item
+                if type(client_id) is int and type(seq) is int and type(payload) is bytes:
+                    append(_new(Command, item + _NO_KEY))
+                    continue
+        raise CodecError(f"expected [client_id, seq, payload(bin), key(bin)?], got {_short(item)}")
     return tuple(out)
 
 
