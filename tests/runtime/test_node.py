@@ -289,12 +289,31 @@ def test_a_clients_concurrent_submits_travel_together(tmp_path):
                 await client.submit(b"first", timeout_s=20)  # opens a session
                 conn = next(iter(nodes[1]._clients))
                 before = conn.frames_received
+                io_before = nodes[1].status().io
                 sent = [b"many%d" % k for k in range(300)]
                 await asyncio.gather(*(client.submit(p, timeout_s=30) for p in sent))
                 frames = conn.frames_received - before
                 assert frames < 60, frames  # 300 registrations and 300 commands
+                # The node's own counters (NodeStatus.io) saw the same frames,
+                # and answered them in at most as many.
+                io = nodes[1].status().io
+                assert io["client_frames_in"] - io_before["client_frames_in"] == frames
+                answers = io["client_frames_out"] - io_before["client_frames_out"]
+                assert 0 < answers <= frames
+                assert 0 < io["client_writes"] - io_before["client_writes"] <= answers
             await eventually(lambda: _same_everywhere(nodes, 301), what="executed")
             assert sorted(nodes[0].state_machine.payloads[1:]) == sorted(sent)
+            ios = [n.status().io for n in nodes]
+            for io in ios:  # batches of messages, written a loop turn's worth at a time
+                assert io["turns"] > 0
+                assert io["messages_out"] >= io["peer_frames_out"] >= io["peer_writes"] > 0
+            # Nothing is counted in that was not counted out.
+            assert 0 < sum(io["messages_in"] for io in ios) <= sum(io["messages_out"] for io in ios)
+            assert (
+                0
+                < sum(io["peer_frames_in"] for io in ios)
+                <= sum(io["peer_frames_out"] for io in ios)
+            )
 
     asyncio.run(main())
 
