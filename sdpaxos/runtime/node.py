@@ -1062,8 +1062,7 @@ class Node:
             self._client_submit(conn, f)
         elif isinstance(f, rf.SubmitMany):
             conn.pending += len(f.items) - 1
-            for item in f.items:
-                self._client_submit(conn, item)
+            self._client_submits(conn, f.items)
             if conn.pending >= CLIENT_REQUESTS_PENDING_MAX:
                 conn.pause_reading()
         elif isinstance(f, rf.Read):
@@ -1088,6 +1087,38 @@ class Node:
         if not self._flush_scheduled:
             self._kick()  # answers given outside a flush (status, refusals) go at the next
 
+    def _client_submits(self, conn: Connection, items: tuple[rf.Submit, ...]) -> None:
+        """:meth:`_client_submit` of each item, with its common case written out
+        (a session's next command, not proposed yet): this runs once per command.
+        Refusals, registrations and retries of a command in flight take the
+        general path."""
+        replica = self.replica
+        assert replica is not None
+        propose = replica.propose
+        waiting = self._waiting
+        timed = self.metrics is not None
+        proposed = False
+        for item in items:
+            request_id, client_id, seq, payload, key, wait_code = item
+            ident = (client_id, seq)
+            if client_id == 0 or seq == 0 or ident in waiting:
+                self._client_submit(conn, item)
+                continue
+            try:
+                propose(
+                    _new(Command, (client_id, seq, payload, key)),
+                    _EXECUTED if wait_code == 1 else _READY,
+                )
+            except Overloaded:
+                if self._room is not None:
+                    self._room.clear()
+                self._answer(conn, request_id, rf.Code.RETRY, _OVERLOADED)
+                continue
+            waiting[ident] = [(conn, request_id, _clock_ms() if timed else _NOT_TIMED)]
+            proposed = True
+        if proposed and not self._flush_scheduled:
+            self._kick()
+
     def _client_submit(self, conn: Connection, f: rf.Submit) -> None:
         request_id, client_id, seq, payload, key, wait_code = f
         if client_id == 0:
@@ -1106,7 +1137,7 @@ class Node:
         waiter = (conn, request_id, _clock_ms() if self.metrics is not None else _NOT_TIMED)
         cmd: Command = _new(Command, (client_id, seq, payload, key))
         if not self._enqueue(cmd, wait, waiter):
-            self._answer(conn, request_id, rf.Code.RETRY, "overloaded: the proposal queue is full")
+            self._answer(conn, request_id, rf.Code.RETRY, _OVERLOADED)
 
     def _enqueue(self, cmd: Command, wait: Wait, waiter: Waiter) -> bool:
         """Propose ``cmd`` (or join the proposal of the same ``(client_id, seq)``)."""
