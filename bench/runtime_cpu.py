@@ -23,10 +23,17 @@ Figures are medians over the runs. The machine is shared: CPU seconds per
 command, not wall-clock throughput, is the figure to compare, and ``uptime`` is
 printed with them.
 
+``--client-path``: no cluster; the CPU per command of a node's client path
+alone, in this process (decode a 1,000-item ``SUBMIT_MANY``, propose each to a
+stand-in core, answer each READY, encode the ``REPLY_MANY``), the minimum over
+15 passes of 20 frames: the part of the runtime every command pays at the node
+its client talks to, measured without the cluster's noise.
+
 Usage::
 
     python -m bench.runtime_cpu --protocols sdpaxos,mencius --replicas 3,5 --repeat 3
     python -m bench.runtime_cpu --protocols sdpaxos --replicas 3 --profile leader
+    python -m bench.runtime_cpu --client-path
 """
 
 from __future__ import annotations
@@ -137,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--json", default=None, help="write the figures to this file")
+    p.add_argument("--client-path", action="store_true", help="the client path alone (no cluster)")
     args = p.parse_args(argv)
+    if args.client_path:
+        print(f"client path: {client_path_us():.3f} us of CPU per command (min of 15)")
+        return 0
     results: list[dict[str, Any]] = []
     print(f"uptime: {os.popen('uptime').read().strip()}", flush=True)
     for n in [int(x) for x in args.replicas.split(",")]:
@@ -339,6 +350,90 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
         print(summarize_pyspy(merged, args.top), flush=True)
         print(f"  (py-spy raw files in {profile_dir})")
     return result
+
+
+def client_path_us(items: int = 1000, frames: int = 20, passes: int = 15) -> float:
+    """See the module docstring (``--client-path``)."""
+    import gc
+    import time
+
+    import msgpack
+
+    from sdpaxos.core.ready import Reply, ReplyKind
+    from sdpaxos.runtime import frames as rf
+    from sdpaxos.runtime.apps import DigestLog
+    from sdpaxos.runtime.config import load_config
+    from sdpaxos.runtime.local import make_local_cluster
+    from sdpaxos.runtime.node import Node
+
+    root = Path(tempfile.mkdtemp(prefix="rtcpu-client-"))
+    try:
+        node = Node(load_config(make_local_cluster(root, 3, insecure=True), 0), DigestLog())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    class Core:  # stands in for the replica: takes proposals, nothing else
+        def __init__(self) -> None:
+            self.proposed: list[Any] = []
+
+        def propose(self, command: Any, wait: Any) -> None:
+            self.proposed.append(command)
+
+    class Conn:  # a client connection that keeps what the node sends
+        kind = rf.Kind.CLIENT
+
+        def __init__(self) -> None:
+            self.pending = 0
+            self.paused = False
+            self.open = True
+            self.answers: list[Any] = []
+            self.out: list[bytes] = []
+
+        def send(self, payload: bytes) -> None:
+            self.out.append(payload)
+
+        def flush(self) -> None:
+            self.out = []
+
+        def pause_reading(self) -> None:
+            pass
+
+        def resume_reading(self) -> None:
+            pass
+
+    core = Core()
+    node.replica = core  # type: ignore[assignment]
+    node._running = True
+    node._flush_scheduled = True  # no event loop: nothing is scheduled
+    batches = [
+        b"\xc1"
+        + msgpack.packb(
+            [14, [[i, (1 << 62) | i, 7, b"x" * 16, b"u1-%d" % i, 0] for i in range(b, b + items)]],
+            use_bin_type=True,
+        )
+        for b in range(0, items * frames, items)
+    ]
+    best = math.inf
+    gc.disable()
+    try:
+        for _ in range(passes):
+            conn = Conn()
+            spent = 0.0
+            for data in batches:
+                t0 = time.thread_time()
+                node.frame(conn, data)  # type: ignore[arg-type]
+                t1 = time.thread_time()
+                replies = [Reply(c.client_id, c.seq, ReplyKind.READY) for c in core.proposed]
+                core.proposed = []
+                t2 = time.thread_time()
+                node._release([], replies, [])
+                node._send_out()
+                spent += (t1 - t0) + time.thread_time() - t2
+            node._waiting.clear()
+            best = min(best, spent / (items * frames) * 1e6)
+    finally:
+        gc.enable()
+    return best
 
 
 def _perf_stat(pid: int, path: Path) -> subprocess.Popen[bytes]:
