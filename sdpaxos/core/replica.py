@@ -97,6 +97,9 @@ _ELECTION_MESSAGES: frozenset[type] = frozenset({VRequest, Vote})
 #: Snapshot transfer: a snapshot holds executed slots, final in every view, and
 #: whoever needs one (a candidate still in an old view, say) must get it.
 _VIEWLESS_MESSAGES: frozenset[type] = frozenset({SnapshotRequest, SnapshotChunk})
+#: ``Wait.EXECUTED`` read once: an enum member read through its class costs
+#: more than a module global, and :meth:`Replica.propose` runs per command.
+_EXECUTED = Wait.EXECUTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +286,7 @@ class Replica:
         if len(proposals) >= self._propose_queue_max:
             raise Overloaded(f"{len(proposals)} proposals are already queued")
         proposals.append(command)
-        if wait == Wait.EXECUTED:
+        if wait == _EXECUTED:
             self.command_leader.exec_waiters.add((command.client_id, command.seq))
 
     def request_snapshot(self) -> None:

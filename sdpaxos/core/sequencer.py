@@ -400,15 +400,17 @@ class Sequencer:
     def record_history(self, slot: Slot, owner: ReplicaId, first: int, count: int) -> None:
         """Slot ``slot`` orders C-instances ``first ..`` of ``owner``."""
         history = self.history
+        take_keys = self.pending_keys.pop
+        forget = history.pop  # bound once: this loop runs once per command
         for index in range(first, first + count):
-            keys = self.pending_keys.pop((owner, index), None)
+            keys = take_keys((owner, index), None)
             if keys is None or b"" in keys:
                 # Unknown objects (the request was lost, or a write named none):
                 # every read must wait for this slot.
                 self.history_floor = slot
                 continue
             for key in keys:
-                history.pop(key, None)
+                forget(key, None)
                 history[key] = slot
         limit = self.s.config.history_keys_max
         if len(history) > limit:
@@ -427,9 +429,7 @@ class Sequencer:
         per key, amortised.
         """
         history = self.history
-        floor = self.history_floor
-        for key in list(itertools.islice(history, count)):
-            slot = history.pop(key)
-            if slot > floor:
-                floor = slot
-        self.history_floor = floor
+        # The slots of the forgotten keys, popped in C (map), not a Python loop.
+        slots = list(map(history.pop, list(itertools.islice(history, count))))
+        if slots:
+            self.history_floor = max(self.history_floor, max(slots))

@@ -210,6 +210,13 @@ class NodeStatus:
     #: The latest core trace events of the kinds the node was asked to keep
     #: (``trace_events``), each ``(time.monotonic() in ms, name)``.
     events: tuple[tuple[float, str], ...] = ()
+    #: What the driver did since the start, for working out where a node's CPU
+    #: goes (per command: divide by the commands answered): ``turns`` (flushes
+    #: of ``ready()``), ``peer_frames_in``/``_out`` and ``messages_in``/``_out``
+    #: (core batches and the messages in them), ``peer_writes`` (writes to peer
+    #: connections: a TLS record and a system call each), ``client_frames_in``/
+    #: ``_out`` and ``client_writes``.
+    io: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -255,6 +262,19 @@ class _Held:
 
 
 _OVERLOADED = "overloaded: the proposal queue is full"
+# The client path runs once per command: enum members read through their class
+# cost more than a module global, and a named tuple's own constructor is a
+# Python function (tuple.__new__ builds the same value for half the price).
+_READY, _EXECUTED = Wait.READY, Wait.EXECUTED
+#: What a client is told, by the kind of the core's reply.
+_CODE_OF_KIND = {
+    ReplyKind.READY: rf.Code.READY,
+    ReplyKind.EXECUTED: rf.Code.EXECUTED,
+    ReplyKind.SESSION_EXPIRED: rf.Code.SESSION_EXPIRED,
+}
+#: A client request's start time when no metrics were kept as it came in.
+_NOT_TIMED = -1.0
+_new = tuple.__new__
 #: Who waits for a command's reply: a local caller's callback (called with the
 #: reply, or with None when the node stops first), or a client connection's
 #: request ``(connection, request_id, started_ms)``.
@@ -419,6 +439,21 @@ class Node:
         # Counters.
         self.frames_rejected = 0
         self.fsyncs = 0
+        #: See :attr:`NodeStatus.io`.
+        self.io_counts: dict[str, int] = dict.fromkeys(
+            (
+                "turns",
+                "peer_frames_in",
+                "peer_frames_out",
+                "messages_in",
+                "messages_out",
+                "peer_writes",
+                "client_frames_in",
+                "client_frames_out",
+                "client_writes",
+            ),
+            0,
+        )
         self.records_written = 0
         self.bound_port: int | None = None
         self._ready_reported = 0
@@ -615,6 +650,7 @@ class Node:
         replica = self.replica
         if replica is None or not self._running:
             return
+        self.io_counts["turns"] += 1
         for _ in range(READY_CALLS_PER_FLUSH_MAX):
             rd = replica.ready()
             if not rd:
@@ -719,14 +755,27 @@ class Node:
                 q.append(msg)
         if replies:
             waiting = self._waiting
+            answer = self._answer
+            timed = self.metrics is not None
+            code_of = _CODE_OF_KIND.get
             for reply in replies:
                 waiters = waiting.pop((reply.client_id, reply.seq), None)
                 if waiters is not None:
                     for w in waiters:
-                        if isinstance(w, tuple):
-                            self._answer_client(w, reply)
+                        if type(w) is tuple:  # a client connection's request
+                            # (_answer_client, written out: once per command)
+                            conn, request_id, started_ms = w
+                            kind = reply.kind
+                            if timed and started_ms != _NOT_TIMED:
+                                self._observe_latency(kind, started_ms)
+                            answer(
+                                conn,
+                                request_id,
+                                code_of(kind, rf.Code.SESSION_EXPIRED),
+                                reply.result,
+                            )
                         else:
-                            w(reply)
+                            w(reply)  # type: ignore[operator]
         for rr in reads:
             done = self._reads.pop(rr.read_id, None)
             if done is not None:
@@ -734,17 +783,22 @@ class Node:
 
     def _send_out(self) -> None:
         out = self._out
+        io = self.io_counts
         if out:
             self._out = {}
             for dst, msgs in out.items():
                 peer = self._peers.get(dst)
                 if peer is None:
                     continue
+                io["messages_out"] += len(msgs)
                 for k in range(0, len(msgs), MESSAGES_PER_BATCH_MAX):
                     for payload in _encode(
                         self._encode_batch, msgs[k : k + MESSAGES_PER_BATCH_MAX]
                     ):
+                        io["peer_frames_out"] += 1
                         self._send_peer(peer, payload)
+                if peer.conn is not None and peer.conn.out:
+                    io["peer_writes"] += 1
                 self._flush_peer(peer)
         dirty = self._dirty_conns
         if dirty:
@@ -755,10 +809,14 @@ class Node:
                     conn.answers = []
                     if len(answers) == 1:
                         conn.send(rf.encode_runtime(answers[0]))
+                        io["client_frames_out"] += 1
                     else:
                         for k in range(0, len(answers), rf.MANY_ITEMS_MAX):
                             chunk = tuple(answers[k : k + rf.MANY_ITEMS_MAX])
                             conn.send(rf.encode_runtime(rf.ReplyMany(chunk)))
+                            io["client_frames_out"] += 1
+                if conn.out:
+                    io["client_writes"] += 1
                 conn.flush()
 
     def _send_peer(self, peer: _Peer, payload: bytes) -> None:
@@ -951,6 +1009,9 @@ class Node:
         if conn.kind == rf.Kind.NODE:
             if payload and payload[0] == VERSION:  # an empty frame is refused below
                 msgs = self._decode_batch(payload)
+                io = self.io_counts
+                io["peer_frames_in"] += 1
+                io["messages_in"] += len(msgs)
                 src = conn.peer_id
                 field = self._src_field
                 if field == "src":  # SDPaxos and Multi-Paxos: a plain attribute, the fast path
@@ -986,6 +1047,7 @@ class Node:
             else:
                 raise rf.FrameError(f"a replica may not send {type(f).__name__}")
             return
+        self.io_counts["client_frames_in"] += 1
         self._client_frame(conn, rf.decode_runtime(payload))
 
     # --------------------------------------------------------------- clients
@@ -1000,8 +1062,7 @@ class Node:
             self._client_submit(conn, f)
         elif isinstance(f, rf.SubmitMany):
             conn.pending += len(f.items) - 1
-            for item in f.items:
-                self._client_submit(conn, item)
+            self._client_submits(conn, f.items)
             if conn.pending >= CLIENT_REQUESTS_PENDING_MAX:
                 conn.pause_reading()
         elif isinstance(f, rf.Read):
@@ -1021,40 +1082,62 @@ class Node:
             return
         # Gathered per connection and sent at the end of the flush, as one
         # REPLY_MANY when there are several.
-        conn.answers.append(rf.Reply(request_id, code, value))
+        conn.answers.append(_new(rf.Reply, (request_id, code, value)))
         self._dirty_conns.add(conn)
-        self._kick()  # answers given outside a flush (status, refusals) go at the next
+        if not self._flush_scheduled:
+            self._kick()  # answers given outside a flush (status, refusals) go at the next
+
+    def _client_submits(self, conn: Connection, items: tuple[rf.Submit, ...]) -> None:
+        """:meth:`_client_submit` of each item, with its common case written out
+        (a session's next command, not proposed yet): this runs once per command.
+        Refusals, registrations and retries of a command in flight take the
+        general path."""
+        replica = self.replica
+        assert replica is not None
+        propose = replica.propose
+        waiting = self._waiting
+        timed = self.metrics is not None
+        proposed = False
+        for item in items:
+            request_id, client_id, seq, payload, key, wait_code = item
+            ident = (client_id, seq)
+            if client_id == 0 or seq == 0 or ident in waiting:
+                self._client_submit(conn, item)
+                continue
+            try:
+                propose(
+                    _new(Command, (client_id, seq, payload, key)),
+                    _EXECUTED if wait_code == 1 else _READY,
+                )
+            except Overloaded:
+                if self._room is not None:
+                    self._room.clear()
+                self._answer(conn, request_id, rf.Code.RETRY, _OVERLOADED)
+                continue
+            waiting[ident] = [(conn, request_id, _clock_ms() if timed else _NOT_TIMED)]
+            proposed = True
+        if proposed and not self._flush_scheduled:
+            self._kick()
 
     def _client_submit(self, conn: Connection, f: rf.Submit) -> None:
-        if f.client_id == 0:
-            self._answer(conn, f.request_id, rf.Code.ERROR, "client_id 0: open a session first")
+        request_id, client_id, seq, payload, key, wait_code = f
+        if client_id == 0:
+            self._answer(conn, request_id, rf.Code.ERROR, "client_id 0: open a session first")
             return
-        if f.seq == 0 and f.payload:
-            self._answer(conn, f.request_id, rf.Code.ERROR, "seq 0 is a registration: no payload")
-            return
-        if f.seq == 0 and self._registers_locally:  # no session table: see _NO_SESSION_TABLE
-            session_id = encode_session_id(self._rng.getrandbits(63) | 1)
-            self._answer(conn, f.request_id, rf.Code.EXECUTED, session_id)
-            return
-        wait = Wait.EXECUTED if f.wait == 1 or f.seq == 0 else Wait.READY
-        waiter = (conn, f.request_id, _clock_ms())
-        if not self._enqueue(Command(f.client_id, f.seq, f.payload, f.key), wait, waiter):
-            self._answer(
-                conn, f.request_id, rf.Code.RETRY, "overloaded: the proposal queue is full"
-            )
-
-    def _answer_client(self, waiter: tuple[Connection, int, float], reply: Reply) -> None:
-        conn, request_id, started_ms = waiter
-        kind = reply.kind
-        if kind == ReplyKind.READY:
-            code = rf.Code.READY
-        elif kind == ReplyKind.EXECUTED:
-            code = rf.Code.EXECUTED
-        else:
-            code = rf.Code.SESSION_EXPIRED
-        if self.metrics is not None:
-            self._observe_latency(kind, started_ms)
-        self._answer(conn, request_id, code, reply.result)
+        if seq == 0:
+            if payload:
+                self._answer(conn, request_id, rf.Code.ERROR, "seq 0 is a registration: no payload")
+                return
+            if self._registers_locally:  # no session table: see _NO_SESSION_TABLE
+                session_id = encode_session_id(self._rng.getrandbits(63) | 1)
+                self._answer(conn, request_id, rf.Code.EXECUTED, session_id)
+                return
+        wait = _EXECUTED if wait_code == 1 or seq == 0 else _READY
+        # The clock is read only for the latency metrics.
+        waiter = (conn, request_id, _clock_ms() if self.metrics is not None else _NOT_TIMED)
+        cmd: Command = _new(Command, (client_id, seq, payload, key))
+        if not self._enqueue(cmd, wait, waiter):
+            self._answer(conn, request_id, rf.Code.RETRY, _OVERLOADED)
 
     def _enqueue(self, cmd: Command, wait: Wait, waiter: Waiter) -> bool:
         """Propose ``cmd`` (or join the proposal of the same ``(client_id, seq)``)."""
@@ -1072,7 +1155,8 @@ class Node:
                 self._room.clear()
             return False
         self._waiting[key] = [waiter]
-        self._kick()
+        if not self._flush_scheduled:
+            self._kick()
         return True
 
     def _observe_latency(self, kind: ReplyKind, started_ms: float) -> None:
@@ -1429,6 +1513,7 @@ class Node:
             protocol=self.protocol.name,
             snapshots=self.snapshots,
             events=tuple(self.events),
+            io=dict(self.io_counts),
         )
 
     def _keep_event(self, event: str, me: ReplicaId, fields: dict[str, Any]) -> None:

@@ -125,22 +125,26 @@ def _check_items(value: tuple[object, ...]) -> None:
         raise CodecError(f"{len(value)} items exceed ARRAY_ITEMS_MAX ({ARRAY_ITEMS_MAX})")
 
 
+_new = tuple.__new__
+_NO_KEY = (None,)
+
+
 def _commands_to_wire(value: tuple[Command, ...]) -> object:
     if type(value) is not tuple:
         raise CodecError(f"expected tuple of Command, got {_short(value)}")
     _check_items(value)
-    out: list[tuple[int, int, bytes] | tuple[int, int, bytes, bytes]] = []
+    out: list[tuple[int, int, bytes] | Command] = []
+    append = out.append
     for command in value:
         if type(command) is not Command:
             raise CodecError(f"expected Command, got {_short(command)}")
-        client_id, seq, payload = command.client_id, command.seq, command.payload
+        client_id, seq, payload, key = command
         if type(client_id) is not int or type(seq) is not int or type(payload) is not bytes:
             raise CodecError(f"malformed {_short(command)}")
-        key = command.key
         if key is None:
-            out.append((client_id, seq, payload))
+            append((client_id, seq, payload))
         elif type(key) is bytes:
-            out.append((client_id, seq, payload, key))
+            append(command)  # a named tuple packs as the array it is: no copy
         else:
             raise CodecError(f"malformed key in {_short(command)}")
     return out
@@ -149,23 +153,29 @@ def _commands_to_wire(value: tuple[Command, ...]) -> object:
 def _commands_from_wire(value: object) -> tuple[Command, ...]:
     if type(value) is not tuple:
         raise CodecError(f"expected array of commands, got {_short(value)}")
-    out = []
+    out: list[Command] = []
+    append = out.append
     for item in value:
-        if (
-            type(item) is not tuple
-            or not 3 <= len(item) <= 4
-            or type(item[0]) is not int
-            or type(item[1]) is not int
-            or type(item[2]) is not bytes
-            or (len(item) == 4 and type(item[3]) is not bytes)
-        ):
-            raise CodecError(
-                f"expected [client_id, seq, payload(bin), key(bin)?], got {_short(item)}"
-            )
-        if len(item) == 3:
-            out.append(Command(item[0], item[1], item[2]))
-        else:
-            out.append(Command(item[0], item[1], item[2], item[3]))
+        # Each command is checked as [client_id, seq, payload(bin), key(bin)?];
+        # the checked tuple itself becomes the Command (a named tuple's own
+        # constructor is a Python function: twice the cost, on every command).
+        if type(item) is tuple:
+            if len(item) == 4:
+                client_id, seq, payload, key = item
+                if (
+                    type(client_id) is int
+                    and type(seq) is int
+                    and type(payload) is bytes
+                    and type(key) is bytes
+                ):
+                    append(_new(Command, item))
+                    continue
+            elif len(item) == 3:
+                client_id, seq, payload = item
+                if type(client_id) is int and type(seq) is int and type(payload) is bytes:
+                    append(_new(Command, item + _NO_KEY))
+                    continue
+        raise CodecError(f"expected [client_id, seq, payload(bin), key(bin)?], got {_short(item)}")
     return tuple(out)
 
 

@@ -62,3 +62,46 @@ def test_a_submit_many_item_is_checked_like_a_submit():
         rf.decode_runtime(_raw([10, 1, 2, 3, big, None, 0]))
     with pytest.raises(rf.FrameError):
         rf.decode_runtime(_raw([14, [[1, 2, 3, big, None, 0]]]))
+
+
+_U64_MAX = (1 << 64) - 1
+_GOOD_SUBMIT = [1, 99, 3, b"payload", b"key", 1]
+
+
+@pytest.mark.parametrize(
+    ("index", "bad", "match"),
+    [
+        (0, -1, "request id"),
+        (0, 1.0, "request id"),
+        (1, True, "client id"),
+        (1, -5, "client id"),
+        (2, -1, "seq"),
+        (2, "3", "seq"),
+        (3, "text", "payload must be bytes"),
+        (3, b"x" * (rf.COMMAND_BYTES_MAX + 1), "payload of"),
+        (4, "key", "key must be bytes or nil"),
+        (4, b"k" * (rf.KEY_BYTES_MAX + 1), "key of"),
+        (5, 2, "wait must be 0 or 1"),
+        (5, True, "wait must be 0 or 1"),
+    ],
+)
+def test_every_submit_field_is_checked_alone_and_in_a_batch(index, bad, match):
+    item = list(_GOOD_SUBMIT)
+    item[index] = bad
+    for body in ([10, *item], [14, [_GOOD_SUBMIT, item]]):
+        with pytest.raises(rf.FrameError, match=match):
+            rf.decode_runtime(_raw(body))
+
+
+def test_submits_at_the_limits_decode_as_submits():
+    items = [
+        [0, 1, 0, b"", None, 0],
+        [_U64_MAX, _U64_MAX, _U64_MAX, b"x" * rf.COMMAND_BYTES_MAX, b"k" * rf.KEY_BYTES_MAX, 1],
+    ]
+    for item in items:
+        one = rf.decode_runtime(_raw([10, *item]))
+        assert type(one) is rf.Submit and list(one) == item
+    many = rf.decode_runtime(_raw([14, items]))
+    assert isinstance(many, rf.SubmitMany)
+    assert [type(s) for s in many.items] == [rf.Submit, rf.Submit]
+    assert [list(s) for s in many.items] == items

@@ -289,12 +289,31 @@ def test_a_clients_concurrent_submits_travel_together(tmp_path):
                 await client.submit(b"first", timeout_s=20)  # opens a session
                 conn = next(iter(nodes[1]._clients))
                 before = conn.frames_received
+                io_before = nodes[1].status().io
                 sent = [b"many%d" % k for k in range(300)]
                 await asyncio.gather(*(client.submit(p, timeout_s=30) for p in sent))
                 frames = conn.frames_received - before
                 assert frames < 60, frames  # 300 registrations and 300 commands
+                # The node's own counters (NodeStatus.io) saw the same frames,
+                # and answered them in at most as many.
+                io = nodes[1].status().io
+                assert io["client_frames_in"] - io_before["client_frames_in"] == frames
+                answers = io["client_frames_out"] - io_before["client_frames_out"]
+                assert 0 < answers <= frames
+                assert 0 < io["client_writes"] - io_before["client_writes"] <= answers
             await eventually(lambda: _same_everywhere(nodes, 301), what="executed")
             assert sorted(nodes[0].state_machine.payloads[1:]) == sorted(sent)
+            ios = [n.status().io for n in nodes]
+            for io in ios:  # batches of messages, written a loop turn's worth at a time
+                assert io["turns"] > 0
+                assert io["messages_out"] >= io["peer_frames_out"] >= io["peer_writes"] > 0
+            # Nothing is counted in that was not counted out.
+            assert 0 < sum(io["messages_in"] for io in ios) <= sum(io["messages_out"] for io in ios)
+            assert (
+                0
+                < sum(io["peer_frames_in"] for io in ios)
+                <= sum(io["peer_frames_out"] for io in ios)
+            )
 
     asyncio.run(main())
 
@@ -380,5 +399,48 @@ def test_a_stale_read_answers_from_the_local_state_without_a_quorum(tmp_path):
                 with pytest.raises(TimeoutError):
                     await client.read(None, timeout_s=1.5)
                 assert payloads_of(await client.read(None, stale=True, timeout_s=5)) == [b"before"]
+
+    asyncio.run(main())
+
+
+def test_a_submit_many_mixing_every_case_answers_each_item_once(tmp_path):
+    """The common case of a SUBMIT_MANY item (a session's next command) has a path
+    of its own; the rest go the general way. One frame with a command, a refusal,
+    the same command again, a registration with a payload and a command waiting
+    for execution: every item is answered, each command executes once."""
+    from sdpaxos.wire.framing import Framer, frame
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog, insecure=True) as (_, nodes):
+            node = nodes[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", node.bound_port)
+            writer.write(frame(rf.encode_runtime(rf.Hello(rf.Kind.CLIENT, 5))))
+            sid = (1 << 62) | 77
+            items = (
+                rf.Submit(1, sid, 1, b"a", b"ka", 0),
+                rf.Submit(2, 0, 1, b"nobody", None, 0),
+                rf.Submit(3, sid, 1, b"a", b"ka", 0),  # the same command again
+                rf.Submit(4, sid, 0, b"payload", None, 1),
+                rf.Submit(5, sid + 1, 1, b"b", None, 1),
+            )
+            writer.write(frame(rf.encode_runtime(rf.SubmitMany(items))))
+            await writer.drain()
+            framer = Framer()
+            answers = {}
+            while len(answers) < len(items):
+                framer.feed(await asyncio.wait_for(reader.read(65536), 20))
+                while (payload := framer.next_frame()) is not None:
+                    got = rf.decode_runtime(payload)
+                    for r in got.items if isinstance(got, rf.ReplyMany) else (got,):
+                        assert r.request_id not in answers
+                        answers[r.request_id] = (r.code, r.value)
+            writer.close()
+            assert answers[1] == (rf.Code.READY, None) == answers[3]
+            assert answers[2][0] == rf.Code.ERROR and "client_id 0" in answers[2][1]
+            assert answers[4][0] == rf.Code.ERROR and "registration" in answers[4][1]
+            assert answers[5][0] == rf.Code.EXECUTED
+            await eventually(lambda: _same_everywhere(nodes, 2), what="executed")
+            assert sorted(nodes[0].state_machine.payloads) == [b"a", b"b"]
+            assert not node._waiting
 
     asyncio.run(main())

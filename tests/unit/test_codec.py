@@ -614,3 +614,18 @@ def test_a_new_class_compiles_from_its_fields_alone() -> None:
 def test_a_new_field_type_fails_at_import_with_a_hint() -> None:
     with pytest.raises(TypeError, match=r"_NewFieldType\.ratio: no wire codec .*_FIELD_CODECS"):
         codec._class_codec(99, _NewFieldType)
+
+
+def test_decoded_commands_are_commands_with_or_without_a_key() -> None:
+    """The decoder builds each Command from the array msgpack gave (no named-tuple
+    constructor): it must still be a ``Command`` whose missing key reads None."""
+    sent = (Command(7, 1, b"v", b"k"), Command(8, 2, b"w"))
+    msg = CAccept(src=1, view=0, owner=1, index=3, ballot=1, commands=sent)
+    got = decode(encode(msg))
+    assert isinstance(got, CAccept)
+    assert [type(c) for c in got.commands] == [Command, Command]
+    assert got.commands == sent
+    assert got.commands[1].key is None and got.commands[0].key == b"k"
+    # On the wire a command without a key is three items, not four with a nil.
+    body = msgpack.unpackb(encode(msg)[1:], raw=False)
+    assert body[-1] == [[7, 1, b"v", b"k"], [8, 2, b"w"]]
