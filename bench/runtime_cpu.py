@@ -126,13 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.runtime_cpu", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--protocols", default="sdpaxos,mencius")
-    p.add_argument("--replicas", default="3,5")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--protocols", default="sdpaxos,mencius", help="comma-separated protocol names")
+    p.add_argument("--replicas", default="3,5", help="comma-separated cluster sizes")
+    p.add_argument("--repeat", type=int, default=3, help="runs per cluster (medians are reported)")
     p.add_argument("--seconds", type=float, default=2.0, help="measured window per run")
-    p.add_argument("--warmup", type=float, default=0.5)
+    p.add_argument("--warmup", type=float, default=0.5, help="seconds before each window")
     p.add_argument("--sessions", type=int, default=1000, help="closed-loop clients per region")
-    p.add_argument("--payload", type=int, default=16)
+    p.add_argument("--payload", type=int, default=16, help="command bytes")
     p.add_argument("--profile", default=None, help="py-spy this node: an id, or 'leader'")
     p.add_argument("--profile-out", default=None, help="keep py-spy's raw files in this directory")
     p.add_argument("--perf", default=None, help="perf record this node (an id, or 'leader')")
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         help="count each node's instructions per command (perf stat): a figure the"
         " machine's load hardly moves, unlike CPU seconds",
     )
-    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--top", type=int, default=30, help="functions to print from a profile")
     p.add_argument("--json", default=None, help="write the figures to this file")
     p.add_argument("--client-path", action="store_true", help="the client path alone (no cluster)")
     args = p.parse_args(argv)
