@@ -1,7 +1,7 @@
-"""bench.runtime_latency's judgement, without node processes: every profile
-with a formula in bench.paper is judged against it (paper3 was once judged
-against nothing and printed that every region was within 5 %), and a profile
-without one says it was not judged."""
+"""bench.runtime_latency's judgement, without node processes: every built-in
+profile of up to five regions is judged against SDPaxos's formula for it
+(paper3 was once judged against nothing and printed that every region was
+within 5 %), and a profile without one says it was not judged."""
 
 from bench import paper
 from bench.runtime_latency import region_rows, verdict
@@ -31,8 +31,16 @@ def test_paper5_rows_carry_the_formula_and_the_ratio() -> None:
     assert verdict(result)[1] == 0
 
 
+def test_any_built_in_profile_of_up_to_five_regions_is_judged() -> None:
+    """uniformN: every round trip 100 ms, so every region's formula is 100 ms."""
+    result = _result("uniform3", {"R0": 100.9, "R1": 101.2, "R2": 106.0})
+    assert [r["formula_ms"] for r in result["rows"]] == [100.0, 100.0, 100.0]
+    assert [r["within_5pct"] for r in result["rows"]] == [True, True, False]
+    assert verdict(result)[1] == 1
+
+
 def test_a_profile_without_a_formula_is_not_judged_and_says_so() -> None:
-    result = _result("uniform3", {"A": 500.0, "B": 1.0, "C": 1.0})
+    result = _result("uniform7", {f"R{i}": 150.0 for i in range(7)})
     assert all(r["within_5pct"] is None and r["formula_ms"] is None for r in result["rows"])
     message, code = verdict(result)
-    assert code == 0 and message.startswith("no formula for profile 'uniform3'")
+    assert code == 0 and message.startswith("no formula for profile 'uniform7'")
