@@ -79,13 +79,15 @@ def default_leader(profile: DelayProfile) -> int:
     return 0
 
 
+def is_papers(profile: DelayProfile) -> bool:
+    """``profile`` is one of the paper's, not another matrix under its name."""
+    return profile in (PAPER3, PAPER5)
+
+
 def imbalanced_region(profile: DelayProfile, leader: int) -> int:
-    if profile.name in IMBALANCED_REGION and profile == PROFILE_BY_NAME.get(profile.name):
+    if is_papers(profile):
         return profile.index(IMBALANCED_REGION[profile.name])
     return max(r for r in range(profile.size) if r != leader) if profile.size > 1 else 0
-
-
-PROFILE_BY_NAME = {p.name: p for p in PROFILES}
 
 
 def formula(profile: DelayProfile, leader: int) -> dict[str, float] | None:
@@ -98,10 +100,7 @@ def formula(profile: DelayProfile, leader: int) -> dict[str, float] | None:
 
 def paper_figures(profile: DelayProfile, leader: int) -> bool:
     """The paper's Figs. 12 and 13 apply: its profile, its sequencer (CA)."""
-    return (
-        PROFILE_BY_NAME.get(profile.name) == profile
-        and profile.regions[leader] == SEQUENCER_REGION_DEFAULT
-    )
+    return is_papers(profile) and profile.regions[leader] == SEQUENCER_REGION_DEFAULT
 
 
 @dataclass(frozen=True, slots=True)
