@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdpaxos.profiles import PAPER3, PAPER5, sdpaxos_commit_ms
+from sdpaxos.profiles import (
+    FORMULA_REPLICAS_MAX,
+    PAPER3,
+    PAPER5,
+    DelayProfile,
+    sdpaxos_commit_ms,
+)
 
 #: SDPaxos light-load commit latency per region (ms), sequencer in CA, from the
 #: formulas of the paper's section 3.2 and Table 1 (``docs/protocol.md`` section
@@ -17,6 +23,16 @@ from sdpaxos.profiles import PAPER3, PAPER5, sdpaxos_commit_ms
 FORMULA_MS: dict[str, dict[str, float]] = {
     p.name: sdpaxos_commit_ms(p, p.index("CA")) for p in (PAPER3, PAPER5)
 }
+
+
+def formula_ms(profile: DelayProfile, sequencer: int) -> dict[str, float] | None:
+    """SDPaxos's expected commit latency per region (``sdpaxos_commit_ms``), or
+    None where there is no formula (more than five regions): nothing to judge."""
+    if profile.size > FORMULA_REPLICAS_MAX:
+        return None
+    return sdpaxos_commit_ms(profile, sequencer)
+
+
 #: The bar: SDPaxos within this share of the formula at every region.
 FORMULA_TOLERANCE = 0.05
 

@@ -50,7 +50,7 @@ from typing import Any
 
 from bench import paper
 from bench.runtime_procs import spawn, stop_processes
-from sdpaxos.profiles import FORMULA_REPLICAS_MAX, builtin, sdpaxos_commit_ms
+from sdpaxos.profiles import builtin
 from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.local import client_tls, free_ports, make_local_cluster, node_configs
 
@@ -205,10 +205,7 @@ def formula_ms(profile_name: str) -> dict[str, float] | None:
     """SDPaxos's formula on a built-in profile with the sequencer in its first
     region, as :func:`local_nodes` places it (``sdpaxos_commit_ms``), or None
     where there is none (more than five regions)."""
-    profile = builtin(profile_name)
-    if profile.size > FORMULA_REPLICAS_MAX:
-        return None
-    return sdpaxos_commit_ms(profile, 0)
+    return paper.formula_ms(builtin(profile_name), 0)
 
 
 def region_rows(

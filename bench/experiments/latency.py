@@ -43,13 +43,7 @@ from bench.engines import (
 )
 from bench.runtime_engine import describe_latency
 from bench.workloads import Workload, summarize
-from sdpaxos.profiles import (
-    FORMULA_REPLICAS_MAX,
-    PAPER3,
-    PAPER5,
-    DelayProfile,
-    sdpaxos_commit_ms,
-)
+from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile
 
 #: The region with half the clients in the imbalanced Mencius runs (the paper's
 #: choice; any other profile: its last region that is not the sequencer's).
@@ -88,14 +82,6 @@ def imbalanced_region(profile: DelayProfile, leader: int) -> int:
     if is_papers(profile):
         return profile.index(IMBALANCED_REGION[profile.name])
     return max(r for r in range(profile.size) if r != leader) if profile.size > 1 else 0
-
-
-def formula(profile: DelayProfile, leader: int) -> dict[str, float] | None:
-    """SDPaxos's expected commit latency per region (``sdpaxos_commit_ms``), or
-    None where there is no formula (more than five replicas)."""
-    if profile.size > FORMULA_REPLICAS_MAX:
-        return None
-    return sdpaxos_commit_ms(profile, leader)
 
 
 def paper_figures(profile: DelayProfile, leader: int) -> bool:
@@ -345,7 +331,8 @@ def _formula_check(
     offset is shown beside it (it adds the loopback hop and TLS). With no
     formula (more than five replicas) nothing is judged.
     """
-    want_by_region = formula(profile, default_leader(profile) if leader is None else leader)
+    sequencer = default_leader(profile) if leader is None else leader
+    want_by_region = paper.formula_ms(profile, sequencer)
     if want_by_region is None:
         return {"rows": {}, "flagged": False, "measured": False, "judged_on": None}
     rows = {}
