@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import msgpack
 
@@ -353,7 +353,7 @@ def _submit(items: tuple[Any, ...]) -> Submit:
     Why the checks are written out here once more: a node decodes every
     command a client sends, and the calls of the general checkers (and of the
     named tuple's Python-level constructor) cost more than the checks. A
-    well-formed submit is built from the very tuple msgpack gave."""
+    well-formed submit is built from the items as given, without copying them."""
     rid, cid, seq, payload, key, wait = items
     if (
         type(payload) is bytes
@@ -373,8 +373,11 @@ def _submit(items: tuple[Any, ...]) -> Submit:
     return _submit_refused(items)
 
 
-def _submit_refused(items: tuple[Any, ...]) -> Submit:
-    """A SUBMIT's items checked one by one: raises :class:`FrameError` with the reason."""
+def _submit_refused(items: tuple[Any, ...]) -> NoReturn:
+    """Why :func:`_submit` refused a SUBMIT's items: raises :class:`FrameError`
+    with the first reason the general checkers find. It never accepts: if they
+    found nothing, the two sets of checks disagree, and the frame is refused
+    rather than let through by the looser one."""
     rid, cid, seq, payload, key, wait = items
     if type(payload) is not bytes:
         raise FrameError(f"submit payload must be bytes, got {type(payload).__name__}")
@@ -382,14 +385,11 @@ def _submit_refused(items: tuple[Any, ...]) -> Submit:
         raise FrameError(f"submit payload of {len(payload)} bytes exceeds {COMMAND_BYTES_MAX}")
     if wait not in (0, 1) or type(wait) is not int:
         raise FrameError(f"submit wait must be 0 or 1, got {wait!r:.20}")
-    return Submit(
-        _u64(rid, "request id"),
-        _u64(cid, "client id"),
-        _u64(seq, "seq"),
-        payload,
-        _opt_bytes(key, "key", KEY_BYTES_MAX),
-        wait,
-    )
+    _u64(rid, "request id")
+    _u64(cid, "client id")
+    _u64(seq, "seq")
+    _opt_bytes(key, "key", KEY_BYTES_MAX)
+    raise FrameError("malformed submit")
 
 
 def _reply(items: tuple[Any, ...]) -> Reply:

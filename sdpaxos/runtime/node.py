@@ -763,7 +763,7 @@ class Node:
                 if waiters is not None:
                     for w in waiters:
                         if type(w) is tuple:  # a client connection's request
-                            # (_answer_client, written out: once per command)
+                            # (written out here: this runs once per command)
                             conn, request_id, started_ms = w
                             kind = reply.kind
                             if timed and started_ms != _NOT_TIMED:
@@ -1092,31 +1092,24 @@ class Node:
         (a session's next command, not proposed yet): this runs once per command.
         Refusals, registrations and retries of a command in flight take the
         general path."""
-        replica = self.replica
-        assert replica is not None
-        propose = replica.propose
         waiting = self._waiting
         timed = self.metrics is not None
+        propose_new = self._propose_new
         proposed = False
         for item in items:
             request_id, client_id, seq, payload, key, wait_code = item
-            ident = (client_id, seq)
-            if client_id == 0 or seq == 0 or ident in waiting:
+            if client_id == 0 or seq == 0 or (client_id, seq) in waiting:
                 self._client_submit(conn, item)
                 continue
-            try:
-                propose(
-                    _new(Command, (client_id, seq, payload, key)),
-                    _EXECUTED if wait_code == 1 else _READY,
-                )
-            except Overloaded:
-                if self._room is not None:
-                    self._room.clear()
+            if propose_new(
+                _new(Command, (client_id, seq, payload, key)),
+                _EXECUTED if wait_code == 1 else _READY,
+                (conn, request_id, _clock_ms() if timed else _NOT_TIMED),
+            ):
+                proposed = True
+            else:
                 self._answer(conn, request_id, rf.Code.RETRY, _OVERLOADED)
-                continue
-            waiting[ident] = [(conn, request_id, _clock_ms() if timed else _NOT_TIMED)]
-            proposed = True
-        if proposed and not self._flush_scheduled:
+        if proposed:
             self._kick()
 
     def _client_submit(self, conn: Connection, f: rf.Submit) -> None:
@@ -1141,22 +1134,28 @@ class Node:
 
     def _enqueue(self, cmd: Command, wait: Wait, waiter: Waiter) -> bool:
         """Propose ``cmd`` (or join the proposal of the same ``(client_id, seq)``)."""
-        replica = self.replica
-        assert replica is not None
-        key = (cmd.client_id, cmd.seq)
-        waiters = self._waiting.get(key)
+        waiters = self._waiting.get((cmd.client_id, cmd.seq))
         if waiters is not None:
             waiters.append(waiter)
             return True
+        if not self._propose_new(cmd, wait, waiter):
+            return False
+        self._kick()
+        return True
+
+    def _propose_new(self, cmd: Command, wait: Wait, waiter: Waiter) -> bool:
+        """Propose ``cmd``, not in flight yet, and wait for it with ``waiter``;
+        False when the proposal queue is full (the caller answers RETRY, and the
+        local submitters wait for room). The caller kicks the flush."""
+        replica = self.replica
+        assert replica is not None
         try:
             replica.propose(cmd, wait)
         except Overloaded:
             if self._room is not None:
                 self._room.clear()
             return False
-        self._waiting[key] = [waiter]
-        if not self._flush_scheduled:
-            self._kick()
+        self._waiting[(cmd.client_id, cmd.seq)] = [waiter]
         return True
 
     def _observe_latency(self, kind: ReplyKind, started_ms: float) -> None:

@@ -157,8 +157,9 @@ def _commands_from_wire(value: object) -> tuple[Command, ...]:
     append = out.append
     for item in value:
         # Each command is checked as [client_id, seq, payload(bin), key(bin)?];
-        # the checked tuple itself becomes the Command (a named tuple's own
-        # constructor is a Python function: twice the cost, on every command).
+        # a checked 4-item tuple itself becomes the Command, a 3-item one with
+        # its key (None) added (a named tuple's own constructor is a Python
+        # function: twice the cost, on every command).
         if type(item) is tuple:
             if len(item) == 4:
                 client_id, seq, payload, key = item

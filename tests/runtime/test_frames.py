@@ -105,3 +105,14 @@ def test_submits_at_the_limits_decode_as_submits():
     assert isinstance(many, rf.SubmitMany)
     assert [type(s) for s in many.items] == [rf.Submit, rf.Submit]
     assert [list(s) for s in many.items] == items
+
+
+def test_the_slow_submit_checker_never_accepts_what_the_fast_one_refused() -> None:
+    """``_submit_refused`` only explains a refusal: given items the fast checks
+    would pass (were they ever to disagree), it still refuses, never builds."""
+    from sdpaxos.runtime.frames import _submit_refused
+
+    with pytest.raises(rf.FrameError, match="malformed submit"):
+        _submit_refused((1, 2, 3, b"payload", None, 0))
+    with pytest.raises(rf.FrameError, match="client id"):
+        _submit_refused((1, -2, 3, b"payload", None, 0))
