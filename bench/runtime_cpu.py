@@ -58,18 +58,9 @@ from bench.experiments.throughput_runtime import leader_of
 from bench.runtime_engine import RuntimeRunner
 from bench.workloads import Workload
 from sdpaxos.profiles import uniform
+from sdpaxos.runtime.node import IO_COUNTERS
 
-IO_KEYS = (
-    "turns",
-    "peer_frames_in",
-    "peer_frames_out",
-    "peer_writes",
-    "messages_in",
-    "messages_out",
-    "client_frames_in",
-    "client_frames_out",
-    "client_writes",
-)
+IO_KEYS = IO_COUNTERS
 
 
 def proc_io(pid: int) -> tuple[int, int, int, int]:
@@ -182,8 +173,11 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
     counters: list[list[dict[str, float]]] = []
     ops: list[float] = []
     instructions: list[list[float]] = []
-    profile_dir = Path(args.profile_out or tempfile.mkdtemp(prefix="rtcpu-pyspy-"))
-    profile_dir.mkdir(parents=True, exist_ok=True)
+    profile_dir: Path | None = None
+    if args.profile is not None or args.perf is not None or args.instructions:
+        # py-spy's, perf's files: kept where asked, else in a temporary directory
+        profile_dir = Path(args.profile_out or tempfile.mkdtemp(prefix="rtcpu-pyspy-"))
+        profile_dir.mkdir(parents=True, exist_ok=True)
     raws: list[Path] = []
     for r in range(args.repeat):
         if runner.cluster is None:  # start it (a first short run), so that pids are known
@@ -198,7 +192,7 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
         sys0 = [proc_io(pid) for pid in pids]
         cpu0 = [_cpu(pid) for pid in pids]
         spy: subprocess.Popen[bytes] | None = None
-        if args.profile is not None and shutil.which("py-spy"):
+        if profile_dir is not None and shutil.which("py-spy"):
             k = leader if args.profile == "leader" else int(args.profile)
             raw = profile_dir / f"{proto}-{n}-node{k}-run{r}.txt"
             raws.append(raw)
@@ -223,7 +217,7 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
                 stderr=subprocess.DEVNULL,
             )
         perf: subprocess.Popen[bytes] | None = None
-        if args.perf is not None and shutil.which("perf"):
+        if args.perf is not None and profile_dir is not None and shutil.which("perf"):
             k = leader if args.perf == "leader" else int(args.perf)
             data = profile_dir / f"{proto}-{n}-node{k}-run{r}.perf"
             perf = subprocess.Popen(
@@ -245,7 +239,7 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
             )
         counting = (
             [_perf_stat(pid, profile_dir / f"stat-{k}.txt") for k, pid in enumerate(pids)]
-            if args.instructions
+            if args.instructions and profile_dir is not None
             else []
         )
         out = runner.run(spec, _say)
@@ -270,7 +264,7 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
         io1 = node_io(runner, n)
         answered = sum(1 for rec in out.records if rec.complete_us is not None)
         per = max(answered, 1)
-        if counting:
+        if counting and profile_dir is not None:
             instructions.append(
                 [_read_stat(profile_dir / f"stat-{k}.txt") / per for k in range(len(pids))]
             )
@@ -326,7 +320,8 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
     busiest = max(result["window_cpu_ms_per_1000"])
     result["capacity_per_s"] = 1000 / busiest * 1000 if busiest > 0 else 0.0
     print(
-        f"{proto}, {n} nodes: {result['ops_per_s']:,.0f} ops/s (median of {args.repeat}),"
+        f"{proto}, {n} nodes: {result['ops_per_s']:,.0f} ops/s (median of {result['runs']}"
+        f" counted runs of {args.repeat}),"
         f" capacity {result['capacity_per_s']:,.0f}/s with one core per node",
         flush=True,
     )
@@ -344,7 +339,7 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
             + " | ".join(f"{io[key]:.3f}" for key in IO_KEYS),
             flush=True,
         )
-    if raws:
+    if raws and profile_dir is not None:
         merged = profile_dir / f"{proto}-{n}-merged.txt"
         merged.write_text("\n".join(r.read_text() for r in raws if r.exists()))
         print(summarize_pyspy(merged, args.top), flush=True)

@@ -79,6 +79,18 @@ logger = logging.getLogger(__name__)
 
 #: How often each connected peer is pinged (round trip and its executed slot).
 PING_INTERVAL_S = 1.0
+#: The driver's counters in :attr:`NodeStatus.io`, in the order tools print them.
+IO_COUNTERS = (
+    "turns",
+    "peer_frames_in",
+    "peer_frames_out",
+    "peer_writes",
+    "messages_in",
+    "messages_out",
+    "client_frames_in",
+    "client_frames_out",
+    "client_writes",
+)
 #: Reconnect backoff: first wait, cap (full jitter between 0 and the current step).
 RECONNECT_BACKOFF_MIN_S = 0.05
 RECONNECT_BACKOFF_MAX_S = 2.0
@@ -210,12 +222,14 @@ class NodeStatus:
     #: The latest core trace events of the kinds the node was asked to keep
     #: (``trace_events``), each ``(time.monotonic() in ms, name)``.
     events: tuple[tuple[float, str], ...] = ()
-    #: What the driver did since the start, for working out where a node's CPU
-    #: goes (per command: divide by the commands answered): ``turns`` (flushes
-    #: of ``ready()``), ``peer_frames_in``/``_out`` and ``messages_in``/``_out``
-    #: (core batches and the messages in them), ``peer_writes`` (writes to peer
-    #: connections: a TLS record and a system call each), ``client_frames_in``/
-    #: ``_out`` and ``client_writes``.
+    #: What the driver did since the start (:data:`IO_COUNTERS`), for working
+    #: out where a node's CPU goes (per command: divide by the commands
+    #: answered): ``turns`` (flushes of ``ready()``), ``peer_frames_in``/``_out``
+    #: and ``messages_in``/``_out`` (core batches and the messages in them, not
+    #: pings), ``peer_writes`` (the flushes of a peer connection's buffer that
+    #: had something in it: the emulator may still delay or drop the bytes, and
+    #: one write is not exactly one TLS record or system call),
+    #: ``client_frames_in``/``_out`` and ``client_writes``.
     io: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -440,20 +454,7 @@ class Node:
         self.frames_rejected = 0
         self.fsyncs = 0
         #: See :attr:`NodeStatus.io`.
-        self.io_counts: dict[str, int] = dict.fromkeys(
-            (
-                "turns",
-                "peer_frames_in",
-                "peer_frames_out",
-                "messages_in",
-                "messages_out",
-                "peer_writes",
-                "client_frames_in",
-                "client_frames_out",
-                "client_writes",
-            ),
-            0,
-        )
+        self.io_counts: dict[str, int] = dict.fromkeys(IO_COUNTERS, 0)
         self.records_written = 0
         self.bound_port: int | None = None
         self._ready_reported = 0
