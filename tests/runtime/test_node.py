@@ -405,12 +405,32 @@ def test_a_stale_read_answers_from_the_local_state_without_a_quorum(tmp_path):
     asyncio.run(main())
 
 
+async def _submit_many(reader, writer, items):
+    """Send ``items`` as one SUBMIT_MANY; ``{request_id: (code, value)}`` once
+    every item is answered, each exactly once; closes the connection."""
+    from sdpaxos.wire.framing import Framer, frame
+
+    writer.write(frame(rf.encode_runtime(rf.SubmitMany(items))))
+    await writer.drain()
+    framer = Framer()
+    answers = {}
+    while len(answers) < len(items):
+        framer.feed(await asyncio.wait_for(reader.read(65536), 20))
+        while (payload := framer.next_frame()) is not None:
+            got = rf.decode_runtime(payload)
+            for r in got.items if isinstance(got, rf.ReplyMany) else (got,):
+                assert r.request_id not in answers
+                answers[r.request_id] = (r.code, r.value)
+    writer.close()
+    return answers
+
+
 def test_a_submit_many_mixing_every_case_answers_each_item_once(tmp_path):
     """The common case of a SUBMIT_MANY item (a session's next command) has a path
     of its own; the rest go the general way. One frame with a command, a refusal,
     the same command again, a registration with a payload and a command waiting
     for execution: every item is answered, each command executes once."""
-    from sdpaxos.wire.framing import Framer, frame
+    from sdpaxos.wire.framing import frame
 
     async def main():
         async with in_process(tmp_path, 3, PayloadLog, insecure=True) as (_, nodes):
@@ -425,18 +445,7 @@ def test_a_submit_many_mixing_every_case_answers_each_item_once(tmp_path):
                 rf.Submit(4, sid, 0, b"payload", None, 1),
                 rf.Submit(5, sid + 1, 1, b"b", None, 1),
             )
-            writer.write(frame(rf.encode_runtime(rf.SubmitMany(items))))
-            await writer.drain()
-            framer = Framer()
-            answers = {}
-            while len(answers) < len(items):
-                framer.feed(await asyncio.wait_for(reader.read(65536), 20))
-                while (payload := framer.next_frame()) is not None:
-                    got = rf.decode_runtime(payload)
-                    for r in got.items if isinstance(got, rf.ReplyMany) else (got,):
-                        assert r.request_id not in answers
-                        answers[r.request_id] = (r.code, r.value)
-            writer.close()
+            answers = await _submit_many(reader, writer, items)
             assert answers[1] == (rf.Code.READY, None) == answers[3]
             assert answers[2][0] == rf.Code.ERROR and "client_id 0" in answers[2][1]
             assert answers[4][0] == rf.Code.ERROR and "registration" in answers[4][1]
@@ -452,7 +461,7 @@ def test_a_submit_many_beyond_the_proposal_queue_gets_retry_for_the_rest(tmp_pat
     """Every item past ``propose_queue_max`` is answered RETRY (the fast path of
     a SUBMIT_MANY and a single SUBMIT share one proposing step); the others
     commit, and none of the refused ones executes."""
-    from sdpaxos.wire.framing import Framer, frame
+    from sdpaxos.wire.framing import frame
 
     async def main():
         protocol = {**FAST_PROTOCOL, "propose_queue_max": 8}
@@ -464,20 +473,9 @@ def test_a_submit_many_beyond_the_proposal_queue_gets_retry_for_the_rest(tmp_pat
             reader, writer = await asyncio.open_connection("127.0.0.1", node.bound_port)
             writer.write(frame(rf.encode_runtime(rf.Hello(rf.Kind.CLIENT, 5))))
             items = tuple(rf.Submit(k, (1 << 62) | k, 1, b"p%d" % k, None, 0) for k in range(1, 21))
-            writer.write(frame(rf.encode_runtime(rf.SubmitMany(items))))
-            await writer.drain()
-            framer = Framer()
-            answers = {}
-            while len(answers) < len(items):
-                framer.feed(await asyncio.wait_for(reader.read(65536), 20))
-                while (payload := framer.next_frame()) is not None:
-                    got = rf.decode_runtime(payload)
-                    for r in got.items if isinstance(got, rf.ReplyMany) else (got,):
-                        assert r.request_id not in answers
-                        answers[r.request_id] = r.code
-            writer.close()
-            ready = sorted(k for k, code in answers.items() if code == rf.Code.READY)
-            retry = sorted(k for k, code in answers.items() if code == rf.Code.RETRY)
+            answers = await _submit_many(reader, writer, items)
+            ready = sorted(k for k, (code, _) in answers.items() if code == rf.Code.READY)
+            retry = sorted(k for k, (code, _) in answers.items() if code == rf.Code.RETRY)
             assert ready == list(range(1, 9)) and retry == list(range(9, 21))
             await eventually(lambda: _same_everywhere(nodes, 8), what="executed")
             assert sorted(nodes[0].state_machine.payloads) == sorted(b"p%d" % k for k in ready)
