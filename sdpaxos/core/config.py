@@ -114,6 +114,13 @@ class ClusterConfig:
         recovery_batch_max: most C-instances recovered by one prepare.
         history_keys_max: most keys in the sequencer's history table; the
             oldest are forgotten (reads of them then wait a little longer).
+        history_idle_ms: the sequencer keeps its history table only while reads
+            come: after this long without answering one it drops the table and
+            stops recording the keys of writes (a dict update per written key,
+            its largest cost beyond the other replicas'; the paper lets it
+            deactivate the optimisation under load, section 3.5). The next read
+            waits for the whole log (i_G) and starts the table again. ``None``:
+            keep it always (a TOML file has no None: write a very large number).
         reads_pending_max: most reads a replica keeps waiting at once.
         reads_per_message_max: most reads one R-request batch (or its reply)
             carries; a replica that starts more in one turn sends several, and
@@ -184,6 +191,7 @@ class ClusterConfig:
     recover_ms: float = 600.0
     recovery_batch_max: int = 64
     history_keys_max: int = 1 << 16
+    history_idle_ms: float | None = 2_000.0
     reads_pending_max: int = 1 << 16
     reads_per_message_max: int = 4096
     straggler_window_ms: float = 500.0
@@ -246,6 +254,14 @@ class ClusterConfig:
             raise ConfigError(
                 f"snapshot_chunk_bytes must be at most {SNAPSHOT_CHUNK_BYTES_MAX} (below the frame"
                 f" limit), got {self.snapshot_chunk_bytes}"
+            )
+        idle_ms = self.history_idle_ms
+        if idle_ms is not None and (
+            type(idle_ms) not in (int, float) or not math.isfinite(idle_ms) or not idle_ms > 0
+        ):
+            raise ConfigError(
+                "history_idle_ms must be None (keep the history table always) or a number of"
+                f" milliseconds > 0, got {idle_ms!r}"
             )
         lifetime = self.session_lifetime_slots
         if lifetime is not None and (type(lifetime) is not int or lifetime < 1):

@@ -5,8 +5,9 @@ value is only a replica id and a count (paper Fig. 5 lines 12-15), sends them as
 O-accepts (to the command leader only for N <= 5, thrifty), retransmits from
 what each acceptor acknowledged, sends heartbeats that carry lease requests
 (section 3.5), and keeps, per key, the last slot it gave a write (the history
-table reads wait on). Its state is volatile: a restarted sequencer is deposed
-and a view change rebuilds what matters from durable votes.
+table reads wait on) while reads come (``history_idle_ms``). Its state is
+volatile: a restarted sequencer is deposed and a view change rebuilds what
+matters from durable votes.
 
 Allocation guard (Fig. 5 line 13, pitfall 1 of ``docs/protocol.md``): the
 sequencer allocates for ``n`` only while the C-instances of ``n`` it has
@@ -66,6 +67,12 @@ class Sequencer:
         self.history: dict[bytes, Slot] = {}
         self.history_floor = Slot(-1)
         self.pending_keys: dict[tuple[ReplicaId, int], tuple[bytes, ...]] = {}
+        #: Is the history table kept now? Only while reads come: after
+        #: ``history_idle_ms`` without one it is dropped (:meth:`stop_recording`)
+        #: and reads wait for the whole log until the next read restarts it.
+        self.recording = True
+        #: When this sequencer last answered a read (``read_slots``).
+        self.last_read_ms = ctx.now_ms
         #: Per replica: the highest executed prefix its lease grants reported
         #: (facts that never go stale: an executed slot stays recorded there).
         self.executed_of: list[Slot] = [Slot(0)] * n
@@ -75,7 +82,7 @@ class Sequencer:
     def order(self, owner: ReplicaId, index: int, keys: tuple[bytes, ...] | None) -> None:
         """C-instances ``0 .. index`` of ``owner`` exist: order them (``keys``: what
         ``owner.index`` writes, for the history table, if known)."""
-        if keys is not None and index >= self.covered[owner]:
+        if keys is not None and self.recording and index >= self.covered[owner]:
             self.pending_keys[(owner, index)] = keys
         want = index + 1
         if want > self.covered[owner] and want > self.want_upto.get(owner, 0):
@@ -108,11 +115,16 @@ class Sequencer:
         covered = self.covered
         new_owners: set[ReplicaId] = set()
         allocated: list[OValue] = []
+        idle_ms = cfg.history_idle_ms
+        if self.recording and idle_ms is not None and s.now_ms - self.last_read_ms > idle_ms:
+            self.stop_recording()
+        record = self.record_history if self.recording else None
         for owner, want in self.want_upto.items():
             batch_max = 1 if (s.n == 5 and owner != s.me) else cfg.o_batch_max
             while covered[owner] < want:
                 count = min(want - covered[owner], batch_max)
-                self.record_history(Slot(end), owner, covered[owner], count)
+                if record is not None:
+                    record(Slot(end), owner, covered[owner], count)
                 allocated.append((owner, count))
                 covered[owner] += count
                 end += 1
@@ -275,6 +287,8 @@ class Sequencer:
         self.history.clear()
         self.pending_keys.clear()
         self.history_floor = Slot(end - 1)
+        self.recording = True
+        self.last_read_ms = s.now_ms
         self.lease_valid_until_ms = -math.inf
         self.lease_grants.clear()
 
@@ -375,20 +389,25 @@ class Sequencer:
 
     def read_slot(self, key: bytes | None) -> Slot:
         """The last slot a write of ``key`` may occupy (i_A, or i_G when unsure)."""
-        floor = self.history_floor
-        if not key:
-            return Slot(self.s.olog.acc_upto - 1)
-        return max(self.history.get(key, floor), floor)
+        return self.read_slots((key or b"",))[0]
 
     def read_slots(self, keys: tuple[bytes, ...]) -> tuple[Slot, ...]:
-        """:meth:`read_slot` of each key (``b""``: a read of no named key), in one pass.
+        """The last slot a write of each key may occupy (``b""``: a read of no
+        named key, which waits for the whole log), in one pass: the history
+        table's slot (i_A) or the floor, whichever is later; the whole log (i_G)
+        while the table is not kept (:attr:`recording`), which this read restarts.
 
         Why a batch: an R-request batch from a busy replica carries hundreds of
         reads, and at the sequencer, the busiest replica, two calls per read
         cost more than the lookup itself.
         """
+        s = self.s
+        self.last_read_ms = s.now_ms
+        whole = Slot(s.olog.acc_upto - 1)
+        if not self.recording:
+            self.start_recording(whole)
+            return (whole,) * len(keys)
         floor = self.history_floor
-        whole = Slot(self.s.olog.acc_upto - 1)
         get = self.history.get
         return tuple(
             [
@@ -396,6 +415,23 @@ class Sequencer:
                 for key in keys
             ]
         )
+
+    def start_recording(self, whole: Slot) -> None:
+        """Keep the history table again, from now on: every slot allocated so far
+        (``whole`` is the last) is below the floor, since no keys were kept for
+        them."""
+        self.recording = True
+        self.history_floor = max(self.history_floor, whole)
+
+    def stop_recording(self) -> None:
+        """No read for ``history_idle_ms``: drop the history table and stop keeping
+        it (the paper lets the sequencer deactivate the read optimisation under
+        load, section 3.5; its cost is a dict update per written key, the
+        sequencer's largest cost beyond the other replicas'). Until the next
+        read, reads wait for the whole log (:meth:`read_slots`)."""
+        self.recording = False
+        self.history.clear()
+        self.pending_keys.clear()
 
     def record_history(self, slot: Slot, owner: ReplicaId, first: int, count: int) -> None:
         """Slot ``slot`` orders C-instances ``first ..`` of ``owner``."""
