@@ -174,6 +174,8 @@ READSTORM_OFFSETS_MS = (0, 10, 40, 100, 250, 500)
 #: ``limits``: each limit is set to this value with probability 1/2.
 TIGHT_LIMITS: dict[str, int] = {
     "history_keys_max": 2,
+    # The history table dropped and restarted often (no read for 50 ms).
+    "history_idle_ms": 50,
     "o_pending_max": 2,
     "recovery_batch_max": 2,
     "learn_c_max": 4,
