@@ -132,3 +132,32 @@ def test_multipaxos_failover_elects_a_new_leader() -> None:
     assert res.new_sequencer in ("OR", "OH")
     assert res.new_view is not None and res.new_view >= 256  # a Multi-Paxos ballot: round*256+id
     assert all(r.stall_ms is not None for r in res.regions)
+
+
+def _sequencers(kept: list[Any]) -> Any:
+    """A ``make`` that keeps the SDPaxos replicas it builds (to look at them after)."""
+    spec = protocol("sdpaxos")
+
+    def make(config: Any, r: int, sm: Any, rng: Any, observe: bool, records: Any) -> Any:
+        replica = spec.make_replica(config, r, sm, rng, observe, records)
+        kept.append(replica)
+        return replica
+
+    return make, spec.codec
+
+
+@pytest.mark.parametrize("read_pct", [0.0, 25.0])
+def test_a_write_only_run_measures_the_sequencer_without_its_history_table(
+    read_pct: float,
+) -> None:
+    """``HISTORY_IDLE_ROUNDS``: with no reads the sequencer has dropped its table
+    by the end of the run (a long write-only run's state); with reads it keeps it."""
+    kept: list[Any] = []
+    make, codec = _sequencers(kept)
+    res = run_with(RoundSpec("sdpaxos", replicas=3, read_pct=read_pct, **SMALL), make, codec)
+    assert res.ok, res.problems
+    sequencer = kept[0].sequencer_role
+    if read_pct:
+        assert sequencer.recording and sequencer.history
+    else:
+        assert not sequencer.recording and sequencer.history == {}
