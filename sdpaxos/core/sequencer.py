@@ -67,12 +67,13 @@ class Sequencer:
         self.history: dict[bytes, Slot] = {}
         self.history_floor = Slot(-1)
         self.pending_keys: dict[tuple[ReplicaId, int], tuple[bytes, ...]] = {}
-        #: Is the history table kept now? Only while reads come: after
-        #: ``history_idle_ms`` without one it is dropped (:meth:`stop_recording`)
-        #: and reads wait for the whole log until the next read restarts it.
-        self.recording = True
+        #: Is the history table kept now? Only while reads come (or always, with
+        #: ``history_idle_ms`` None): a read starts it (:meth:`start_recording`),
+        #: ``history_idle_ms`` without one drops it (:meth:`stop_recording`), and
+        #: until then reads wait for the whole log.
+        self.recording = ctx.config.history_idle_ms is None
         #: When this sequencer last answered a read (``read_slots``).
-        self.last_read_ms = ctx.now_ms
+        self.last_read_ms = -math.inf
         #: Per replica: the highest executed prefix its lease grants reported
         #: (facts that never go stale: an executed slot stays recorded there).
         self.executed_of: list[Slot] = [Slot(0)] * n
@@ -287,8 +288,7 @@ class Sequencer:
         self.history.clear()
         self.pending_keys.clear()
         self.history_floor = Slot(end - 1)
-        self.recording = True
-        self.last_read_ms = s.now_ms
+        self.recording = s.config.history_idle_ms is None
         self.lease_valid_until_ms = -math.inf
         self.lease_grants.clear()
 

@@ -43,8 +43,8 @@ def test_the_sequencer_serves_a_read_locally() -> None:
 
 def test_a_read_waits_only_for_writes_of_its_object() -> None:
     """The history table (i_A): a read of "a" is answered with a's last write slot,
-    not with a later slot given to a write of "b"."""
-    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS))
+    not with a later slot given to a write of "b" (the table kept throughout)."""
+    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS, history_idle_ms=None))
     net.propose(1, 10, 1, b"wa", key=b"a")
     net.deliver_all()
     net.propose(1, 11, 1, b"wb", key=b"b")
@@ -58,6 +58,38 @@ def test_a_read_waits_only_for_writes_of_its_object() -> None:
     assert request.read_ids != (3,)
     assert [(m.read_ids, m.slots, m.oks) for m in replies] == [(request.read_ids, (0,), (True,))]
     assert net.reads[2] == [(3, True, 2)]
+
+
+def test_by_default_the_table_is_kept_only_from_a_read_on() -> None:
+    """``history_idle_ms``: the first read after none waits for the whole log (i_G)
+    and starts the table; a read that follows is answered by key again; no read
+    for ``history_idle_ms`` and the next one waits for the whole log again."""
+    net = leased(Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS, history_idle_ms=1_000.0))
+
+    def read_slot(read_id: int, key: bytes) -> int:
+        net.sent.clear()
+        net.replicas[2].read(read_id, key, net.now_ms)
+        net.flush(2)
+        net.deliver_all()
+        [reply] = [m for s, d, m in net.sent if isinstance(m, RReplyBatch)]
+        return reply.slots[0]
+
+    net.propose(1, 10, 1, b"wa", key=b"a")  # slot 0: no read yet, keys not kept
+    net.deliver_all()
+    net.propose(1, 11, 1, b"wb", key=b"b")  # slot 1
+    net.deliver_all()
+    assert read_slot(3, b"a") == 1  # the whole log
+    net.propose(1, 12, 1, b"wa2", key=b"a")  # slot 2: recorded
+    net.deliver_all()
+    net.propose(1, 13, 1, b"wc", key=b"c")  # slot 3
+    net.deliver_all()
+    assert read_slot(4, b"a") == 2  # a's own slot, not 3
+    assert read_slot(5, b"b") == 1  # written before the table started: its floor
+    net.run(1_100)  # no read for longer than history_idle_ms
+    net.propose(1, 14, 1, b"wd", key=b"d")  # slot 4: the table is dropped here
+    net.deliver_all()
+    assert not net.replicas[0].sequencer_role.recording
+    assert read_slot(6, b"a") == 4  # the whole log again
 
 
 def test_a_write_with_no_named_object_makes_every_read_wait_for_it() -> None:

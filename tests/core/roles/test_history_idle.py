@@ -29,8 +29,21 @@ def write(seq: Sequencer, owner: int, index: int, key: bytes) -> None:
     seq.allocate()
 
 
+def test_a_fresh_sequencer_keeps_no_table_until_its_first_read() -> None:
+    seq = make()
+    seq.order(1, 0, (b"a",))
+    assert not seq.recording and seq.pending_keys == {}  # no keys kept, even before allocating
+    seq.allocate()  # slot 0
+    assert not seq.recording and seq.history == {}
+    assert seq.read_slot(b"b") == 0  # the whole log (i_G)
+    assert seq.recording
+    write(seq, 1, 1, b"b")  # slot 1: recorded
+    assert seq.read_slot(b"b") == 1 and seq.read_slot(b"a") == 0 and seq.history == {b"b": 1}
+
+
 def test_reads_within_the_idle_time_keep_the_table() -> None:
     seq = make()
+    seq.read_slot(b"x")
     write(seq, 1, 0, b"a")  # slot 0
     write(seq, 1, 1, b"b")  # slot 1
     for step in range(5):
@@ -42,7 +55,9 @@ def test_reads_within_the_idle_time_keep_the_table() -> None:
 
 def test_no_read_for_the_idle_time_drops_the_table_and_keeps_no_keys() -> None:
     seq = make()
+    seq.read_slot(b"x")
     write(seq, 1, 0, b"a")
+    assert seq.history == {b"a": 0}
     seq.s.now_ms += IDLE_MS + 1
     seq.order(1, 1, (b"b",))
     seq.order(2, 0, (b"c",))
@@ -55,6 +70,7 @@ def test_no_read_for_the_idle_time_drops_the_table_and_keeps_no_keys() -> None:
 
 def test_the_read_after_idle_waits_for_the_whole_log_then_the_table_restarts() -> None:
     seq = make()
+    seq.read_slot(b"x")
     write(seq, 1, 0, b"a")  # slot 0
     seq.s.now_ms += IDLE_MS + 1
     write(seq, 1, 1, b"b")  # slot 1: dropped the table, not recorded
@@ -67,22 +83,24 @@ def test_the_read_after_idle_waits_for_the_whole_log_then_the_table_restarts() -
     assert seq.read_slot(b"never") == 2
 
 
-def test_with_idle_none_the_table_is_kept_however_long_no_read_comes() -> None:
+def test_with_idle_none_the_table_is_kept_from_the_start_however_long_no_read_comes() -> None:
     seq = make(None)
     write(seq, 1, 0, b"a")
     seq.s.now_ms += 1e9
     write(seq, 1, 1, b"b")
     assert seq.recording and seq.history == {b"a": 0, b"b": 1}
     assert seq.read_slot(b"a") == 0
-
-
-def test_a_new_view_starts_recording_with_the_floor_at_its_rebuilt_log() -> None:
-    seq = make()
-    seq.s.now_ms += IDLE_MS + 1
-    seq.allocate()
-    assert not seq.recording
     seq.start_view(Slot(0), Slot(5))
-    assert seq.recording and seq.history_floor == 4 and seq.last_read_ms == seq.s.now_ms
+    assert seq.recording and seq.history == {} and seq.history_floor == 4
+
+
+def test_a_new_view_keeps_no_table_until_a_read_and_floors_at_its_rebuilt_log() -> None:
+    seq = make()
+    seq.read_slot(b"x")
+    write(seq, 1, 0, b"a")
+    assert seq.recording
+    seq.start_view(Slot(0), Slot(5))
+    assert not seq.recording and seq.history == {} and seq.history_floor == 4
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "2000", True])

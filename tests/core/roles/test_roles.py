@@ -112,7 +112,7 @@ def test_sequencer_allocation_guard_never_over_allocates(rec: Recorder) -> None:
 
 
 def test_sequencer_history_table_answers_reads_by_key(rec: Recorder) -> None:
-    ctx = make_ctx(3, me=0, sequencer=0)
+    ctx = make_ctx(3, me=0, sequencer=0, history_idle_ms=None)  # the table kept throughout
     seq = Sequencer(ctx, rec)
     seq.order(1, 0, (b"a",))
     seq.order(2, 0, (b"b",))
@@ -124,7 +124,7 @@ def test_sequencer_answers_a_batch_of_keys_as_it_answers_each(rec: Recorder) -> 
     """``read_slots`` (one pass, for R-request batches) is ``read_slot`` of each key:
     the history table where it is above the floor, the floor otherwise, and a read
     of no named key (``b""``) waits for the whole log (i_G)."""
-    ctx = make_ctx(3, me=0, sequencer=0)
+    ctx = make_ctx(3, me=0, sequencer=0, history_idle_ms=None)
     seq = Sequencer(ctx, rec)
     seq.order(1, 0, (b"a",))
     seq.order(2, 0, (b"b",))
@@ -142,7 +142,7 @@ def test_sequencer_history_table_evicts_the_least_recently_written_keys_in_chunk
     """Past ``history_keys_max`` the oldest keys go, ``limit // 8`` more than needed
     in one pass; a forgotten key is read at the floor (the latest slot forgotten),
     a key written again since stays exact, and the table never outgrows the limit."""
-    ctx = make_ctx(3, me=0, sequencer=0, history_keys_max=16)
+    ctx = make_ctx(3, me=0, sequencer=0, history_keys_max=16, history_idle_ms=None)
     seq = Sequencer(ctx, rec)
     for i in range(16):  # one O-instance each: key k<i> at slot i
         seq.order(1, i, (b"k%d" % i,))
