@@ -75,8 +75,9 @@ class Settings:
     sessions: int
     warmup: int
     commands: int
-    #: Runs per cell; the cell is the run with the median CPU capacity (the
-    #: bytes are the same in every run: the driver is deterministic).
+    #: Runs per cell, one per pass over every cell; the cell is the run with
+    #: the median CPU capacity (the bytes are the same in every run: the
+    #: driver is deterministic).
     repeats: int
     #: Also Multi-Paxos with clients at every replica (forwarding).
     forwarding: bool
@@ -154,13 +155,10 @@ def run(ctx: Context) -> int:
     cells: dict[CellKey, dict[str, Any]] = {}
     failures: list[str] = []
     _warm_up(ctx, settings)
-    for i, key in enumerate(keys, start=1):
+    specs: dict[CellKey, RoundSpec] = {}
+    for key in keys:
         title, proto, n, payload, reads, conflict = key
-        label = (
-            f"[{i}/{len(keys)}] {title}, {n} replicas, {payload} B, {reads:g}% reads,"
-            f" {conflict:g}% conflict"
-        )
-        cell: dict[str, Any] = {
+        cells[key] = {
             "column": title,
             "protocol": proto,
             "clients_at": clients[title],
@@ -169,12 +167,11 @@ def run(ctx: Context) -> int:
             "read_pct": reads,
             "conflict_pct": conflict,
         }
-        cells[key] = cell
         why = ctx.status(proto)
         if why:
-            cell["status"] = why
+            cells[key]["status"] = why
             continue
-        spec = RoundSpec(
+        specs[key] = RoundSpec(
             proto,
             replicas=n,
             sessions=settings.sessions,
@@ -188,23 +185,41 @@ def run(ctx: Context) -> int:
             seed=ctx.seed,
             nic_mbps=nic_mbps,
         )
-        runs = [run_rounds(spec, progress=ctx.progress) for _ in range(settings.repeats)]
-        res = _median(runs)
+    # Each pass runs every cell once, so that a cell's repeats are spread over
+    # the whole experiment: a change of this machine's load (another process
+    # starting or ending) then falls on every protocol alike instead of on the
+    # cells that happened to run during it, and the ratios between protocols
+    # stay comparable.
+    runs: dict[CellKey, list[RoundResult]] = {key: [] for key in specs}
+    for rep in range(1, settings.repeats + 1):
+        for i, (key, spec) in enumerate(specs.items(), start=1):
+            title, _proto, n, payload, reads, conflict = key
+            res = run_rounds(spec, progress=ctx.progress)
+            runs[key].append(res)
+            ctx.progress(
+                f"[pass {rep}/{settings.repeats}] [{i}/{len(specs)}] {title}, {n} replicas,"
+                f" {payload} B, {reads:g}% reads, {conflict:g}% conflict: CPU"
+                f" {res.capacity_per_s / 1000:,.0f}K ops/s (busiest r{res.busiest}"
+                f" {res.cpu_s_per_1000()[res.busiest] * 1000:.2f} ms per 1,000), CPU+NIC"
+                f" {res.capacity_both_per_s / 1000:,.0f}K ({res.bound}),"
+                f" {res.commands_per_instance:.0f} per instance, {res.wall_s:.1f} s"
+                + ("" if res.ok else " FAILED: " + "; ".join(res.problems[:3]))
+            )
+    for key, cell_runs in runs.items():
+        title, _proto, n, payload, reads, conflict = key
+        cell = cells[key]
+        res = _median(cell_runs)
         cell.update(res.to_json())
-        cell["capacity_runs_per_s"] = [round(r.capacity_per_s, 1) for r in runs]
-        problems = [p for r in runs for p in r.problems]
-        if any(r.bytes != runs[0].bytes for r in runs):
+        cell["capacity_runs_per_s"] = [round(r.capacity_per_s, 1) for r in cell_runs]
+        problems = [p for r in cell_runs for p in r.problems]
+        if any(r.bytes != cell_runs[0].bytes for r in cell_runs):
             problems.append("the repeats sent different bytes (the driver is not deterministic)")
         cell["status"] = "ok" if not problems else "FAILED: " + "; ".join(problems[:3])
         if problems:
-            failures.append(f"{label}: {cell['status']}")
-        ctx.progress(
-            f"{label}: CPU {res.capacity_per_s / 1000:,.0f}K ops/s (busiest r{res.busiest}"
-            f" {res.cpu_s_per_1000()[res.busiest] * 1000:.2f} ms per 1,000), CPU+NIC"
-            f" {res.capacity_both_per_s / 1000:,.0f}K ({res.bound}),"
-            f" {res.commands_per_instance:.0f} per instance, {res.wall_s:.1f} s"
-            + ("" if not problems else " " + cell["status"])
-        )
+            failures.append(
+                f"{title}, {n} replicas, {payload} B, {reads:g}% reads, {conflict:g}% conflict:"
+                f" {cell['status']}"
+            )
     rows = list(cells.values())
     bars = _bars(cells)
     ratios = _ratios(cells, settings)
@@ -376,9 +391,9 @@ def _markdown(
         f"Round-based driver (`bench/rounds.py`), seed {ctx.seed}"
         f"{', quick' if ctx.quick else ''}: {settings.sessions} closed-loop sessions per"
         f" replica (Multi-Paxos: all at the leader), {settings.warmup:,} operations of warm-up,"
-        f" {settings.commands:,} measured, {settings.repeats} run(s) per cell (the median"
-        " CPU capacity). State machine: an in-memory key-value store. Load average (1, 5,"
-        f" 15 min) at the start {load_start}, at the end {load_end}.",
+        f" {settings.commands:,} measured, {settings.repeats} run(s) per cell, one per pass over"
+        " every cell (the median CPU capacity). State machine: an in-memory key-value store."
+        f" Load average (1, 5, 15 min) at the start {load_start}, at the end {load_end}.",
         "",
         "**CPU** = ops/s with one core per replica (1000 / the busiest replica's CPU s per"
         f" 1,000 ops). **CPU+NIC** = also one {nic_mbps:g} Mbit/s NIC each way per replica"

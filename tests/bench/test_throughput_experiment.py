@@ -91,3 +91,26 @@ def test_the_nic_option_is_checked_and_passed_on(monkeypatch: pytest.MonkeyPatch
     assert cli.main(["throughput", "--quiet"]) == 0
     assert seen == [1000.0, None]
     assert NIC_MBPS_DEFAULT == 445.0
+
+
+def test_the_repeats_run_in_passes_over_every_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pass runs every cell once (so a change of load falls on every
+    protocol alike), and a cell's median is taken over its runs of all passes."""
+    monkeypatch.setattr(throughput, "QUICK", TINY)
+    real = throughput.run_rounds
+    calls: list[tuple[str, float]] = []
+
+    def recording(spec, progress=None):  # type: ignore[no-untyped-def]
+        calls.append((spec.protocol, spec.read_pct))
+        return real(spec, progress=progress)
+
+    monkeypatch.setattr(throughput, "run_rounds", recording)
+    ctx = Context("throughput", tmp_path, quick=True, protocols=("sdpaxos", "epaxos"), quiet=True)
+    assert throughput.run(ctx) == 0
+    cells = json.loads((tmp_path / "results.json").read_text())["cells"]
+    ran = [c for c in cells if c["status"] == "ok"]
+    per_pass = len(ran)
+    assert per_pass > 1 and calls[1:] == calls[1 : 1 + per_pass] * TINY.repeats  # [0]: warm-up
+    assert all(len(c["capacity_runs_per_s"]) == TINY.repeats for c in ran)
