@@ -90,14 +90,6 @@ from sdpaxos.wire.framing import LENGTH_PREFIX_BYTES
 #: The runtime's rule (``sdpaxos.runtime.config.HEARTBEATS_PER_LEASE``): three
 #: heartbeats per lease, so a lease is renewed well before it lapses.
 HEARTBEATS_PER_LEASE = 3
-#: SDPaxos's ``history_idle_ms`` here, in rounds. A run covers a few tens of
-#: rounds (milliseconds of its logical clock), far less than the 2 s after which
-#: a sequencer that answers no read drops its history table and records no keys
-#: (``ClusterConfig.history_idle_ms``). A write-only workload that runs longer
-#: than that spends its life without the table; two rounds let the run reach
-#: that state during its warm-up. With reads in the mix, reads reach the
-#: sequencer every round and keep the table, as they would in a real run.
-HISTORY_IDLE_ROUNDS = 2
 #: Rounds without a completed operation before a run is declared stuck.
 STUCK_ROUNDS = 5_000
 #: Round trip between replicas given to thrifty quorums (a LAN), ms.
@@ -466,9 +458,7 @@ class _Driver(Outlet):
             sequencer=ReplicaId(spec.leader),
             rtt_ms=uniform(n, LAN_RTT_MS).replica_rtt_ms(),
             propose_queue_max=max(100_000, spec.sessions * n * 2),
-            **lease_overrides(
-                {"history_idle_ms": HISTORY_IDLE_ROUNDS * spec.round_ms, **spec.config_overrides}
-            ),
+            **lease_overrides(spec.config_overrides),
         )
         self.config = cfg
         self.machines = [KVMachine() for _ in range(n)]

@@ -115,12 +115,12 @@ class ClusterConfig:
         history_keys_max: most keys in the sequencer's history table; the
             oldest are forgotten (reads of them then wait a little longer).
         history_idle_ms: the sequencer keeps its history table only while reads
-            come: after this long without answering one it drops the table and
-            stops recording the keys of writes (a dict update per written key,
-            its largest cost beyond the other replicas'; the paper lets it
-            deactivate the optimisation under load, section 3.5). The next read
-            waits for the whole log (i_G) and starts the table again. ``None``:
-            keep it always (a TOML file has no None: write a very large number).
+            come: a read starts it (answered with the whole log, i_G), and after
+            this long without answering a read it drops it and stops recording
+            the keys of writes (a dict update per written key, its largest cost
+            beyond the other replicas'; the paper lets it deactivate the
+            optimisation under load, section 3.5). ``None``: keep it always
+            (a TOML file has no None: write a very large number).
         reads_pending_max: most reads a replica keeps waiting at once.
         reads_per_message_max: most reads one R-request batch (or its reply)
             carries; a replica that starts more in one turn sends several, and
@@ -191,7 +191,7 @@ class ClusterConfig:
     recover_ms: float = 600.0
     recovery_batch_max: int = 64
     history_keys_max: int = 1 << 16
-    history_idle_ms: float | None = 2_000.0
+    history_idle_ms: float | None = 10_000.0
     reads_pending_max: int = 1 << 16
     reads_per_message_max: int = 4096
     straggler_window_ms: float = 500.0

@@ -150,8 +150,8 @@ def _sequencers(kept: list[Any]) -> Any:
 def test_a_write_only_run_measures_the_sequencer_without_its_history_table(
     read_pct: float,
 ) -> None:
-    """``HISTORY_IDLE_ROUNDS``: with no reads the sequencer has dropped its table
-    by the end of the run (a long write-only run's state); with reads it keeps it."""
+    """With no reads the sequencer never keeps its history table (a long
+    write-only run's state, measured from the start); with reads it keeps it."""
     kept: list[Any] = []
     make, codec = _sequencers(kept)
     res = run_with(RoundSpec("sdpaxos", replicas=3, read_pct=read_pct, **SMALL), make, codec)
