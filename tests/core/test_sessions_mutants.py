@@ -6,7 +6,7 @@ against ``tests/core/roles/test_sessions.py`` and ``tests/core/test_snapshots.py
 :class:`Sessions` directly: what a replica's executor, a snapshot's receiver or
 a client could observe, never the table's private shape.
 
-Re-running the mutation test (cosmic-ray, one worker; about 8 minutes here), from
+Re-running the mutation test (cosmic-ray, one worker; about 10 minutes here), from
 the repository root with the dev venv active::
 
     pip install cosmic-ray
