@@ -255,12 +255,16 @@ class Sessions:
             fmt, lifetime, sessions_max, next_id, sessions = value
         except (TypeError, ValueError):
             raise ValueError("not a dump of Sessions") from None
-        if fmt != DUMP_FORMAT:
+        if type(fmt) is not int or fmt != DUMP_FORMAT:
             raise ValueError(f"unknown Sessions dump format {fmt!r}")
         out = cls(lifetime, sessions_max)
         if type(next_id) is not int or next_id <= NO_SESSION:
             raise ValueError(f"bad next id {next_id!r}")
         out.next_id = next_id
+        # Iterating anything else would raise TypeError, which the executor does
+        # not expect from a peer's snapshot (it refuses on ValueError).
+        if not isinstance(sessions, (tuple, list)):
+            raise ValueError(f"sessions must be an array, got {type(sessions).__name__}")
         previous: tuple[int, int] | None = None
         for entry in sessions:
             try:
@@ -276,6 +280,10 @@ class Sessions:
             if previous is not None and (slot, sid) <= previous:
                 raise ValueError("sessions are not in expiry order")
             previous = (slot, sid)
+            if sid in out._table:
+                # Opened twice, it would sit in two expiry buckets: the first to
+                # expire deletes it and the second raises KeyError mid-execution.
+                raise ValueError(f"session {sid} appears twice")
             out._open(sid, seq, result, slot)
         if out._buckets is not None and len(out._table) > out.sessions_max:
             raise ValueError(f"more than sessions_max ({out.sessions_max}) sessions")
