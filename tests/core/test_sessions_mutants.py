@@ -6,19 +6,9 @@ against ``tests/core/roles/test_sessions.py`` and ``tests/core/test_snapshots.py
 :class:`Sessions` directly: what a replica's executor, a snapshot's receiver or
 a client could observe, never the table's private shape.
 
-Re-running the mutation test (cosmic-ray, one worker; about 10 minutes here), from
-the repository root with the dev venv active::
-
-    pip install cosmic-ray
-    cosmic-ray init scripts/mutation/sessions.toml sessions.sqlite
-    cosmic-ray --verbosity INFO baseline scripts/mutation/sessions.toml
-    cosmic-ray --verbosity INFO exec scripts/mutation/sessions.toml sessions.sqlite
-    cr-report sessions.sqlite | tail -3
-    python scripts/mutation/survivors.py sessions.sqlite
-
-cosmic-ray rewrites ``sessions.py`` in place while it runs: run it in a copy of
-the tree, not one you are editing. ``scripts/mutation/README.md`` lists the
-surviving mutants judged equivalent, and why.
+How to re-run the mutation test (``scripts/mutation/sessions.toml``, in a copy of
+the tree: cosmic-ray rewrites the module in place), and the surviving mutants
+judged equivalent with the reason for each: ``scripts/mutation/README.md``.
 """
 
 from typing import Any

@@ -10,19 +10,9 @@ bytes are refused with :class:`CodecError`, what is decoded, what an error says.
 checks in its own methods, so it is held here to the very same golden, malformed
 and unencodable cases ``test_codec.py`` holds the module functions to.
 
-Re-running the mutation test (cosmic-ray, one worker; about 35 minutes on this
-2-core machine shared at load 2 to 5), from the repository root with the dev venv active::
-
-    pip install cosmic-ray
-    cosmic-ray init scripts/mutation/codec.toml codec.sqlite
-    cosmic-ray --verbosity INFO baseline scripts/mutation/codec.toml
-    cosmic-ray --verbosity INFO exec scripts/mutation/codec.toml codec.sqlite
-    cr-report codec.sqlite | tail -3
-    python scripts/mutation/survivors.py codec.sqlite
-
-cosmic-ray rewrites ``codec.py`` in place while it runs: run it in a copy of the
-tree, not one you are editing. ``scripts/mutation/README.md`` lists the
-surviving mutants judged equivalent, and why.
+How to re-run the mutation test (``scripts/mutation/codec.toml``, in a copy of
+the tree: cosmic-ray rewrites the module in place), and the surviving mutants
+judged equivalent with the reason for each: ``scripts/mutation/README.md``.
 """
 
 from __future__ import annotations
