@@ -11,11 +11,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import __main__ as cli
+from bench.common import Context
 from bench.engines import Clients, EngineUnsupported, RunOutput, RunSpec, RuntimeEngine
 from bench.runtime_app import HOT_MARK, BenchLog, parse_query
 from bench.runtime_engine import agree, believed_leaders, check, read_path
@@ -338,3 +340,39 @@ def test_runtime_throughput_ratios_pair_each_column_with_sdpaxos_and_the_paper()
     assert got[("Multi-Paxos-fwd", 16)] == (2.0, None)
     assert got[("Multi-Paxos", 1024)][0] is None  # no SDPaxos cell at 1 KB to compare with
     assert ("Mencius", 16) not in got  # reads are not a write-only cell
+
+
+def test_the_runtime_throughput_starts_every_column_on_a_fresh_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine keeps a cluster for the next spec that fits it, and the
+    baselines never compact: without a fresh cluster per column, EPaxos at 5 %
+    conflict ran on nodes that had executed the 0 % column's commands."""
+    from types import SimpleNamespace
+
+    from bench.experiments import throughput_runtime as tr
+
+    events: list[str] = []
+
+    class FakeEngine:
+        fsync = False
+
+        def run(self, spec: RunSpec, progress: Any = None) -> Any:
+            events.append(f"run {spec.protocol} {spec.workload.conflict_pct:g}")
+            return SimpleNamespace(
+                extra={}, records=[], ok=True, verdict="", virtual_ms=0, wall_s=0.0
+            )
+
+        def close(self) -> None:
+            events.append("close")
+
+    monkeypatch.setattr(tr, "_plot", lambda *a, **k: None)
+    monkeypatch.setattr(tr, "write_results", lambda *a, **k: None)
+    settings = tr.Settings((3,), ((16, (0.0, 50.0)),), 10, 1.0, 1.0, (0.0, 5.0))
+    ctx = Context("throughput", tmp_path, quick=True, protocols=("sdpaxos", "epaxos"), quiet=True)
+    tr._run(ctx, settings, FakeEngine())  # type: ignore[arg-type]
+    assert events == [
+        "close", "run sdpaxos 0", "run sdpaxos 0",
+        "close", "run epaxos 0", "run epaxos 0",
+        "close", "run epaxos 5", "run epaxos 5",
+    ]  # fmt: skip
