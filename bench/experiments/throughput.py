@@ -192,12 +192,10 @@ def run(ctx: Context) -> int:
     runs: dict[CellKey, list[RoundResult]] = {key: [] for key in specs}
     for rep in range(1, settings.repeats + 1):
         for i, (key, spec) in enumerate(specs.items(), start=1):
-            title, _proto, n, payload, reads, conflict = key
             res = run_rounds(spec, progress=ctx.progress)
             runs[key].append(res)
             ctx.progress(
-                f"[pass {rep}/{settings.repeats}] [{i}/{len(specs)}] {title}, {n} replicas,"
-                f" {payload} B, {reads:g}% reads, {conflict:g}% conflict: CPU"
+                f"[pass {rep}/{settings.repeats}] [{i}/{len(specs)}] {_label(key)}: CPU"
                 f" {res.capacity_per_s / 1000:,.0f}K ops/s (busiest r{res.busiest}"
                 f" {res.cpu_s_per_1000()[res.busiest] * 1000:.2f} ms per 1,000), CPU+NIC"
                 f" {res.capacity_both_per_s / 1000:,.0f}K ({res.bound}),"
@@ -205,7 +203,6 @@ def run(ctx: Context) -> int:
                 + ("" if res.ok else " FAILED: " + "; ".join(res.problems[:3]))
             )
     for key, cell_runs in runs.items():
-        title, _proto, n, payload, reads, conflict = key
         cell = cells[key]
         res = _median(cell_runs)
         cell.update(res.to_json())
@@ -215,10 +212,7 @@ def run(ctx: Context) -> int:
             problems.append("the repeats sent different bytes (the driver is not deterministic)")
         cell["status"] = "ok" if not problems else "FAILED: " + "; ".join(problems[:3])
         if problems:
-            failures.append(
-                f"{title}, {n} replicas, {payload} B, {reads:g}% reads, {conflict:g}% conflict:"
-                f" {cell['status']}"
-            )
+            failures.append(f"{_label(key)}: {cell['status']}")
     rows = list(cells.values())
     bars = _bars(cells)
     ratios = _ratios(cells, settings)
@@ -238,6 +232,12 @@ def run(ctx: Context) -> int:
     md = _markdown(ctx, settings, nic_mbps, fig10, fig11, cells, bars, ratios, load_start, load_end)
     write_results(ctx, result, md)
     return 1 if failures else 0
+
+
+def _label(key: CellKey) -> str:
+    """A cell as progress lines and failures name it."""
+    title, _proto, n, payload, reads, conflict = key
+    return f"{title}, {n} replicas, {payload} B, {reads:g}% reads, {conflict:g}% conflict"
 
 
 def _warm_up(ctx: Context, settings: Settings) -> None:
