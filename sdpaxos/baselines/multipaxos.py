@@ -737,9 +737,19 @@ class MultiPaxosReplica(BaselineReplica):
     def _commit_as_leader(self, instance: int) -> None:
         inf = self.inflight.pop(instance)
         self._learn_committed(instance, self.ballot, inf.commands)
+        # One full commit object for every peer without the commands, as a
+        # broadcast: the codec packs it once (``encode_batch``'s ``packed``).
+        full: Commit | None = None
+        brief: Commit | None = None
         for p in self.prox.near:
-            cmds = None if p in inf.acks else inf.commands
-            self._send(p, Commit(self.id, self.ballot, instance, cmds))
+            if p in inf.acks:
+                if brief is None:
+                    brief = Commit(self.id, self.ballot, instance, None)
+                self._send(p, brief)
+            else:
+                if full is None:
+                    full = Commit(self.id, self.ballot, instance, inf.commands)
+                self._send(p, full)
 
     def _send_heartbeats(self) -> None:
         now = self.now_ms

@@ -68,7 +68,7 @@ from sdpaxos.runtime.log import DurableLog
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.tls import client_context, server_context
 from sdpaxos.runtime.transport import SEND_BUFFER_BYTES_MAX, Connection
-from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError
+from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError, PackedMessages
 from sdpaxos.wire.codec import decode_batch as _decode_batch
 from sdpaxos.wire.codec import encode_batch as _encode_batch
 from sdpaxos.wire.records import RecordCodec
@@ -129,6 +129,8 @@ _READS_AT_EVERY_REPLICA = frozenset({"sdpaxos"})
 #: it itself with a random id instead, as :meth:`Node.session` does whenever
 #: sessions do not expire.
 _NO_SESSION_TABLE = frozenset({"epaxos"})
+#: A codec's ``encode_batch``: messages for one peer, and the send's packed messages.
+EncodeBatch = Callable[[list[Any], PackedMessages], bytes]
 
 
 class CoreReplica(Protocol):
@@ -398,7 +400,7 @@ class Node:
         except (ProtocolError, ImportError) as exc:
             raise NodeError(f"protocol {config.protocol!r} cannot run here: {exc}") from exc
         if self.protocol.name == "sdpaxos":  # the module functions: the fast path
-            self._encode_batch: Callable[[list[Any]], bytes] = _encode_batch
+            self._encode_batch: EncodeBatch = _encode_batch
             self._decode_batch: Callable[[bytes], list[Any]] = _decode_batch
         else:
             self._encode_batch = self.protocol.codec.encode_batch
@@ -787,6 +789,7 @@ class Node:
         io = self.io_counts
         if out:
             self._out = {}
+            packed: PackedMessages = {}
             for dst, msgs in out.items():
                 peer = self._peers.get(dst)
                 if peer is None:
@@ -794,7 +797,7 @@ class Node:
                 io["messages_out"] += len(msgs)
                 for k in range(0, len(msgs), MESSAGES_PER_BATCH_MAX):
                     for payload in _encode(
-                        self._encode_batch, msgs[k : k + MESSAGES_PER_BATCH_MAX]
+                        self._encode_batch, msgs[k : k + MESSAGES_PER_BATCH_MAX], packed
                     ):
                         io["peer_frames_out"] += 1
                         self._send_peer(peer, payload)
@@ -1593,16 +1596,22 @@ def _reject_reason(reason: str) -> str:
     return "malformed"
 
 
-def _encode(encode_batch: Callable[[list[Any]], bytes], msgs: list[Message]) -> list[bytes]:
-    """Encode ``msgs`` as few frames as fit (a batch too large is split in halves)."""
+def _encode(encode_batch: EncodeBatch, msgs: list[Message], packed: PackedMessages) -> list[bytes]:
+    """Encode ``msgs`` as few frames as fit (a batch too large is split in halves).
+
+    ``packed`` is shared by every peer's batches of one send, so that a
+    broadcast message is packed once (:func:`~sdpaxos.wire.codec.encode_batch`).
+    """
     try:
-        return [encode_batch(msgs)]
+        return [encode_batch(msgs, packed)]
     except CodecError:
         if len(msgs) == 1:
             logger.error("cannot encode %s: dropped", type(msgs[0]).__name__)
             return []
         half = len(msgs) // 2
-        return _encode(encode_batch, msgs[:half]) + _encode(encode_batch, msgs[half:])
+        return _encode(encode_batch, msgs[:half], packed) + _encode(
+            encode_batch, msgs[half:], packed
+        )
 
 
 def _open_log(

@@ -583,3 +583,34 @@ def test_sweep_with_faults_and_crashes(profile: DelayProfile) -> None:
             cluster_hook=hook,
         )
         assert result.ok, (seed, result.verdict)
+
+
+def test_a_commit_is_one_object_per_kind_so_a_broadcast_is_packed_once() -> None:
+    """The peers outside the Accept's quorum get one full Commit object, those
+    in it one short one: the codec packs a shared object once per send
+    (``encode_batch``'s ``packed``), as SDPaxos's broadcasts are."""
+    net = _Net(n=5)
+    leader = net.r[0]
+    net.tick(1)
+    net.deliver_all()
+    leader.propose(Command(1, 1, b"a" * 64))
+    net.flush(0)
+    commits: list[tuple[int, Any]] = []
+    for _ in range(10):
+        batch, net.pending = net.pending, []
+        for dst, m in batch:
+            if isinstance(m, mp.Commit):
+                commits.append((dst, m))
+            else:
+                net.r[dst].step(m, net.now)
+                net.flush(dst)
+    assert sorted(d for d, _ in commits) == [1, 2, 3, 4]
+    full = [m for _, m in commits if m.commands is not None]
+    short = [m for _, m in commits if m.commands is None]
+    assert len(full) == 2 and len(short) == 2
+    assert full[0] is full[1] and short[0] is short[1]
+    codec = protocol(NAME).codec
+    packed: dict[int, tuple[object, bytes]] = {}
+    frames = [codec.encode_batch([m], packed) for _, m in commits]
+    assert len(packed) == 2
+    assert [codec.decode_batch(f) for f in frames] == [[m] for _, m in commits]
