@@ -4,6 +4,7 @@ Multi-Paxos failover: small runs, a few seconds of CPU in all."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -161,3 +162,52 @@ def test_a_write_only_run_measures_the_sequencer_without_its_history_table(
         assert sequencer.recording and sequencer.history
     else:
         assert not sequencer.recording and sequencer.history == {}
+
+
+@pytest.mark.parametrize("read_pct", [0.0, 50.0])
+def test_the_cpu_clock_is_read_per_turn_not_per_operation(
+    read_pct: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of the thread's CPU clock costs about what a proposal does, so a
+    clock read per command would charge every protocol that much per command."""
+    reads = [0]
+    real = time.thread_time
+
+    def counting() -> float:
+        reads[0] += 1
+        return real()
+
+    monkeypatch.setattr(time, "thread_time", counting)
+    spec = RoundSpec(
+        "sdpaxos", replicas=3, sessions=300, commands=3000, warmup=300, read_pct=read_pct
+    )
+    res = run_rounds(spec)
+    assert res.ok, res.problems
+    operations = res.proposed + (res.reads_ok if read_pct else 0)
+    assert operations > 3000
+    assert reads[0] < operations / 4
+    assert res.cpu_s(0) > 0 and res.seconds[0]["propose"] > 0
+    if read_pct:
+        assert res.seconds[0]["read"] > 0
+
+
+def test_a_broadcast_is_packed_once_per_send_as_in_the_runtime() -> None:
+    """Each send hands one ``packed`` dict to every destination's batch, so a
+    C-accept sent to two peers is checked and packed once."""
+    proto = protocol("sdpaxos")
+    real = proto.codec
+    shared: list[tuple[int, int]] = []  # (id of packed, entries before the call)
+
+    class Codec:
+        def encode_batch(self, msgs: Any, packed: Any = None) -> bytes:
+            assert packed is not None
+            shared.append((id(packed), len(packed)))
+            return real.encode_batch(msgs, packed)
+
+        def decode_batch(self, data: bytes) -> Any:
+            return real.decode_batch(data)
+
+    res = run_with(RoundSpec("sdpaxos", replicas=5, **SMALL), proto.make_replica, Codec())
+    assert res.ok, res.problems
+    # A later destination of one send found the messages packed for an earlier one.
+    assert any(before > 0 for _, before in shared)

@@ -172,8 +172,8 @@ class _Counting:
         self.codec = codec
         self.sizes: list[int] = []
 
-    def encode_batch(self, msgs: Any) -> bytes:
-        frame = self.codec.encode_batch(msgs)
+    def encode_batch(self, msgs: Any, packed: Any = None) -> bytes:
+        frame = self.codec.encode_batch(msgs, packed)
         self.sizes.append(len(frame) + LENGTH_PREFIX_BYTES)
         return frame
 
