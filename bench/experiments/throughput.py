@@ -27,12 +27,19 @@ leader (the paper's setup); ``Multi-Paxos-fwd`` (full run) puts them at every
 replica, which forward. 3 and 5 replicas, 16 B and 1 KB. Every run is verified
 (:func:`bench.rounds.verify`); a cell that fails is flagged and the experiment
 exits 1.
+
+Repeats: each pass runs every cell once, the cells a ratio compares next to
+each other (every protocol at one conflict rate or read share, then the next).
+A cell's figure is its median run; a bar also gives the ratio of each pass
+and their median ("paired"), since this machine's slow spells last seconds
+and fall on both cells of a pass.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,14 +147,17 @@ def run(ctx: Context) -> int:
     load_start = _load()
     fig10 = _fig10_columns(ctx)
     fig11 = _fig11_columns(ctx, settings)
+    # Cells that are compared run next to each other: a pass runs every
+    # protocol at one conflict rate (or read share) before the next one, so
+    # that a slow spell of this machine falls on both sides of a ratio.
     keys: list[CellKey] = []
     for n in settings.replicas:
         for payload in settings.payloads_bytes:
-            for col in fig10:
-                for c in settings.conflicts_pct:
+            for c in settings.conflicts_pct:
+                for col in fig10:
                     keys.append((col.title, col.protocol, n, payload, 0.0, c))
-            for col in fig11:
-                for r in settings.read_pcts:
+            for r in settings.read_pcts:
+                for col in fig11:
                     keys.append((col.title, col.protocol, n, payload, r, 0.0))
     keys = list(dict.fromkeys(keys))  # Fig. 10's 0 % and Fig. 11's 0 % reads: one cell
     clients = {col.title: col.clients_at for col in fig10 + fig11}
@@ -311,6 +321,17 @@ def _paper_ratio(title: str, n: int, payload: int, conflict: float) -> float | N
     return round(sd[0] / flat, 2)
 
 
+def _pass_ratios(sd: dict[str, Any] | None, other: dict[str, Any] | None) -> list[float]:
+    """SDPaxos's CPU capacity over the other's, pass by pass (the two cells ran
+    next to each other in each pass; see :func:`run`)."""
+    if not (_ok(sd) and _ok(other)) or sd is None or other is None:
+        return []
+    a, b = sd.get("capacity_runs_per_s") or [], other.get("capacity_runs_per_s") or []
+    if len(a) != len(b):
+        return []
+    return [round(x / y, 2) for x, y in zip(a, b, strict=True) if y > 0]
+
+
 def _bars(cells: dict[CellKey, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for title, n, payload, conflict, bar in BARS:
@@ -325,6 +346,10 @@ def _bars(cells: dict[CellKey, dict[str, Any]]) -> list[dict[str, Any]]:
                 "bar": bar,
                 "paper": _paper_ratio(title, n, payload, conflict),
                 "cpu": _ratio(sd, other, "capacity_per_s"),
+                # The ratio of each pass, and their median: this machine's slow
+                # spells last seconds, and both cells of a pass ran within them.
+                "cpu_pass_ratios": _pass_ratios(sd, other),
+                "cpu_paired": _median_or_none(_pass_ratios(sd, other)),
                 "cpu_nic": _ratio(sd, other, "capacity_both_per_s"),
                 "nic": _ratio(sd, other, "nic_capacity_per_s"),
                 "nic_peers_only": _ratio(sd, other, "nic_peers_only_capacity_per_s"),
@@ -341,6 +366,10 @@ def _bars(cells: dict[CellKey, dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _median_or_none(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
 
 
 def _ratios(cells: dict[CellKey, dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
@@ -409,6 +438,7 @@ def _markdown(
                 "payload",
                 "conflict",
                 "CPU",
+                "CPU, paired (passes)",
                 "CPU+NIC",
                 "NIC, replica links only",
                 "NIC theory",
@@ -424,6 +454,12 @@ def _markdown(
                     f"{b['payload_bytes']} B",
                     f"{b['conflict_pct']:g}%",
                     _fmt_ratio(b["cpu"]),
+                    _fmt_ratio(b["cpu_paired"])
+                    + (
+                        " (" + ", ".join(f"{r:.2f}" for r in b["cpu_pass_ratios"]) + ")"
+                        if b["cpu_pass_ratios"]
+                        else ""
+                    ),
                     _fmt_ratio(b["cpu_nic"]),
                     _fmt_ratio(b["nic_peers_only"]),
                     "-"

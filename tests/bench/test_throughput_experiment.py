@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -114,3 +115,43 @@ def test_the_repeats_run_in_passes_over_every_cell(
     per_pass = len(ran)
     assert per_pass > 1 and calls[1:] == calls[1 : 1 + per_pass] * TINY.repeats  # [0]: warm-up
     assert all(len(c["capacity_runs_per_s"]) == TINY.repeats for c in ran)
+
+
+def test_the_cells_a_ratio_compares_run_next_to_each_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within a pass, every protocol runs at one conflict rate before the next
+    rate, and the bars pair the two cells' runs pass by pass."""
+    tiny = dataclasses.replace(TINY, conflicts_pct=(0.0, 5.0), read_pcts=(0.0,), forwarding=False)
+    monkeypatch.setattr(throughput, "QUICK", tiny)
+    real = throughput.run_rounds
+    calls: list[tuple[str, float]] = []
+
+    def recording(spec, progress=None):  # type: ignore[no-untyped-def]
+        calls.append((spec.protocol, spec.conflict_pct))
+        return real(spec, progress=progress)
+
+    monkeypatch.setattr(throughput, "run_rounds", recording)
+    ctx = Context("throughput", tmp_path, quick=True, protocols=("sdpaxos", "epaxos"), quiet=True)
+    assert throughput.run(ctx) == 0
+    one_pass = [("sdpaxos", 0.0), ("epaxos", 0.0), ("sdpaxos", 5.0), ("epaxos", 5.0)]
+    assert calls[1:] == one_pass * tiny.repeats  # [0]: the warm-up
+    result = json.loads((tmp_path / "results.json").read_text())
+    cells = {(c["protocol"], c["conflict_pct"]): c for c in result["cells"]}
+    sd, ep = cells[("sdpaxos", 5.0)], cells[("epaxos", 5.0)]
+    expected = [
+        round(a / b, 2)
+        for a, b in zip(sd["capacity_runs_per_s"], ep["capacity_runs_per_s"], strict=True)
+    ]
+    assert throughput._pass_ratios(sd, ep) == expected
+    assert throughput._median_or_none(expected) == round(sum(expected) / 2, 2)
+    assert throughput._pass_ratios(sd, {**ep, "capacity_runs_per_s": [1.0]}) == []
+    assert throughput._median_or_none([]) is None
+
+
+def test_pass_ratios_pair_runs_of_the_same_pass_not_sorted_ones() -> None:
+    sd = {"status": "ok", "capacity_runs_per_s": [100.0, 300.0, 200.0]}
+    other = {"status": "ok", "capacity_runs_per_s": [200.0, 100.0, 100.0]}
+    assert throughput._pass_ratios(sd, other) == [0.5, 3.0, 2.0]
+    assert throughput._median_or_none(throughput._pass_ratios(sd, other)) == 2.0
+    assert throughput._pass_ratios({**sd, "status": "FAILED: x"}, other) == []
