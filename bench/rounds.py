@@ -89,7 +89,7 @@ from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.profiles import uniform
 from sdpaxos.protocols import MakeReplica, protocol
 from sdpaxos.sim.driver import Outlet, carry_out
-from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX
+from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, PackedMessages
 from sdpaxos.wire.framing import LENGTH_PREFIX_BYTES
 
 #: The runtime's rule (``sdpaxos.runtime.config.HEARTBEATS_PER_LEASE``): three
@@ -545,7 +545,7 @@ class _Driver(Outlet):
         t0 = clock()
         frames = []
         encode = self.encode
-        packed: dict[int, tuple[object, bytes]] = {}  # a broadcast is packed once
+        packed: PackedMessages = {}  # a broadcast is packed once
         for dst, bucket in per_dst.items():
             for lo in range(0, len(bucket), MESSAGES_PER_BATCH_MAX):
                 frames.append((dst, encode(bucket[lo : lo + MESSAGES_PER_BATCH_MAX], packed)))

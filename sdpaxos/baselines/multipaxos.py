@@ -737,8 +737,9 @@ class MultiPaxosReplica(BaselineReplica):
     def _commit_as_leader(self, instance: int) -> None:
         inf = self.inflight.pop(instance)
         self._learn_committed(instance, self.ballot, inf.commands)
-        # One full commit object for every peer without the commands, as a
-        # broadcast: the codec packs it once (``encode_batch``'s ``packed``).
+        # One Commit with the commands for the peers that did not accept them,
+        # one without for those that did: each a single object, as a broadcast
+        # is, so the codec packs it once per send (``encode_batch``'s ``packed``).
         full: Commit | None = None
         brief: Commit | None = None
         for p in self.prox.near:

@@ -94,22 +94,31 @@ def test_the_nic_option_is_checked_and_passed_on(monkeypatch: pytest.MonkeyPatch
     assert NIC_MBPS_DEFAULT == 445.0
 
 
-def test_the_repeats_run_in_passes_over_every_cell(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each pass runs every cell once (so a change of load falls on every
-    protocol alike), and a cell's median is taken over its runs of all passes."""
-    monkeypatch.setattr(throughput, "QUICK", TINY)
+def _run_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: throughput.Settings, field: str
+) -> list[tuple[str, float]]:
+    """Run the experiment on ``settings`` (SDPaxos and EPaxos) and return the
+    ``(protocol, spec.<field>)`` of every run, in the order they ran."""
+    monkeypatch.setattr(throughput, "QUICK", settings)
     real = throughput.run_rounds
     calls: list[tuple[str, float]] = []
 
     def recording(spec, progress=None):  # type: ignore[no-untyped-def]
-        calls.append((spec.protocol, spec.read_pct))
+        calls.append((spec.protocol, getattr(spec, field)))
         return real(spec, progress=progress)
 
     monkeypatch.setattr(throughput, "run_rounds", recording)
     ctx = Context("throughput", tmp_path, quick=True, protocols=("sdpaxos", "epaxos"), quiet=True)
     assert throughput.run(ctx) == 0
+    return calls
+
+
+def test_the_repeats_run_in_passes_over_every_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pass runs every cell once (so a change of load falls on every
+    protocol alike), and a cell's median is taken over its runs of all passes."""
+    calls = _run_recording(tmp_path, monkeypatch, TINY, "read_pct")
     cells = json.loads((tmp_path / "results.json").read_text())["cells"]
     ran = [c for c in cells if c["status"] == "ok"]
     per_pass = len(ran)
@@ -123,17 +132,7 @@ def test_the_cells_a_ratio_compares_run_next_to_each_other(
     """Within a pass, every protocol runs at one conflict rate before the next
     rate, and the bars pair the two cells' runs pass by pass."""
     tiny = dataclasses.replace(TINY, conflicts_pct=(0.0, 5.0), read_pcts=(0.0,), forwarding=False)
-    monkeypatch.setattr(throughput, "QUICK", tiny)
-    real = throughput.run_rounds
-    calls: list[tuple[str, float]] = []
-
-    def recording(spec, progress=None):  # type: ignore[no-untyped-def]
-        calls.append((spec.protocol, spec.conflict_pct))
-        return real(spec, progress=progress)
-
-    monkeypatch.setattr(throughput, "run_rounds", recording)
-    ctx = Context("throughput", tmp_path, quick=True, protocols=("sdpaxos", "epaxos"), quiet=True)
-    assert throughput.run(ctx) == 0
+    calls = _run_recording(tmp_path, monkeypatch, tiny, "conflict_pct")
     one_pass = [("sdpaxos", 0.0), ("epaxos", 0.0), ("sdpaxos", 5.0), ("epaxos", 5.0)]
     assert calls[1:] == one_pass * tiny.repeats  # [0]: the warm-up
     result = json.loads((tmp_path / "results.json").read_text())

@@ -20,6 +20,7 @@ from sdpaxos.runtime.apps import PayloadLog
 from sdpaxos.runtime.local import make_local_cluster, node_configs
 from sdpaxos.runtime.node import Node
 from sdpaxos.wire.codec import FRAME_BYTES_MAX, decode_batch, encode_batch
+from tests.unit.test_codec_packed import count_conversions
 
 
 class _Conn:
@@ -78,17 +79,8 @@ def test_a_broadcast_is_packed_once_and_every_peer_gets_the_same_bytes(
 def test_the_accept_is_converted_once_for_four_peers(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sdpaxos.wire import codec
-
     node, conns = _node(tmp_path)
-    seen: list[object] = []
-    real = codec._to_wire
-
-    def to_wire(msg: Any) -> object:
-        seen.append(msg)
-        return real(msg)
-
-    monkeypatch.setattr(codec, "_to_wire", to_wire)
+    seen = count_conversions(monkeypatch)
     accept = _accept()
     for peer in range(1, 5):
         node._out[peer] = [accept]
@@ -100,16 +92,7 @@ def test_the_accept_is_converted_once_for_four_peers(
 def test_a_batch_over_the_frame_limit_is_split_and_each_half_still_shared(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sdpaxos.wire import codec
-
-    seen: list[object] = []
-    real = codec._to_wire
-
-    def to_wire(msg: Any) -> object:
-        seen.append(msg)
-        return real(msg)
-
-    monkeypatch.setattr(codec, "_to_wire", to_wire)
+    seen = count_conversions(monkeypatch)
     big = _accept(commands=2, payload_bytes=FRAME_BYTES_MAX // 5)
     small = OAck(0, 0, 1)
     packed: dict[int, tuple[object, bytes]] = {}

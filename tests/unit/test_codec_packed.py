@@ -59,8 +59,9 @@ def test_the_header_is_msgpacks_own(count: int) -> None:
     assert codec._array_header(count) == packed[: len(packed) - count]
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Every message the module-level codec converts to its wire form, in order."""
+def count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every message the module-level codec converts to its wire form, in order
+    (``tests/runtime/test_send_packed.py`` uses it too)."""
     seen: list[object] = []
     real = codec._to_wire
 
@@ -77,7 +78,7 @@ def _accept(index: int) -> CAccept:
 
 
 def test_a_broadcast_is_converted_once_per_send(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = _counting(monkeypatch)
+    seen = count_conversions(monkeypatch)
     accept, ack = _accept(4), OAck(1, 2, 3)
     packed: PackedMessages = {}
     frames = [encode_batch([accept, ack], packed) for _ in range(4)]
@@ -94,7 +95,7 @@ def test_an_entry_for_another_object_is_not_used(monkeypatch: pytest.MonkeyPatch
     """The entry keeps its message, so an id reused by a new object is told apart."""
     old, new = _accept(4), _accept(5)
     packed: PackedMessages = {id(new): (old, encode_batch([old])[2:])}
-    seen = _counting(monkeypatch)
+    seen = count_conversions(monkeypatch)
     assert decode_batch(encode_batch([new], packed)) == [new]
     assert seen == [new]
     assert packed[id(new)][0] is new
