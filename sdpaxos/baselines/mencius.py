@@ -106,7 +106,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
 from sdpaxos.baselines.common import (
-    APPLIED,
     DUPLICATE,
     EXECUTED,
     EXPIRED,
@@ -120,7 +119,7 @@ from sdpaxos.core.app import StateMachine
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
-from sdpaxos.core.sessions import Sessions
+from sdpaxos.core.sessions import Outcome, Sessions
 from sdpaxos.core.storage import CAccepted, CPromised
 from sdpaxos.core.types import (
     BALLOT_STRIDE,
@@ -656,32 +655,33 @@ class MenciusReplica(BaselineReplica):
             commands = chosen[x]
             mine = self.mine.pop(x, None) if x % n == me else None
             waiters = self.exec_waiters
-            for cmd in commands:
-                cid = cmd.client_id
-                if cid:
-                    result, outcome = sessions.run(cmd, x, apply)
-                else:
-                    result, outcome = apply(cmd.payload), APPLIED
-                if mine is not None:
-                    key = (cid, cmd.seq)
-                    if key in waiters:
-                        waiters.discard(key)
-                        kind = SESSION_EXPIRED if outcome is EXPIRED else EXECUTED
-                        self._replies.append(Reply(cid, cmd.seq, kind, result))
-                    else:
-                        self._replies.append(Reply(cid, cmd.seq, READY))
-                if self.observe:
-                    self._executed.append(
-                        Executed(
-                            Slot(x),
-                            ReplicaId(x % n),
-                            x,
-                            cmd,
-                            result,
-                            outcome is DUPLICATE,
-                            outcome is EXPIRED,
+            if mine is None and not self.observe:
+                sessions.run_batch(commands, x, apply)  # no per-command outcome needed
+            else:
+                results: list[tuple[bytes | None, Outcome]] = []
+                sessions.run_batch(commands, x, apply, results)
+                for cmd, (result, outcome) in zip(commands, results, strict=True):
+                    cid = cmd.client_id
+                    if mine is not None:
+                        key = (cid, cmd.seq)
+                        if key in waiters:
+                            waiters.discard(key)
+                            kind = SESSION_EXPIRED if outcome is EXPIRED else EXECUTED
+                            self._replies.append(Reply(cid, cmd.seq, kind, result))
+                        else:
+                            self._replies.append(Reply(cid, cmd.seq, READY))
+                    if self.observe:
+                        self._executed.append(
+                            Executed(
+                                Slot(x),
+                                ReplicaId(x % n),
+                                x,
+                                cmd,
+                                result,
+                                outcome is DUPLICATE,
+                                outcome is EXPIRED,
+                            )
                         )
-                    )
             self.stats.commands_executed += len(commands)
             if expiring:
                 sessions.slot_executed(x)

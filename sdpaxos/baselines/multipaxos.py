@@ -65,7 +65,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from sdpaxos.baselines.common import (
-    APPLIED,
     DUPLICATE,
     EXECUTED,
     EXPIRED,
@@ -80,7 +79,7 @@ from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded, PeerMessageError
 from sdpaxos.core.proximity import Proximity
 from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply
-from sdpaxos.core.sessions import REGISTRATION_SEQ, Sessions
+from sdpaxos.core.sessions import REGISTRATION_SEQ, Outcome, Sessions
 from sdpaxos.core.storage import CAccepted, Record, ViewPromised
 from sdpaxos.core.types import (
     BALLOT_STRIDE,
@@ -1170,51 +1169,49 @@ class MultiPaxosReplica(BaselineReplica):
     def _execute(self) -> None:
         log = self.log
         sessions = self.sessions
-        run = sessions.run
         sm_apply = self.sm.apply
         expiring = sessions.lifetime_slots is not None
         leading, in_log = self.is_leader, self.in_log
         waiting, exec_waiters = self.waiting, self.exec_waiters
         observe, owner = self.observe, self.log_owner
-        applied, duplicate, expired = APPLIED, DUPLICATE, EXPIRED
+        duplicate, expired = DUPLICATE, EXPIRED
         stats = self.stats
+        duplicates_before = sessions.duplicates
         i = self.exec_upto
         while i < self.commit_upto:
             commands = log[i].commands or ()
-            for cmd in commands:
-                cid = cmd.client_id
-                if cid:
-                    result, outcome = run(cmd, i, sm_apply)
-                    if outcome is duplicate:
-                        stats.duplicates += 1
-                else:
-                    result, outcome = sm_apply(cmd.payload), applied
-                if leading or waiting or exec_waiters:
-                    key = (cid, cmd.seq)
+            if not (leading or waiting or exec_waiters or observe):
+                sessions.run_batch(commands, i, sm_apply)  # no per-command outcome needed
+            else:
+                results: list[tuple[bytes | None, Outcome]] = []
+                sessions.run_batch(commands, i, sm_apply, results)
+                for cmd, (result, outcome) in zip(commands, results, strict=True):
+                    key = (cmd.client_id, cmd.seq)
                     if leading:
                         in_log.discard(key)
                     if waiting and waiting.pop(key, None) is not None and key not in exec_waiters:
                         # Proposed here again after its commit: READY now.
-                        self._replies.append(Reply(cid, key[1], READY))
+                        self._replies.append(Reply(key[0], key[1], READY))
                     if exec_waiters and key in exec_waiters:
                         self._answer_executed(key, result, outcome is expired)
-                if observe:
-                    self._executed.append(
-                        Executed(
-                            Slot(i),
-                            owner,
-                            i,
-                            cmd,
-                            result,
-                            outcome is duplicate,
-                            outcome is expired,
+                    if observe:
+                        self._executed.append(
+                            Executed(
+                                Slot(i),
+                                owner,
+                                i,
+                                cmd,
+                                result,
+                                outcome is duplicate,
+                                outcome is expired,
+                            )
                         )
-                    )
             stats.commands_executed += len(commands)
             if expiring:
                 sessions.slot_executed(i)
             i += 1
             self.exec_upto = i
+        stats.duplicates += sessions.duplicates - duplicates_before
 
     def _answer_executed(self, key: Key, result: bytes | None, expired: bool) -> None:
         """``key`` executed here: EXECUTED (or SESSION_EXPIRED) to a client waiting

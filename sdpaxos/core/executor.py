@@ -98,28 +98,33 @@ class Executor:
         s = self.s
         out = s.out
         waiters = self.exec_waiters if owner == s.me else None
-        run = self.sessions.run
-        sm_apply = self.sm.apply
         observe = self.observe
-        applied, duplicate, expired = Outcome.APPLIED, Outcome.DUPLICATE, Outcome.EXPIRED
-        for cmd in commands:
-            cid = cmd.client_id
-            if cid:
-                result, outcome = run(cmd, slot, sm_apply)
-                if outcome is expired:
-                    s.stats.commands_session_expired += 1
-            else:
-                result, outcome = sm_apply(cmd.payload), applied
-            if waiters:
-                key = (cid, cmd.seq)
-                if key in waiters:
-                    waiters.discard(key)
-                    kind = ReplyKind.SESSION_EXPIRED if outcome is expired else ReplyKind.EXECUTED
-                    out.reply(Reply(cid, cmd.seq, kind, result))
-            if observe:
-                out.executed.append(
-                    Executed(slot, owner, k, cmd, result, outcome is duplicate, outcome is expired)
-                )
+        sessions = self.sessions
+        refused_before = sessions.refused
+        if not (waiters or observe):
+            # Nobody here waits for these results: the session table runs the
+            # batch alone (one call, no per-command outcome).
+            sessions.run_batch(commands, slot, self.sm.apply)
+        else:
+            results: list[tuple[bytes | None, Outcome]] = []
+            sessions.run_batch(commands, slot, self.sm.apply, results)
+            duplicate, expired = Outcome.DUPLICATE, Outcome.EXPIRED
+            for cmd, (result, outcome) in zip(commands, results, strict=True):
+                if waiters:
+                    key = (cmd.client_id, cmd.seq)
+                    if key in waiters:
+                        waiters.discard(key)
+                        kind = (
+                            ReplyKind.SESSION_EXPIRED if outcome is expired else ReplyKind.EXECUTED
+                        )
+                        out.reply(Reply(cmd.client_id, cmd.seq, kind, result))
+                if observe:
+                    out.executed.append(
+                        Executed(
+                            slot, owner, k, cmd, result, outcome is duplicate, outcome is expired
+                        )
+                    )
+        s.stats.commands_session_expired += sessions.refused - refused_before
         s.stats.commands_executed += len(commands)
         if out.tracer is not None:
             out.trace("Execute", slot=slot, owner=owner, c_index=k, commands=len(commands))

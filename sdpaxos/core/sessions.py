@@ -45,7 +45,7 @@ restores it exactly: the id counter, every session, the expiry order.
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any
 
@@ -133,11 +133,22 @@ class _Bucket:
 class Sessions:
     """The session table of one replica's executor (see the module docstring).
 
-    ``expired`` counts the sessions expired since this object was built or
-    loaded (observability only: not part of :meth:`dump`).
+    Counted since this object was built or loaded (observability only: not part
+    of :meth:`dump`): ``expired``, the sessions expired; ``duplicates``, the
+    commands not applied as duplicates; ``refused``, the commands not applied
+    because their client had no live session (:attr:`Outcome.EXPIRED`).
     """
 
-    __slots__ = ("_buckets", "_table", "expired", "lifetime_slots", "next_id", "sessions_max")
+    __slots__ = (
+        "_buckets",
+        "_table",
+        "duplicates",
+        "expired",
+        "lifetime_slots",
+        "next_id",
+        "refused",
+        "sessions_max",
+    )
 
     def __init__(
         self, lifetime_slots: int | None = None, sessions_max: int = SESSIONS_MAX_DEFAULT
@@ -151,6 +162,8 @@ class Sessions:
         #: The id the next registration gets.
         self.next_id = NO_SESSION + 1
         self.expired = 0
+        self.duplicates = 0
+        self.refused = 0
         self._table: dict[int, _Session] = {}
         #: Last slot -> its sessions, oldest slot first; only when sessions expire.
         self._buckets: OrderedDict[int, _Bucket] | None = (
@@ -200,16 +213,63 @@ class Sessions:
             return encode_session_id(session_id), _REGISTERED
         if session is None:
             if self._buckets is not None:
+                self.refused += 1
                 return None, _EXPIRED
             first = apply(command.payload)  # a client-chosen id (no expiry)
             self._table[command.client_id] = _Session(seq, first, slot)
             return first, _APPLIED
         # A duplicate: not above the session's last seq.
+        self.duplicates += 1
         if session.slot != slot:
             if self._buckets is not None:
                 self._move(command.client_id, session.slot, slot)
             session.slot = slot
         return (session.result if seq == session.seq else None), _DUPLICATE
+
+    def run_batch(
+        self,
+        commands: Iterable[Command],
+        slot: int,
+        apply: Callable[[bytes], bytes],
+        results: list[tuple[bytes | None, Outcome]] | None = None,
+    ) -> None:
+        """Execute ``commands`` of ``slot`` in order, each as :meth:`run` would
+        (one with ``client_id`` 0 has no session: it is applied, never
+        deduplicated); append each one's ``(result, outcome)`` to ``results``
+        if given.
+
+        Why a batch: every replica executes every command, and one call per
+        command into :meth:`run` (with its returned tuple) was a sixth of a
+        replica's execution cost. Here the common case (the next command of a
+        live session, whose last slot needs no move) is handled inline, and
+        the rest falls back to :meth:`run`. Executors that need no per-command
+        outcome (a replica answering none of the batch's clients, not
+        observed) pass no ``results`` and read :attr:`duplicates` and
+        :attr:`refused` instead.
+        """
+        table_get = self._table.get
+        moves = self._buckets is not None
+        run = self.run
+        result: bytes | None
+        for command in commands:
+            client_id, seq, payload, _ = command
+            if client_id:
+                session = table_get(client_id)
+                if (
+                    session is not None
+                    and seq > session.seq
+                    and (session.slot == slot or not moves)
+                ):
+                    result = session.result = apply(payload)
+                    session.seq = seq
+                    session.slot = slot
+                    outcome = _APPLIED
+                else:
+                    result, outcome = run(command, slot, apply)
+            else:
+                result, outcome = apply(payload), _APPLIED
+            if results is not None:
+                results.append((result, outcome))
 
     def slot_executed(self, slot: int) -> None:
         """Slot ``slot`` is executed: expire the sessions whose last slot is below

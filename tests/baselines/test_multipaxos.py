@@ -614,3 +614,42 @@ def test_a_commit_is_one_object_per_kind_so_a_broadcast_is_packed_once() -> None
     frames = [codec.encode_batch([m], packed) for _, m in commits]
     assert len(packed) == 2
     assert [codec.decode_batch(f) for f in frames] == [[m] for _, m in commits]
+
+
+@pytest.mark.parametrize("observe", [True, False])
+def test_a_follower_counts_a_duplicate_in_its_log_and_applies_it_once(observe: bool) -> None:
+    """A command chosen in two instances (a retry that reached the log twice)
+    executes once; the second is counted in ``stats.duplicates``, whether or
+    not execution is observed (unobserved, the session table runs each
+    instance's batch without per-command outcomes)."""
+    config = ClusterConfig(replicas=3)
+    machine = _Machine()
+    follower = mp.MultiPaxosReplica(config, 1, machine, rng=random.Random(1), observe=observe)
+    ballot = make_ballot(0, ReplicaId(0))
+    command, other = Command(5, 1, b"x"), Command(6, 1, b"y")
+    follower.step(mp.Commit(0, ballot, 0, (command,)), 0.0)
+    follower.step(mp.Commit(0, ballot, 1, (other, command)), 0.0)
+    follower.ready()
+    assert machine.applied == [b"x", b"y"]
+    assert follower.stats.duplicates == 1
+    assert follower.stats.commands_executed == 3
+
+
+@pytest.mark.parametrize("observe", [True, False])
+def test_a_command_proposed_again_after_its_commit_is_ready_at_its_execution(
+    observe: bool,
+) -> None:
+    """A client's retry reaches a follower after the command's instance was
+    committed there but before it could execute (an earlier instance is
+    missing): the READY comes when it executes, observed or not."""
+    config = ClusterConfig(replicas=3)
+    follower = mp.MultiPaxosReplica(config, 1, _Machine(), rng=random.Random(1), observe=observe)
+    ballot = make_ballot(0, ReplicaId(0))
+    command = Command(5, 1, b"x")
+    follower.step(mp.Commit(0, ballot, 1, (command,)), 0.0)
+    assert follower.ready().replies == []
+    follower.propose(command, Wait.READY)
+    assert follower.ready().replies == []  # committed, not executed: no READY yet
+    follower.step(mp.Commit(0, ballot, 0, (Command(6, 1, b"y"),)), 0.0)
+    replies = follower.ready().replies
+    assert [(r.client_id, r.seq, r.kind) for r in replies] == [(5, 1, ReplyKind.READY)]

@@ -384,3 +384,119 @@ def test_no_interleaving_applies_a_client_command_twice(
 
 def test_outcomes_are_the_four_documented_ones() -> None:
     assert [o.name for o in Outcome] == ["APPLIED", "DUPLICATE", "EXPIRED", "REGISTERED"]
+
+
+# ------------------------------------------------------------------ batches
+
+_batch_command = st.one_of(
+    st.builds(registration, st.integers(1, 5)),
+    st.builds(
+        Command,
+        st.integers(0, 6),  # 0: no session
+        st.integers(1, 6),
+        st.binary(max_size=2),
+        st.none(),
+    ),
+)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(
+    slots=st.lists(st.lists(_batch_command, max_size=8), max_size=8),
+    lifetime=st.one_of(st.none(), st.integers(1, 3)),
+    sessions_max=st.integers(1, 3),
+)
+def test_run_batch_is_run_per_command(
+    slots: list[list[Command]], lifetime: int | None, sessions_max: int
+) -> None:
+    """:meth:`Sessions.run_batch` ends in the same whole state as :meth:`run`
+    per command (``apply`` for ``client_id`` 0): the dump, every counter, the
+    state machine's applies and each command's result and outcome; with or
+    without ``results``."""
+
+    def per_command() -> tuple[Sessions, App, list[tuple[bytes | None, Outcome]]]:
+        table, app, results = Sessions(lifetime, sessions_max), App(), []
+        for slot, commands in enumerate(slots):
+            for cmd in commands:
+                if cmd.client_id:
+                    results.append(table.run(cmd, slot, app.apply))
+                else:
+                    results.append((app.apply(cmd.payload), Outcome.APPLIED))
+            table.slot_executed(slot)
+        return table, app, results
+
+    def batched(keep: bool) -> tuple[Sessions, App, list[tuple[bytes | None, Outcome]]]:
+        table, app, results = Sessions(lifetime, sessions_max), App(), []
+        for slot, commands in enumerate(slots):
+            table.run_batch(commands, slot, app.apply, results if keep else None)
+            table.slot_executed(slot)
+        return table, app, results
+
+    def whole(table: Sessions) -> tuple[Any, ...]:
+        return (table.dump(), table.expired, table.duplicates, table.refused)
+
+    want, want_app, want_results = per_command()
+    assert want.duplicates == sum(o is Outcome.DUPLICATE for _, o in want_results)
+    assert want.refused == sum(o is Outcome.EXPIRED for _, o in want_results)
+    for keep in (True, False):
+        got, got_app, got_results = batched(keep)
+        assert whole(got) == whole(want)
+        assert got_app.applied == want_app.applied
+        assert got_results == (want_results if keep else [])
+
+
+def _ok(payload: bytes) -> bytes:
+    return b"ok:" + payload
+
+
+def test_run_batch_moves_a_session_to_its_new_slot_for_expiry() -> None:
+    """The next command of a live session in a later slot keeps it alive from
+    that slot on (its expiry bucket moves), whether or not the batch is the
+    first to touch it."""
+    table = Sessions(lifetime_slots=2)
+    (sid_result, _), (other_result, _) = (
+        table.run(registration(1), 0, _ok),
+        table.run(registration(2), 0, _ok),
+    )
+    sid, other = decode_session_id(sid_result), decode_session_id(other_result)
+    table.run_batch((Command(sid, 1, b"a"), Command(other, 1, b"b")), 2, _ok)
+    table.run_batch((Command(sid, 2, b"c"),), 4, _ok)
+    table.slot_executed(5)  # expires last slots below 3: other (2), not sid (4)
+    assert sid in table and other not in table
+    assert table.order() == [sid]
+
+
+def test_an_executor_without_observer_counts_refused_commands_and_answers_waiters() -> None:
+    """Not observed, the executor still counts refused commands
+    (``commands_session_expired``) whether or not a client waits here, and
+    answers the one that waits: without waiters it passes the session table
+    no ``results``, with one it does."""
+    ctx = make_ctx(3, me=0, sequencer=0, session_lifetime_slots=3)
+    app = App()
+    waiters: set[tuple[int, int]] = set()
+    executor = Executor(ctx, app, waiters, observe=False)
+    olog = ctx.olog
+
+    def commit(j: int, *commands: Command) -> None:
+        olog.grow(j + 1)
+        olog.owner[j], olog.count[j], olog.committed[j] = ME, 1, True
+        ctx.clog.logs[ME][j] = committed_instance(commands)
+        executor.execute()
+
+    commit(0, registration(7))
+    (sid,) = executor.sessions.order()
+    commit(1, Command(sid + 1, 1, b"x"), Command(sid, 1, b"y"), Command(sid + 2, 1, b"z"))
+    assert ctx.stats.commands_session_expired == 2
+    assert app.applied == [b"y"]
+    assert ctx.out.take().replies == []
+    waiters.update({(sid, 2), (sid + 1, 2)})
+    commit(2, Command(sid, 2, b"w"), Command(sid + 1, 2, b"v"))
+    assert ctx.stats.commands_session_expired == 3
+    assert ctx.stats.commands_executed == 6
+    assert app.applied == [b"y", b"w"]
+    rd = ctx.out.take()
+    assert rd.replies == [
+        Reply(sid, 2, ReplyKind.EXECUTED, b"ok:w"),
+        Reply(sid + 1, 2, ReplyKind.SESSION_EXPIRED, None),
+    ]
+    assert rd.executed == []
