@@ -24,7 +24,6 @@ from sdpaxos.core.types import (
     ReplicaId,
     Slot,
     View,
-    keys_of,
 )
 
 
@@ -56,7 +55,7 @@ class Acceptor:
             s.out.trace("HandleCAccept", owner=owner, index=index, ballot=m.ballot)
         s.out.send(m.src, CAck(s.me, s.views.view, owner, index, m.ballot))
         if s.views.is_sequencer and m.src == owner:
-            self.r.order_c_instance(owner, index, keys_of(m.commands))
+            self.r.order_c_instance(owner, index, m.commands)
 
     def handle_c_commit(self, m: CCommit) -> None:
         s = self.s

@@ -76,7 +76,7 @@ class CommandLeader:
                 s.prox.c_quorum, CAccept(me, views.view, me, index, inst.ballot, commands)
             )
             if views.is_sequencer:
-                self.r.order_c_instance(me, index, keys_of(commands))
+                self.r.order_c_instance(me, index, commands)
             elif views.sequencer not in s.prox.c_quorum:
                 self.send_c_request(index)
             if len(inst.acks) >= s.majority:

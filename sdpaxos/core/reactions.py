@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from sdpaxos.core.clog import CInstance
 from sdpaxos.core.messages import CPromise, Message
 from sdpaxos.core.storage import Snapshot
-from sdpaxos.core.types import Ballot, CIndex, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import Ballot, CIndex, Command, OValue, ReplicaId, Slot, View
 
 
 class Reactions(Protocol):
@@ -53,9 +53,10 @@ class Reactions(Protocol):
 
     # -- to the sequencer
     def order_c_instance(
-        self, owner: ReplicaId, index: CIndex, keys: tuple[bytes, ...] | None
+        self, owner: ReplicaId, index: CIndex, commands: tuple[Command, ...] | None
     ) -> None:
-        """Command leader, acceptor: C-instances ``0 .. index`` of ``owner`` exist."""
+        """Command leader, acceptor: C-instances ``0 .. index`` of ``owner`` exist
+        (``commands``: those of ``owner.index``, if known here)."""
 
     def resend_own_o_accepts(self) -> None:
         """Command leader (sequencer's own): its O-instances lack a quorum."""

@@ -641,9 +641,9 @@ class _Router:
 
     # -- to the sequencer
     def order_c_instance(
-        self, owner: ReplicaId, index: CIndex, keys: tuple[bytes, ...] | None
+        self, owner: ReplicaId, index: CIndex, commands: tuple[Command, ...] | None
     ) -> None:
-        self._r.sequencer_role.order(owner, index, keys)
+        self._r.sequencer_role.order_commands(owner, index, commands)
 
     def resend_own_o_accepts(self) -> None:
         self._r.sequencer_role.resend_own_o_accepts()

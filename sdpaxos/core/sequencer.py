@@ -25,7 +25,7 @@ from sdpaxos.core.olog import NOT_ESTABLISHED
 from sdpaxos.core.quorum import majority_prefix
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import OAccepted
-from sdpaxos.core.types import OValue, ReplicaId, Slot
+from sdpaxos.core.types import Command, OValue, ReplicaId, Slot, keys_of
 
 #: When the history table outgrows ``history_keys_max`` it evicts down to this
 #: fraction below the limit (``limit // 8`` keys more), in one pass.
@@ -88,6 +88,22 @@ class Sequencer:
         want = index + 1
         if want > self.covered[owner] and want > self.want_upto.get(owner, 0):
             self.want_upto[owner] = want
+
+    def order_commands(
+        self, owner: ReplicaId, index: int, commands: tuple[Command, ...] | None
+    ) -> None:
+        """:meth:`order`, for a C-instance whose ``commands`` are known here (a
+        C-accept the sequencer got, or its own); ``None``: not known.
+
+        Their keys are collected only while the history table is kept, and only
+        for an instance not ordered yet: collecting them is a set and a sort of
+        the batch's keys (about 15 us for 250 commands), which the sequencer
+        otherwise paid on every C-accept it got, with no read to serve.
+        """
+        if commands is None or not self.recording or index < self.covered[owner]:
+            self.order(owner, index, None)
+        else:
+            self.order(owner, index, keys_of(commands))
 
     def handle_c_request(self, m: CRequest) -> None:
         s = self.s

@@ -15,6 +15,7 @@ from sdpaxos.core.errors import ConfigError
 from sdpaxos.core.sequencer import Sequencer
 from sdpaxos.core.types import Slot
 from tests.core.roles.conftest import Recorder, make_ctx
+from tests.core.state import whole_state
 
 IDLE_MS = 100.0
 
@@ -163,3 +164,35 @@ def test_a_read_never_waits_for_less_than_the_last_write_of_its_key(ops: list[tu
                 assert slot >= last_write.get(key, -1)
             else:
                 assert slot == olog.acc_upto - 1
+
+
+def test_keys_of_known_commands_are_collected_only_when_the_table_wants_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``order_commands`` (a C-accept the sequencer got, or its own) collects the
+    batch's keys only while the table is kept and the instance is not ordered
+    yet; otherwise it orders the instance exactly as with unknown keys."""
+    from sdpaxos.core import sequencer as module
+    from sdpaxos.core.types import Command, keys_of
+
+    collected: list[int] = []
+
+    def counting_keys_of(commands: tuple[Command, ...]) -> tuple[bytes, ...]:
+        collected.append(len(commands))
+        return keys_of(commands)
+
+    monkeypatch.setattr(module, "keys_of", counting_keys_of)
+    batch = (Command(1, 1, b"x", b"b"), Command(2, 1, b"y", b"a"), Command(3, 1, b"z", b"b"))
+    idle, unknown = make(), make()
+    idle.order_commands(1, 0, batch)
+    unknown.order(1, 0, None)
+    assert collected == [] and idle.want_upto == {1: 1}
+    assert whole_state(idle) == whole_state(unknown)  # type: ignore[arg-type]
+    recording = make(None)
+    recording.order_commands(1, 0, batch)
+    assert collected == [3] and recording.pending_keys == {(1, 0): (b"a", b"b")}
+    recording.allocate()  # instance 0 of replica 1 ordered: slot 0
+    recording.order_commands(1, 0, batch)  # a resent C-accept: already ordered
+    recording.order_commands(1, 1, None)  # keys unknown
+    assert collected == [3] and recording.pending_keys == {}
+    assert recording.history == {b"a": 0, b"b": 0}

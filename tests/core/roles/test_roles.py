@@ -55,9 +55,10 @@ def test_command_leader_batches_and_sends_c_accepts_to_its_thrifty_quorum(rec: R
 def test_command_leader_at_the_sequencer_orders_its_own_instance(rec: Recorder) -> None:
     ctx = make_ctx(3, me=0, sequencer=0)
     leader = CommandLeader(ctx, rec)
-    leader.proposals.append(Command(1, 1, b"a", b"k"))
+    command = Command(1, 1, b"a", b"k")
+    leader.proposals.append(command)
     leader.start_c_instances()
-    assert rec.calls == [("order_c_instance", (0, 0, (b"k",)))]
+    assert rec.calls == [("order_c_instance", (0, 0, (command,)))]
 
 
 def test_command_leader_commits_on_a_majority_and_reports_a_recovered_instance(
