@@ -26,6 +26,7 @@ from sdpaxos.core.sessions import (
 )
 from sdpaxos.core.types import NO_CL, Command, ReplicaId
 from tests.core.roles.conftest import committed_instance, make_ctx
+from tests.core.state import whole_state
 
 ME = ReplicaId(0)
 
@@ -410,9 +411,9 @@ def test_run_batch_is_run_per_command(
     slots: list[list[Command]], lifetime: int | None, sessions_max: int
 ) -> None:
     """:meth:`Sessions.run_batch` ends in the same whole state as :meth:`run`
-    per command (``apply`` for ``client_id`` 0): the dump, every counter, the
-    state machine's applies and each command's result and outcome; with or
-    without ``results``."""
+    per command (``apply`` for ``client_id`` 0): every field of the table
+    (sessions, expiry buckets and their heaps, counters), the state machine's
+    applies and each command's result and outcome; with or without ``results``."""
 
     def per_command() -> tuple[Sessions, App, list[tuple[bytes | None, Outcome]]]:
         table, app, results = Sessions(lifetime, sessions_max), App(), []
@@ -432,8 +433,8 @@ def test_run_batch_is_run_per_command(
             table.slot_executed(slot)
         return table, app, results
 
-    def whole(table: Sessions) -> tuple[Any, ...]:
-        return (table.dump(), table.expired, table.duplicates, table.refused)
+    def whole(table: Sessions) -> Any:
+        return whole_state(table)  # type: ignore[arg-type]  # every slot, walked
 
     want, want_app, want_results = per_command()
     assert want.duplicates == sum(o is Outcome.DUPLICATE for _, o in want_results)
