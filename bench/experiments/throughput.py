@@ -337,6 +337,9 @@ def _bars(cells: dict[CellKey, dict[str, Any]]) -> list[dict[str, Any]]:
     for title, n, payload, conflict, bar in BARS:
         sd = _cell(cells, "SDPaxos", n, payload, 0.0, conflict)
         other = _cell(cells, title, n, payload, 0.0, conflict)
+        # The ratio of each pass, and their median: this machine's slow spells
+        # last seconds, and both cells of a pass ran within them.
+        pass_ratios = _pass_ratios(sd, other)
         out.append(
             {
                 "over": title,
@@ -346,10 +349,8 @@ def _bars(cells: dict[CellKey, dict[str, Any]]) -> list[dict[str, Any]]:
                 "bar": bar,
                 "paper": _paper_ratio(title, n, payload, conflict),
                 "cpu": _ratio(sd, other, "capacity_per_s"),
-                # The ratio of each pass, and their median: this machine's slow
-                # spells last seconds, and both cells of a pass ran within them.
-                "cpu_pass_ratios": _pass_ratios(sd, other),
-                "cpu_paired": _median_or_none(_pass_ratios(sd, other)),
+                "cpu_pass_ratios": pass_ratios,
+                "cpu_paired": _median_or_none(pass_ratios),
                 "cpu_nic": _ratio(sd, other, "capacity_both_per_s"),
                 "nic": _ratio(sd, other, "nic_capacity_per_s"),
                 "nic_peers_only": _ratio(sd, other, "nic_peers_only_capacity_per_s"),

@@ -131,7 +131,9 @@ def test_the_cells_a_ratio_compares_run_next_to_each_other(
 ) -> None:
     """Within a pass, every protocol runs at one conflict rate before the next
     rate, and the bars pair the two cells' runs pass by pass."""
-    tiny = dataclasses.replace(TINY, conflicts_pct=(0.0, 5.0), read_pcts=(0.0,), forwarding=False)
+    tiny = dataclasses.replace(
+        TINY, payloads_bytes=(16,), conflicts_pct=(0.0, 5.0), read_pcts=(0.0,), forwarding=False
+    )
     calls = _run_recording(tmp_path, monkeypatch, tiny, "conflict_pct")
     one_pass = [("sdpaxos", 0.0), ("epaxos", 0.0), ("sdpaxos", 5.0), ("epaxos", 5.0)]
     assert calls[1:] == one_pass * tiny.repeats  # [0]: the warm-up
@@ -146,6 +148,10 @@ def test_the_cells_a_ratio_compares_run_next_to_each_other(
     assert throughput._median_or_none(expected) == round(sum(expected) / 2, 2)
     assert throughput._pass_ratios(sd, {**ep, "capacity_runs_per_s": [1.0]}) == []
     assert throughput._median_or_none([]) is None
+    # The bar over EPaxos at 3 replicas, 16 B, 5 %: those pass ratios, in pass order.
+    (bar,) = [b for b in result["bars"] if b["over"] == "EPaxos" and b["replicas"] == 3]
+    assert bar["cpu_pass_ratios"] == expected
+    assert bar["cpu_paired"] == throughput._median_or_none(expected)
 
 
 def test_pass_ratios_pair_runs_of_the_same_pass_not_sorted_ones() -> None:
@@ -154,3 +160,25 @@ def test_pass_ratios_pair_runs_of_the_same_pass_not_sorted_ones() -> None:
     assert throughput._pass_ratios(sd, other) == [0.5, 3.0, 2.0]
     assert throughput._median_or_none(throughput._pass_ratios(sd, other)) == 2.0
     assert throughput._pass_ratios({**sd, "status": "FAILED: x"}, other) == []
+
+
+def test_a_bar_carries_its_pass_ratios_in_pass_order_and_their_median() -> None:
+    fields = dict.fromkeys(
+        (
+            "capacity_per_s",
+            "capacity_both_per_s",
+            "nic_capacity_per_s",
+            "nic_peers_only_capacity_per_s",
+            "ops_per_round",
+        ),
+        1.0,
+    )
+    sd = {"status": "ok", **fields, "capacity_runs_per_s": [300.0, 100.0, 200.0]}
+    ep = {"status": "ok", **fields, "capacity_runs_per_s": [100.0, 100.0, 100.0]}
+    cells = {
+        ("SDPaxos", "sdpaxos", 3, 16, 0.0, 5.0): sd,
+        ("EPaxos", "epaxos", 3, 16, 0.0, 5.0): ep,
+    }
+    (bar,) = [b for b in throughput._bars(cells) if b["over"] == "EPaxos" and b["replicas"] == 3]
+    assert bar["cpu_pass_ratios"] == [3.0, 1.0, 2.0]
+    assert bar["cpu_paired"] == 2.0

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sdpaxos.core import sequencer as sequencer_module
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.core.sequencer import Sequencer
-from sdpaxos.core.types import Slot
+from sdpaxos.core.types import Command, Slot, keys_of
 from tests.core.roles.conftest import Recorder, make_ctx
 from tests.core.state import whole_state
 
@@ -172,16 +173,13 @@ def test_keys_of_known_commands_are_collected_only_when_the_table_wants_them(
     """``order_commands`` (a C-accept the sequencer got, or its own) collects the
     batch's keys only while the table is kept and the instance is not ordered
     yet; otherwise it orders the instance exactly as with unknown keys."""
-    from sdpaxos.core import sequencer as module
-    from sdpaxos.core.types import Command, keys_of
-
     collected: list[int] = []
 
     def counting_keys_of(commands: tuple[Command, ...]) -> tuple[bytes, ...]:
         collected.append(len(commands))
         return keys_of(commands)
 
-    monkeypatch.setattr(module, "keys_of", counting_keys_of)
+    monkeypatch.setattr(sequencer_module, "keys_of", counting_keys_of)
     batch = (Command(1, 1, b"x", b"b"), Command(2, 1, b"y", b"a"), Command(3, 1, b"z", b"b"))
     idle, unknown = make(), make()
     idle.order_commands(1, 0, batch)
