@@ -54,6 +54,10 @@ __all__ = [
     "ARRAY_ITEMS_MAX",
     "FRAME_BYTES_MAX",
     "MESSAGES_PER_BATCH_MAX",
+    "PACKED_COMMANDS",
+    "PACKED_COMMANDS_BYTES_MAX",
+    "PACKED_COMMANDS_MAX",
+    "PACKED_COMMANDS_MIN",
     "VERSION",
     "CodecError",
     "MessageCodec",
@@ -76,6 +80,17 @@ MESSAGES_PER_BATCH_MAX = 4096
 #: Most items in any one msgpack array (commands of a C-accept, values of an
 #: O-accept, ...). Bounds what one length header can make the decoder allocate.
 ARRAY_ITEMS_MAX = 1 << 20
+
+#: Fewest commands in an array worth keeping packed (:func:`_packed_commands`):
+#: below it, splicing a message from three packed pieces costs more than it saves.
+PACKED_COMMANDS_MIN = 16
+
+#: Most command arrays kept packed at once, and most bytes they may hold
+#: together (the oldest go first). A leader packs its instance's commands for
+#: the C-accept and, a round trip later, for the C-commit to the peers outside
+#: the thrifty quorum; a handful of instances are in flight between the two.
+PACKED_COMMANDS_MAX = 64
+PACKED_COMMANDS_BYTES_MAX = 8 * 1024 * 1024
 
 _VERSION_PREFIX = bytes([VERSION])
 _REPR_CHARS_MAX = 80
@@ -187,6 +202,57 @@ def _optional_commands_to_wire(value: tuple[Command, ...] | None) -> object:
 
 def _optional_commands_from_wire(value: object) -> tuple[Command, ...] | None:
     return None if value is None else _commands_from_wire(value)
+
+
+class _PackedCommandArrays:
+    """Command arrays already checked and packed, by identity, oldest first.
+
+    Why: the same commands tuple goes out in more than one message. A command
+    leader's C-accept goes to the thrifty quorum and its C-commit, a round
+    trip later and in another send, carries the same tuple to the other peers;
+    EPaxos's PreAccept and Commit and Multi-Paxos's Accept and Commit do the
+    same. Checking and packing 250 commands costs tens of microseconds each
+    time. A tuple of :class:`Command` is immutable all the way down (the check
+    admits only exact ``int`` and ``bytes``), so its packed bytes never change;
+    each entry keeps its tuple, so the ``id`` cannot be reused while it lives.
+    """
+
+    __slots__ = ("bytes_held", "entries", "hits", "misses")
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[tuple[Command, ...], bytes]] = {}
+        self.bytes_held = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, value: tuple[Command, ...]) -> bytes:
+        """``value`` checked and packed as a msgpack array (raises :class:`CodecError`)."""
+        entries = self.entries
+        entry = entries.get(id(value))
+        if entry is not None and entry[0] is value:
+            self.hits += 1
+            return entry[1]
+        data = _pack(_commands_to_wire(value))  # raises before anything changes
+        self.misses += 1
+        if entry is not None:  # an id reused by a new tuple: the old one is gone
+            del entries[id(value)]
+            self.bytes_held -= len(entry[1])
+        entries[id(value)] = (value, data)
+        self.bytes_held += len(data)
+        while len(entries) > PACKED_COMMANDS_MAX or self.bytes_held > PACKED_COMMANDS_BYTES_MAX:
+            oldest = next(iter(entries))
+            self.bytes_held -= len(entries.pop(oldest)[1])
+        return data
+
+    def clear(self) -> None:
+        """Forget every entry (the counters stay)."""
+        self.entries.clear()
+        self.bytes_held = 0
+
+
+#: The process's packed command arrays: shared by every codec and replica in
+#: it, which is safe because an entry depends only on its (immutable) tuple.
+PACKED_COMMANDS = _PackedCommandArrays()
 
 
 def _int_tuples_codec(arity: int) -> _FieldCodec:
@@ -481,6 +547,83 @@ def from_wire(items):
     )
 
 
+def _compile_to_bytes(spec: _ClassCodec) -> Callable[[Any], bytes] | None:
+    """Generate ``to_bytes(msg) -> bytes`` (the msgpack of ``to_wire(msg)``) for a
+    class with a field of commands (the first, if it has several), or ``None``
+    for any other class.
+
+    Why: the commands are most of such a message, and the same tuple is often
+    sent again (:class:`_PackedCommandArrays`). A msgpack array is its header
+    followed by its items, so the message is its header, the fields before the
+    commands packed as one array less its header, the commands' cached bytes,
+    and the fields after them likewise: byte for byte what packing the whole
+    wire tuple gives. Arrays of fewer than :data:`PACKED_COMMANDS_MIN` commands
+    (and ``None``) take the one-piece path. Raises what ``to_wire`` and the
+    packer raise.
+    """
+    commands_at = [
+        i for i, c in enumerate(spec.field_codecs) if c is _COMMANDS or c is _OPTIONAL_COMMANDS
+    ]
+    arity = len(spec.field_names) + 1
+    if not commands_at or arity >= 16:  # a fixarray's 1-byte header, below
+        return None
+    k = commands_at[0]
+    variables = [f"f{i}" for i in range(len(spec.field_names))]
+    namespace: dict[str, object] = {
+        "spec": spec,
+        "type": type,
+        "len": len,
+        "tuple": tuple,
+        "CodecError": CodecError,
+        "_encode_error": _encode_error,
+        "_pack": _pack,
+        "packed_commands": PACKED_COMMANDS.get,
+        "HEADER": bytes((0x90 | arity,)),
+        "MIN": PACKED_COMMANDS_MIN,
+    }
+    ints = [v for v, c in zip(variables, spec.field_codecs, strict=True) if c is _INT]
+    int_check = " or ".join(f"type({v}) is not int" for v in ints) or "False"
+    wire_values: list[str] = []
+    for i, (variable, codec) in enumerate(zip(variables, spec.field_codecs, strict=True)):
+        if codec is _INT:
+            wire_values.append(variable)
+        else:
+            namespace[f"to_{i}"] = codec.to_wire
+            wire_values.append(f"to_{i}({variable})")
+    head = ", ".join([str(spec.tag), *wire_values[:k]])
+    tail = "".join(f"{w}, " for w in wire_values[k + 1 :])
+    getters = ", ".join(f"msg.{name}" for name in spec.field_names)
+    source = f"""
+def to_bytes(msg):
+    {", ".join(variables)}, = {getters},
+    if {int_check}:
+        raise _encode_error(spec, msg)
+    try:
+        if type(f{k}) is tuple and len(f{k}) >= MIN:
+            # The other fields first: a message refused for one of them
+            # leaves nothing cached.
+            head = _pack(({head},))
+            tail = _pack(({tail}))
+            return HEADER + head[1:] + packed_commands(f{k}) + tail[1:]
+        return _pack(({", ".join([str(spec.tag), *wire_values])},))
+    except CodecError:
+        raise _encode_error(spec, msg) from None
+"""
+    code = compile(source, f"<sdpaxos.wire.codec: {spec.cls.__name__}.to_bytes>", "exec")
+    exec(code, namespace)
+    return typing.cast(Callable[[Any], bytes], namespace["to_bytes"])
+
+
+def _build_to_bytes(classes: tuple[type, ...]) -> dict[type, Callable[[Any], bytes]]:
+    """:func:`_compile_to_bytes` of every class of ``classes`` that has one."""
+    table: dict[type, Callable[[Any], bytes]] = {}
+    for tag, cls in enumerate(classes):
+        to_bytes = _compile_to_bytes(_class_codec(tag, cls))
+        if to_bytes is not None:
+            table[cls] = to_bytes
+    return table
+
+
 def _arity_error(spec: _ClassCodec, items: tuple[object, ...]) -> CodecError:
     return CodecError(
         f"{spec.cls.__name__} (tag {spec.tag}) has {len(spec.field_names)} fields, "
@@ -509,6 +652,10 @@ _TAG_COUNT = len(_FROM_WIRE)
 # also clears its buffer when ``pack`` raises. Safe because the C packer holds
 # the GIL for the whole call and never calls back into Python for our types.
 _pack: Callable[[object], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+#: The classes of :data:`MESSAGE_TYPES` with a field of commands, spliced around
+#: their packed commands (:func:`_compile_to_bytes`).
+_TO_BYTES = _build_to_bytes(MESSAGE_TYPES)
 
 _unpack: Callable[[bytes], object] = functools.partial(
     msgpack.unpackb,
@@ -549,9 +696,31 @@ def _finish(body: object) -> bytes:
     return data
 
 
+def _message_bytes(msg: Message) -> bytes:
+    """One message packed, without the version prefix (raises what the packer raises)."""
+    to_bytes = _TO_BYTES.get(type(msg))
+    if to_bytes is not None:
+        return to_bytes(msg)
+    return _pack(_to_wire(msg))
+
+
+def _finish_packed(part: Callable[[Any], bytes], msg: object) -> bytes:
+    """``part(msg)`` with the version prefix: one message's or record's frame."""
+    try:
+        data = _VERSION_PREFIX + part(msg)
+    except CodecError:
+        raise
+    except (OverflowError, ValueError, TypeError) as exc:
+        # OverflowError: an int outside msgpack's [-2**63, 2**64 - 1].
+        raise CodecError(f"cannot encode: {exc}") from exc
+    if len(data) > FRAME_BYTES_MAX:
+        raise CodecError(f"encoding is {len(data)} bytes, over FRAME_BYTES_MAX ({FRAME_BYTES_MAX})")
+    return data
+
+
 def encode(msg: Message) -> bytes:
     """Encode one message; raises :class:`CodecError` if it is malformed or too large."""
-    return _finish(_to_wire(msg))
+    return _finish_packed(_message_bytes, msg)
 
 
 #: What :func:`encode_batch` keeps of each message it packed, by ``id``: the
@@ -569,7 +738,7 @@ def _array_header(n: int) -> bytes:
 
 
 def _encode_shared(
-    to_wire: Callable[[Any], object], msgs: Iterable[object], packed: PackedMessages
+    message_bytes: Callable[[Any], bytes], msgs: Iterable[object], packed: PackedMessages
 ) -> bytes:
     """A batch whose messages are packed one by one and looked up in ``packed``.
 
@@ -585,9 +754,10 @@ def _encode_shared(
     for msg in msgs:
         entry = packed.get(id(msg))
         if entry is None or entry[0] is not msg:
-            wire = to_wire(msg)
             try:
-                part = _pack(wire)
+                part = message_bytes(msg)
+            except CodecError:
+                raise
             except (OverflowError, ValueError, TypeError) as exc:
                 raise CodecError(f"cannot encode: {exc}") from exc
             packed[id(msg)] = (msg, part)
@@ -613,7 +783,7 @@ def encode_batch(msgs: Iterable[Message], packed: PackedMessages | None = None) 
     frames are the same bytes as without it.
     """
     if packed is not None:
-        return _encode_shared(_to_wire, msgs, packed)
+        return _encode_shared(_message_bytes, msgs, packed)
     body = [_to_wire(msg) for msg in msgs]
     if len(body) > MESSAGES_PER_BATCH_MAX:
         raise CodecError(
@@ -687,13 +857,20 @@ class MessageCodec:
     path for SDPaxos itself.
     """
 
-    __slots__ = ("_from_wire_table", "_tag_count", "_to_wire_table", "classes")
+    __slots__ = (
+        "_from_wire_table",
+        "_tag_count",
+        "_to_bytes_table",
+        "_to_wire_table",
+        "classes",
+    )
 
     def __init__(self, classes: tuple[type, ...]) -> None:
         if not classes:
             raise ValueError("a MessageCodec needs at least one message class")
         self.classes = classes
         self._to_wire_table, self._from_wire_table = _build_tables(classes)
+        self._to_bytes_table = _build_to_bytes(classes)
         self._tag_count = len(self._from_wire_table)
 
     def _to_wire(self, msg: object) -> object:
@@ -702,6 +879,12 @@ class MessageCodec:
         except KeyError:
             raise CodecError(f"not a message type of this codec: {_short(msg)}") from None
         return to_wire(msg)
+
+    def _message_bytes(self, msg: object) -> bytes:
+        to_bytes = self._to_bytes_table.get(type(msg))
+        if to_bytes is not None:
+            return to_bytes(msg)
+        return _pack(self._to_wire(msg))
 
     def _from_wire(self, items: object) -> Any:
         if type(items) is not tuple or not items:
@@ -713,12 +896,12 @@ class MessageCodec:
 
     def encode(self, msg: object) -> bytes:
         """Encode one message (see :func:`encode`)."""
-        return _finish(self._to_wire(msg))
+        return _finish_packed(self._message_bytes, msg)
 
     def encode_batch(self, msgs: Iterable[object], packed: PackedMessages | None = None) -> bytes:
         """Encode a batch for one peer (see :func:`encode_batch`, and ``packed`` there)."""
         if packed is not None:
-            return _encode_shared(self._to_wire, msgs, packed)
+            return _encode_shared(self._message_bytes, msgs, packed)
         body = [self._to_wire(msg) for msg in msgs]
         if len(body) > MESSAGES_PER_BATCH_MAX:
             raise CodecError(

@@ -14,6 +14,9 @@ and nothing else, and the log decides whether that is a torn tail or corruption.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sdpaxos.core.storage import (
     CAccepted,
     CPromised,
@@ -22,7 +25,15 @@ from sdpaxos.core.storage import (
     ViewEstablished,
     ViewPromised,
 )
-from sdpaxos.wire.codec import CodecError, _build_tables, _finish, _short, _unpack_body
+from sdpaxos.wire.codec import (
+    CodecError,
+    _build_tables,
+    _build_to_bytes,
+    _finish_packed,
+    _pack,
+    _short,
+    _unpack_body,
+)
 
 __all__ = ["RECORD_TYPES", "RecordCodec", "decode_record", "encode_record"]
 
@@ -31,15 +42,29 @@ RECORD_TYPES: tuple[type, ...] = (CAccepted, OAccepted, CPromised, ViewPromised,
 
 
 _TO_WIRE, _FROM_WIRE = _build_tables(RECORD_TYPES)
+# A C-accepted record carries the C-accept's own commands tuple: logged, it is
+# spliced from the same packed bytes the message was (``codec._compile_to_bytes``).
+_TO_BYTES = _build_to_bytes(RECORD_TYPES)
+
+
+def _record_bytes(
+    record: object,
+    to_wire_table: dict[type, Callable[[Any], object]] = _TO_WIRE,
+    to_bytes_table: dict[type, Callable[[Any], bytes]] = _TO_BYTES,
+) -> bytes:
+    to_bytes = to_bytes_table.get(type(record))
+    if to_bytes is not None:
+        return to_bytes(record)
+    try:
+        to_wire = to_wire_table[type(record)]
+    except KeyError:
+        raise CodecError(f"not a durable record type: {_short(record)}") from None
+    return _pack(to_wire(record))
 
 
 def encode_record(record: Record) -> bytes:
     """One record's bytes; raises :class:`CodecError` if it is malformed or too large."""
-    try:
-        to_wire = _TO_WIRE[type(record)]
-    except KeyError:
-        raise CodecError(f"not a durable record type: {_short(record)}") from None
-    return _finish(to_wire(record))
+    return _finish_packed(_record_bytes, record)
 
 
 def decode_record(data: bytes) -> Record:
@@ -63,19 +88,19 @@ class RecordCodec:
     the module functions above stay the fast path for SDPaxos.
     """
 
-    __slots__ = ("_from_wire", "_to_wire", "classes")
+    __slots__ = ("_from_wire", "_to_bytes", "_to_wire", "classes")
 
     def __init__(self, extra: tuple[type, ...] = ()) -> None:
         self.classes = RECORD_TYPES + tuple(extra)
         self._to_wire, self._from_wire = _build_tables(self.classes)
+        self._to_bytes = _build_to_bytes(self.classes)
+
+    def _record_bytes(self, record: object) -> bytes:
+        return _record_bytes(record, self._to_wire, self._to_bytes)
 
     def encode(self, record: Record) -> bytes:
         """See :func:`encode_record`."""
-        try:
-            to_wire = self._to_wire[type(record)]
-        except KeyError:
-            raise CodecError(f"not a durable record type: {_short(record)}") from None
-        return _finish(to_wire(record))
+        return _finish_packed(self._record_bytes, record)
 
     def decode(self, data: bytes) -> Record:
         """See :func:`decode_record`."""

@@ -13,6 +13,8 @@ from bench.rounds import KVMachine, RoundSpec, lease_overrides, run_rounds, run_
 from sdpaxos.protocols import protocol
 from sdpaxos.sim import __main__ as sim_main
 from sdpaxos.sim.failover import run_failover
+from sdpaxos.wire import codec
+from sdpaxos.wire.codec import PACKED_COMMANDS, PACKED_COMMANDS_MIN
 
 SMALL: dict[str, Any] = {"sessions": 100, "commands": 2_000, "warmup": 400}
 
@@ -211,3 +213,34 @@ def test_a_broadcast_is_packed_once_per_send_as_in_the_runtime() -> None:
     assert res.ok, res.problems
     # A later destination of one send found the messages packed for an earlier one.
     assert any(before > 0 for _, before in shared)
+
+
+@pytest.mark.parametrize("name", ["sdpaxos", "epaxos", "multipaxos"])
+@pytest.mark.parametrize("replicas", [3, 5])
+def test_an_instances_commands_are_packed_once_across_its_sends(
+    name: str, replicas: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C-commit (EPaxos's Commit, Multi-Paxos's Commit) goes out in a later
+    send than its C-accept, with the same commands tuple: it is spliced from
+    the bytes packed for the C-accept (``codec.PACKED_COMMANDS``)."""
+    PACKED_COMMANDS.clear()
+    PACKED_COMMANDS.hits = PACKED_COMMANDS.misses = 0
+    converted: list[tuple[Any, ...]] = []  # keeps each tuple alive: ids stay unique
+    real = codec._commands_to_wire
+
+    def commands_to_wire(value: Any) -> object:
+        converted.append(value)
+        return real(value)
+
+    monkeypatch.setattr(codec, "_commands_to_wire", commands_to_wire)
+    res = run_rounds(RoundSpec(name, replicas=replicas, **SMALL))
+    assert res.ok, res.problems
+    big = [v for v in converted if len(v) >= PACKED_COMMANDS_MIN]
+    assert len(big) > 10
+    assert len({id(v) for v in big}) == len(big)  # none converted twice
+    assert PACKED_COMMANDS.misses == len(big)
+    # SDPaxos and EPaxos send every instance's commands again (the full commit
+    # to the peers outside the thrifty quorum); the Multi-Paxos leader only to
+    # peers that had not accepted when it committed.
+    assert PACKED_COMMANDS.hits >= (len(big) if name != "multipaxos" else 1)
+    PACKED_COMMANDS.clear()
