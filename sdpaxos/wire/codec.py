@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import threading
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -215,39 +216,50 @@ class _PackedCommandArrays:
     time. A tuple of :class:`Command` is immutable all the way down (the check
     admits only exact ``int`` and ``bytes``), so its packed bytes never change;
     each entry keeps its tuple, so the ``id`` cannot be reused while it lives.
+
+    One per process, shared by threads (nodes run on threads of their own in
+    :mod:`sdpaxos.runtime.sync`, and a log appends on its own): the
+    bookkeeping is under a lock, the packing is not.
     """
 
-    __slots__ = ("bytes_held", "entries", "hits", "misses")
+    __slots__ = ("_lock", "bytes_held", "entries", "hits", "misses")
 
     def __init__(self) -> None:
         self.entries: dict[int, tuple[tuple[Command, ...], bytes]] = {}
         self.bytes_held = 0
         self.hits = 0
         self.misses = 0
+        self._lock = threading.Lock()
 
     def get(self, value: tuple[Command, ...]) -> bytes:
         """``value`` checked and packed as a msgpack array (raises :class:`CodecError`)."""
-        entries = self.entries
-        entry = entries.get(id(value))
-        if entry is not None and entry[0] is value:
-            self.hits += 1
-            return entry[1]
+        key = id(value)
+        with self._lock:
+            entry = self.entries.get(key)
+            if entry is not None and entry[0] is value:
+                self.hits += 1
+                return entry[1]
         data = _pack(_commands_to_wire(value))  # raises before anything changes
-        self.misses += 1
-        if entry is not None:  # an id reused by a new tuple: the old one is gone
-            del entries[id(value)]
-            self.bytes_held -= len(entry[1])
-        entries[id(value)] = (value, data)
-        self.bytes_held += len(data)
-        while len(entries) > PACKED_COMMANDS_MAX or self.bytes_held > PACKED_COMMANDS_BYTES_MAX:
-            oldest = next(iter(entries))
-            self.bytes_held -= len(entries.pop(oldest)[1])
+        with self._lock:
+            entries = self.entries
+            self.misses += 1
+            # Another tuple's entry under a reused id (the old one is gone), or
+            # this one's, put there by another thread meanwhile.
+            entry = entries.pop(key, None)
+            if entry is not None:
+                self.bytes_held -= len(entry[1])
+            entries[key] = (value, data)
+            self.bytes_held += len(data)
+            while len(entries) > PACKED_COMMANDS_MAX or self.bytes_held > PACKED_COMMANDS_BYTES_MAX:
+                oldest = next(iter(entries))
+                self.bytes_held -= len(entries.pop(oldest)[1])
         return data
 
     def clear(self) -> None:
         """Forget every entry (the counters stay)."""
-        self.entries.clear()
-        self.bytes_held = 0
+        with self._lock:
+            self.entries.clear()
+            self.bytes_held = 0
 
 
 #: The process's packed command arrays: shared by every codec and replica in

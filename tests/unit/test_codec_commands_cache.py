@@ -12,6 +12,8 @@ and a refused message leaves the cache as it was.
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
 import typing
 from collections.abc import Iterator
 from typing import Any
@@ -347,3 +349,49 @@ def test_a_class_over_fifteen_fields_is_not_spliced() -> None:
     msg = Wide(*range(14), commands(20))
     assert mc.decode(mc.encode(msg)) == msg
     assert cache_state() == ((), 0, 0, 0)
+
+
+# --------------------------------------------------------------------------
+# Threads: the cache is the process's, and nodes run on threads of their own
+# (``sdpaxos.runtime.sync``), their logs on others.
+# --------------------------------------------------------------------------
+
+
+def test_threads_sharing_the_cache_keep_it_consistent() -> None:
+    """Threads encode overlapping tuples, with thread switches forced as often
+    as the interpreter allows: every frame is right, and the cache's bounds
+    and byte count hold."""
+    pool = [
+        commands(PACKED_COMMANDS_MIN + i % 7, b"t%d" % i) for i in range(3 * PACKED_COMMANDS_MAX)
+    ]
+    expected = [
+        codec._finish(codec._to_wire(CAccept(1, 2, 1, i, 3, c))) for i, c in enumerate(pool)
+    ]
+    wrong: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for n in range(4 * len(pool)):
+                i = (n * (offset + 1) + offset) % len(pool)
+                if encode(CAccept(1, 2, 1, i, 3, pool[i])) != expected[i]:
+                    wrong.append(i)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and wrong == []
+    entries = PACKED_COMMANDS.entries
+    assert len(entries) <= PACKED_COMMANDS_MAX
+    assert PACKED_COMMANDS.bytes_held == sum(len(d) for _, d in entries.values())
+    assert all(key == id(v) for key, (v, _) in entries.items())
+    assert PACKED_COMMANDS.hits + PACKED_COMMANDS.misses == 4 * 4 * len(pool)
