@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,3 +183,56 @@ def test_a_bar_carries_its_pass_ratios_in_pass_order_and_their_median() -> None:
     (bar,) = [b for b in throughput._bars(cells) if b["over"] == "EPaxos" and b["replicas"] == 3]
     assert bar["cpu_pass_ratios"] == [3.0, 1.0, 2.0]
     assert bar["cpu_paired"] == 2.0
+
+
+def test_bar_passes_rerun_each_bars_two_cells_back_to_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the passes over every cell, ``bar_passes`` more over the bars'
+    cells only, SDPaxos's then the other's; their runs join the cells' (the
+    median and the pass ratios), and the other cells keep ``repeats`` runs."""
+    tiny = dataclasses.replace(
+        TINY,
+        payloads_bytes=(16,),
+        conflicts_pct=(0.0, 5.0),
+        read_pcts=(0.0,),
+        forwarding=False,
+        bar_passes=2,
+    )
+    calls = _run_recording(tmp_path, monkeypatch, tiny, "conflict_pct")
+    one_pass = [("sdpaxos", 0.0), ("epaxos", 0.0), ("sdpaxos", 5.0), ("epaxos", 5.0)]
+    # [0]: the warm-up; then the passes over every cell; then the bar's pair
+    # (EPaxos at 3 replicas, 16 B, 5 %: the only bar these settings have).
+    bar_pair = [("sdpaxos", 5.0), ("epaxos", 5.0)]
+    assert calls[1:] == one_pass * tiny.repeats + bar_pair * tiny.bar_passes
+    result = json.loads((tmp_path / "results.json").read_text())
+    cells = {(c["protocol"], c["conflict_pct"]): c for c in result["cells"]}
+    runs = tiny.repeats + tiny.bar_passes
+    assert len(cells[("sdpaxos", 5.0)]["capacity_runs_per_s"]) == runs
+    assert len(cells[("epaxos", 5.0)]["capacity_runs_per_s"]) == runs
+    assert len(cells[("sdpaxos", 0.0)]["capacity_runs_per_s"]) == tiny.repeats
+    (bar,) = [b for b in result["bars"] if b["over"] == "EPaxos" and b["replicas"] == 3]
+    assert len(bar["cpu_pass_ratios"]) == runs
+    assert bar["cpu_paired"] == throughput._median_or_none(bar["cpu_pass_ratios"])
+    md = (tmp_path / "results.md").read_text()
+    assert "then 2 more of the bars' cells" in md
+
+
+def test_bar_keys_pair_each_bar_sdpaxos_first_and_skip_a_half_bar() -> None:
+    def key(title: str, n: int, payload: int, conflict: float) -> throughput.CellKey:
+        return (title, title.lower(), n, payload, 0.0, conflict)
+
+    specs: dict[throughput.CellKey, Any] = {
+        key("EPaxos", 5, 16, 5.0): None,
+        key("SDPaxos", 5, 16, 5.0): None,
+        key("SDPaxos", 5, 16, 0.0): None,
+        key("Multi-Paxos", 5, 16, 0.0): None,
+        key("SDPaxos", 3, 16, 5.0): None,  # its EPaxos cell did not run
+        key("Multi-Paxos", 5, 1024, 0.0): None,  # nor this one's SDPaxos cell
+    }
+    assert throughput._bar_keys(specs) == [
+        key("SDPaxos", 5, 16, 0.0),
+        key("Multi-Paxos", 5, 16, 0.0),
+        key("SDPaxos", 5, 16, 5.0),
+        key("EPaxos", 5, 16, 5.0),
+    ]
