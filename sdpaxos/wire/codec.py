@@ -82,14 +82,15 @@ MESSAGES_PER_BATCH_MAX = 4096
 #: O-accept, ...). Bounds what one length header can make the decoder allocate.
 ARRAY_ITEMS_MAX = 1 << 20
 
-#: Fewest commands in an array worth keeping packed (:func:`_packed_commands`):
+#: Fewest commands in an array worth keeping packed (:data:`PACKED_COMMANDS`):
 #: below it, splicing a message from three packed pieces costs more than it saves.
 PACKED_COMMANDS_MIN = 16
 
 #: Most command arrays kept packed at once, and most bytes they may hold
-#: together (the oldest go first). A leader packs its instance's commands for
-#: the C-accept and, a round trip later, for the C-commit to the peers outside
-#: the thrifty quorum; a handful of instances are in flight between the two.
+#: together (the oldest go first; the tuples they keep alive hold about as
+#: much again). A leader packs its instance's commands for the C-accept and, a
+#: round trip later, for the C-commit to the peers outside the thrifty quorum;
+#: a handful of instances are in flight between the two.
 PACKED_COMMANDS_MAX = 64
 PACKED_COMMANDS_BYTES_MAX = 8 * 1024 * 1024
 
@@ -496,13 +497,32 @@ def _decode_error(spec: _ClassCodec, items: tuple[object, ...], cause: object) -
     return CodecError(f"cannot build {spec.cls.__name__}: {cause!r}")
 
 
+def _encoder_parts(
+    spec: _ClassCodec, namespace: dict[str, object]
+) -> tuple[list[str], str, list[str]]:
+    """What a generated encoder of ``spec``'s class is made of: the names its
+    fields are unpacked into, the inline check of its int fields, and each
+    field's wire expression (the other fields' codecs go into ``namespace``
+    as ``to_<i>``)."""
+    variables = [f"f{i}" for i in range(len(spec.field_names))]
+    ints = [v for v, c in zip(variables, spec.field_codecs, strict=True) if c is _INT]
+    int_check = " or ".join(f"type({v}) is not int" for v in ints) or "False"
+    wire_values: list[str] = []
+    for i, (variable, codec) in enumerate(zip(variables, spec.field_codecs, strict=True)):
+        if codec is _INT:
+            wire_values.append(variable)
+        else:
+            namespace[f"to_{i}"] = codec.to_wire
+            wire_values.append(f"to_{i}({variable})")
+    return variables, int_check, wire_values
+
+
 def _compile(spec: _ClassCodec) -> tuple[Callable[[Any], object], Callable[[Any], Message]]:
     """Generate ``to_wire(msg) -> tuple`` and ``from_wire(items) -> msg`` for one class.
 
     ``from_wire`` expects a tuple whose first item is the tag (already checked).
     """
     arity = len(spec.field_names) + 1
-    variables = [f"f{i}" for i in range(len(spec.field_names))]
     namespace: dict[str, object] = {
         "cls": spec.cls,
         "spec": spec,
@@ -515,18 +535,13 @@ def _compile(spec: _ClassCodec) -> tuple[Callable[[Any], object], Callable[[Any]
         "_decode_error": _decode_error,
         "_arity_error": _arity_error,
     }
-    ints = [v for v, c in zip(variables, spec.field_codecs, strict=True) if c is _INT]
-    int_check = " or ".join(f"type({v}) is not int" for v in ints) or "False"
-    wire_values: list[str] = []
+    variables, int_check, wire_values = _encoder_parts(spec, namespace)
     field_values: list[str] = []
     for i, (variable, codec) in enumerate(zip(variables, spec.field_codecs, strict=True)):
         if codec is _INT:
-            wire_values.append(variable)
             field_values.append(variable)
         else:
-            namespace[f"to_{i}"] = codec.to_wire
             namespace[f"from_{i}"] = codec.from_wire
-            wire_values.append(f"to_{i}({variable})")
             field_values.append(f"from_{i}({variable})")
     getters = ", ".join(f"msg.{name}" for name in spec.field_names)
     unpack_target = ", ".join(variables)
@@ -580,7 +595,6 @@ def _compile_to_bytes(spec: _ClassCodec) -> Callable[[Any], bytes] | None:
     if not commands_at or arity >= 16:  # a fixarray's 1-byte header, below
         return None
     k = commands_at[0]
-    variables = [f"f{i}" for i in range(len(spec.field_names))]
     namespace: dict[str, object] = {
         "spec": spec,
         "type": type,
@@ -593,15 +607,7 @@ def _compile_to_bytes(spec: _ClassCodec) -> Callable[[Any], bytes] | None:
         "HEADER": bytes((0x90 | arity,)),
         "MIN": PACKED_COMMANDS_MIN,
     }
-    ints = [v for v, c in zip(variables, spec.field_codecs, strict=True) if c is _INT]
-    int_check = " or ".join(f"type({v}) is not int" for v in ints) or "False"
-    wire_values: list[str] = []
-    for i, (variable, codec) in enumerate(zip(variables, spec.field_codecs, strict=True)):
-        if codec is _INT:
-            wire_values.append(variable)
-        else:
-            namespace[f"to_{i}"] = codec.to_wire
-            wire_values.append(f"to_{i}({variable})")
+    variables, int_check, wire_values = _encoder_parts(spec, namespace)
     head = ", ".join([str(spec.tag), *wire_values[:k]])
     tail = "".join(f"{w}, " for w in wire_values[k + 1 :])
     getters = ", ".join(f"msg.{name}" for name in spec.field_names)
