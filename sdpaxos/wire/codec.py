@@ -37,10 +37,10 @@ msgpack's 64-bit range, the result must fit a frame) so that whatever
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import operator
-import threading
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -218,49 +218,59 @@ class _PackedCommandArrays:
     admits only exact ``int`` and ``bytes``), so its packed bytes never change;
     each entry keeps its tuple, so the ``id`` cannot be reused while it lives.
 
-    One per process, shared by threads (nodes run on threads of their own in
-    :mod:`sdpaxos.runtime.sync`, and a log appends on its own): the
-    bookkeeping is under a lock, the packing is not.
+    One per process, and threads share it (nodes run on threads of their own
+    in :mod:`sdpaxos.runtime.sync`, a log appends on its own), yet the wire
+    layer takes no lock (it imports no threading). So every step is one
+    operation CPython makes atomic: a dict's ``get``, ``pop`` and item
+    assignment, a deque's ``append`` and ``popleft``, ``list()`` of a dict's
+    values. Racing threads can at worst evict an entry early or pack a tuple
+    twice: a frame is always right and the bounds always hold once the
+    threads are done. The counters are diagnostics and may miss a count then.
     """
 
-    __slots__ = ("_lock", "bytes_held", "entries", "hits", "misses")
+    __slots__ = ("bytes_held", "entries", "hits", "misses", "order")
 
     def __init__(self) -> None:
         self.entries: dict[int, tuple[tuple[Command, ...], bytes]] = {}
+        #: The ids in the order their entries were made (an id may appear
+        #: twice if its entry was made again; popping the older one then
+        #: evicts the newer entry early, which only costs a packing).
+        self.order: collections.deque[int] = collections.deque()
+        #: The entries' bytes, as last counted.
         self.bytes_held = 0
         self.hits = 0
         self.misses = 0
-        self._lock = threading.Lock()
 
     def get(self, value: tuple[Command, ...]) -> bytes:
         """``value`` checked and packed as a msgpack array (raises :class:`CodecError`)."""
         key = id(value)
-        with self._lock:
-            entry = self.entries.get(key)
-            if entry is not None and entry[0] is value:
-                self.hits += 1
-                return entry[1]
+        entries = self.entries
+        entry = entries.get(key)
+        if entry is not None and entry[0] is value:
+            self.hits += 1
+            return entry[1]
         data = _pack(_commands_to_wire(value))  # raises before anything changes
-        with self._lock:
-            entries = self.entries
-            self.misses += 1
-            # Another tuple's entry under a reused id (the old one is gone), or
-            # this one's, put there by another thread meanwhile.
-            entry = entries.pop(key, None)
-            if entry is not None:
-                self.bytes_held -= len(entry[1])
-            entries[key] = (value, data)
-            self.bytes_held += len(data)
-            while len(entries) > PACKED_COMMANDS_MAX or self.bytes_held > PACKED_COMMANDS_BYTES_MAX:
-                oldest = next(iter(entries))
-                self.bytes_held -= len(entries.pop(oldest)[1])
+        self.misses += 1
+        entries[key] = (value, data)
+        order = self.order
+        order.append(key)
+        held = sum([len(d) for _, d in list(entries.values())])
+        while len(order) > PACKED_COMMANDS_MAX or held > PACKED_COMMANDS_BYTES_MAX:
+            try:
+                oldest = order.popleft()
+            except IndexError:  # another thread emptied it
+                break
+            gone = entries.pop(oldest, None)
+            if gone is not None:
+                held -= len(gone[1])
+        self.bytes_held = held
         return data
 
     def clear(self) -> None:
         """Forget every entry (the counters stay)."""
-        with self._lock:
-            self.entries.clear()
-            self.bytes_held = 0
+        self.entries.clear()
+        self.order.clear()
+        self.bytes_held = 0
 
 
 #: The process's packed command arrays: shared by every codec and replica in
