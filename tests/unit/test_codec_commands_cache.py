@@ -99,8 +99,9 @@ SPLICED: list[tuple[str, type, Any]] = [
 
 
 def test_the_classes_with_commands_are_spliced() -> None:
-    """Every message class with one field of commands gets a spliced encoder;
-    so do the baselines' and the C-accepted record."""
+    """Every message class with a field of commands gets a spliced encoder
+    (the C-commit's may be ``None``); so do the baselines' and the
+    C-accepted record."""
     assert set(codec._TO_BYTES) == {CAccept, CCommit}
     assert set(records._TO_BYTES) == {CAccepted}
     names = {name for name, _, owner in SPLICED if owner in ("multipaxos", "mencius", "epaxos")}
