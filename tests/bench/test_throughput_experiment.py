@@ -236,3 +236,28 @@ def test_bar_keys_pair_each_bar_sdpaxos_first_and_skip_a_half_bar() -> None:
         key("SDPaxos", 5, 16, 5.0),
         key("EPaxos", 5, 16, 5.0),
     ]
+
+
+def test_bar_keys_run_a_cell_two_bars_share_once_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two bars on one SDPaxos cell: it runs once per bar pass, as its partners
+    do, so every cell of a bar keeps as many runs as the other (else there are
+    no pass ratios to pair)."""
+
+    def key(title: str, conflict: float) -> throughput.CellKey:
+        return (title, title.lower(), 5, 16, 0.0, conflict)
+
+    monkeypatch.setattr(
+        throughput,
+        "BARS",
+        [("Multi-Paxos", 5, 16, 0.0, 2.0), ("EPaxos", 5, 16, 0.0, 1.7)],
+    )
+    specs: dict[throughput.CellKey, Any] = {
+        key("SDPaxos", 0.0): None,
+        key("EPaxos", 0.0): None,
+        key("Multi-Paxos", 0.0): None,
+    }
+    assert throughput._bar_keys(specs) == [
+        key("SDPaxos", 0.0),
+        key("Multi-Paxos", 0.0),
+        key("EPaxos", 0.0),
+    ]
