@@ -223,12 +223,13 @@ class _PackedCommandArrays:
     layer takes no lock (it imports no threading). So every step is one
     operation CPython makes atomic: a dict's ``get``, ``pop`` and item
     assignment, a deque's ``append`` and ``popleft``, ``list()`` of a dict's
-    values. Racing threads can at worst evict an entry early or pack a tuple
-    twice: a frame is always right and the bounds always hold once the
-    threads are done. The counters are diagnostics and may miss a count then.
+    values (the bytes held are counted afresh after each new entry, not kept).
+    Racing threads can at worst evict an entry early or pack a tuple twice: a
+    frame is always right and the bounds always hold once the threads are
+    done. The counters are diagnostics and may miss a count then.
     """
 
-    __slots__ = ("bytes_held", "entries", "hits", "misses", "order")
+    __slots__ = ("entries", "hits", "misses", "order")
 
     def __init__(self) -> None:
         self.entries: dict[int, tuple[tuple[Command, ...], bytes]] = {}
@@ -236,8 +237,6 @@ class _PackedCommandArrays:
         #: twice if its entry was made again; popping the older one then
         #: evicts the newer entry early, which only costs a packing).
         self.order: collections.deque[int] = collections.deque()
-        #: The entries' bytes, as last counted.
-        self.bytes_held = 0
         self.hits = 0
         self.misses = 0
 
@@ -263,14 +262,12 @@ class _PackedCommandArrays:
             gone = entries.pop(oldest, None)
             if gone is not None:
                 held -= len(gone[1])
-        self.bytes_held = held
         return data
 
     def clear(self) -> None:
         """Forget every entry (the counters stay)."""
         self.entries.clear()
         self.order.clear()
-        self.bytes_held = 0
 
 
 #: The process's packed command arrays: shared by every codec and replica in
@@ -507,24 +504,29 @@ def _decode_error(spec: _ClassCodec, items: tuple[object, ...], cause: object) -
     return CodecError(f"cannot build {spec.cls.__name__}: {cause!r}")
 
 
-def _encoder_parts(
+def _field_parts(
     spec: _ClassCodec, namespace: dict[str, object]
-) -> tuple[list[str], str, list[str]]:
-    """What a generated encoder of ``spec``'s class is made of: the names its
+) -> tuple[list[str], str, list[str], list[str]]:
+    """What the generated code for ``spec``'s class is made of: the names its
     fields are unpacked into, the inline check of its int fields, and each
-    field's wire expression (the other fields' codecs go into ``namespace``
-    as ``to_<i>``)."""
+    field's wire expression and field expression (the other fields' codecs go
+    into ``namespace`` as ``to_<i>`` and ``from_<i>``). Shared by
+    :func:`_compile` and :func:`_compile_to_bytes`."""
     variables = [f"f{i}" for i in range(len(spec.field_names))]
     ints = [v for v, c in zip(variables, spec.field_codecs, strict=True) if c is _INT]
     int_check = " or ".join(f"type({v}) is not int" for v in ints) or "False"
     wire_values: list[str] = []
+    field_values: list[str] = []
     for i, (variable, codec) in enumerate(zip(variables, spec.field_codecs, strict=True)):
         if codec is _INT:
             wire_values.append(variable)
+            field_values.append(variable)
         else:
             namespace[f"to_{i}"] = codec.to_wire
+            namespace[f"from_{i}"] = codec.from_wire
             wire_values.append(f"to_{i}({variable})")
-    return variables, int_check, wire_values
+            field_values.append(f"from_{i}({variable})")
+    return variables, int_check, wire_values, field_values
 
 
 def _compile(spec: _ClassCodec) -> tuple[Callable[[Any], object], Callable[[Any], Message]]:
@@ -545,14 +547,7 @@ def _compile(spec: _ClassCodec) -> tuple[Callable[[Any], object], Callable[[Any]
         "_decode_error": _decode_error,
         "_arity_error": _arity_error,
     }
-    variables, int_check, wire_values = _encoder_parts(spec, namespace)
-    field_values: list[str] = []
-    for i, (variable, codec) in enumerate(zip(variables, spec.field_codecs, strict=True)):
-        if codec is _INT:
-            field_values.append(variable)
-        else:
-            namespace[f"from_{i}"] = codec.from_wire
-            field_values.append(f"from_{i}({variable})")
+    variables, int_check, wire_values, field_values = _field_parts(spec, namespace)
     getters = ", ".join(f"msg.{name}" for name in spec.field_names)
     unpack_target = ", ".join(variables)
     source = f"""
@@ -617,7 +612,7 @@ def _compile_to_bytes(spec: _ClassCodec) -> Callable[[Any], bytes] | None:
         "HEADER": bytes((0x90 | arity,)),
         "MIN": PACKED_COMMANDS_MIN,
     }
-    variables, int_check, wire_values = _encoder_parts(spec, namespace)
+    variables, int_check, wire_values, _ = _field_parts(spec, namespace)
     head = ", ".join([str(spec.tag), *wire_values[:k]])
     tail = "".join(f"{w}, " for w in wire_values[k + 1 :])
     getters = ", ".join(f"msg.{name}" for name in spec.field_names)
@@ -724,12 +719,23 @@ def _finish(body: object) -> bytes:
     return data
 
 
-def _message_bytes(msg: Message) -> bytes:
-    """One message packed, without the version prefix (raises what the packer raises)."""
-    to_bytes = _TO_BYTES.get(type(msg))
+def _packed_with(
+    to_bytes_table: dict[type, Callable[[Any], bytes]],
+    to_wire: Callable[[Any], object],
+    msg: object,
+) -> bytes:
+    """``msg`` packed, without the version prefix: by its class's spliced
+    encoder if it has one, else its wire form in one piece (raises what the
+    encoders and the packer raise). Messages and records alike."""
+    to_bytes = to_bytes_table.get(type(msg))
     if to_bytes is not None:
         return to_bytes(msg)
-    return _pack(_to_wire(msg))
+    return _pack(to_wire(msg))
+
+
+def _message_bytes(msg: Message) -> bytes:
+    """One message packed, without the version prefix (raises what the packer raises)."""
+    return _packed_with(_TO_BYTES, _to_wire, msg)
 
 
 def _finish_packed(part: Callable[[Any], bytes], msg: object) -> bytes:
@@ -909,10 +915,7 @@ class MessageCodec:
         return to_wire(msg)
 
     def _message_bytes(self, msg: object) -> bytes:
-        to_bytes = self._to_bytes_table.get(type(msg))
-        if to_bytes is not None:
-            return to_bytes(msg)
-        return _pack(self._to_wire(msg))
+        return _packed_with(self._to_bytes_table, self._to_wire, msg)
 
     def _from_wire(self, items: object) -> Any:
         if type(items) is not tuple or not items:

@@ -30,7 +30,7 @@ from sdpaxos.wire.codec import (
     _build_tables,
     _build_to_bytes,
     _finish_packed,
-    _pack,
+    _packed_with,
     _short,
     _unpack_body,
 )
@@ -47,19 +47,18 @@ _TO_WIRE, _FROM_WIRE = _build_tables(RECORD_TYPES)
 _TO_BYTES = _build_to_bytes(RECORD_TYPES)
 
 
-def _record_bytes(
-    record: object,
-    to_wire_table: dict[type, Callable[[Any], object]] = _TO_WIRE,
-    to_bytes_table: dict[type, Callable[[Any], bytes]] = _TO_BYTES,
-) -> bytes:
-    to_bytes = to_bytes_table.get(type(record))
-    if to_bytes is not None:
-        return to_bytes(record)
+def _record_to_wire(
+    record: object, to_wire_table: dict[type, Callable[[Any], object]] = _TO_WIRE
+) -> object:
     try:
         to_wire = to_wire_table[type(record)]
     except KeyError:
         raise CodecError(f"not a durable record type: {_short(record)}") from None
-    return _pack(to_wire(record))
+    return to_wire(record)
+
+
+def _record_bytes(record: object) -> bytes:
+    return _packed_with(_TO_BYTES, _record_to_wire, record)
 
 
 def encode_record(record: Record) -> bytes:
@@ -95,8 +94,11 @@ class RecordCodec:
         self._to_wire, self._from_wire = _build_tables(self.classes)
         self._to_bytes = _build_to_bytes(self.classes)
 
+    def _record_to_wire(self, record: object) -> object:
+        return _record_to_wire(record, self._to_wire)
+
     def _record_bytes(self, record: object) -> bytes:
-        return _record_bytes(record, self._to_wire, self._to_bytes)
+        return _packed_with(self._to_bytes, self._record_to_wire, record)
 
     def encode(self, record: Record) -> bytes:
         """See :func:`encode_record`."""
