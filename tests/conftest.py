@@ -8,9 +8,12 @@ Profiles (select with ``HYPOTHESIS_PROFILE``; ``ci`` is the default):
 """
 
 import os
+import shutil
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.tlc_background import BACKGROUND, tlc_configs
 
 settings.register_profile(
     "ci",
@@ -56,3 +59,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if "slow" not in item.keywords]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the selected TLC configurations' runs in the background
+    (``tests/tlc_background.py``: they overlap the Python tests), unless the
+    session only collects or java is absent."""
+    if session.config.option.collectonly or shutil.which("java") is None:
+        return
+    BACKGROUND.start(tlc_configs(session.items))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Nothing of the background TLC runs outlives the session."""
+    BACKGROUND.close()

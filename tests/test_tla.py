@@ -10,7 +10,6 @@ neither.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -18,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.tlc_background import BACKGROUND, run_check
 
 TLA = Path(__file__).resolve().parent.parent / "tla"
 CHECK = TLA / "check.sh"
@@ -89,28 +90,12 @@ def _default_configs() -> list[str]:
     return names
 
 
-def _check(
-    *args: str, cwd: Path = TLA, tmpdir: Path | None = None, timeout_s: int = 900
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHON": sys.executable}
-    if tmpdir is not None:  # check.sh keeps a failed run's TLC output there
-        env["TMPDIR"] = str(tmpdir)
-    return subprocess.run(
-        ["bash", str(cwd / "check.sh"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-        env=env,
-    )
-
-
 @pytest.mark.parametrize("cfg", _default_configs())
 @pytest.mark.tla
 @requires_java
 def test_config_meets_its_directive(cfg: str) -> None:
-    result = _check(cfg)
+    # Started when collection ended (tests/tlc_background.py), or run now.
+    result = BACKGROUND.result(cfg)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert any(line.startswith(f"ok   {cfg}: ") for line in result.stdout.splitlines()), out
@@ -173,11 +158,11 @@ def test_check_sh_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
         text = (copy / name).read_text()
         assert old in text, name
         (copy / name).write_text(text.replace(old, new))
-    result = _check(*flips, cwd=copy, tmpdir=tmp_path)
+    result = run_check(*flips, cwd=copy, tmpdir=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     for name in flips:
         assert f"FAIL {name}: " in result.stdout, result.stdout
     (copy / "NoDirective.cfg").write_text("INIT Init\n")
-    result = _check("NoDirective.cfg", cwd=copy, tmpdir=tmp_path)
+    result = run_check("NoDirective.cfg", cwd=copy, tmpdir=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no '\\* check:' directive" in result.stderr

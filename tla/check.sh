@@ -12,8 +12,10 @@
 #   module=M            the root module (M.tla in tla/)
 #   expect=ok           BFS must finish with "No error has been found"; with
 #                       simulate=S: random simulation (-simulate -depth 60 -seed 1)
-#                       under `timeout S`, ok if S seconds pass with no violation;
-#                       depth=D sets the simulation's depth instead of 60
+#                       for S seconds at two workers, ok if they pass with no
+#                       violation (with TLC_WORKERS=w: 2S/w seconds under
+#                       `timeout`, the same worker-seconds); depth=D sets the
+#                       simulation's depth instead of 60
 #   expect=violated:I   BFS must report exactly "Invariant I is violated"
 #   expect=blocked:D    a scenario replay with every mutation off: BFS must finish
 #                       with no error (TraceNotFinished holds: the trace never
@@ -52,6 +54,7 @@ fi
 command -v java >/dev/null || die "java not found"
 
 workers="${TLC_WORKERS:-2}"
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] || die "TLC_WORKERS must be a positive integer, got '$workers'"
 # TLC counts the initial state as depth 1; see expect=blocked:D above.
 depth_offset=0
 
@@ -153,6 +156,12 @@ for cfg in "${cfgs[@]}"; do
     exp="${expect[$cfg]}"
     sim="${simulate[$cfg]}"
     sdep="${sdepth[$cfg]:-60}"
+    if [[ -n "$sim" ]]; then
+        # simulate=S means S seconds at two workers: the same worker-seconds
+        # at any TLC_WORKERS (the test suite runs TLC with one, beside the tests).
+        sim=$((sim * 2 / workers))
+        [[ $sim -ge 1 ]] || sim=1
+    fi
     run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sdpaxos-tlc-$name.XXXXXX")"
     out="$run_dir/tlc.out"
     echo "run  [$n/$total] $cfg: module=$mod expect=$exp${sim:+ simulate=${sim}s} ..."

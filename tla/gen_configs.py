@@ -9,8 +9,9 @@ directive that ``check.sh`` reads:
     expect=violated:I TLC must report invariant I violated (a mutation is caught)
     expect=blocked:D  a scenario must stop at depth D: no error, and the trace's
                       event D (1-based) can never happen (the fix works there)
-    simulate=S        random simulation for S seconds (seed 1, depth 60) instead
-                      of breadth-first search; ok if no violation was found
+    simulate=S        random simulation for S seconds at two TLC workers (seed 1,
+                      depth 60; 2S/w seconds at w workers) instead of
+                      breadth-first search; ok if no violation was found
     depth=D           (with simulate) the simulation's depth instead of 60
     long              left out of the default run (documented in README.md)
 
