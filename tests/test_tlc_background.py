@@ -1,8 +1,8 @@
 """The background TLC runs (tests/tlc_background.py) and check.sh's worker scaling.
 
 A fake ``check.sh`` stands in for the real one, so these run no JVM: it writes
-what it was asked, and can sleep with a child process, so that a test can see
-a run killed, a run never started, and the worker count a run was given.
+what it was asked, and can wait in a child process, so that a test can see a
+run killed, a run never started, and the workers and environment a run was given.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from tests.tlc_background import (
     BACKGROUND_TLC_WORKERS,
     TLA,
@@ -25,16 +27,16 @@ from tests.tlc_background import (
 )
 
 FAKE_CHECK = """#!/usr/bin/env bash
-# args: the cfg names; writes <cfg>.started, sleeps when the cfg is slow.cfg
-# (in a child process), writes <cfg>.finished when it is done.
+# args: the cfg names; writes <cfg>.started; for slow.cfg, waits (in a child
+# process) until the file "go" exists, 20 s at most; writes <cfg>.finished when done.
 for cfg in "$@"; do
     echo "$$" > "$cfg.started"
     if [[ "$cfg" == slow.cfg ]]; then
-        sleep 20 &
+        (for _ in $(seq 400); do [[ -e go ]] && break; sleep 0.05; done) &
         echo "$!" > slow.child
         wait
     fi
-    echo "ok   $cfg: workers=${TLC_WORKERS:-unset}"
+    echo "ok   $cfg: workers=${TLC_WORKERS:-unset} marker=${SDPAXOS_TLC_MARKER:-unset}"
     echo done > "$cfg.finished"
 done
 """
@@ -64,20 +66,26 @@ def alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ")[1].startswith("Z"))
 
 
-def test_a_queued_run_gives_its_result_with_the_background_workers(tmp_path: Path) -> None:
+def test_a_queued_run_gives_its_result_with_the_background_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bg = Background(fake_tla(tmp_path))
     try:
-        bg.start(["a.cfg", "b.cfg", "a.cfg"])
-        assert bg.pending() == ["a.cfg", "b.cfg"]  # queued once, in order
+        monkeypatch.setenv("SDPAXOS_TLC_MARKER", "at-start")
+        bg.start(["slow.cfg", "a.cfg", "b.cfg", "a.cfg"])
+        assert bg.pending() == ["slow.cfg", "a.cfg", "b.cfg"]  # queued once, in order
+        # Changed while the queued runs wait: they keep the environment of start().
+        monkeypatch.setenv("SDPAXOS_TLC_MARKER", "changed")
+        (tmp_path / "go").touch()  # slow.cfg, which holds the queue, ends
         b = bg.result("b.cfg")
         assert b.returncode == 0
-        assert b.stdout == f"ok   b.cfg: workers={BACKGROUND_TLC_WORKERS}\n"
-        assert bg.pending() == ["a.cfg"]
+        assert b.stdout == f"ok   b.cfg: workers={BACKGROUND_TLC_WORKERS} marker=at-start\n"
+        assert bg.pending() == ["slow.cfg", "a.cfg"]
         # Not queued (or already taken): run now, with check.sh's own default.
         c = bg.result("c.cfg")
-        assert c.stdout == "ok   c.cfg: workers=unset\n"
+        assert c.stdout == "ok   c.cfg: workers=unset marker=changed\n"
         again = bg.result("b.cfg")
-        assert again.stdout == "ok   b.cfg: workers=unset\n"
+        assert again.stdout == "ok   b.cfg: workers=unset marker=changed\n"
     finally:
         bg.close()
 

@@ -47,17 +47,19 @@ def run_check(
     cwd: Path = TLA,
     tmpdir: Path | None = None,
     workers: int | None = None,
+    environ: dict[str, str] | None = None,
     on_start: Callable[[subprocess.Popen[str]], bool] | None = None,
     on_end: Callable[[subprocess.Popen[str]], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``bash check.sh *args`` in ``cwd``; its exit status and output.
 
     ``workers`` sets check.sh's ``TLC_WORKERS`` (its default otherwise).
+    ``environ``: the environment to start from (``os.environ`` now otherwise).
     ``on_start(proc)`` is called once the process exists; if it returns False
     the run is killed at once (the background was closed). ``on_end(proc)``
     follows when it is over.
     """
-    env = {**os.environ, "PYTHON": sys.executable}
+    env = {**(os.environ if environ is None else environ), "PYTHON": sys.executable}
     if tmpdir is not None:  # check.sh keeps a failed run's TLC output there
         env["TMPDIR"] = str(tmpdir)
     if workers is not None:
@@ -131,6 +133,9 @@ class Background:
         """Queue a run of each of ``cfgs`` (names in ``tla/``), in this order."""
         if not cfgs or self._closed:
             return
+        # The environment as it is now: a test that changes os.environ while
+        # a run starts (monkeypatch.setenv) must not leak into that run.
+        environ = dict(os.environ)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 max_workers=BACKGROUND_RUNS_MAX, thread_name_prefix="tlc"
@@ -142,6 +147,7 @@ class Background:
                     cfg,
                     cwd=self.cwd,
                     workers=BACKGROUND_TLC_WORKERS,
+                    environ=environ,
                     on_start=self._on_start,
                     on_end=self._on_end,
                 )
