@@ -20,6 +20,15 @@ too, in parallel; at light load with the sequencer in CA and thrifty quorums
 that gives CA 52, OR 68, OH 68, IRE 139, SEL 146 ms on ``paper5``. The bar is
 each region within 5 % of it.
 
+**Where a commit's time goes.** Around each region's commands every node's
+status is read (:attr:`sdpaxos.runtime.node.NodeStatus.stages_s`: the seconds
+its loop spent decoding, stepping, in ``ready()``, carrying out, in the log and
+sending), and the table under the latencies gives each node's microseconds per
+command in each part (:func:`stage_rows`). At one command in flight their sum
+over the nodes a commit crosses is the processing on its path; what the
+commit takes beyond the round trip and that sum is the loop's own work (TLS,
+system calls, waking up) and the emulator's lateness.
+
 Two configurations, one after the other: fsync off and fsync on. The bar is
 judged on fsync off, because that is how the paper measured: the authors'
 prototype never made its log durable (its ``-durable`` flag writes a file that
@@ -134,15 +143,57 @@ def delivery_summary(before: list[dict[str, Any]], after: list[dict[str, Any]]) 
     }
 
 
+async def node_stages(path: Path, replicas: int) -> list[dict[str, float]]:
+    """Each node's :attr:`~sdpaxos.runtime.node.NodeStatus.stages_s`, in node order."""
+    cfg = node_configs(path)[0]
+    out = []
+    for r in cfg.replicas[:replicas]:
+        c = Client([(r.host, r.port)], tls=client_tls(path), attempt_timeout_s=2.0)
+        try:
+            out.append(dict((await c.status(2.0))["stages_s"]))
+        finally:
+            await c.close()
+    return out
+
+
+def stage_us_per_command(
+    first: list[dict[str, float]],
+    second: list[dict[str, float]],
+    after: list[dict[str, float]],
+    commands: int,
+) -> list[dict[str, float]]:
+    """Each node's microseconds per command in each stage, from three readings:
+    ``first`` and ``second`` back to back before the commands, ``after`` after
+    them. A reading is a status request, which the node's loop serves too, and
+    the one before the commands is counted in ``after``: the difference
+    between ``first`` and ``second`` is that cost, and is taken off."""
+    rows = []
+    for f, s, a in zip(first, second, after, strict=True):
+        rows.append(
+            {
+                stage: round(
+                    max(0.0, (a[stage] - s[stage]) - (s[stage] - f[stage])) * 1e6 / commands, 1
+                )
+                for stage in a
+            }
+        )
+    return rows
+
+
 async def _region(
     path: Path, k: int, warmup: int, commands: int, metrics_port: int
-) -> tuple[list[float], float]:
-    """The client's latencies (ms) and the node's mean commit latency (ms)."""
-    r = node_configs(path)[0].replicas[k]
+) -> tuple[list[float], float, list[dict[str, float]]]:
+    """The client's latencies (ms), the node's mean commit latency (ms), and
+    every node's microseconds per command in each stage of its loop."""
+    cfg = node_configs(path)[0]
+    r = cfg.replicas[k]
+    n = len(cfg.replicas)
     client = Client([(r.host, r.port)], tls=client_tls(path))
     try:
         for j in range(warmup):
             await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
+        first = await node_stages(path, n)
+        second = await node_stages(path, n)
         before = await asyncio.to_thread(commit_histogram, metrics_port)
         samples = []
         for j in range(commands):
@@ -151,9 +202,10 @@ async def _region(
             samples.append((time.perf_counter() - started) * 1000)
             print(f"\r  region {r.region}: {j + 1}/{commands}", end="", file=sys.stderr)
         after = await asyncio.to_thread(commit_histogram, metrics_port)
+        stages = stage_us_per_command(first, second, await node_stages(path, n), commands)
         count = after[1] - before[1]
         node_mean_ms = (after[0] - before[0]) / count * 1000 if count else float("nan")
-        return samples, node_mean_ms
+        return samples, node_mean_ms, stages
     finally:
         await client.close()
 
@@ -238,7 +290,9 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
     n = len(regions)
     with local_nodes(profile_name, fsync) as (path, metrics_ports):
 
-        async def main() -> tuple[list[tuple[list[float], float]], dict[str, Any], float]:
+        async def main() -> tuple[
+            list[tuple[list[float], float, list[dict[str, float]]]], dict[str, Any], float
+        ]:
             await _wait_up(path, n)
             before = await emulator_delivery(path, n)
             started = time.monotonic()
@@ -252,8 +306,9 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
 
         samples, delivery, seconds = asyncio.run(main())
         delivery["spin_ms_per_s_per_node"] = round(delivery.pop("spin_us") / 1000 / seconds / n, 2)
-    rows = region_rows(profile_name, regions, samples)
+    rows = region_rows(profile_name, regions, [(s, mean) for s, mean, _ in samples])
     return {
+        "stages": stage_rows(regions, [stages for _, _, stages in samples]),
         "profile": profile_name,
         "commands_per_region": commands,
         "fsync": fsync,
@@ -263,6 +318,28 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
         if Path("/proc/loadavg").exists()
         else None,
     }
+
+
+def stage_rows(
+    regions: list[str], per_region: list[list[dict[str, float]]]
+) -> list[dict[str, Any]]:
+    """One row per (region whose commands were measured, node): the node's
+    microseconds per command in each stage, and their sum (``log`` left out
+    of it: inline, it is inside ``carry_out``; on the log thread, it is not
+    the loop's)."""
+    rows = []
+    for region, nodes in zip(regions, per_region, strict=True):
+        for node_region, stages in zip(regions, nodes, strict=True):
+            loop = sum(v for stage, v in stages.items() if stage != "log")
+            rows.append(
+                {
+                    "commands_from": region,
+                    "node": node_region,
+                    "us": stages,
+                    "loop_us": round(loop, 1),
+                }
+            )
+    return rows
 
 
 def _table(result: dict[str, Any]) -> str:
@@ -288,6 +365,21 @@ def _table(result: dict[str, Any]) -> str:
             f" lead {min(d['lead_us'])}-{max(d['lead_us'])} us, its wait"
             f" {d['spin_ms_per_s_per_node']} ms of CPU per second per node"
         )
+    stages = result.get("stages")
+    if stages:
+        names = list(stages[0]["us"])
+        lines += [
+            "",
+            "each node's loop, microseconds per command (NodeStatus.stages_s; 'loop' is"
+            " the sum without 'log')",
+            f"| commands from | node | {' | '.join(names)} | loop |",
+            "|---|---|" + "---:|" * (len(names) + 1),
+        ]
+        for row in stages:
+            cells = " | ".join(f"{row['us'][name]:.0f}" for name in names)
+            lines.append(
+                f"| {row['commands_from']} | {row['node']} | {cells} | {row['loop_us']:.0f} |"
+            )
     if result.get("load_average"):
         lines.append(f"load average after the run: {' '.join(result['load_average'])}")
     return "\n".join(lines)

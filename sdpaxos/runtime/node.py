@@ -73,6 +73,8 @@ from sdpaxos.wire.codec import decode_batch as _decode_batch
 from sdpaxos.wire.codec import encode_batch as _encode_batch
 from sdpaxos.wire.records import RecordCodec
 
+_perf = time.perf_counter
+
 __all__ = ["Node", "NodeError", "NodeStatus", "PeerStatus", "Session", "SessionExpired"]
 
 logger = logging.getLogger(__name__)
@@ -91,6 +93,8 @@ IO_COUNTERS = (
     "client_frames_out",
     "client_writes",
 )
+#: The parts of the node's loop whose seconds it keeps (:attr:`NodeStatus.stages_s`).
+STAGES = ("decode", "step", "client", "ready", "carry_out", "log", "send", "answer")
 #: Reconnect backoff: first wait, cap (full jitter between 0 and the current step).
 RECONNECT_BACKOFF_MIN_S = 0.05
 RECONNECT_BACKOFF_MAX_S = 2.0
@@ -233,6 +237,20 @@ class NodeStatus:
     #: one write is not exactly one TLS record or system call),
     #: ``client_frames_in``/``_out`` and ``client_writes``.
     io: dict[str, int] = field(default_factory=dict)
+    #: Seconds spent since the start in each part of the loop (:data:`STAGES`),
+    #: on ``time.perf_counter``: ``decode`` (peer frames into messages),
+    #: ``step`` (the core's handlers), ``client`` (client frames, decoded and
+    #: proposed), ``ready`` (the core's ``ready()``), ``carry_out`` (its
+    #: records and answers: the log append when it is inline, with fsync off),
+    #: ``send`` (encoding peer frames and writing them, or handing them to the
+    #: delay emulator), ``answer`` (encoding and writing client answers);
+    #: ``log`` is the appends' own time, inside ``carry_out`` when inline and
+    #: on the log thread otherwise. Wall time, not CPU time: a stage that
+    #: wakes another process on this machine may lose the CPU to it (writing
+    #: to a local client does). What a commit takes beyond their sum at one
+    #: command in flight is the loop's own work (TLS, system calls, waking
+    #: up) and the network's: ``bench.runtime_latency`` shows both.
+    stages_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -457,6 +475,8 @@ class Node:
         self.fsyncs = 0
         #: See :attr:`NodeStatus.io`.
         self.io_counts: dict[str, int] = dict.fromkeys(IO_COUNTERS, 0)
+        #: See :attr:`NodeStatus.stages_s`.
+        self.stages_s: dict[str, float] = dict.fromkeys(STAGES, 0.0)
         self.records_written = 0
         self.bound_port: int | None = None
         self._ready_reported = 0
@@ -654,11 +674,16 @@ class Node:
         if replica is None or not self._running:
             return
         self.io_counts["turns"] += 1
+        stages = self.stages_s
         for _ in range(READY_CALLS_PER_FLUSH_MAX):
+            t0 = _perf()
             rd = replica.ready()
+            t1 = _perf()
+            stages["ready"] += t1 - t0
             if not rd:
                 break
             self._carry_out(rd)
+            stages["carry_out"] += _perf() - t1
         else:
             self._kick()
         self._send_out()
@@ -727,10 +752,13 @@ class Node:
         if exc is not None:
             self._fail(exc)
             return
+        t0 = _perf()
+        stages = self.stages_s
         self.fsyncs += 1
         self.records_written += count
+        seconds, nbytes = future.result()
+        stages["log"] += seconds
         if self.metrics is not None:
-            seconds, nbytes = future.result()
             self.metrics.observe_fsync_s(seconds, count, nbytes)
         self._durable_seq = seq
         held = self._held
@@ -740,6 +768,9 @@ class Node:
         if (self._unsaved or self._unsaved_snapshot is not None) and self._running:
             self._start_write()
         if not inline:
+            # On its own loop turn (the log thread's write is done): timed
+            # here; inline, the caller's turn counts it.
+            stages["carry_out"] += _perf() - t0
             self._send_out()
         self._maybe_snapshot()
 
@@ -787,7 +818,9 @@ class Node:
     def _send_out(self) -> None:
         out = self._out
         io = self.io_counts
+        stages = self.stages_s
         if out:
+            t0 = _perf()
             self._out = {}
             packed: PackedMessages = {}
             for dst, msgs in out.items():
@@ -804,8 +837,10 @@ class Node:
                 if peer.conn is not None and peer.conn.out:
                     io["peer_writes"] += 1
                 self._flush_peer(peer)
+            stages["send"] += _perf() - t0
         dirty = self._dirty_conns
         if dirty:
+            t0 = _perf()
             self._dirty_conns = set()
             for conn in dirty:
                 answers = conn.answers
@@ -822,6 +857,7 @@ class Node:
                 if conn.out:
                     io["client_writes"] += 1
                 conn.flush()
+            stages["answer"] += _perf() - t0
 
     def _send_peer(self, peer: _Peer, payload: bytes) -> None:
         conn = peer.conn
@@ -1012,7 +1048,11 @@ class Node:
             return
         if conn.kind == rf.Kind.NODE:
             if payload and payload[0] == VERSION:  # an empty frame is refused below
+                stages = self.stages_s
+                t0 = _perf()
                 msgs = self._decode_batch(payload)
+                t1 = _perf()
+                stages["decode"] += t1 - t0
                 io = self.io_counts
                 io["peer_frames_in"] += 1
                 io["messages_in"] += len(msgs)
@@ -1030,6 +1070,7 @@ class Node:
                 step = replica.step
                 for m in msgs:
                     step(m, now)
+                stages["step"] += _perf() - t1
                 self._kick()
                 return
             f = rf.decode_runtime(payload)
@@ -1052,7 +1093,11 @@ class Node:
                 raise rf.FrameError(f"a replica may not send {type(f).__name__}")
             return
         self.io_counts["client_frames_in"] += 1
-        self._client_frame(conn, rf.decode_runtime(payload))
+        t0 = _perf()
+        try:
+            self._client_frame(conn, rf.decode_runtime(payload))
+        finally:
+            self.stages_s["client"] += _perf() - t0
 
     # --------------------------------------------------------------- clients
 
@@ -1517,6 +1562,7 @@ class Node:
             snapshots=self.snapshots,
             events=tuple(self.events),
             io=dict(self.io_counts),
+            stages_s=dict(self.stages_s),
         )
 
     def _keep_event(self, event: str, me: ReplicaId, fields: dict[str, Any]) -> None:

@@ -1,10 +1,11 @@
 """bench.runtime_latency's judgement, without node processes: every built-in
 profile of up to five regions is judged against SDPaxos's formula for it
 (paper3 was once judged against nothing and printed that every region was
-within 5 %), and a profile without one says it was not judged."""
+within 5 %), and a profile without one says it was not judged; and its
+table of where each node's loop spent its time per command."""
 
 from bench import paper
-from bench.runtime_latency import region_rows, verdict
+from bench.runtime_latency import _table, region_rows, stage_rows, stage_us_per_command, verdict
 
 
 def _result(profile: str, node_means: dict[str, float]) -> dict[str, object]:
@@ -44,3 +45,48 @@ def test_a_profile_without_a_formula_is_not_judged_and_says_so() -> None:
     assert all(r["within_5pct"] is None and r["formula_ms"] is None for r in result["rows"])
     message, code = verdict(result)
     assert code == 0 and message.startswith("no formula for profile 'uniform7'")
+
+
+def test_stage_microseconds_per_command_take_off_the_reading_itself() -> None:
+    """Two readings back to back before the commands: what the second added is
+    one reading's own cost, which the reading after the commands also holds."""
+    first = [{"decode": 1.0, "step": 2.0, "log": 0.5}, {"decode": 0.0, "step": 0.0, "log": 0.0}]
+    second = [{"decode": 1.001, "step": 2.0, "log": 0.5}, {"decode": 0.0, "step": 0.0, "log": 0.0}]
+    after = [
+        {"decode": 1.001 + 0.030 + 0.001, "step": 2.0 + 0.006, "log": 0.5},
+        {"decode": 0.012, "step": 0.0, "log": 0.0003},
+    ]
+    rows = stage_us_per_command(first, second, after, commands=60)
+    assert rows == [
+        {"decode": 500.0, "step": 100.0, "log": 0.0},
+        {"decode": 200.0, "step": 0.0, "log": 5.0},
+    ]
+    # A reading that cost more than the commands added is not a negative time.
+    assert stage_us_per_command([{"send": 0.0}], [{"send": 0.01}], [{"send": 0.015}], 10) == [
+        {"send": 0.0}
+    ]
+
+
+def test_stage_rows_sum_the_loop_without_the_log_and_the_table_shows_them() -> None:
+    per_region = [
+        [
+            {"decode": 50.0, "ready": 150.0, "log": 40.0},
+            {"decode": 80.0, "ready": 70.0, "log": 50.0},
+        ],
+        [
+            {"decode": 81.0, "ready": 130.0, "log": 60.0},
+            {"decode": 51.0, "ready": 120.0, "log": 70.0},
+        ],
+    ]
+    rows = stage_rows(["CA", "OR"], per_region)
+    assert [(r["commands_from"], r["node"], r["loop_us"]) for r in rows] == [
+        ("CA", "CA", 200.0),
+        ("CA", "OR", 150.0),
+        ("OR", "CA", 211.0),
+        ("OR", "OR", 171.0),
+    ]
+    result = _result("paper3", {"CA": 21.0, "OR": 21.0})
+    result.update(commands_per_region=60, stages=rows)
+    text = _table(result)
+    assert "| commands from | node | decode | ready | log | loop |" in text
+    assert "| OR | CA | 81 | 130 | 60 | 211 |" in text

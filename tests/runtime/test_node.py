@@ -482,3 +482,103 @@ def test_a_submit_many_beyond_the_proposal_queue_gets_retry_for_the_rest(tmp_pat
             assert not node._waiting
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_status_times_every_stage_of_the_loop(tmp_path, fsync):
+    """NodeStatus.stages_s: a node that took a client's commands spent time in
+    every stage; the others in every stage but the client's two; and more
+    commands only add to them."""
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog, fsync=fsync) as (path, nodes):
+            start = nodes[1].status().stages_s
+            assert list(start) == list(node_module.STAGES)
+            assert start["client"] == start["answer"] == 0.0  # no client yet
+            address = (nodes[1].config.me.host, nodes[1].bound_port)
+            async with Client([address], tls=client_tls(path)) as client:
+                for k in range(5):
+                    await client.submit(b"s%d" % k, timeout_s=20)
+                await eventually(lambda: _same_everywhere(nodes, 5), what="executed")
+                first = [n.status().stages_s for n in nodes]
+                assert all(v > 0 for v in first[1].values()), first[1]
+                for other in (first[0], first[2]):
+                    assert other["client"] == other["answer"] == 0.0, other
+                    busy = {k: v for k, v in other.items() if k not in ("client", "answer")}
+                    assert all(v > 0 for v in busy.values()), other
+                for k in range(5):
+                    await client.submit(b"t%d" % k, timeout_s=20)
+                await eventually(lambda: _same_everywhere(nodes, 10), what="executed")
+                second = nodes[1].status().stages_s
+                assert all(second[k] > first[1][k] for k in node_module.STAGES), second
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_each_stage_counts_its_own_work_only(tmp_path, monkeypatch, fsync):
+    """With a clock that moves only inside decoding (1 per frame), stepping
+    (1,000 per message), ready() (1e6 per call), carrying out a batch (1e9)
+    and releasing what it lets go (1e12: inline, or after the log thread's
+    fsync) and the log append (its own figure, 7 per append), each stage holds
+    exactly its own share: nothing of one leaks into another's bracket."""
+    clock = [0.0]
+    monkeypatch.setattr(node_module, "_perf", lambda: clock[0])
+
+    def moving(fn, step):
+        def wrapped(*args, **kwargs):
+            clock[0] += step
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    async def main():
+        async with in_process(tmp_path, 3, PayloadLog, fsync=fsync) as (_, nodes):
+            counts = []
+            for node in nodes:
+                c = {"ready": 0, "carry_out": 0, "appends": 0, "releases": 0}
+                counts.append(c)
+                node._decode_batch = moving(node._decode_batch, 1.0)
+                node.replica.step = moving(node.replica.step, 1000.0)
+                ready, carry_out = node.replica.ready, node._carry_out
+
+                def counted_ready(ready=ready, c=c):
+                    c["ready"] += 1
+                    clock[0] += 1e6
+                    return ready()
+
+                def counted_carry_out(rd, carry_out=carry_out, c=c):
+                    c["carry_out"] += 1
+                    clock[0] += 1e9
+                    return carry_out(rd)
+
+                def counted_write(records, snapshot, c=c):
+                    c["appends"] += 1
+                    return 7.0, 0
+
+                def counted_release(*args, release=node._release, c=c):
+                    c["releases"] += 1
+                    clock[0] += 1e12
+                    return release(*args)
+
+                node.replica.ready = counted_ready
+                node._carry_out = counted_carry_out
+                node._write = counted_write
+                node._release = counted_release
+            await asyncio.gather(*(nodes[k % 3].submit(b"e%d" % k, timeout_s=20) for k in range(9)))
+            await eventually(lambda: _same_everywhere(nodes, 9), what="executed")
+            for node, c in zip(nodes, counts, strict=True):
+                st = node.status()
+                assert st.stages_s == {
+                    "decode": 1.0 * st.io["peer_frames_in"],
+                    "step": 1000.0 * st.io["messages_in"],
+                    "client": 0.0,
+                    "ready": 1e6 * c["ready"],
+                    "carry_out": 1e9 * c["carry_out"] + 1e12 * c["releases"],
+                    "log": 7.0 * c["appends"],
+                    "send": 0.0,
+                    "answer": 0.0,
+                }, (st.stages_s, st.io, c)
+                assert c["ready"] > c["carry_out"] > 0 and c["appends"] > 0 and c["releases"] > 0
+
+    asyncio.run(main())
