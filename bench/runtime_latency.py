@@ -22,8 +22,8 @@ each region within 5 % of it.
 
 **Where a commit's time goes.** Around each region's commands every node's
 status is read (:attr:`sdpaxos.runtime.node.NodeStatus.stages_s`: the seconds
-its loop spent decoding, stepping, in ``ready()``, carrying out, in the log and
-sending), and the table under the latencies gives each node's microseconds per
+its loop spent decoding, stepping, on client frames, in ``ready()``, carrying
+out, in the log, sending and answering), and the table under the latencies gives each node's microseconds per
 command in each part (:func:`stage_rows`). At one command in flight their sum
 over the nodes a commit crosses is the processing on its path; what the
 commit takes beyond the round trip and that sum is the loop's own work (TLS,
