@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -134,6 +134,7 @@ class Metrics(Protocol):
         snapshot_bytes: int,
         view_changes: int,
         c_recoveries: int,
+        stages_s: Mapping[str, float] | None = None,
     ) -> None:
         """The node's current state, from the core's status and stats."""
 
@@ -180,6 +181,7 @@ class NullMetrics:
         snapshot_bytes: int,
         view_changes: int,
         c_recoveries: int,
+        stages_s: Mapping[str, float] | None = None,
     ) -> None:
         pass
 
@@ -238,6 +240,14 @@ class _StatusCollector:
             c = CounterMetricFamily(name, doc, labels=["node"])
             c.add_metric([node], value)
             yield c
+        stages = CounterMetricFamily(
+            "sdpaxos_loop_seconds",
+            "Wall seconds the node's loop spent in each stage (NodeStatus.stages_s).",
+            labels=["node", "stage"],
+        )
+        for stage, seconds in self._owner._stages:
+            stages.add_metric([node, stage], seconds)
+        yield stages
 
 
 class NodeMetrics:
@@ -258,6 +268,8 @@ class NodeMetrics:
         n = ("node",)
         np = ("node", "peer")
         self._status: tuple[int, int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0, 0)
+        #: ``(stage, seconds)`` of the last update that gave them.
+        self._stages: tuple[tuple[str, float], ...] = ()
 
         self._commit = Histogram(
             "sdpaxos_commit_latency_seconds",
@@ -393,10 +405,13 @@ class NodeMetrics:
         snapshot_bytes: int,
         view_changes: int,
         c_recoveries: int,
+        stages_s: Mapping[str, float] | None = None,
     ) -> None:
         """The node's current state: its view, how far it executed, whether it
         is the sequencer, the sizes of its log and snapshot, and the core's
-        monotone counts of view changes and C-recoveries started.
+        monotone counts of view changes and C-recoveries started; and the
+        seconds its loop spent in each stage so far
+        (:attr:`~sdpaxos.runtime.node.NodeStatus.stages_s`), if given.
 
         Keyword-only: seven ints in a row are too easy to swap.
         """
@@ -409,6 +424,8 @@ class NodeMetrics:
             view_changes,
             c_recoveries,
         )
+        if stages_s is not None:
+            self._stages = tuple(stages_s.items())
 
     def render(self) -> bytes:
         """The text exposition (format 0.0.4) of this node's registry."""

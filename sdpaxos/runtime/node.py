@@ -1588,6 +1588,7 @@ class Node:
             snapshot_bytes=st.snapshot_bytes,
             view_changes=_counter(stats, "view_changes_started", "elections_started"),
             c_recoveries=_counter(stats, "c_recoveries_started", "revocations"),
+            stages_s=st.stages_s,
         )
         for p in st.peers:
             metrics.set_peer_queue(p.id, 0, p.queue_bytes)

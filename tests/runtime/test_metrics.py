@@ -164,6 +164,30 @@ def test_update_from_status_sets_gauges_and_counters() -> None:
     assert _value(m, "sdpaxos_executed_slot") == 130
 
 
+def test_the_loops_stages_are_a_counter_per_stage() -> None:
+    m = NodeMetrics(2)
+    status = dict(
+        view=1,
+        executed_slot=1,
+        is_sequencer=False,
+        log_bytes=0,
+        snapshot_bytes=0,
+        view_changes=0,
+        c_recoveries=0,
+    )
+    assert _value(m, "sdpaxos_loop_seconds_total", stage="decode") is None  # none given yet
+    m.update_from_status(**status, stages_s={"decode": 0.25, "step": 1.5})
+    assert _value(m, "sdpaxos_loop_seconds_total", stage="decode") == 0.25
+    assert _value(m, "sdpaxos_loop_seconds_total", stage="step") == 1.5
+    assert _families(m)["sdpaxos_loop_seconds"] == "counter"
+    # An update without them keeps the last ones; one with them replaces them.
+    m.update_from_status(**status)
+    assert _value(m, "sdpaxos_loop_seconds_total", stage="step") == 1.5
+    m.update_from_status(**status, stages_s={"decode": 0.5, "step": 2.0})
+    assert _value(m, "sdpaxos_loop_seconds_total", stage="decode") == 0.5
+    assert _value(m, "sdpaxos_loop_seconds_total", stage="step") == 2.0
+
+
 def test_every_series_is_named_sdpaxos_and_labelled_with_its_node() -> None:
     m = NodeMetrics(3, peers=[1])
     m.set_peer_rtt_s(1, 0.01)

@@ -245,6 +245,14 @@ def test_a_nodes_metrics_follow_its_work(tmp_path, monkeypatch):
             assert got[("sdpaxos_fsync_latency_seconds_count", node0)] >= 1
             assert got[("sdpaxos_log_bytes", node0)] > 0
             assert got[rtt_key] > 0
+            # The loop's stages, as NodeStatus.stages_s has them.
+            loop = {
+                dict(labels)["stage"]: v
+                for (name, labels), v in got.items()
+                if name == "sdpaxos_loop_seconds_total"
+            }
+            assert sorted(loop) == sorted(node_module.STAGES)
+            assert all(loop[k] > 0 for k in ("decode", "step", "ready", "carry_out", "send"))
 
     asyncio.run(main())
 
