@@ -23,8 +23,9 @@ each region within 5 % of it.
 **Where a commit's time goes.** Around each region's commands every node's
 status is read (:attr:`sdpaxos.runtime.node.NodeStatus.stages_s`: the seconds
 its loop spent decoding, stepping, on client frames, in ``ready()``, carrying
-out, in the log, sending and answering), and the table under the latencies gives each node's microseconds per
-command in each part (:func:`stage_rows`). At one command in flight their sum
+out, in the log, sending and answering), and the table under the latencies
+gives each node's microseconds per command in each part (:func:`stage_rows`;
+with ``--plot``, as stacked bars too). At one command in flight their sum
 over the nodes a commit crosses is the processing on its path; what the
 commit takes beyond the round trip and that sum is the loop's own work (TLS,
 system calls, waking up) and the emulator's lateness.
@@ -409,6 +410,41 @@ def _plot(results: list[dict[str, Any]], out: Path) -> None:
     fig.savefig(out, dpi=120)
 
 
+def stages_plot_path(out: Path) -> Path:
+    """Where :func:`_plot_stages` writes, next to the latency plot ``out``."""
+    return out.with_name(f"{out.stem}_stages{out.suffix}")
+
+
+def _plot_stages(result: dict[str, Any], out: Path) -> None:
+    """Each node's microseconds per command, stacked by stage of its loop, one
+    bar per (region whose commands were measured, node); ``log`` is left out
+    of the stack because with the log inline it is part of ``carry_out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["stages"]
+    names = [name for name in rows[0]["us"] if name != "log"]
+    labels = [f"{r['commands_from']} cmds @ {r['node']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.5))
+    left = [0.0] * len(rows)
+    for name in names:
+        widths = [r["us"][name] for r in rows]
+        ax.barh(labels, widths, left=left, label=name)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel("microseconds per command (wall time in each stage)")
+    ax.set_title(
+        f"where each node's loop spends a command, {result['profile']},"
+        f" fsync {'on' if result['fsync'] else 'off'}"
+    )
+    ax.legend(ncols=4, fontsize="small", loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.runtime_latency", description=__doc__)
     p.add_argument(
@@ -428,7 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-fsync", action="store_true", help="the same as --fsync off")
     p.add_argument("--json", default=None, help="write the results here")
-    p.add_argument("--plot", default=None, help="write a bar chart here (PNG)")
+    p.add_argument(
+        "--plot",
+        default=None,
+        help="write a bar chart here (PNG), and each node's stages next to it (<name>_stages.png)",
+    )
     args = p.parse_args(argv)
     commands = 20 if args.quick else args.commands
     choice = "off" if args.no_fsync else args.fsync
@@ -440,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if args.plot:
         _plot(results, Path(args.plot))
+        if results[0].get("stages"):
+            _plot_stages(results[0], stages_plot_path(Path(args.plot)))
     message, code = verdict(results[0])
     print(message)
     return code

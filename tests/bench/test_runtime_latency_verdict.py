@@ -4,8 +4,18 @@ profile of up to five regions is judged against SDPaxos's formula for it
 within 5 %), and a profile without one says it was not judged; and its
 table of where each node's loop spent its time per command."""
 
+from pathlib import Path
+
 from bench import paper
-from bench.runtime_latency import _table, region_rows, stage_rows, stage_us_per_command, verdict
+from bench.runtime_latency import (
+    _plot_stages,
+    _table,
+    region_rows,
+    stage_rows,
+    stage_us_per_command,
+    stages_plot_path,
+    verdict,
+)
 
 
 def _result(profile: str, node_means: dict[str, float]) -> dict[str, object]:
@@ -90,3 +100,12 @@ def test_stage_rows_sum_the_loop_without_the_log_and_the_table_shows_them() -> N
     text = _table(result)
     assert "| commands from | node | decode | ready | log | loop |" in text
     assert "| OR | CA | 81 | 130 | 60 | 211 |" in text
+
+
+def test_the_stages_plot_is_written_next_to_the_latency_plot(tmp_path: Path) -> None:
+    assert stages_plot_path(tmp_path / "lat.png") == tmp_path / "lat_stages.png"
+    per_region = [[{"decode": 50.0, "ready": 150.0, "log": 40.0}]]
+    result = {"profile": "paper3", "fsync": False, "stages": stage_rows(["CA"], per_region)}
+    out = stages_plot_path(tmp_path / "lat.png")
+    _plot_stages(result, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
