@@ -439,7 +439,7 @@ def _plot_stages(result: dict[str, Any], out: Path) -> None:
         f"where each node's loop spends a command, {result['profile']},"
         f" fsync {'on' if result['fsync'] else 'off'}"
     )
-    ax.legend(ncols=4, fontsize="small", loc="lower right")
+    ax.legend(ncols=len(names), fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12))
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
