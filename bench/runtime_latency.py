@@ -144,17 +144,48 @@ def delivery_summary(before: list[dict[str, Any]], after: list[dict[str, Any]]) 
     }
 
 
-async def node_stages(path: Path, replicas: int) -> list[dict[str, float]]:
-    """Each node's :attr:`~sdpaxos.runtime.node.NodeStatus.stages_s`, in node order."""
+#: The driver counters (``NodeStatus.io``) shown per command beside the stages.
+IO_SHOWN = ("turns", "messages_in")
+
+
+async def node_readings(path: Path, replicas: int) -> list[dict[str, dict[str, float]]]:
+    """Each node's ``{"stages": NodeStatus.stages_s, "io": the IO_SHOWN of
+    NodeStatus.io}``, in node order (one status request per node)."""
     cfg = node_configs(path)[0]
     out = []
     for r in cfg.replicas[:replicas]:
         c = Client([(r.host, r.port)], tls=client_tls(path), attempt_timeout_s=2.0)
         try:
-            out.append(dict((await c.status(2.0))["stages_s"]))
+            st = await c.status(2.0)
         finally:
             await c.close()
+        io = st["io"]
+        out.append({"stages": dict(st["stages_s"]), "io": {k: float(io[k]) for k in IO_SHOWN}})
     return out
+
+
+def per_command(
+    first: list[dict[str, float]],
+    second: list[dict[str, float]],
+    after: list[dict[str, float]],
+    commands: int,
+    scale: float = 1.0,
+) -> list[dict[str, float]]:
+    """Each node's counters per command (times ``scale``, to one decimal), from
+    three readings: ``first`` and ``second`` back to back before the
+    commands, ``after`` after them. A reading is a status request, which the
+    node's loop serves too, and the one before the commands is counted in
+    ``after``: the difference between ``first`` and ``second`` is that cost,
+    and is taken off."""
+    rows = []
+    for f, s, a in zip(first, second, after, strict=True):
+        rows.append(
+            {
+                key: round(max(0.0, (a[key] - s[key]) - (s[key] - f[key])) * scale / commands, 1)
+                for key in a
+            }
+        )
+    return rows
 
 
 def stage_us_per_command(
@@ -163,29 +194,17 @@ def stage_us_per_command(
     after: list[dict[str, float]],
     commands: int,
 ) -> list[dict[str, float]]:
-    """Each node's microseconds per command in each stage, from three readings:
-    ``first`` and ``second`` back to back before the commands, ``after`` after
-    them. A reading is a status request, which the node's loop serves too, and
-    the one before the commands is counted in ``after``: the difference
-    between ``first`` and ``second`` is that cost, and is taken off."""
-    rows = []
-    for f, s, a in zip(first, second, after, strict=True):
-        rows.append(
-            {
-                stage: round(
-                    max(0.0, (a[stage] - s[stage]) - (s[stage] - f[stage])) * 1e6 / commands, 1
-                )
-                for stage in a
-            }
-        )
-    return rows
+    """Each node's microseconds per command in each stage (:func:`per_command`
+    of :attr:`~sdpaxos.runtime.node.NodeStatus.stages_s` readings)."""
+    return per_command(first, second, after, commands, scale=1e6)
 
 
 async def _region(
     path: Path, k: int, warmup: int, commands: int, metrics_port: int
-) -> tuple[list[float], float, list[dict[str, float]]]:
-    """The client's latencies (ms), the node's mean commit latency (ms), and
-    every node's microseconds per command in each stage of its loop."""
+) -> tuple[list[float], float, list[dict[str, float]], list[dict[str, float]]]:
+    """The client's latencies (ms), the node's mean commit latency (ms),
+    every node's microseconds per command in each stage of its loop, and
+    every node's :data:`IO_SHOWN` counters per command."""
     cfg = node_configs(path)[0]
     r = cfg.replicas[k]
     n = len(cfg.replicas)
@@ -193,8 +212,8 @@ async def _region(
     try:
         for j in range(warmup):
             await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
-        first = await node_stages(path, n)
-        second = await node_stages(path, n)
+        first = await node_readings(path, n)
+        second = await node_readings(path, n)
         before = await asyncio.to_thread(commit_histogram, metrics_port)
         samples = []
         for j in range(commands):
@@ -203,10 +222,18 @@ async def _region(
             samples.append((time.perf_counter() - started) * 1000)
             print(f"\r  region {r.region}: {j + 1}/{commands}", end="", file=sys.stderr)
         after = await asyncio.to_thread(commit_histogram, metrics_port)
-        stages = stage_us_per_command(first, second, await node_stages(path, n), commands)
+        last = await node_readings(path, n)
+
+        def part(readings: list[dict[str, dict[str, float]]], name: str) -> list[dict[str, float]]:
+            return [reading[name] for reading in readings]
+
+        stages = stage_us_per_command(
+            part(first, "stages"), part(second, "stages"), part(last, "stages"), commands
+        )
+        io = per_command(part(first, "io"), part(second, "io"), part(last, "io"), commands)
         count = after[1] - before[1]
         node_mean_ms = (after[0] - before[0]) / count * 1000 if count else float("nan")
-        return samples, node_mean_ms, stages
+        return samples, node_mean_ms, stages, io
     finally:
         await client.close()
 
@@ -292,7 +319,9 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
     with local_nodes(profile_name, fsync) as (path, metrics_ports):
 
         async def main() -> tuple[
-            list[tuple[list[float], float, list[dict[str, float]]]], dict[str, Any], float
+            list[tuple[list[float], float, list[dict[str, float]], list[dict[str, float]]]],
+            dict[str, Any],
+            float,
         ]:
             await _wait_up(path, n)
             before = await emulator_delivery(path, n)
@@ -307,9 +336,11 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
 
         samples, delivery, seconds = asyncio.run(main())
         delivery["spin_ms_per_s_per_node"] = round(delivery.pop("spin_us") / 1000 / seconds / n, 2)
-    rows = region_rows(profile_name, regions, [(s, mean) for s, mean, _ in samples])
+    rows = region_rows(profile_name, regions, [(s, mean) for s, mean, _, _ in samples])
     return {
-        "stages": stage_rows(regions, [stages for _, _, stages in samples]),
+        "stages": stage_rows(
+            regions, [stages for _, _, stages, _ in samples], [io for _, _, _, io in samples]
+        ),
         "profile": profile_name,
         "commands_per_region": commands,
         "fsync": fsync,
@@ -322,24 +353,27 @@ def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str,
 
 
 def stage_rows(
-    regions: list[str], per_region: list[list[dict[str, float]]]
+    regions: list[str],
+    per_region: list[list[dict[str, float]]],
+    io_per_region: list[list[dict[str, float]]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (region whose commands were measured, node): the node's
-    microseconds per command in each stage, and their sum (``log`` left out
-    of it: inline, it is inside ``carry_out``; on the log thread, it is not
-    the loop's)."""
+    microseconds per command in each stage, their sum (``log`` left out of
+    it: inline, it is inside ``carry_out``; on the log thread, it is not the
+    loop's), and its :data:`IO_SHOWN` counters per command if given."""
     rows = []
-    for region, nodes in zip(regions, per_region, strict=True):
-        for node_region, stages in zip(regions, nodes, strict=True):
+    for k, (region, nodes) in enumerate(zip(regions, per_region, strict=True)):
+        for j, (node_region, stages) in enumerate(zip(regions, nodes, strict=True)):
             loop = sum(v for stage, v in stages.items() if stage != "log")
-            rows.append(
-                {
-                    "commands_from": region,
-                    "node": node_region,
-                    "us": stages,
-                    "loop_us": round(loop, 1),
-                }
-            )
+            row: dict[str, Any] = {
+                "commands_from": region,
+                "node": node_region,
+                "us": stages,
+                "loop_us": round(loop, 1),
+            }
+            if io_per_region is not None:
+                row["per_command"] = io_per_region[k][j]
+            rows.append(row)
     return rows
 
 
@@ -369,18 +403,20 @@ def _table(result: dict[str, Any]) -> str:
     stages = result.get("stages")
     if stages:
         names = list(stages[0]["us"])
+        counted = list(stages[0].get("per_command", {}))
+        head = [*names, "loop", *(f"{c} per command" for c in counted)]
         lines += [
             "",
             "each node's loop, microseconds per command (NodeStatus.stages_s; 'loop' is"
-            " the sum without 'log')",
-            f"| commands from | node | {' | '.join(names)} | loop |",
-            "|---|---|" + "---:|" * (len(names) + 1),
+            " the sum without 'log'), and its turns and messages received per command",
+            f"| commands from | node | {' | '.join(head)} |",
+            "|---|---|" + "---:|" * len(head),
         ]
         for row in stages:
-            cells = " | ".join(f"{row['us'][name]:.0f}" for name in names)
-            lines.append(
-                f"| {row['commands_from']} | {row['node']} | {cells} | {row['loop_us']:.0f} |"
-            )
+            cells = [f"{row['us'][name]:.0f}" for name in names]
+            cells.append(f"{row['loop_us']:.0f}")
+            cells += [f"{row['per_command'][c]:.1f}" for c in counted]
+            lines.append(f"| {row['commands_from']} | {row['node']} | {' | '.join(cells)} |")
     if result.get("load_average"):
         lines.append(f"load average after the run: {' '.join(result['load_average'])}")
     return "\n".join(lines)

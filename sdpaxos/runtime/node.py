@@ -1094,14 +1094,31 @@ class Node:
             return
         self.io_counts["client_frames_in"] += 1
         t0 = _perf()
+        f = rf.decode_runtime(payload)
+        if type(f) is rf.Status:
+            self._answer_status(conn, f.request_id)
+            return
         try:
-            self._client_frame(conn, rf.decode_runtime(payload))
+            self._client_frame(conn, f)
         finally:
             self.stages_s["client"] += _perf() - t0
+
+    def _answer_status(self, conn: Connection, request_id: int) -> None:
+        """A status request, answered at once and outside :attr:`stages_s`:
+        it is an operator's reading, not a command's work, and reading the
+        stages (``bench.runtime_latency`` does, around a region's commands)
+        must not move them."""
+        if conn.open:
+            reply = _new(rf.Reply, (request_id, rf.Code.OK, self.status().to_dict()))
+            conn.send(rf.encode_runtime(reply))
+            self.io_counts["client_frames_out"] += 1
+            self.io_counts["client_writes"] += 1
+            conn.flush()
 
     # --------------------------------------------------------------- clients
 
     def _client_frame(self, conn: Connection, f: rf.RuntimeFrame) -> None:
+        """A client's request (a status request is answered in :meth:`frame`)."""
         # Every request gets exactly one answer (_answer counts it down): a
         # client that pipelines more than the bound is not read until it drains.
         conn.pending += 1
@@ -1116,8 +1133,6 @@ class Node:
                 conn.pause_reading()
         elif isinstance(f, rf.Read):
             self._client_read(conn, f)
-        elif isinstance(f, rf.Status):
-            self._answer(conn, f.request_id, rf.Code.OK, self.status().to_dict())
         elif isinstance(f, rf.Admin):
             self._client_admin(conn, f)
         else:

@@ -10,6 +10,7 @@ from bench import paper
 from bench.runtime_latency import (
     _plot_stages,
     _table,
+    per_command,
     region_rows,
     stage_rows,
     stage_us_per_command,
@@ -100,6 +101,29 @@ def test_stage_rows_sum_the_loop_without_the_log_and_the_table_shows_them() -> N
     text = _table(result)
     assert "| commands from | node | decode | ready | log | loop |" in text
     assert "| OR | CA | 81 | 130 | 60 | 211 |" in text
+    # With the driver's counters per command: a column each, after the loop.
+    io = [
+        [{"turns": 4.6, "messages_in": 2.5}, {"turns": 4.2, "messages_in": 4.1}],
+        [{"turns": 4.4, "messages_in": 4.4}, {"turns": 4.3, "messages_in": 2.1}],
+    ]
+    rows = stage_rows(["CA", "OR"], per_region, io)
+    assert rows[1]["per_command"] == {"turns": 4.2, "messages_in": 4.1}
+    assert rows[2]["per_command"] == {"turns": 4.4, "messages_in": 4.4}
+    result.update(stages=rows)
+    text = _table(result)
+    head = "| commands from | node | decode | ready | log | loop | turns per command |"
+    assert head + " messages_in per command |" in text
+    assert "| OR | CA | 81 | 130 | 60 | 211 | 4.4 | 4.4 |" in text
+    assert "| CA | OR | 80 | 70 | 50 | 150 | 4.2 | 4.1 |" in text
+
+
+def test_counters_per_command_take_off_the_reading_too() -> None:
+    """The same arithmetic for the driver's counters, unscaled: a reading is
+    one turn of the node's loop, which the second reading shows."""
+    first = [{"turns": 100.0, "messages_in": 40.0}]
+    second = [{"turns": 101.0, "messages_in": 40.0}]
+    after = [{"turns": 101.0 + 1 + 240, "messages_in": 40.0 + 246}]
+    assert per_command(first, second, after, 60) == [{"turns": 4.0, "messages_in": 4.1}]
 
 
 def test_the_stages_plot_is_written_next_to_the_latency_plot(tmp_path: Path) -> None:
@@ -109,3 +133,34 @@ def test_the_stages_plot_is_written_next_to_the_latency_plot(tmp_path: Path) -> 
     out = stages_plot_path(tmp_path / "lat.png")
     _plot_stages(result, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_short_run_on_node_processes_gives_every_node_s_stages() -> None:
+    """End to end on three node processes (paper3, three commands per region):
+    every (region, node) row has every stage and the counters per command,
+    from the nodes' status over the wire; the client's work is at its own
+    node only, and reading the status moves no stage (a status request is
+    answered outside them), so it is exactly 0 elsewhere."""
+    from bench.runtime_latency import run
+    from sdpaxos.runtime.node import STAGES
+
+    regions = ["CA", "OR", "OH"]
+    result = run("paper3", commands=3, warmup=1, fsync=False)
+    rows = result["stages"]
+    assert [(r["commands_from"], r["node"]) for r in rows] == [
+        (a, b) for a in regions for b in regions
+    ]
+    for r in rows:
+        assert list(r["us"]) == list(STAGES)
+        assert set(r["per_command"]) == {"turns", "messages_in"}
+        if r["commands_from"] == r["node"]:
+            # Its client's frames, its proposals' turns, and the acceptances back.
+            assert r["us"]["client"] > 0 and r["us"]["answer"] > 0, r
+            assert r["us"]["decode"] > 0 and r["us"]["step"] > 0 and r["us"]["ready"] > 0, r
+            assert r["per_command"]["turns"] > 0 and r["per_command"]["messages_in"] > 0, r
+        else:
+            assert r["us"]["client"] == 0.0 and r["us"]["answer"] == 0.0, r
+    for region in regions:  # some other node accepted each region's commands
+        others = [r for r in rows if r["commands_from"] == region and r["node"] != region]
+        assert any(r["us"]["decode"] > 0 for r in others), others
+    assert [row["region"] for row in result["rows"]] == regions

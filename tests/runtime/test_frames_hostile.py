@@ -196,14 +196,14 @@ def test_a_bug_handling_a_frame_closes_that_connection_not_the_node(
 ) -> None:
     """A frame that makes our own code raise (here: a planted bug on STATUS) is
     refused like a bad frame: counted, its connection closed, the node serving."""
-    original = Node._client_frame
+    original = Node._answer_status
 
-    def buggy(self: Node, conn: Any, f: rf.RuntimeFrame) -> None:
-        if isinstance(f, rf.Status) and f.request_id == 666:
+    def buggy(self: Node, conn: Any, request_id: int) -> None:
+        if request_id == 666:
             raise KeyError("planted")
-        original(self, conn, f)
+        original(self, conn, request_id)
 
-    monkeypatch.setattr(Node, "_client_frame", buggy)
+    monkeypatch.setattr(Node, "_answer_status", buggy)
 
     async def body(path: Path, nodes: list[Node]) -> None:
         node = nodes[0]

@@ -519,6 +519,13 @@ def test_status_times_every_stage_of_the_loop(tmp_path, fsync):
                 await eventually(lambda: _same_everywhere(nodes, 10), what="executed")
                 second = nodes[1].status().stages_s
                 assert all(second[k] > first[1][k] for k in node_module.STAGES), second
+                # Status requests are answered outside the stages: reading
+                # them over the wire moves neither the client's nor the answers'.
+                for _ in range(3):
+                    st = await client.status()
+                    assert set(st["stages_s"]) == set(node_module.STAGES)
+                third = nodes[1].status().stages_s
+                assert (third["client"], third["answer"]) == (second["client"], second["answer"])
 
     asyncio.run(main())
 
