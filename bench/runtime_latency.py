@@ -165,38 +165,19 @@ async def node_readings(path: Path, replicas: int) -> list[dict[str, dict[str, f
 
 
 def per_command(
-    first: list[dict[str, float]],
-    second: list[dict[str, float]],
+    before: list[dict[str, float]],
     after: list[dict[str, float]],
     commands: int,
     scale: float = 1.0,
 ) -> list[dict[str, float]]:
-    """Each node's counters per command (times ``scale``, to one decimal), from
-    three readings: ``first`` and ``second`` back to back before the
-    commands, ``after`` after them. A reading is a status request, which the
-    node's loop serves too, and the one before the commands is counted in
-    ``after``: the difference between ``first`` and ``second`` is that cost,
-    and is taken off."""
-    rows = []
-    for f, s, a in zip(first, second, after, strict=True):
-        rows.append(
-            {
-                key: round(max(0.0, (a[key] - s[key]) - (s[key] - f[key])) * scale / commands, 1)
-                for key in a
-            }
-        )
-    return rows
-
-
-def stage_us_per_command(
-    first: list[dict[str, float]],
-    second: list[dict[str, float]],
-    after: list[dict[str, float]],
-    commands: int,
-) -> list[dict[str, float]]:
-    """Each node's microseconds per command in each stage (:func:`per_command`
-    of :attr:`~sdpaxos.runtime.node.NodeStatus.stages_s` readings)."""
-    return per_command(first, second, after, commands, scale=1e6)
+    """Each node's counters per command: what each grew by from ``before`` to
+    ``after``, over ``commands``, times ``scale``, to one decimal. The
+    readings are status requests, which move none of them: a node answers
+    one at once, outside its stages and turns."""
+    return [
+        {key: round((a[key] - b[key]) * scale / commands, 1) for key in a}
+        for b, a in zip(before, after, strict=True)
+    ]
 
 
 async def _region(
@@ -212,8 +193,7 @@ async def _region(
     try:
         for j in range(warmup):
             await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
-        first = await node_readings(path, n)
-        second = await node_readings(path, n)
+        readings = await node_readings(path, n)
         before = await asyncio.to_thread(commit_histogram, metrics_port)
         samples = []
         for j in range(commands):
@@ -227,10 +207,8 @@ async def _region(
         def part(readings: list[dict[str, dict[str, float]]], name: str) -> list[dict[str, float]]:
             return [reading[name] for reading in readings]
 
-        stages = stage_us_per_command(
-            part(first, "stages"), part(second, "stages"), part(last, "stages"), commands
-        )
-        io = per_command(part(first, "io"), part(second, "io"), part(last, "io"), commands)
+        stages = per_command(part(readings, "stages"), part(last, "stages"), commands, 1e6)
+        io = per_command(part(readings, "io"), part(last, "io"), commands)
         count = after[1] - before[1]
         node_mean_ms = (after[0] - before[0]) / count * 1000 if count else float("nan")
         return samples, node_mean_ms, stages, io

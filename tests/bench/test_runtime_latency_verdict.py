@@ -13,7 +13,6 @@ from bench.runtime_latency import (
     per_command,
     region_rows,
     stage_rows,
-    stage_us_per_command,
     stages_plot_path,
     verdict,
 )
@@ -58,24 +57,18 @@ def test_a_profile_without_a_formula_is_not_judged_and_says_so() -> None:
     assert code == 0 and message.startswith("no formula for profile 'uniform7'")
 
 
-def test_stage_microseconds_per_command_take_off_the_reading_itself() -> None:
-    """Two readings back to back before the commands: what the second added is
-    one reading's own cost, which the reading after the commands also holds."""
-    first = [{"decode": 1.0, "step": 2.0, "log": 0.5}, {"decode": 0.0, "step": 0.0, "log": 0.0}]
-    second = [{"decode": 1.001, "step": 2.0, "log": 0.5}, {"decode": 0.0, "step": 0.0, "log": 0.0}]
+def test_per_command_is_what_each_counter_grew_by_over_the_commands() -> None:
+    before = [{"decode": 1.0, "step": 2.0, "log": 0.5}, {"decode": 0.0, "step": 0.0, "log": 0.0}]
     after = [
-        {"decode": 1.001 + 0.030 + 0.001, "step": 2.0 + 0.006, "log": 0.5},
+        {"decode": 1.03, "step": 2.006, "log": 0.5},
         {"decode": 0.012, "step": 0.0, "log": 0.0003},
     ]
-    rows = stage_us_per_command(first, second, after, commands=60)
-    assert rows == [
+    assert per_command(before, after, 60, scale=1e6) == [
         {"decode": 500.0, "step": 100.0, "log": 0.0},
         {"decode": 200.0, "step": 0.0, "log": 5.0},
     ]
-    # A reading that cost more than the commands added is not a negative time.
-    assert stage_us_per_command([{"send": 0.0}], [{"send": 0.01}], [{"send": 0.015}], 10) == [
-        {"send": 0.0}
-    ]
+    # Counters, unscaled.
+    assert per_command([{"turns": 100.0}], [{"turns": 340.0}], 60) == [{"turns": 4.0}]
 
 
 def test_stage_rows_sum_the_loop_without_the_log_and_the_table_shows_them() -> None:
@@ -115,15 +108,6 @@ def test_stage_rows_sum_the_loop_without_the_log_and_the_table_shows_them() -> N
     assert head + " messages_in per command |" in text
     assert "| OR | CA | 81 | 130 | 60 | 211 | 4.4 | 4.4 |" in text
     assert "| CA | OR | 80 | 70 | 50 | 150 | 4.2 | 4.1 |" in text
-
-
-def test_counters_per_command_take_off_the_reading_too() -> None:
-    """The same arithmetic for the driver's counters, unscaled: a reading is
-    one turn of the node's loop, which the second reading shows."""
-    first = [{"turns": 100.0, "messages_in": 40.0}]
-    second = [{"turns": 101.0, "messages_in": 40.0}]
-    after = [{"turns": 101.0 + 1 + 240, "messages_in": 40.0 + 246}]
-    assert per_command(first, second, after, 60) == [{"turns": 4.0, "messages_in": 4.1}]
 
 
 def test_the_stages_plot_is_written_next_to_the_latency_plot(tmp_path: Path) -> None:

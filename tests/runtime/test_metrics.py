@@ -166,15 +166,8 @@ def test_update_from_status_sets_gauges_and_counters() -> None:
 
 def test_the_loops_stages_are_a_counter_per_stage() -> None:
     m = NodeMetrics(2)
-    status = dict(
-        view=1,
-        executed_slot=1,
-        is_sequencer=False,
-        log_bytes=0,
-        snapshot_bytes=0,
-        view_changes=0,
-        c_recoveries=0,
-    )
+    ints = ("view", "executed_slot", "log_bytes", "snapshot_bytes", "view_changes", "c_recoveries")
+    status = {**dict.fromkeys(ints, 1), "is_sequencer": False}
     assert _value(m, "sdpaxos_loop_seconds_total", stage="decode") is None  # none given yet
     m.update_from_status(**status, stages_s={"decode": 0.25, "step": 1.5})
     assert _value(m, "sdpaxos_loop_seconds_total", stage="decode") == 0.25
