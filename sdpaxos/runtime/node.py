@@ -240,8 +240,9 @@ class NodeStatus:
     #: Seconds spent since the start in each part of the loop (:data:`STAGES`),
     #: on ``time.perf_counter``: ``decode`` (peer frames into messages),
     #: ``step`` (the core's handlers), ``client`` (client frames, decoded and
-    #: proposed; a status request is answered outside every stage), ``ready`` (the core's ``ready()``), ``carry_out`` (its
-    #: records and answers: the log append when it is inline, with fsync off),
+    #: proposed; a status request is answered outside every stage), ``ready``
+    #: (the core's ``ready()``), ``carry_out`` (its records and answers: the
+    #: log append when it is inline, with fsync off),
     #: ``send`` (encoding peer frames and writing them, or handing them to the
     #: delay emulator), ``answer`` (encoding and writing client answers);
     #: ``log`` is the appends' own time, inside ``carry_out`` when inline and
