@@ -144,7 +144,8 @@ def fake_java_tla(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     (tla / "SIM3.cfg").write_text(text.replace("simulate=60", "simulate=7"))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "java").write_text("#!/bin/sh\nexit 0\n")
+    # Records its arguments, one run per line, then exits at once.
+    (bin_dir / "java").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "java.args"}\nexit 0\n')
     (bin_dir / "java").chmod(0o755)
     jar = tmp_path / "tla2tools.jar"
     jar.write_bytes(b"")
@@ -192,3 +193,48 @@ def test_check_sh_refuses_a_bad_worker_count(tmp_path: Path) -> None:
         assert result.returncode == 2, (workers, result.stdout, result.stderr)
         assert "TLC_WORKERS must be a positive integer" in result.stderr
         assert "run  " not in result.stdout
+
+
+# -- concurrent TLC runs: each its own java.io.tmpdir ----------------------------
+
+
+def tmpdir_arg(line: str) -> str:
+    found = [a for a in line.split() if a.startswith("-Djava.io.tmpdir=")]
+    assert len(found) == 1, line
+    return found[0].split("=", 1)[1]
+
+
+def test_each_check_sh_run_gives_tlc_a_tmpdir_of_its_own(tmp_path: Path) -> None:
+    """TLC writes TLC.tla, Integers.tla, ... into java.io.tmpdir and parses them
+    from there: with the default /tmp, a TLC starting beside another (the
+    background runs and trace validation) read one half written, and failed
+    with a lexical error in module TLC. Each run now has its own."""
+    tla, env = fake_java_tla(tmp_path)
+    for _ in range(2):
+        check_sh(tla, env, "1")
+    runs = (tmp_path / "java.args").read_text().splitlines()
+    assert len(runs) == 2
+    dirs = [tmpdir_arg(line) for line in runs]
+    assert dirs[0] != dirs[1]
+    for d in dirs:
+        assert Path(d).parent == tmp_path and Path(d).name.startswith("sdpaxos-tlc-SIM3."), d
+
+
+def test_trace_validation_gives_tlc_a_tmpdir_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sdpaxos.modelcheck import validate
+    from sdpaxos.sim.sweep import run_faulty
+    from sdpaxos.sim.trace import TRACE_FAULTS
+
+    _, env = fake_java_tla(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.setenv("TLA2TOOLS_JAR", env["TLA2TOOLS_JAR"])
+    run = run_faulty(100001, 3, TRACE_FAULTS, commands=1, trace=True)
+    assert run.recorder is not None
+    keep = tmp_path / "kept"
+    verdict = validate(run.recorder, keep=str(keep))
+    assert not verdict.ok  # the fake java checked nothing
+    (line,) = (tmp_path / "java.args").read_text().splitlines()
+    assert tmpdir_arg(line) == str(keep / "tmp")
+    assert (keep / "tmp").is_dir()

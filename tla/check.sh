@@ -165,8 +165,11 @@ for cfg in "${cfgs[@]}"; do
     run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sdpaxos-tlc-$name.XXXXXX")"
     out="$run_dir/tlc.out"
     echo "run  [$n/$total] $cfg: module=$mod expect=$exp${sim:+ simulate=${sim}s} ..."
-    args=(java -XX:+UseParallelGC -Xss16m -cp "$jar" tlc2.TLC -workers "$workers"
-        -metadir "$run_dir/states" -deadlock)
+    # -Djava.io.tmpdir: TLC writes the standard modules (TLC.tla, Integers.tla,
+    # ...) there before parsing them; a shared /tmp lets a concurrent TLC (the
+    # test suite runs some beside this) read one half written.
+    args=(java -XX:+UseParallelGC -Xss16m "-Djava.io.tmpdir=$run_dir" -cp "$jar" tlc2.TLC
+        -workers "$workers" -metadir "$run_dir/states" -deadlock)
     # -deadlock: do NOT report deadlock (bounded models and replayed traces end
     # in states with no successor; those are not errors).
     if [[ -n "$sim" ]]; then

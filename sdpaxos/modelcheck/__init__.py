@@ -124,11 +124,17 @@ def validate(
         "".join(f"{i + 1}\t{s.time_us}\t{s.to_tla()}\t{s.origin}\n" for i, s in enumerate(steps))
     )
     started = time.monotonic()
+    # TLC writes the standard modules (TLC.tla, Integers.tla, ...) into
+    # java.io.tmpdir before parsing them: a directory of this run's own, or a
+    # concurrent TLC (tla/check.sh runs beside the tests) may be read half written.
+    own_tmp = work / "tmp"
+    own_tmp.mkdir(exist_ok=True)
     proc = subprocess.run(
         [
             "java",
             "-XX:+UseParallelGC",
             "-Xss16m",
+            f"-Djava.io.tmpdir={own_tmp}",
             "-cp",
             tla2tools_jar(),
             "tlc2.TLC",
