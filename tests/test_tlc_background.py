@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests import tlc_background
 from tests.tlc_background import (
     BACKGROUND_TLC_WORKERS,
     TLA,
@@ -28,11 +29,12 @@ from tests.tlc_background import (
 
 FAKE_CHECK = """#!/usr/bin/env bash
 # args: the cfg names; writes <cfg>.started; for slow.cfg, waits (in a child
-# process) until the file "go" exists, 20 s at most; writes <cfg>.finished when done.
+# process, which writes slow.child_done when its wait ends) until the file "go"
+# exists, 20 s at most; writes <cfg>.finished when done.
 for cfg in "$@"; do
     echo "$$" > "$cfg.started"
     if [[ "$cfg" == slow.cfg ]]; then
-        (for _ in $(seq 400); do [[ -e go ]] && break; sleep 0.05; done) &
+        (for _ in $(seq 400); do [[ -e go ]] && break; sleep 0.05; done; echo x > slow.child_done) &
         echo "$!" > slow.child
         wait
     fi
@@ -101,6 +103,7 @@ def test_close_kills_the_running_run_and_starts_no_other(tmp_path: Path) -> None
     assert not alive(child), "the run's child process outlived close()"
     assert not alive(shell)
     assert not (tla / "slow.cfg.finished").exists(), "close() waited for the run to end"
+    assert not (tla / "slow.child_done").exists(), "the child lived to the end of its wait"
     assert not (tla / "next.cfg.started").exists(), "a queued run started after close()"
     assert bg.pending() == []
     bg.start(["late.cfg"])  # closed: nothing more is queued
@@ -114,6 +117,19 @@ def test_a_run_that_starts_after_close_is_killed_at_once(tmp_path: Path) -> None
     result = run_check("slow.cfg", cwd=tla, on_start=bg._on_start, on_end=bg._on_end)
     assert result.returncode == -9
     assert "ok   " not in result.stdout
+
+
+def test_a_run_past_its_timeout_is_killed_with_its_children_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tla = fake_tla(tmp_path)
+    monkeypatch.setattr(tlc_background, "CHECK_TIMEOUT_S", 0.5)
+    result = run_check("slow.cfg", cwd=tla)  # waits for a "go" that never comes
+    assert result.returncode == -9
+    assert "check.sh slow.cfg: killed after 0.5 s" in result.stderr
+    assert not alive(int(wait_for(tla / "slow.child")))
+    assert not (tla / "slow.cfg.finished").exists()
+    assert not (tla / "slow.child_done").exists(), "the child lived to the end of its wait"
 
 
 def test_the_tlc_tests_configurations_are_picked_from_the_collected_items() -> None:
