@@ -25,10 +25,12 @@ status is read (:attr:`sdpaxos.runtime.node.NodeStatus.stages_s`: the seconds
 its loop spent decoding, stepping, on client frames, in ``ready()``, carrying
 out, in the log, sending and answering), and the table under the latencies
 gives each node's microseconds per command in each part (:func:`stage_rows`;
-with ``--plot``, as stacked bars too). At one command in flight their sum
-over the nodes a commit crosses is the processing on its path; what the
-commit takes beyond the round trip and that sum is the loop's own work (TLS,
-system calls, waking up) and the emulator's lateness.
+with ``--plot``, as stacked bars too), over every turn a command costs each
+node, with its turns and messages received per command. At one command in
+flight, the turns on a commit's path (the proposal's, the acceptor's, the
+acceptance's) are a part of those rows; what the commit takes beyond the
+round trip and them is the loop's own work (TLS, system calls, waking up)
+and the emulator's lateness.
 
 Two configurations, one after the other: fsync off and fsync on. The bar is
 judged on fsync off, because that is how the paper measured: the authors'
@@ -54,7 +56,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,18 +108,29 @@ def commit_histogram(metrics_port: int) -> tuple[float, float]:
     return total, count
 
 
-async def emulator_delivery(path: Path, replicas: int) -> list[dict[str, Any]]:
-    """Each node's emulator delivery counters (admin ``emulator``, key ``delivery``):
-    how late its held frames left, its alarm's lead and what waiting it out cost."""
-    cfg = node_configs(path)[0]
+async def ask_each_node(
+    path: Path, replicas: int, ask: Callable[[Client], Awaitable[Any]]
+) -> list[Any]:
+    """``ask(client)`` of each of the first ``replicas`` nodes, in node order,
+    each on a connection of its own (closed after)."""
     out = []
-    for r in cfg.replicas[:replicas]:
+    for r in node_configs(path)[0].replicas[:replicas]:
         c = Client([(r.host, r.port)], tls=client_tls(path), attempt_timeout_s=2.0)
         try:
-            out.append((await c.admin("emulator"))["delivery"])
+            out.append(await ask(c))
         finally:
             await c.close()
     return out
+
+
+async def emulator_delivery(path: Path, replicas: int) -> list[dict[str, Any]]:
+    """Each node's emulator delivery counters (admin ``emulator``, key ``delivery``):
+    how late its held frames left, its alarm's lead and what waiting it out cost."""
+
+    async def delivery(c: Client) -> Any:
+        return (await c.admin("emulator"))["delivery"]
+
+    return await ask_each_node(path, replicas, delivery)
 
 
 def delivery_summary(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
@@ -151,17 +164,13 @@ IO_SHOWN = ("turns", "messages_in")
 async def node_readings(path: Path, replicas: int) -> list[dict[str, dict[str, float]]]:
     """Each node's ``{"stages": NodeStatus.stages_s, "io": the IO_SHOWN of
     NodeStatus.io}``, in node order (one status request per node)."""
-    cfg = node_configs(path)[0]
-    out = []
-    for r in cfg.replicas[:replicas]:
-        c = Client([(r.host, r.port)], tls=client_tls(path), attempt_timeout_s=2.0)
-        try:
-            st = await c.status(2.0)
-        finally:
-            await c.close()
+
+    async def reading(c: Client) -> dict[str, dict[str, float]]:
+        st = await c.status(2.0)
         io = st["io"]
-        out.append({"stages": dict(st["stages_s"]), "io": {k: float(io[k]) for k in IO_SHOWN}})
-    return out
+        return {"stages": dict(st["stages_s"]), "io": {k: float(io[k]) for k in IO_SHOWN}}
+
+    return await ask_each_node(path, replicas, reading)
 
 
 def per_command(
@@ -193,7 +202,7 @@ async def _region(
     try:
         for j in range(warmup):
             await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
-        readings = await node_readings(path, n)
+        before_readings = await node_readings(path, n)
         before = await asyncio.to_thread(commit_histogram, metrics_port)
         samples = []
         for j in range(commands):
@@ -207,8 +216,8 @@ async def _region(
         def part(readings: list[dict[str, dict[str, float]]], name: str) -> list[dict[str, float]]:
             return [reading[name] for reading in readings]
 
-        stages = per_command(part(readings, "stages"), part(last, "stages"), commands, 1e6)
-        io = per_command(part(readings, "io"), part(last, "io"), commands)
+        stages = per_command(part(before_readings, "stages"), part(last, "stages"), commands, 1e6)
+        io = per_command(part(before_readings, "io"), part(last, "io"), commands)
         count = after[1] - before[1]
         node_mean_ms = (after[0] - before[0]) / count * 1000 if count else float("nan")
         return samples, node_mean_ms, stages, io
