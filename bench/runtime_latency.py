@@ -125,7 +125,8 @@ async def ask_each_node(
 
 async def emulator_delivery(path: Path, replicas: int) -> list[dict[str, Any]]:
     """Each node's emulator delivery counters (admin ``emulator``, key ``delivery``):
-    how late its held frames left, its alarm's lead and what waiting it out cost."""
+    how late the frames it held were handled, its alarm's lead and what waiting
+    it out cost."""
 
     async def delivery(c: Client) -> Any:
         return (await c.admin("emulator"))["delivery"]
@@ -136,7 +137,7 @@ async def emulator_delivery(path: Path, replicas: int) -> list[dict[str, Any]]:
 def delivery_summary(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
     """The delivery counters between two readings, summed over the nodes."""
     frames = sum(
-        a["frames_written"] - b["frames_written"] for a, b in zip(after, before, strict=True)
+        a["frames_delivered"] - b["frames_delivered"] for a, b in zip(after, before, strict=True)
     )
     late_us = sum(a["late_us_sum"] - b["late_us_sum"] for a, b in zip(after, before, strict=True))
     spin_us = sum(a["spin_us_sum"] - b["spin_us_sum"] for a, b in zip(after, before, strict=True))
@@ -382,7 +383,7 @@ def _table(result: dict[str, Any]) -> str:
     d = result.get("emulator_delivery")
     if d and d["frames"]:
         lines.append(
-            f"emulator ({d['alarm']}): {d['frames']} held frames left a mean of"
+            f"emulator ({d['alarm']}): {d['frames']} held frames were handled a mean of"
             f" {d['late_us_mean']} us after they were due ({d['late_us_buckets']});"
             f" lead {min(d['lead_us'])}-{max(d['lead_us'])} us, its wait"
             f" {d['spin_ms_per_s_per_node']} ms of CPU per second per node"

@@ -1,9 +1,17 @@
-"""The delay emulator's frames in flight: each written when it is due, without spinning.
+"""The delay emulator's frames in flight: each handled when it is due, without spinning.
 
-:mod:`sdpaxos.runtime.emulator` says *when* a frame to a peer may be written;
-this module holds the frame until then and writes it. Three rules:
+:mod:`sdpaxos.runtime.emulator` says, at the sending node, *when* a frame to a
+peer is due. The sender writes the frame at once, behind a DUE mark
+(:class:`sdpaxos.runtime.frames.Due`), and the receiving node holds it here
+until then and hands it on (:class:`DelayedFrames`). Holding at the receiver
+is what a real network does: the sender's process writes and goes on, and
+only the receiver's wakes when the bytes are due. (A sender that held its
+frames would wake at the due time to write them, and the receiver would wake
+after that: two wake-ups and a write in series on every hop, where a real path
+has one wake-up.) The bytes themselves arrive early, so TLS decrypts them
+before the hold; decoding and stepping the messages come after it. Three rules:
 
-1. **Never early.** A frame is written only once ``clock() >= due``; it may be
+1. **Never early.** A frame is handed on only once ``clock() >= due``; it may be
    late by the loop turn in progress when it comes due (whatever callback the
    node is running then), and by the alarm's own wake-up delay.
 2. **Per-link order.** Frames of one link leave in the order they were handed
@@ -12,7 +20,8 @@ this module holds the frame until then and writes it. Three rules:
    emulator's rule 6; a frame due earlier than one before it on its link is
    held until that one's time), so a link's frames come out in order; a frame
    handed in while earlier ones of its link are held waits behind them even
-   when it is due already.
+   when it is due already (a link is a peer: a frame on a new connection
+   waits behind the old connection's).
 3. **No busy waiting.** One alarm per node, set to the earliest due frame of
    any link, wakes the event loop once per due time. Nothing runs while a
    frame waits.
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import hashlib
 import heapq
 import math
 import os
@@ -59,6 +69,8 @@ __all__ = [
     "DelayedFrames",
     "LoopAlarm",
     "TimerfdAlarm",
+    "clock_token",
+    "due_here_s",
     "make_alarm",
     "timerfd_available",
 ]
@@ -82,6 +94,48 @@ _CLOCK_MONOTONIC = 1
 _TFD_TIMER_ABSTIME = 1
 _TFD_NONBLOCK = 0o4000
 _TFD_CLOEXEC = 0o2000000
+
+
+#: A DUE mark sent this far in the receiver's future was not sent on the
+#: receiver's clock, whatever its token says (a time namespace, say): its
+#: frames are held for their delay from the mark's arrival instead.
+CLOCK_SKEW_S_MAX = 0.001
+#: Where the kernel names its boot: every process of one boot shares
+#: ``CLOCK_MONOTONIC``.
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+_clock_token: int | None = None
+
+
+def clock_token() -> int:
+    """A name for this process's :func:`time.monotonic` clock, the same in every
+    process on this machine (its boot id, hashed to 63 bits), or a random one
+    where there is no boot id (then no other process shares it)."""
+    global _clock_token
+    if _clock_token is None:
+        try:
+            with open(_BOOT_ID_PATH, "rb") as f:
+                raw = f.read()
+        except OSError:
+            raw = b""
+        seed = raw.strip() or os.urandom(16)
+        _clock_token = int.from_bytes(hashlib.blake2b(seed, digest_size=8).digest(), "big") >> 1
+    return _clock_token
+
+
+def due_here_s(sent_s: float, due_s: float, clock: int, now_s: float, mine: int) -> float:
+    """When frames marked due at ``due_s`` (sent at ``sent_s`` on clock ``clock``)
+    are due on this process's clock, read as ``now_s`` when the mark arrived.
+
+    On the same clock the mark's own time holds, so the real network's
+    transfer and this process's wake-up to read the bytes fall inside the
+    emulated delay, as they do on a real path. On another clock the delay
+    ``due_s - sent_s`` starts when the mark arrived, and the real transfer
+    adds to it.
+    """
+    if clock == mine and sent_s <= now_s + CLOCK_SKEW_S_MAX:
+        return due_s
+    return now_s + (due_s - sent_s)
 
 
 class Alarm(Protocol):
@@ -230,13 +284,15 @@ def spin_until(at_s: float) -> None:
 class DelayedFrames:
     """One node's frames held by the emulator (module docstring: the three rules).
 
-    ``write(link, data, frames)`` writes ``frames`` already-framed frames to
-    peer ``link`` (the node looks up the link's connection at that time).
+    ``write(link, data, frames)`` hands on ``data`` (``frames`` frames) from
+    link ``link`` once due: in a node, one frame of peer ``link``, handled as
+    if it had just arrived.
     ``make(wake)`` makes the alarm, with :meth:`_wake` as its callback;
     ``clock`` is :func:`time.monotonic` and ``wait_until`` is
     :func:`spin_until` in a node (tests pass a fake clock, alarm and wait).
     ``bytes_max``: a link holding more than this many bytes drops the new
-    frame and counts it (``dropped``), as a connection does with unsent bytes.
+    frame and counts it (``dropped``), as a connection does with unsent bytes
+    (the core retransmits what matters).
 
     The lead. Even a timerfd wakes the loop some tens of microseconds after
     its time (on this project's VM: a median of about 80 us, measured by
@@ -276,7 +332,7 @@ class DelayedFrames:
         "alarm_kind",
         "bytes_max",
         "dropped",
-        "frames_written",
+        "frames_delivered",
         "late_buckets",
         "late_max_s",
         "late_sum_s",
@@ -322,7 +378,7 @@ class DelayedFrames:
         self.alarm_kind = type(self._alarm).__name__
         # Counters (see to_json).
         self.dropped = 0
-        self.frames_written = 0
+        self.frames_delivered = 0
         self.wakeups = 0
         self.wakeups_idle = 0
         self.spins = 0
@@ -336,8 +392,8 @@ class DelayedFrames:
         return self._held_frames.get(link, 0)
 
     def send(self, link: int, due_s: float, data: bytes, frames: int) -> bool:
-        """Write ``data`` to ``link`` at ``due_s`` (now if it is due and nothing
-        of the link waits). False: dropped, the link holds ``bytes_max`` already.
+        """Hand ``data`` on at ``due_s`` (now if it is due and nothing of the
+        link waits). False: dropped, the link holds ``bytes_max`` already.
 
         A ``due_s`` earlier than one handed in before for the link is taken as
         that one (the emulator never does this: its rule 6).
@@ -368,7 +424,7 @@ class DelayedFrames:
         self._alarm.set(at_s)
 
     def _wake(self) -> None:
-        """The alarm fired: write every frame that is due, in order; set it for the next."""
+        """The alarm fired: hand on every frame that is due, in order; set it for the next."""
         self._armed_s = None
         self.wakeups += 1
         heap = self._heap
@@ -395,7 +451,7 @@ class DelayedFrames:
             self._arm(heap[0][0])
 
     def _count_late(self, late_s: float, frames: int) -> None:
-        self.frames_written += frames
+        self.frames_delivered += frames
         self.late_sum_s += late_s * frames
         if late_s > self.late_max_s:
             self.late_max_s = late_s
@@ -416,13 +472,13 @@ class DelayedFrames:
         self._last_due_s.clear()
 
     def to_json(self) -> dict[str, Any]:
-        """Counters as plain data: held, written, dropped, wake-ups, the lead and
-        the waits it cost (us), lateness (us)."""
+        """Counters as plain data: held, delivered (handed on), dropped,
+        wake-ups, the lead and the waits it cost (us), lateness (us)."""
         bounds = [f"<{b}" for b in LATE_BUCKETS_US] + [f">={LATE_BUCKETS_US[-1]}"]
         return {
             "alarm": self.alarm_kind,
             "frames_held": sum(self._held_frames.values()),
-            "frames_written": self.frames_written,
+            "frames_delivered": self.frames_delivered,
             "frames_dropped": self.dropped,
             "wakeups": self.wakeups,
             "wakeups_idle": self.wakeups_idle,

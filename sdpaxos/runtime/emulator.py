@@ -3,10 +3,13 @@
 Why: a laboratory cluster on one machine or one data centre has sub-millisecond
 links, but SDPaxos is about wide-area latency (the paper's Table 1). The
 runtime's node asks this module, on the SENDING side, for every batch of frames
-it is about to write to peer ``dst``, at what time it may write it, or whether a
-partition drops it; :class:`sdpaxos.runtime.delivery.DelayedFrames` then holds
-the frames and writes them when they are due (never early, per-link order, no
-busy waiting). The real network adds its own (small) delay on top.
+it is about to write to peer ``dst``, at what time it is due at the peer, or
+whether a partition drops it. The node writes the batch at once behind a DUE
+mark with that time, and the receiving node's
+:class:`sdpaxos.runtime.delivery.DelayedFrames` holds the frames until then
+(never early, per-link order, no busy waiting). On one machine the real
+network's own (small) delay falls inside the emulated one; between machines
+it adds to it.
 
 The module is pure scheduling: no I/O, no asyncio, no clock (the caller passes
 ``now_ms``, any monotonic clock in milliseconds; the node passes

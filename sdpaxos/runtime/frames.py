@@ -9,6 +9,7 @@ the codec never starts with) followed by a msgpack array ``[tag, ...]``::
     HELLO   [0, "sdpaxos", version, kind, id]   first frame of every connection
     PING    [1, sent_ms]                         a round trip, between replicas
     PONG    [2, sent_ms, executed_upto]          ... answered with how far we executed
+    DUE     [3, sent_s, due_s, clock]            the delay emulator: what follows is due at due_s
     SUBMIT  [10, request_id, client_id, seq, payload, key | nil, wait]
     READ    [11, request_id, key | nil, request | nil, stale]
     STATUS  [12, request_id]
@@ -16,6 +17,10 @@ the codec never starts with) followed by a msgpack array ``[tag, ...]``::
     SUBMIT_MANY [14, [[request_id, client_id, seq, payload, key | nil, wait], ...]]
     REPLY   [20, request_id, code, value]
     REPLY_MANY  [21, [[request_id, code, value], ...]]
+
+``DUE`` is the delay emulator's mark (:mod:`sdpaxos.runtime.emulator`): a
+node sends its frames to a peer at once, preceded by when they are due, and the
+peer holds every frame after the mark until then (:class:`Due`).
 
 ``SUBMIT_MANY`` and ``REPLY_MANY`` carry many requests (answers) in one frame:
 a client with many commands in flight pays one frame, one TLS record and one
@@ -41,10 +46,12 @@ import msgpack
 
 __all__ = [
     "COMMAND_BYTES_MAX",
+    "DUE_AHEAD_S_MAX",
     "KEY_BYTES_MAX",
     "RUNTIME_PREFIX",
     "Admin",
     "Code",
+    "Due",
     "FrameError",
     "Hello",
     "Kind",
@@ -74,6 +81,10 @@ KEY_BYTES_MAX = 1 << 16
 RUNTIME_FRAME_BYTES_MAX = COMMAND_BYTES_MAX + KEY_BYTES_MAX + 1024
 #: Most items in one SUBMIT_MANY or REPLY_MANY frame.
 MANY_ITEMS_MAX = 4096
+#: Furthest a DUE mark may put its frames past their sending: a day, beyond any
+#: emulated wait (the longest delay, jitter and loss backoff add up to about
+#: half an hour); a mark further ahead is garbage, not a slow link.
+DUE_AHEAD_S_MAX = 86_400.0
 #: Request ids and client ids are unsigned 64-bit.
 _U64_MAX = (1 << 64) - 1
 
@@ -133,6 +144,28 @@ class Pong:
     executed_upto: int
 
 
+@dataclass(frozen=True, slots=True)
+class Due:
+    """The delay emulator's mark on a connection between replicas: every frame
+    after it (until the next mark) is due at ``due_s``, and the receiving node
+    holds it until then.
+
+    Why the receiver holds and not the sender: on a real network the sender's
+    process writes at once and only the receiver's wakes when the bytes
+    arrive. A sender that held its frames and wrote them when due would add
+    its own wake-up and write to every hop, in series with the receiver's.
+
+    ``sent_s`` and ``due_s`` are on the sender's :func:`time.monotonic`;
+    ``clock`` names that clock (the kernel's boot id, hashed: processes on one
+    machine share it). A receiver on the same clock holds until ``due_s``; one
+    on another clock holds for ``due_s - sent_s`` from when the mark arrived.
+    """
+
+    sent_s: float
+    due_s: float
+    clock: int
+
+
 class Submit(NamedTuple):
     """A command to replicate (a named tuple: one is built per command, cheaply)."""
 
@@ -184,9 +217,11 @@ class ReplyMany:
     items: tuple[Reply, ...]
 
 
-RuntimeFrame = Hello | Ping | Pong | Submit | Read | Status | Admin | SubmitMany | Reply | ReplyMany
+RuntimeFrame = (
+    Hello | Ping | Pong | Due | Submit | Read | Status | Admin | SubmitMany | Reply | ReplyMany
+)
 
-_HELLO, _PING, _PONG = 0, 1, 2
+_HELLO, _PING, _PONG, _DUE = 0, 1, 2, 3
 _SUBMIT, _READ, _STATUS, _ADMIN, _SUBMIT_MANY, _REPLY, _REPLY_MANY = 10, 11, 12, 13, 14, 20, 21
 
 _packer = msgpack.Packer(use_bin_type=True)
@@ -203,6 +238,8 @@ def encode_runtime(frame: RuntimeFrame) -> bytes:
             body = [_PING, float(sent_ms)]
         case Pong(sent_ms, executed_upto):
             body = [_PONG, float(sent_ms), executed_upto]
+        case Due(sent_s, due_s, clock):
+            body = [_DUE, float(sent_s), float(due_s), clock]
         case Submit(rid, cid, seq, payload, key, wait):
             body = [_SUBMIT, rid, cid, seq, payload, key, wait]
         case Read(rid, key, request, stale):
@@ -249,6 +286,7 @@ _ARITY = {
     _HELLO: 5,
     _PING: 2,
     _PONG: 3,
+    _DUE: 4,
     _SUBMIT: 7,
     _READ: 5,
     _STATUS: 2,
@@ -307,6 +345,13 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
         return Ping(_number(body[1], "ping time"))
     if tag == _PONG:
         return Pong(_number(body[1], "pong time"), _u64(body[2], "pong executed"))
+    if tag == _DUE:
+        sent_s, due_s = _number(body[1], "due: sent"), _number(body[2], "due: due")
+        if not 0.0 <= due_s - sent_s <= DUE_AHEAD_S_MAX:
+            raise FrameError(
+                f"due: {due_s - sent_s:.6g} s after sending is not in [0, {DUE_AHEAD_S_MAX:g}]"
+            )
+        return Due(sent_s, due_s, _u64(body[3], "due: clock"))
     if tag == _SUBMIT:
         return _submit(body[1:])
     if tag == _SUBMIT_MANY:

@@ -185,7 +185,8 @@ class Verdict(enum.Enum):
 
 
 def _judge_payload(payload: bytes, kind: rf.Kind, peer: int) -> list[object]:
-    """The node's rules for one frame after the hello (``Node.frame``)."""
+    """The node's rules for one frame after the hello (``Node.frame``), for a
+    node without the delay emulator (the fuzzer's), which refuses DUE marks."""
     if kind == rf.Kind.NODE:
         if payload and payload[0] == VERSION:
             msgs = decode_batch(payload)
@@ -349,6 +350,7 @@ def _runtime_seed(rng: random.Random, kind: rf.Kind) -> bytes:
         rf.Admin(rid, rng.choice(["snapshot", "nope", ""]), rng.choice([None, 1, "0|1"])),
         rf.Ping(rng.random() * 1e6),
         rf.Pong(rng.random() * 1e6, rng.randrange(100)),
+        rf.Due(1.0, 1.0 + rng.random(), rng.randrange(1 << 64)),
         rf.Hello(rng.choice([rf.Kind.NODE, rf.Kind.CLIENT]), rng.randrange(4)),
         rf.Reply(rid, rf.Code.OK, {"a": 1}),
     ]

@@ -24,9 +24,10 @@ takes :meth:`Replica.ready` and carries it out in the durability order of
    at once.
 
 **Messages** for one peer gathered in a loop turn go as one frame (a core
-batch), written once; the delay emulator, when configured, holds each frame
-for its link's delay (:mod:`sdpaxos.runtime.emulator` says when a frame may
-leave, :mod:`sdpaxos.runtime.delivery` holds it until then).
+batch), written once; the delay emulator, when configured, says when each frame is
+due (:mod:`sdpaxos.runtime.emulator`): the frame is written at once behind a
+DUE mark, and the receiving node holds it until then
+(:mod:`sdpaxos.runtime.delivery`).
 
 **Exactly-once**: :meth:`Node.submit` numbers commands within a session
 (``client_id``, ``seq``); the core executes each ``(client_id, seq)`` once and
@@ -62,7 +63,7 @@ from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.protocols import ProtocolError, ProtocolSpec, protocol
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.config import NodeConfig
-from sdpaxos.runtime.delivery import DelayedFrames, make_alarm
+from sdpaxos.runtime.delivery import DelayedFrames, clock_token, due_here_s, make_alarm
 from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
 from sdpaxos.runtime.log import DurableLog
 from sdpaxos.runtime.metrics import Metrics
@@ -71,9 +72,12 @@ from sdpaxos.runtime.transport import SEND_BUFFER_BYTES_MAX, Connection
 from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError, PackedMessages
 from sdpaxos.wire.codec import decode_batch as _decode_batch
 from sdpaxos.wire.codec import encode_batch as _encode_batch
+from sdpaxos.wire.framing import frame
 from sdpaxos.wire.records import RecordCodec
 
 _perf = time.perf_counter
+#: The delay emulator's clock (its due times, the DUE marks); tests replace it.
+_monotonic = time.monotonic
 
 __all__ = ["Node", "NodeError", "NodeStatus", "PeerStatus", "Session", "SessionExpired"]
 
@@ -96,6 +100,10 @@ IO_COUNTERS = (
 #: The parts of the node's loop whose seconds it keeps (:attr:`NodeStatus.stages_s`).
 STAGES = ("decode", "step", "client", "ready", "carry_out", "log", "send", "answer")
 #: Reconnect backoff: first wait, cap (full jitter between 0 and the current step).
+#: Bytes of one peer's frames a node holds for the delay emulator; past this a
+#: new frame is dropped and counted, as a connection drops unsent bytes (the
+#: same bound as :data:`~sdpaxos.runtime.transport.SEND_BUFFER_BYTES_MAX`).
+HELD_BYTES_MAX = SEND_BUFFER_BYTES_MAX
 RECONNECT_BACKOFF_MIN_S = 0.05
 RECONNECT_BACKOFF_MAX_S = 2.0
 #: A dial that has not connected (and finished its TLS handshake) by then is abandoned.
@@ -481,8 +489,12 @@ class Node:
         self.records_written = 0
         self.bound_port: int | None = None
         self._ready_reported = 0
-        #: The frames the delay emulator holds (made by :meth:`start` when it is configured).
+        #: Peers' frames held until the delay emulator says they are due (made
+        #: by :meth:`start` when the emulator is configured; a node without it
+        #: refuses a DUE mark).
         self._delayed: DelayedFrames | None = None
+        #: The name of this process's monotonic clock, sent in DUE marks.
+        self._clock_token = clock_token()
 
     # --------------------------------------------------------------- lifecycle
 
@@ -569,7 +581,7 @@ class Node:
         self.bound_port = sockets[0].getsockname()[1] if sockets else me.port
         if self.emulator is not None:
             self._delayed = DelayedFrames(
-                self._write_delayed, lambda wake: make_alarm(loop, wake), SEND_BUFFER_BYTES_MAX
+                self._deliver_held, lambda wake: make_alarm(loop, wake), HELD_BYTES_MAX
             )
         self._running = True
         for peer in self._peers.values():
@@ -820,25 +832,8 @@ class Node:
         out = self._out
         io = self.io_counts
         stages = self.stages_s
-        if out:
-            t0 = _perf()
-            self._out = {}
-            packed: PackedMessages = {}
-            for dst, msgs in out.items():
-                peer = self._peers.get(dst)
-                if peer is None:
-                    continue
-                io["messages_out"] += len(msgs)
-                for k in range(0, len(msgs), MESSAGES_PER_BATCH_MAX):
-                    for payload in _encode(
-                        self._encode_batch, msgs[k : k + MESSAGES_PER_BATCH_MAX], packed
-                    ):
-                        io["peer_frames_out"] += 1
-                        self._send_peer(peer, payload)
-                if peer.conn is not None and peer.conn.out:
-                    io["peer_writes"] += 1
-                self._flush_peer(peer)
-            stages["send"] += _perf() - t0
+        # Clients' answers first: they end a command's wait, and a write to a
+        # peer on the same machine can wake that peer and lose this CPU to it.
         dirty = self._dirty_conns
         if dirty:
             t0 = _perf()
@@ -859,6 +854,25 @@ class Node:
                     io["client_writes"] += 1
                 conn.flush()
             stages["answer"] += _perf() - t0
+        if out:
+            t0 = _perf()
+            self._out = {}
+            packed: PackedMessages = {}
+            for dst, msgs in out.items():
+                peer = self._peers.get(dst)
+                if peer is None:
+                    continue
+                io["messages_out"] += len(msgs)
+                for k in range(0, len(msgs), MESSAGES_PER_BATCH_MAX):
+                    for payload in _encode(
+                        self._encode_batch, msgs[k : k + MESSAGES_PER_BATCH_MAX], packed
+                    ):
+                        io["peer_frames_out"] += 1
+                        self._send_peer(peer, payload)
+                if peer.conn is not None and peer.conn.out:
+                    io["peer_writes"] += 1
+                self._flush_peer(peer)
+            stages["send"] += _perf() - t0
 
     def _send_peer(self, peer: _Peer, payload: bytes) -> None:
         conn = peer.conn
@@ -867,39 +881,51 @@ class Node:
         conn.send(payload)
 
     def _flush_peer(self, peer: _Peer) -> None:
+        """Write the frames queued for ``peer``, behind a DUE mark when the
+        emulator delays them (the peer holds them until then), or drop them
+        when it says a partition cuts the link."""
         conn = peer.conn
         if conn is None or not conn.out:
             return
         emulator = self.emulator
-        delayed = self._delayed
-        if emulator is None or (
-            not emulator.active and (delayed is None or not delayed.held(peer.id))
-        ):
+        if emulator is None or not emulator.active:
             conn.flush()
             return
-        out, conn.out = conn.out, []
-        data = b"".join(out)
+        out = conn.out
         # The emulator's times are on time.monotonic(), not on the loop's clock,
         # which under uvloop counts whole milliseconds (see sdpaxos.runtime.delivery).
-        now_s = time.monotonic()
-        at_ms = emulator.schedule(peer.id, len(data), now_s * 1000.0)
+        now_s = _monotonic()
+        at_ms = emulator.schedule(peer.id, sum(map(len, out)), now_s * 1000.0)
         if at_ms is None:
+            conn.out = []
             conn.frames_dropped += len(out)
             return
         at_s = at_ms / 1000.0
-        assert delayed is not None
-        if at_s <= now_s and not delayed.held(peer.id):
-            conn.write(data, len(out))
-            return
-        peer.frames_delayed += len(out)
-        if not delayed.send(peer.id, at_s, data, len(out)):
-            conn.frames_dropped += len(out)
+        if at_s > now_s:
+            peer.frames_delayed += len(out)
+            out.insert(0, frame(rf.encode_runtime(rf.Due(now_s, at_s, self._clock_token))))
+        conn.flush()
 
-    def _write_delayed(self, peer_id: int, data: bytes, frames: int) -> None:
-        """The emulator's frames for ``peer_id`` are due: write them on its connection now."""
+    def _deliver_held(self, peer_id: int, payload: bytes, frames: int) -> None:
+        """A held frame from ``peer_id`` is due: handle it as if it arrived now.
+        A frame refused now closes the peer's connection, as on arrival."""
+        try:
+            self._peer_frame(peer_id, payload)
+        except (CodecError, rf.FrameError) as exc:
+            self._refuse_peer(peer_id, str(exc))
+        except Exception as exc:  # a bug of ours: never let a peer's frame crash the node
+            logger.exception("node %d: error handling a held frame from node %d", self.id, peer_id)
+            self._refuse_peer(peer_id, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _refuse_peer(self, peer_id: int, reason: str) -> None:
         conn = self._peers[peer_id].conn
-        if conn is not None:
-            conn.write(data, frames)
+        if conn is not None and conn.open:
+            conn.refuse(reason)
+        else:  # the connection it came on is gone: count and log it all the same
+            self.frames_rejected += 1
+            logger.warning("node %d: dropped a frame of node %d: %s", self.id, peer_id, reason)
+            if self.metrics is not None:
+                self.metrics.frame_rejected(_reject_reason(reason))
 
     def _on_tick(self) -> None:
         if not self._running or self.replica is None:
@@ -1048,61 +1074,82 @@ class Node:
         if replica is None or not self._running:
             return
         if conn.kind == rf.Kind.NODE:
-            if payload and payload[0] == VERSION:  # an empty frame is refused below
-                stages = self.stages_s
-                t0 = _perf()
-                msgs = self._decode_batch(payload)
-                t1 = _perf()
-                stages["decode"] += t1 - t0
-                io = self.io_counts
-                io["peer_frames_in"] += 1
-                io["messages_in"] += len(msgs)
-                src = conn.peer_id
-                field = self._src_field
-                if field == "src":  # SDPaxos and Multi-Paxos: a plain attribute, the fast path
-                    for m in msgs:
-                        if m.src != src:
-                            _wrong_src(m.src, src)
-                else:
-                    for m in msgs:
-                        if getattr(m, field) != src:
-                            _wrong_src(getattr(m, field), src)
-                now = self._now_ms()
-                step = replica.step
-                for m in msgs:
-                    step(m, now)
-                stages["step"] += _perf() - t1
-                self._kick()
+            src = conn.peer_id
+            if payload and payload[0] == rf.RUNTIME_PREFIX:
+                f = rf.decode_runtime(payload)
+                if type(f) is rf.Due:
+                    if self._delayed is None:
+                        raise rf.FrameError("a DUE mark, but this node runs without the emulator")
+                    now_s = _monotonic()
+                    conn.due_s = due_here_s(f.sent_s, f.due_s, f.clock, now_s, self._clock_token)
+                    return
+            delayed = self._delayed
+            if delayed is not None and (
+                delayed.held(src) or (conn.due_s and conn.due_s > _monotonic())
+            ):
+                delayed.send(src, conn.due_s, payload, 1)
                 return
-            f = rf.decode_runtime(payload)
-            if isinstance(f, rf.Ping):
-                peer = self._peers[conn.peer_id]
-                executed = getattr(replica, "executed_upto", 0)
-                self._send_peer(peer, rf.encode_runtime(rf.Pong(f.sent_ms, executed)))
-                self._flush_peer(peer)
-            elif isinstance(f, rf.Pong):
-                peer = self._peers[conn.peer_id]
-                rtt = _clock_ms() - f.sent_ms
-                if not 0.0 <= rtt <= _PONG_RTT_MS_MAX:
-                    raise rf.FrameError(f"pong of a ping never sent ({rtt:.0f} ms ago)")
-                peer.rtt_ms = rtt
-                peer.executed = f.executed_upto
-                replica.observe_rtt(ReplicaId(peer.id), rtt)
-                if self.metrics is not None:
-                    self.metrics.set_peer_rtt_s(peer.id, rtt / 1000)
-            else:
-                raise rf.FrameError(f"a replica may not send {type(f).__name__}")
+            self._peer_frame(src, payload)
             return
         self.io_counts["client_frames_in"] += 1
         t0 = _perf()
-        f = rf.decode_runtime(payload)
-        if type(f) is rf.Status:
-            self._answer_status(conn, f.request_id)
+        cf = rf.decode_runtime(payload)
+        if type(cf) is rf.Status:
+            self._answer_status(conn, cf.request_id)
             return
         try:
-            self._client_frame(conn, f)
+            self._client_frame(conn, cf)
         finally:
             self.stages_s["client"] += _perf() - t0
+
+    def _peer_frame(self, src: int, payload: bytes) -> None:
+        """One frame from peer ``src``, due now: a core batch, a ping or a pong."""
+        replica = self.replica
+        if replica is None or not self._running:
+            return
+        if payload and payload[0] == VERSION:  # an empty frame is refused below
+            stages = self.stages_s
+            t0 = _perf()
+            msgs = self._decode_batch(payload)
+            t1 = _perf()
+            stages["decode"] += t1 - t0
+            io = self.io_counts
+            io["peer_frames_in"] += 1
+            io["messages_in"] += len(msgs)
+            field = self._src_field
+            if field == "src":  # SDPaxos and Multi-Paxos: a plain attribute, the fast path
+                for m in msgs:
+                    if m.src != src:
+                        _wrong_src(m.src, src)
+            else:
+                for m in msgs:
+                    if getattr(m, field) != src:
+                        _wrong_src(getattr(m, field), src)
+            now = self._now_ms()
+            step = replica.step
+            for m in msgs:
+                step(m, now)
+            stages["step"] += _perf() - t1
+            self._kick()
+            return
+        f = rf.decode_runtime(payload)
+        if isinstance(f, rf.Ping):
+            peer = self._peers[src]
+            executed = getattr(replica, "executed_upto", 0)
+            self._send_peer(peer, rf.encode_runtime(rf.Pong(f.sent_ms, executed)))
+            self._flush_peer(peer)
+        elif isinstance(f, rf.Pong):
+            peer = self._peers[src]
+            rtt = _clock_ms() - f.sent_ms
+            if not 0.0 <= rtt <= _PONG_RTT_MS_MAX:
+                raise rf.FrameError(f"pong of a ping never sent ({rtt:.0f} ms ago)")
+            peer.rtt_ms = rtt
+            peer.executed = f.executed_upto
+            replica.observe_rtt(ReplicaId(peer.id), rtt)
+            if self.metrics is not None:
+                self.metrics.set_peer_rtt_s(peer.id, rtt / 1000)
+        else:
+            raise rf.FrameError(f"a replica may not send {type(f).__name__}")
 
     def _answer_status(self, conn: Connection, request_id: int) -> None:
         """A status request, answered at once and outside :attr:`stages_s`:

@@ -102,6 +102,9 @@ class Connection(asyncio.Protocol):
         self.pending = 0
         #: Answers to this client gathered in the current flush.
         self.answers: list[rf.Reply] = []
+        #: When the frames now arriving from this peer are due on this
+        #: process's clock (the delay emulator's last DUE mark; 0: no mark).
+        self.due_s = 0.0
 
     # --------------------------------------------------------------- asyncio
 

@@ -12,25 +12,33 @@ import asyncio
 import os
 import random
 import selectors
+import subprocess
+import sys
 import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sdpaxos.core.messages import Heartbeat
 from sdpaxos.runtime import delivery
+from sdpaxos.runtime import frames as rf
+from sdpaxos.runtime import node as node_module
 from sdpaxos.runtime.apps import PayloadLog
 from sdpaxos.runtime.delivery import (
+    CLOCK_SKEW_S_MAX,
     LATE_BUCKETS_US,
     DelayedFrames,
     LoopAlarm,
     TimerfdAlarm,
+    due_here_s,
     make_alarm,
     timerfd_available,
 )
 from sdpaxos.runtime.emulator import LinkEmulator
 from sdpaxos.runtime.local import make_local_cluster, node_configs
 from sdpaxos.runtime.node import Node
+from sdpaxos.wire.framing import Framer, frame
 
 from .helpers import FAST_PROTOCOL
 
@@ -180,7 +188,7 @@ def test_counters_bucket_the_lateness():
         clock.now_s = 101.0 + k + late_us / 1e6
         alarm.fire()
     j = frames.to_json()
-    assert j["frames_written"] == 5 and j["wakeups"] == 5 and j["wakeups_idle"] == 0
+    assert j["frames_delivered"] == 5 and j["wakeups"] == 5 and j["wakeups_idle"] == 0
     assert list(j["late_us_buckets"].values()) == [1, 1, 1, 1, 1]
     assert len(j["late_us_buckets"]) == len(LATE_BUCKETS_US) + 1
     assert j["late_us_max"] == pytest.approx(9_000, abs=1)
@@ -343,7 +351,7 @@ def test_a_frame_waiting_50_ms_costs_a_few_loop_turns_and_is_never_early(alarm_c
     # turn by loop turn: 20 turns here when broken that way. One wait, plus a
     # spare few.
     assert turns <= 5, turns
-    assert counters["frames_written"] == 1 and counters["wakeups_idle"] == 0
+    assert counters["frames_delivered"] == 1 and counters["wakeups_idle"] == 0
 
 
 @needs_timerfd
@@ -454,7 +462,7 @@ def test_a_node_with_the_emulator_delivers_through_its_alarm_and_frees_it_on_sto
     nodes, counters = asyncio.run(main())
     expected = "TimerfdAlarm" if timerfd_available() else "LoopAlarm"
     for c in counters:
-        assert c["alarm"] == expected and c["frames_written"] > 0
+        assert c["alarm"] == expected and c["frames_delivered"] > 0
     # Only frames that were due left: a commit at node 1 needed them.
     assert sum(s.frames_delayed for s in nodes[1].status().peers) > 0
     for node in nodes:
@@ -464,50 +472,213 @@ def test_a_node_with_the_emulator_delivers_through_its_alarm_and_frees_it_on_sto
                 os.fstat(node._delayed._alarm._fd)  # type: ignore[attr-defined]
 
 
-class FakeConn:
-    def __init__(self) -> None:
+class PeerConn:
+    """A peer's connection as :meth:`Node.frame` and :meth:`Node._flush_peer` use it."""
+
+    def __init__(self, peer_id: int = 1) -> None:
+        self.kind = rf.Kind.NODE
+        self.peer_id = peer_id
+        self.open = True
+        self.due_s = 0.0
         self.out: list[bytes] = []
         self.writes: list[bytes] = []
         self.frames_dropped = 0
+        self.refused: list[str] = []
+
+    def send(self, payload: bytes) -> None:
+        self.out.append(frame(payload))
 
     def flush(self) -> None:
         out, self.out = self.out, []
         if out:
-            self.write(b"".join(out), len(out))
+            self.writes.append(b"".join(out))
 
-    def write(self, data: bytes, frames: int = 1) -> None:
-        self.writes.append(data)
+    def refuse(self, reason: str) -> None:
+        self.refused.append(reason)
+        self.open = False
 
 
-def test_a_frame_sent_after_the_emulator_turns_idle_waits_behind_held_ones(tmp_path):
-    # A link's delay set to 0 at run time makes the emulator inactive (it adds
-    # nothing any more); a frame held from before must still leave first.
+def _receiver(tmp_path, monkeypatch, emulator=True):
+    """Node 0, not started, whose peer frames (due now) are listed instead of
+    handled; its emulator's clock and held frames on a fake clock and alarm."""
     cfg = node_configs(make_local_cluster(tmp_path, 3, insecure=True))[0]
-    node = Node(cfg, PayloadLog(), fsync=False, emulator=LinkEmulator(0, [0.0, 50.0, 50.0]))
+    emu = LinkEmulator(0, [0.0, 50.0, 50.0]) if emulator else None
+    node = Node(cfg, PayloadLog(), fsync=False, emulator=emu)
+    clock = Clock()
+    monkeypatch.setattr(node_module, "_monotonic", clock)
     alarms: list[FakeAlarm] = []
 
     def make(wake):
         alarms.append(FakeAlarm(wake))
         return alarms[-1]
 
-    later_s = [0.0]  # the delivery's clock, moved on by the test
-    node._delayed = DelayedFrames(
-        node._write_delayed, make, 1 << 20, lambda: time.monotonic() + later_s[0]
-    )
-    peer = node._peers[1]
-    conn = FakeConn()
-    peer.conn = conn  # type: ignore[assignment]
-    conn.out = [b"first"]
-    node._flush_peer(peer)
-    assert conn.writes == [] and node._delayed.held(1) == 1
-    node.emulator.set_delays_ms([0.0, 0.0, 0.0])
-    assert not node.emulator.active
-    conn.out = [b"second"]
-    node._flush_peer(peer)
-    assert conn.writes == [] and node._delayed.held(1) == 2  # not ahead of "first"
-    later_s[0] = 1.0
+    node._delayed = DelayedFrames(node._deliver_held, make, 1 << 20, clock)
+    node._running = True
+    node.replica = object()  # type: ignore[assignment]
+    handled: list[tuple[int, bytes]] = []
+    node._peer_frame = lambda src, payload: handled.append((src, payload))  # type: ignore[method-assign]
+    conn = PeerConn()
+    node._peers[1].conn = conn  # type: ignore[assignment]
+    return node, clock, alarms, handled, conn
+
+
+def _due(sent_s: float, due_s: float, clock: int) -> bytes:
+    return rf.encode_runtime(rf.Due(sent_s, due_s, clock))
+
+
+def test_a_node_holds_a_peers_frames_after_a_due_mark_until_then_in_order(tmp_path, monkeypatch):
+    node, clock, alarms, handled, conn = _receiver(tmp_path, monkeypatch)
+    node.frame(conn, _due(100.0, 100.05, node._clock_token))
+    assert conn.due_s == 100.05
+    node.frame(conn, b"\x01first")
+    # No mark of its own (the sender's emulator turned idle, say): it is due
+    # with the last mark, and waits behind what is held.
+    node.frame(conn, b"\x01second")
+    assert handled == [] and node._delayed.held(1) == 2 and alarms[0].at_s == 100.05
+    clock.now_s = 100.05
     alarms[0].fire()
-    assert conn.writes == [b"first", b"second"]
-    conn.out = [b"third"]
-    node._flush_peer(peer)  # nothing held any more: at once
-    assert conn.writes == [b"first", b"second", b"third"]
+    assert handled == [(1, b"\x01first"), (1, b"\x01second")]
+    clock.now_s = 100.06  # past the mark, nothing held: at once
+    node.frame(conn, b"\x01third")
+    assert handled[-1] == (1, b"\x01third") and node._delayed.held(1) == 0
+    assert node._delayed.to_json()["frames_delivered"] == 2
+
+
+def test_a_frame_of_a_new_connection_waits_behind_the_old_ones_held(tmp_path, monkeypatch):
+    node, clock, alarms, handled, conn = _receiver(tmp_path, monkeypatch)
+    node.frame(conn, _due(100.0, 100.05, node._clock_token))
+    node.frame(conn, b"\x01old")
+    fresh = PeerConn()  # the peer reconnected: no mark on this connection yet
+    node.frame(fresh, b"\x01new")
+    assert handled == []
+    clock.now_s = 100.05
+    alarms[0].fire()
+    assert handled == [(1, b"\x01old"), (1, b"\x01new")]
+
+
+def test_a_mark_on_another_clock_holds_for_its_delay_from_arrival(tmp_path, monkeypatch):
+    node, _clock, _alarms, _handled, conn = _receiver(tmp_path, monkeypatch)
+    other = node._clock_token ^ 1
+    node.frame(conn, _due(5.0, 5.03, other))
+    assert conn.due_s == pytest.approx(100.03)
+    # Our clock's name, but sent in our future: not our clock after all.
+    node.frame(conn, _due(200.0, 200.04, node._clock_token))
+    assert conn.due_s == pytest.approx(100.04)
+    node.frame(conn, _due(100.0005, 100.07, node._clock_token))  # within the skew allowed
+    assert conn.due_s == 100.07
+
+
+def test_due_here_follows_the_senders_clock_only_when_it_is_ours():
+    assert due_here_s(10.0, 10.5, 7, 10.2, 7) == 10.5
+    assert due_here_s(10.0, 10.5, 7, 10.2, 8) == pytest.approx(10.7)
+    # Our clock's name, but sent after our now (beyond the skew allowed): the
+    # delay counts from now.
+    sent_s = 10.2 + CLOCK_SKEW_S_MAX * 2
+    assert due_here_s(sent_s, 10.5, 7, 10.2, 7) == pytest.approx(10.2 + (10.5 - sent_s))
+
+
+def test_a_held_frame_refused_when_due_closes_its_connection_or_is_counted(tmp_path, monkeypatch):
+    node, clock, alarms, handled, conn = _receiver(tmp_path, monkeypatch)
+
+    def peer_frame(src: int, payload: bytes) -> None:
+        if payload == b"\x01bad":
+            raise rf.FrameError("bad frame")
+        if payload == b"\x01bug":
+            raise KeyError("planted")
+        handled.append((src, payload))
+
+    node._peer_frame = peer_frame  # type: ignore[method-assign]
+    node.frame(conn, _due(100.0, 100.05, node._clock_token))
+    for payload in (b"\x01bug", b"\x01bad", b"\x01good"):
+        node.frame(conn, payload)
+    rejected = node.frames_rejected
+    clock.now_s = 100.05
+    alarms[0].fire()
+    # A bug of ours on the first closes the connection it came on; the
+    # second, refused after that, is counted and logged; the node goes on.
+    assert conn.refused == ["internal error: KeyError: 'planted'"] and not conn.open
+    assert node.frames_rejected == rejected + 1
+    assert handled == [(1, b"\x01good")]
+
+
+def test_a_node_without_the_emulator_refuses_a_due_mark(tmp_path, monkeypatch):
+    node, _clock, _alarms, _handled, conn = _receiver(tmp_path, monkeypatch, emulator=False)
+    node._delayed = None
+    with pytest.raises(rf.FrameError, match="without the emulator"):
+        node.frame(conn, _due(100.0, 100.05, node._clock_token))
+    assert conn.due_s == 0.0
+
+
+def test_the_sender_writes_at_once_behind_a_due_mark(tmp_path, monkeypatch):
+    node, _clock, _alarms, _handled, conn = _receiver(tmp_path, monkeypatch)
+    peer = node._peers[1]
+    conn.out = [frame(b"\x01a"), frame(b"\x01b")]
+    node._flush_peer(peer)
+    [data] = conn.writes
+    framer = Framer(1 << 20)
+    framer.feed(data)
+    mark = rf.decode_runtime(framer.next_frame())
+    assert mark == rf.Due(100.0, pytest.approx(100.05), node._clock_token)
+    assert [framer.next_frame(), framer.next_frame(), framer.next_frame()] == [
+        b"\x01a",
+        b"\x01b",
+        None,
+    ]
+    assert peer.frames_delayed == 2 and conn.frames_dropped == 0
+    node.emulator.block(1)  # a partition: dropped and counted, nothing written
+    conn.out = [frame(b"\x01c")]
+    node._flush_peer(peer)
+    assert conn.out == [] and conn.frames_dropped == 1 and len(conn.writes) == 1
+    node.emulator.heal()
+    node.emulator.set_delays_ms([0.0, 0.0, 0.0])  # idle: no mark
+    conn.out = [frame(b"\x01d")]
+    node._flush_peer(peer)
+    assert conn.writes[-1] == frame(b"\x01d") and peer.frames_delayed == 2
+
+
+def test_the_clock_token_is_the_machines_and_random_without_a_boot_id(tmp_path, monkeypatch):
+    here = delivery.clock_token()
+    there = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from sdpaxos.runtime.delivery import clock_token; print(clock_token())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    if os.path.exists(delivery._BOOT_ID_PATH):
+        assert int(there) == here
+    monkeypatch.setattr(delivery, "_BOOT_ID_PATH", str(tmp_path / "none"))
+    tokens = set()
+    for _ in range(2):
+        monkeypatch.setattr(delivery, "_clock_token", None)
+        tokens.add(delivery.clock_token())
+    assert len(tokens) == 2 and here not in tokens
+    assert all(0 <= t < 1 << 63 for t in tokens)
+
+
+def test_a_turn_answers_its_clients_before_it_writes_to_peers(tmp_path, monkeypatch):
+    # With the emulator every peer write goes out at once, and on a machine
+    # whose cores the nodes share it wakes the peer, which takes the CPU: a
+    # client's answer written after it would wait for that.
+    node, _clock, _alarms, _handled, conn = _receiver(tmp_path, monkeypatch)
+    order: list[str] = []
+    conn.flush = lambda: order.append("peer")  # type: ignore[method-assign]
+
+    class ClientConn:
+        answers = [rf.Reply(1, rf.Code.READY, None)]
+        out: list[bytes] = []
+
+        def send(self, payload: bytes) -> None:
+            self.out.append(payload)
+
+        def flush(self) -> None:
+            order.append("client")
+
+    client = ClientConn()
+    node._dirty_conns = {client}  # type: ignore[assignment]
+    node._out = {1: [Heartbeat(0, 0, 0, 0, 0)]}
+    node._send_out()
+    assert order == ["client", "peer"] and client.out and conn.out

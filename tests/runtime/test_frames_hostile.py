@@ -164,6 +164,10 @@ REFUSED_CASES: dict[str, tuple[str, bytes]] = {
         frame(bytes([VERSION]) + msgpack.packb([[len(MESSAGE_TYPES), 2, 0, 1, 2]])),
     ),
     "empty frame on a replica": ("node", frame(b"")),
+    "emulator mark to a node without the emulator": (
+        "node",
+        frame(rf.encode_runtime(rf.Due(1.0, 2.0, 7))),
+    ),
     "pong of an infinitely old ping": ("node", frame(rf.encode_runtime(rf.Pong(float("-inf"), 0)))),
     "core batch of a wrong type": ("node", frame(bytes([VERSION]) + msgpack.packb({"a": 1}))),
 }
