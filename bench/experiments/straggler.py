@@ -46,7 +46,7 @@ from typing import Any
 from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
 from bench.engines import Clients, RunSpec, close_engine
-from bench.rounds import RoundSpec, lease_overrides, run_rounds
+from bench.rounds import ProtocolWorkers, RoundSpec, lease_overrides
 from bench.workloads import Workload
 from sdpaxos.core.ready import ReplyKind
 from sdpaxos.core.types import Command, Wait
@@ -111,45 +111,46 @@ def run(ctx: Context) -> int:
     settings = QUICK if ctx.quick else FULL
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
-    for proto in ctx.protocols:
-        row: dict[str, Any] = {"protocol": proto, "column": TITLES.get(proto, proto)}
-        rows.append(row)
-        why = ctx.status(proto)
-        if why:
-            row["status"] = why
-            continue
-        row["status"] = "ok"
-        for case, slow in (
-            ("none", None),
-            ("leader", (0, ROUNDS_EVERY)),
-            ("other", (1, ROUNDS_EVERY)),
-        ):
-            spec = RoundSpec(
-                proto,
-                replicas=3,
-                sessions=settings.sessions,
-                commands=settings.commands,
-                warmup=settings.warmup,
-                clients_at="leader" if proto == "multipaxos" else "all",
-                slow=slow,
-                seed=ctx.seed,
-            )
-            res = run_rounds(spec, progress=ctx.progress)
-            if not res.ok:
-                failures.append(f"{proto} {case}: {'; '.join(res.problems[:3])}")
-                row["status"] = "FAILED"
-            row[case] = round(res.capacity_per_s, 1)
-            row[f"{case}_ops_per_round"] = round(res.ops_per_round, 1)
-            row[f"{case}_busiest"] = res.busiest
-            row[f"{case}_leaders_at_end"] = res.leaders
-            ctx.progress(
-                f"{proto}, straggler {case}: capacity {res.capacity_per_s:,.0f} ops/s"
-                f" (busiest r{res.busiest}), {res.ops_per_round:.0f} ops per round"
-            )
-        for case in ("leader", "other"):
-            row[f"{case}_reduction_pct"] = (
-                round((row[case] / row["none"] - 1) * 100, 1) if row["none"] else None
-            )
+    with ProtocolWorkers() as workers:
+        for proto in ctx.protocols:
+            row: dict[str, Any] = {"protocol": proto, "column": TITLES.get(proto, proto)}
+            rows.append(row)
+            why = ctx.status(proto)
+            if why:
+                row["status"] = why
+                continue
+            row["status"] = "ok"
+            for case, slow in (
+                ("none", None),
+                ("leader", (0, ROUNDS_EVERY)),
+                ("other", (1, ROUNDS_EVERY)),
+            ):
+                spec = RoundSpec(
+                    proto,
+                    replicas=3,
+                    sessions=settings.sessions,
+                    commands=settings.commands,
+                    warmup=settings.warmup,
+                    clients_at="leader" if proto == "multipaxos" else "all",
+                    slow=slow,
+                    seed=ctx.seed,
+                )
+                res = workers.run(spec, progress=ctx.progress)
+                if not res.ok:
+                    failures.append(f"{proto} {case}: {'; '.join(res.problems[:3])}")
+                    row["status"] = "FAILED"
+                row[case] = round(res.capacity_per_s, 1)
+                row[f"{case}_ops_per_round"] = round(res.ops_per_round, 1)
+                row[f"{case}_busiest"] = res.busiest
+                row[f"{case}_leaders_at_end"] = res.leaders
+                ctx.progress(
+                    f"{proto}, straggler {case}: capacity {res.capacity_per_s:,.0f} ops/s"
+                    f" (busiest r{res.busiest}), {res.ops_per_round:.0f} ops per round"
+                )
+            for case in ("leader", "other"):
+                row[f"{case}_reduction_pct"] = (
+                    round((row[case] / row["none"] - 1) * 100, 1) if row["none"] else None
+                )
     detections: list[dict[str, Any]] = []
     if "sdpaxos" in ctx.runnable:
         for name, loop, slowed in DETECTION_CASES:

@@ -47,7 +47,7 @@ from typing import Any
 
 from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
-from bench.rounds import NIC_MBPS_DEFAULT, RoundResult, RoundSpec, run_rounds
+from bench.rounds import NIC_MBPS_DEFAULT, ProtocolWorkers, RoundResult, RoundSpec
 
 TITLES = {
     "sdpaxos": "SDPaxos",
@@ -96,6 +96,10 @@ class Settings:
     #: (its slow spells last about a second, as long as a cell's run); three
     #: ratios give a median that moves almost as much.
     bar_passes: int = 0
+    #: Each protocol's cells in a worker process of its own
+    #: (:class:`bench.rounds.ProtocolWorkers`: why); False runs every cell in
+    #: this process.
+    isolated: bool = True
 
 
 QUICK = Settings(
@@ -172,7 +176,6 @@ def run(ctx: Context) -> int:
     clients = {col.title: col.clients_at for col in fig10 + fig11}
     cells: dict[CellKey, dict[str, Any]] = {}
     failures: list[str] = []
-    _warm_up(ctx, settings)
     specs: dict[CellKey, RoundSpec] = {}
     for key in keys:
         title, proto, n, payload, reads, conflict = key
@@ -209,19 +212,24 @@ def run(ctx: Context) -> int:
     # cells that happened to run during it, and the ratios between protocols
     # stay comparable.
     runs: dict[CellKey, list[RoundResult]] = {key: [] for key in specs}
-    for rep in range(1, settings.repeats + 1):
-        for i, (key, spec) in enumerate(specs.items(), start=1):
-            res = run_rounds(spec, progress=ctx.progress)
-            runs[key].append(res)
-            ctx.progress(f"[pass {rep}/{settings.repeats}] [{i}/{len(specs)}] {_done(key, res)}")
     bar_keys = _bar_keys(specs)
-    for rep in range(1, settings.bar_passes + 1):
-        for i, key in enumerate(bar_keys, start=1):
-            res = run_rounds(specs[key], progress=ctx.progress)
-            runs[key].append(res)
-            ctx.progress(
-                f"[bar pass {rep}/{settings.bar_passes}] [{i}/{len(bar_keys)}] {_done(key, res)}"
-            )
+    with ProtocolWorkers(settings.isolated) as workers:
+        _warm_up(ctx, specs, workers)
+        for rep in range(1, settings.repeats + 1):
+            for i, (key, spec) in enumerate(specs.items(), start=1):
+                res = workers.run(spec, progress=ctx.progress)
+                runs[key].append(res)
+                ctx.progress(
+                    f"[pass {rep}/{settings.repeats}] [{i}/{len(specs)}] {_done(key, res)}"
+                )
+        for rep in range(1, settings.bar_passes + 1):
+            for i, key in enumerate(bar_keys, start=1):
+                res = workers.run(specs[key], progress=ctx.progress)
+                runs[key].append(res)
+                ctx.progress(
+                    f"[bar pass {rep}/{settings.bar_passes}] [{i}/{len(bar_keys)}]"
+                    f" {_done(key, res)}"
+                )
     for key, cell_runs in runs.items():
         cell = cells[key]
         res = _median(cell_runs)
@@ -283,22 +291,18 @@ def _label(key: CellKey) -> str:
     return f"{title}, {n} replicas, {payload} B, {reads:g}% reads, {conflict:g}% conflict"
 
 
-def _warm_up(ctx: Context, settings: Settings) -> None:
-    """One untimed run of the largest cell: the process's heap grows to its size
-    here, so that no measured run pays the page faults of first touching it."""
-    n, payload = max(settings.replicas), max(settings.payloads_bytes)
-    ctx.progress(f"warm-up: an untimed SDPaxos run, {n} replicas, {payload} B")
-    run_rounds(
-        RoundSpec(
-            "sdpaxos",
-            replicas=n,
-            sessions=settings.sessions,
-            commands=settings.commands,
-            warmup=settings.warmup,
-            payload_bytes=payload,
-            seed=ctx.seed,
-        )
-    )
+def _warm_up(ctx: Context, specs: dict[CellKey, RoundSpec], workers: ProtocolWorkers) -> None:
+    """One untimed run of each protocol's largest cell in its worker: the
+    worker's heap grows to its size here, so that no measured run pays the
+    page faults of first touching it."""
+    largest: dict[str, RoundSpec] = {}
+    for spec in specs.values():
+        now = largest.get(spec.protocol)
+        if now is None or (spec.replicas, spec.payload_bytes) > (now.replicas, now.payload_bytes):
+            largest[spec.protocol] = spec
+    for name, spec in largest.items():
+        ctx.progress(f"warm-up: an untimed {TITLES.get(name, name)} run of its largest cell")
+        workers.warm_up(spec)
 
 
 def _load() -> list[float] | None:
@@ -459,6 +463,12 @@ def _markdown(
             f", then {settings.bar_passes} more of the bars' cells, one per pass over them"
             if settings.bar_passes
             else ""
+        )
+        + (
+            ", each protocol's cells in a worker process of its own (after an untimed run"
+            " of its largest cell)"
+            if settings.isolated
+            else ", every cell in one process"
         )
         + ". State machine: an in-memory key-value store."
         f" Load average (1, 5, 15 min) at the start {load_start}, at the end {load_end}.",

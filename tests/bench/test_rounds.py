@@ -3,13 +3,22 @@ Multi-Paxos failover: small runs, a few seconds of CPU in all."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import time
 from typing import Any
 
 import pytest
 
-from bench.rounds import KVMachine, RoundSpec, lease_overrides, run_rounds, run_with
+from bench.rounds import (
+    KVMachine,
+    ProtocolWorkers,
+    RoundSpec,
+    lease_overrides,
+    run_rounds,
+    run_with,
+)
 from sdpaxos.protocols import protocol
 from sdpaxos.sim import __main__ as sim_main
 from sdpaxos.sim.failover import run_failover
@@ -244,3 +253,28 @@ def test_an_instances_commands_are_packed_once_across_its_sends(
     # peers that had not accepted when it committed.
     assert PACKED_COMMANDS.hits >= (len(big) if name != "multipaxos" else 1)
     PACKED_COMMANDS.clear()
+
+
+def test_each_protocols_runs_go_to_one_worker_process_of_its_own() -> None:
+    spec = RoundSpec("sdpaxos", replicas=3, sessions=5, commands=100, warmup=20)
+    other = dataclasses.replace(spec, protocol="epaxos")
+    with ProtocolWorkers() as workers:
+        first, again, theirs = workers.run(spec), workers.run(spec), workers.run(other)
+        warm = workers.warm_up(spec)
+    assert first.pid == again.pid == warm.pid != theirs.pid and warm.ok
+    assert os.getpid() not in (first.pid, theirs.pid)
+    # The worker ran the spec itself: the driver is deterministic, so the bytes
+    # are this process's to the byte.
+    here = run_rounds(spec)
+    assert here.pid == os.getpid()
+    assert first.ok and theirs.ok and first.bytes == here.bytes and first.frames == here.frames
+    # close() stopped and reaped both workers.
+    for pid in (first.pid, theirs.pid):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_protocol_workers_not_isolated_run_here() -> None:
+    spec = RoundSpec("sdpaxos", replicas=3, sessions=5, commands=100, warmup=20)
+    with ProtocolWorkers(isolated=False) as workers:
+        assert workers.run(spec).pid == os.getpid()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from bench import __main__ as cli
 from bench.common import Context
 from bench.experiments import throughput
-from bench.rounds import NIC_MBPS_DEFAULT
+from bench.rounds import NIC_MBPS_DEFAULT, ProtocolWorkers
 
 TINY = throughput.Settings(
     replicas=(3,),
@@ -77,6 +78,10 @@ def test_a_tiny_run_writes_both_figures_and_the_bars(
     )
     md = (tmp_path / "results.md").read_text()
     assert "## Fig. 10" in md and "## Fig. 11" in md and "100 Mbit/s" in md
+    assert "each protocol's cells in a worker process of its own" in md
+    pids = {(c["protocol"], c["pid"]) for c in cells}
+    assert len(pids) == 3 and len({pid for _, pid in pids}) == 3
+    assert os.getpid() not in {pid for _, pid in pids}
     assert "![Fig. 10](throughput_fig10.png)" in md
 
 
@@ -101,14 +106,14 @@ def _run_recording(
     """Run the experiment on ``settings`` (SDPaxos and EPaxos) and return the
     ``(protocol, spec.<field>)`` of every run, in the order they ran."""
     monkeypatch.setattr(throughput, "QUICK", settings)
-    real = throughput.run_rounds
+    real = ProtocolWorkers.run
     calls: list[tuple[str, float]] = []
 
-    def recording(spec, progress=None):  # type: ignore[no-untyped-def]
+    def recording(self, spec, progress=None):  # type: ignore[no-untyped-def]
         calls.append((spec.protocol, getattr(spec, field)))
-        return real(spec, progress=progress)
+        return real(self, spec, progress=progress)
 
-    monkeypatch.setattr(throughput, "run_rounds", recording)
+    monkeypatch.setattr(ProtocolWorkers, "run", recording)
     ctx = Context("throughput", tmp_path, quick=True, protocols=("sdpaxos", "epaxos"), quiet=True)
     assert throughput.run(ctx) == 0
     return calls
@@ -123,7 +128,7 @@ def test_the_repeats_run_in_passes_over_every_cell(
     cells = json.loads((tmp_path / "results.json").read_text())["cells"]
     ran = [c for c in cells if c["status"] == "ok"]
     per_pass = len(ran)
-    assert per_pass > 1 and calls[1:] == calls[1 : 1 + per_pass] * TINY.repeats  # [0]: warm-up
+    assert per_pass > 1 and calls == calls[:per_pass] * TINY.repeats
     assert all(len(c["capacity_runs_per_s"]) == TINY.repeats for c in ran)
 
 
@@ -137,7 +142,7 @@ def test_the_cells_a_ratio_compares_run_next_to_each_other(
     )
     calls = _run_recording(tmp_path, monkeypatch, tiny, "conflict_pct")
     one_pass = [("sdpaxos", 0.0), ("epaxos", 0.0), ("sdpaxos", 5.0), ("epaxos", 5.0)]
-    assert calls[1:] == one_pass * tiny.repeats  # [0]: the warm-up
+    assert calls == one_pass * tiny.repeats
     result = json.loads((tmp_path / "results.json").read_text())
     cells = {(c["protocol"], c["conflict_pct"]): c for c in result["cells"]}
     sd, ep = cells[("sdpaxos", 5.0)], cells[("epaxos", 5.0)]
@@ -201,10 +206,10 @@ def test_bar_passes_rerun_each_bars_two_cells_back_to_back(
     )
     calls = _run_recording(tmp_path, monkeypatch, tiny, "conflict_pct")
     one_pass = [("sdpaxos", 0.0), ("epaxos", 0.0), ("sdpaxos", 5.0), ("epaxos", 5.0)]
-    # [0]: the warm-up; then the passes over every cell; then the bar's pair
-    # (EPaxos at 3 replicas, 16 B, 5 %: the only bar these settings have).
+    # The passes over every cell, then the bar's pair (EPaxos at 3 replicas,
+    # 16 B, 5 %: the only bar these settings have).
     bar_pair = [("sdpaxos", 5.0), ("epaxos", 5.0)]
-    assert calls[1:] == one_pass * tiny.repeats + bar_pair * tiny.bar_passes
+    assert calls == one_pass * tiny.repeats + bar_pair * tiny.bar_passes
     result = json.loads((tmp_path / "results.json").read_text())
     cells = {(c["protocol"], c["conflict_pct"]): c for c in result["cells"]}
     runs = tiny.repeats + tiny.bar_passes
@@ -261,3 +266,28 @@ def test_bar_keys_run_a_cell_two_bars_share_once_per_pass(monkeypatch: pytest.Mo
         key("Multi-Paxos", 0.0),
         key("EPaxos", 0.0),
     ]
+
+
+def test_each_protocol_warms_up_on_its_largest_cell_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny = dataclasses.replace(TINY, replicas=(3, 5), payloads_bytes=(16, 1024), read_pcts=(0.0,))
+    monkeypatch.setattr(throughput, "QUICK", tiny)
+    events: list[tuple[str, str, int, int]] = []
+    real_run, real_warm = ProtocolWorkers.run, ProtocolWorkers.warm_up
+
+    def run(self, spec, progress=None):  # type: ignore[no-untyped-def]
+        events.append(("run", spec.protocol, spec.replicas, spec.payload_bytes))
+        return real_run(self, spec, progress=progress)
+
+    def warm_up(self, spec):  # type: ignore[no-untyped-def]
+        events.append(("warm", spec.protocol, spec.replicas, spec.payload_bytes))
+        return real_warm(self, spec)
+
+    monkeypatch.setattr(ProtocolWorkers, "run", run)
+    monkeypatch.setattr(ProtocolWorkers, "warm_up", warm_up)
+    ctx = Context("throughput", tmp_path, quick=True, protocols=("sdpaxos", "epaxos"), quiet=True)
+    assert throughput.run(ctx) == 0
+    warm = [e for e in events if e[0] == "warm"]
+    assert events[: len(warm)] == warm
+    assert sorted(warm) == [("warm", "epaxos", 5, 1024), ("warm", "sdpaxos", 5, 1024)]
