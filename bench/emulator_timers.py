@@ -1,7 +1,8 @@
-"""How precisely, and at what CPU cost, can an event loop write a frame when it is due?
+"""How precisely, and at what CPU cost, can an event loop hand on a frame when it is due?
 
-The delay emulator (:mod:`sdpaxos.runtime.emulator`) holds each frame to a peer
-for the link's delay; :mod:`sdpaxos.runtime.delivery` writes it when it is due.
+The delay emulator (:mod:`sdpaxos.runtime.emulator`) says when each frame to a
+peer is due; :mod:`sdpaxos.runtime.delivery` holds it (at the receiving node)
+and hands it on then. The waiting is the same wherever the frame is held.
 This measures the ways to wait, in one process, on the loop the nodes run
 (uvloop when installed), with frames that look like a node's: ``--links`` links,
 frames handed in at Poisson times (``--rate`` per second in all) with delays

@@ -99,11 +99,11 @@ IO_COUNTERS = (
 )
 #: The parts of the node's loop whose seconds it keeps (:attr:`NodeStatus.stages_s`).
 STAGES = ("decode", "step", "client", "ready", "carry_out", "log", "send", "answer")
-#: Reconnect backoff: first wait, cap (full jitter between 0 and the current step).
 #: Bytes of one peer's frames a node holds for the delay emulator; past this a
 #: new frame is dropped and counted, as a connection drops unsent bytes (the
 #: same bound as :data:`~sdpaxos.runtime.transport.SEND_BUFFER_BYTES_MAX`).
 HELD_BYTES_MAX = SEND_BUFFER_BYTES_MAX
+#: Reconnect backoff: first wait, cap (full jitter between 0 and the current step).
 RECONNECT_BACKOFF_MIN_S = 0.05
 RECONNECT_BACKOFF_MAX_S = 2.0
 #: A dial that has not connected (and finished its TLS handshake) by then is abandoned.
