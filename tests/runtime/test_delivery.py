@@ -452,14 +452,18 @@ def test_a_node_with_the_emulator_delivers_through_its_alarm_and_frees_it_on_sto
         for node in nodes:
             await node.start()
         try:
+            started_s = time.monotonic()
             await nodes[1].submit(b"x", timeout_s=20)
+            took_s = time.monotonic() - started_s
             counters = [node.admin("emulator", None)["delivery"] for node in nodes]
         finally:
             for node in nodes:
                 await node.stop()
-        return nodes, counters
+        return nodes, counters, took_s
 
-    nodes, counters = asyncio.run(main())
+    nodes, counters, took_s = asyncio.run(main())
+    # Never early: a commit needs at least one round trip of 2 x 50 ms.
+    assert took_s >= 0.1
     expected = "TimerfdAlarm" if timerfd_available() else "LoopAlarm"
     for c in counters:
         assert c["alarm"] == expected and c["frames_delivered"] > 0
