@@ -105,6 +105,16 @@ DETECTION_EVENTS = frozenset({"StragglerSuspect", "StragglerViewChange", "Become
 OPEN_CLIENT_BASE = 1_000_000
 
 
+def _new_row(ctx: Context, proto: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``proto``'s table row, appended to ``rows``: None when the protocol
+    cannot run (the row's status then says why), else the row, status "ok"."""
+    row: dict[str, Any] = {"protocol": proto, "column": TITLES.get(proto, proto)}
+    rows.append(row)
+    why = ctx.status(proto)
+    row["status"] = why or "ok"
+    return None if why else row
+
+
 def run(ctx: Context) -> int:
     if ctx.engine_name == "runtime":
         return _run_runtime(ctx)
@@ -113,13 +123,9 @@ def run(ctx: Context) -> int:
     failures: list[str] = []
     with ProtocolWorkers() as workers:
         for proto in ctx.protocols:
-            row: dict[str, Any] = {"protocol": proto, "column": TITLES.get(proto, proto)}
-            rows.append(row)
-            why = ctx.status(proto)
-            if why:
-                row["status"] = why
+            row = _new_row(ctx, proto, rows)
+            if row is None:
                 continue
-            row["status"] = "ok"
             for case, slow in (
                 ("none", None),
                 ("leader", (0, ROUNDS_EVERY)),
@@ -143,6 +149,7 @@ def run(ctx: Context) -> int:
                 row[f"{case}_ops_per_round"] = round(res.ops_per_round, 1)
                 row[f"{case}_busiest"] = res.busiest
                 row[f"{case}_leaders_at_end"] = res.leaders
+                row["pid"] = res.pid  # the protocol's worker (bench.rounds.ProtocolWorkers)
                 ctx.progress(
                     f"{proto}, straggler {case}: capacity {res.capacity_per_s:,.0f} ops/s"
                     f" (busiest r{res.busiest}), {res.ops_per_round:.0f} ops per round"
@@ -155,7 +162,9 @@ def run(ctx: Context) -> int:
     if "sdpaxos" in ctx.runnable:
         for name, loop, slowed in DETECTION_CASES:
             detections.append(_sim_detection(ctx, settings, name, loop, slowed, failures))
-    for d, stem in zip(detections, ("closed", "open", "other", "healthy"), strict=True):
+    # Part 2 runs only with SDPaxos among the protocols (else no detections).
+    stems = ("closed", "open", "other", "healthy") if detections else ()
+    for d, stem in zip(detections, stems, strict=True):
         if d["slowed"] == 0:
             _plot(ctx, d, f"straggler_detection_{stem}.png")
     result = {
@@ -496,13 +505,9 @@ def _runtime(ctx: Context, engine: Any) -> int:
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     for proto in ctx.protocols:
-        row: dict[str, Any] = {"protocol": proto, "column": TITLES.get(proto, proto)}
-        rows.append(row)
-        why = ctx.status(proto)
-        if why:
-            row["status"] = why
+        row = _new_row(ctx, proto, rows)
+        if row is None:
             continue
-        row["status"] = "ok"
         per_region = [settings.sessions] * 3
         if proto == "multipaxos":
             per_region = [0, 0, 0]
