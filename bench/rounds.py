@@ -78,7 +78,6 @@ import math
 import multiprocessing
 import os
 import random
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -765,8 +764,9 @@ class ProtocolWorkers:
         self._pools: dict[str, ProcessPoolExecutor] = {}
 
     def run(self, spec: RoundSpec, progress: Progress | None = None) -> RoundResult:
-        """``run_rounds(spec)`` in ``spec.protocol``'s worker (its in-run
-        progress, if any, is printed by the worker)."""
+        """``run_rounds(spec, progress)`` in ``spec.protocol``'s worker:
+        ``progress`` goes to it by pickling (a :class:`bench.common.Context`'s
+        ``progress`` does: the worker prints on the same stderr and clock)."""
         return self._run(spec, progress)
 
     def warm_up(self, spec: RoundSpec) -> RoundResult:
@@ -781,7 +781,7 @@ class ProtocolWorkers:
         pool = self._pools.get(spec.protocol)
         if pool is None:
             pool = self._pools[spec.protocol] = ProcessPoolExecutor(1, mp_context=_mp_context())
-        return pool.submit(_run_in_worker, spec, progress is not None).result()
+        return pool.submit(run_rounds, spec, progress).result()
 
     def close(self) -> None:
         """Stop every worker (idempotent)."""
@@ -800,14 +800,6 @@ def _mp_context() -> Any:
     """Fork where there is fork (the worker starts with our imports), else spawn."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-
-
-def _print_progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _run_in_worker(spec: RoundSpec, show_progress: bool) -> RoundResult:
-    return run_rounds(spec, progress=_print_progress if show_progress else None)
 
 
 def run_rounds(spec: RoundSpec, progress: Progress | None = None) -> RoundResult:
