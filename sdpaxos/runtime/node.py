@@ -203,6 +203,8 @@ class PeerStatus:
     #: Bytes queued to it (kernel send buffer not yet taken) and frames dropped.
     queue_bytes: int
     frames_dropped: int
+    #: Frames to it that the delay emulator said were not due yet (sent behind
+    #: a DUE mark for the peer to hold).
     frames_delayed: int
 
 
@@ -266,7 +268,7 @@ class NodeStatus:
 
 
 class _Peer:
-    """Per-peer state: its connection, its delayed frames, its measurements."""
+    """Per-peer state: its connection, its measurements, the frames to it the emulator delayed."""
 
     __slots__ = (
         "conn",
