@@ -81,6 +81,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -751,8 +752,7 @@ class ProtocolWorkers:
     both, so the ratio between them fell from about 1.9 to 1.55. The run
     order, not the protocols, made that difference.
 
-    One worker per protocol (a one-process pool, forked where the platform
-    allows, so that it starts with this process's imports), kept until
+    One worker per protocol (a one-process pool of a spawned interpreter), kept until
     :meth:`close`: a protocol's cells run one after another in it, and the
     experiment still runs one cell at a time, in the order it chooses.
     ``isolated=False`` runs everything in this process instead (tests that
@@ -781,7 +781,15 @@ class ProtocolWorkers:
         pool = self._pools.get(spec.protocol)
         if pool is None:
             pool = self._pools[spec.protocol] = ProcessPoolExecutor(1, mp_context=_mp_context())
-        return pool.submit(run_rounds, spec, progress).result()
+        try:
+            return pool.submit(run_rounds, spec, progress).result()
+        except BrokenProcessPool as exc:
+            self._pools.pop(spec.protocol, None)
+            raise RuntimeError(
+                f"the {spec.protocol} worker process died ({exc}). Called from a script?"
+                " A spawned worker imports the script again: guard its top level with"
+                ' `if __name__ == "__main__":`.'
+            ) from exc
 
     def close(self) -> None:
         """Stop every worker (idempotent)."""
@@ -797,9 +805,12 @@ class ProtocolWorkers:
 
 
 def _mp_context() -> Any:
-    """Fork where there is fork (the worker starts with our imports), else spawn."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    """Spawn: a fresh interpreter per worker. Not fork: forking a process that
+    runs other threads (pytest's background TLC runs, an experiment's thread
+    pool) can leave a lock held forever in the child; and a spawned worker's
+    heap starts clean, not as a copy of the experiment's. It costs the
+    worker's imports once (under a second)."""
+    return multiprocessing.get_context("spawn")
 
 
 def run_rounds(spec: RoundSpec, progress: Progress | None = None) -> RoundResult:

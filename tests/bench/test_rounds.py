@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import time
 from typing import Any
 
@@ -278,3 +279,14 @@ def test_protocol_workers_not_isolated_run_here() -> None:
     spec = RoundSpec("sdpaxos", replicas=3, sessions=5, commands=100, warmup=20)
     with ProtocolWorkers(isolated=False) as workers:
         assert workers.run(spec).pid == os.getpid()
+
+
+def test_a_dead_worker_is_named_and_replaced_by_a_new_one() -> None:
+    spec = RoundSpec("sdpaxos", replicas=3, sessions=5, commands=100, warmup=20)
+    with ProtocolWorkers() as workers:
+        first = workers.run(spec)
+        os.kill(first.pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="the sdpaxos worker process died"):
+            workers.run(spec)
+        again = workers.run(spec)
+    assert again.ok and again.pid not in (first.pid, os.getpid())
