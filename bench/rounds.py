@@ -41,8 +41,11 @@ decoding of one round's frames, its stepping of their messages, its
 its frames, its proposals of one turn (one interval), its reads of one turn
 (another), and its ticks. A read of that clock costs 0.5 to 0.8 us of CPU
 here, as much as a proposal, so nothing is timed per command or per frame.
-The driver's own bookkeeping (building commands' payloads, recording the
-executed order, counting bytes) is not charged. The garbage collector is off
+The driver's own bookkeeping (building commands' payloads, matching the
+executed payloads to their operations, counting bytes) is not charged; the
+state machine's record of the order, one list append per command (13 ns,
+``python -m timeit -s "o = []; p = b'x' * 24" "o.append(p)"``), is, inside
+``ready()``, at every replica of every protocol alike. The garbage collector is off
 during the run (a collection would be charged to whichever call triggers it).
 After ``warmup`` completed operations the counters restart; the window
 closes when ``commands`` more completed.
