@@ -81,9 +81,10 @@ KEY_BYTES_MAX = 1 << 16
 RUNTIME_FRAME_BYTES_MAX = COMMAND_BYTES_MAX + KEY_BYTES_MAX + 1024
 #: Most items in one SUBMIT_MANY or REPLY_MANY frame.
 MANY_ITEMS_MAX = 4096
-#: Furthest a DUE mark may put its frames past their sending: a day, beyond any
-#: emulated wait (the longest delay, jitter and loss backoff add up to about
-#: half an hour); a mark further ahead is garbage, not a slow link.
+#: Furthest a DUE mark may put its frames past their sending: a day. The longest
+#: delay, jitter and loss backoff add up to about half an hour; only a queue
+#: behind a bandwidth cap can grow past a day, and the sending node drops what
+#: would be due later, as lost on the link. A mark further ahead is garbage.
 DUE_AHEAD_S_MAX = 86_400.0
 #: Request ids and client ids are unsigned 64-bit.
 _U64_MAX = (1 << 64) - 1

@@ -898,11 +898,13 @@ class Node:
         # which under uvloop counts whole milliseconds (see sdpaxos.runtime.delivery).
         now_s = _monotonic()
         at_ms = emulator.schedule(peer.id, sum(map(len, out)), now_s * 1000.0)
-        if at_ms is None:
+        at_s = now_s if at_ms is None else at_ms / 1000.0
+        if at_ms is None or at_s - now_s > rf.DUE_AHEAD_S_MAX:
+            # Cut by a partition, or queued behind a bandwidth cap for longer
+            # than a mark may say (the peer would refuse it): lost on the link.
             conn.out = []
             conn.frames_dropped += len(out)
             return
-        at_s = at_ms / 1000.0
         if at_s > now_s:
             peer.frames_delayed += len(out)
             out.insert(0, frame(rf.encode_runtime(rf.Due(now_s, at_s, self._clock_token))))
@@ -1199,7 +1201,7 @@ class Node:
         conn.answers.append(_new(rf.Reply, (request_id, code, value)))
         self._dirty_conns.add(conn)
         if not self._flush_scheduled:
-            self._kick()  # answers given outside a flush (status, refusals) go at the next
+            self._kick()  # answers given outside a flush (admin, reads, refusals) go at the next
 
     def _client_submits(self, conn: Connection, items: tuple[rf.Submit, ...]) -> None:
         """:meth:`_client_submit` of each item, with its common case written out

@@ -634,6 +634,14 @@ def test_the_sender_writes_at_once_behind_a_due_mark(tmp_path, monkeypatch):
     node._flush_peer(peer)
     assert conn.out == [] and conn.frames_dropped == 1 and len(conn.writes) == 1
     node.emulator.heal()
+    # Due further off than a mark may say (the peer would refuse the mark;
+    # here the bound is cut to 10 ms, under the link's 50): dropped and
+    # counted, nothing written.
+    monkeypatch.setattr(rf, "DUE_AHEAD_S_MAX", 0.01)
+    conn.out = [frame(b"\x01far")]
+    node._flush_peer(peer)
+    assert conn.out == [] and conn.frames_dropped == 2 and len(conn.writes) == 1
+    monkeypatch.setattr(rf, "DUE_AHEAD_S_MAX", 86_400.0)
     node.emulator.set_delays_ms([0.0, 0.0, 0.0])  # idle: no mark
     conn.out = [frame(b"\x01d")]
     node._flush_peer(peer)
