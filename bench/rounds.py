@@ -758,8 +758,8 @@ class ProtocolWorkers:
     One worker per protocol (a one-process pool of a spawned interpreter), kept until
     :meth:`close`: a protocol's cells run one after another in it, and the
     experiment still runs one cell at a time, in the order it chooses.
-    ``isolated=False`` runs everything in this process instead (tests that
-    record calls).
+    ``isolated=False`` runs everything in this process instead (to profile
+    a run, say).
     """
 
     def __init__(self, isolated: bool = True) -> None:

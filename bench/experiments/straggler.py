@@ -126,22 +126,25 @@ def run(ctx: Context) -> int:
             row = _new_row(ctx, proto, rows)
             if row is None:
                 continue
+            base = RoundSpec(
+                proto,
+                replicas=3,
+                sessions=settings.sessions,
+                commands=settings.commands,
+                warmup=settings.warmup,
+                clients_at="leader" if proto == "multipaxos" else "all",
+                seed=ctx.seed,
+            )
+            # An untimed run first: the worker's heap grows to a run's size
+            # there, not in the "none" case the reductions are taken from.
+            ctx.progress(f"{proto}: an untimed warm-up run")
+            row["pid"] = workers.warm_up(base).pid  # the protocol's worker
             for case, slow in (
                 ("none", None),
                 ("leader", (0, ROUNDS_EVERY)),
                 ("other", (1, ROUNDS_EVERY)),
             ):
-                spec = RoundSpec(
-                    proto,
-                    replicas=3,
-                    sessions=settings.sessions,
-                    commands=settings.commands,
-                    warmup=settings.warmup,
-                    clients_at="leader" if proto == "multipaxos" else "all",
-                    slow=slow,
-                    seed=ctx.seed,
-                )
-                res = workers.run(spec, progress=ctx.progress)
+                res = workers.run(dataclasses.replace(base, slow=slow), progress=ctx.progress)
                 if not res.ok:
                     failures.append(f"{proto} {case}: {'; '.join(res.problems[:3])}")
                     row["status"] = "FAILED"
@@ -149,7 +152,6 @@ def run(ctx: Context) -> int:
                 row[f"{case}_ops_per_round"] = round(res.ops_per_round, 1)
                 row[f"{case}_busiest"] = res.busiest
                 row[f"{case}_leaders_at_end"] = res.leaders
-                row["pid"] = res.pid  # the protocol's worker (bench.rounds.ProtocolWorkers)
                 ctx.progress(
                     f"{proto}, straggler {case}: capacity {res.capacity_per_s:,.0f} ops/s"
                     f" (busiest r{res.busiest}), {res.ops_per_round:.0f} ops per round"
