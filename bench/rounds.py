@@ -749,11 +749,11 @@ class ProtocolWorkers:
     Why: a process that has run other protocols' cells runs a protocol slower
     than one that has run only its own, and not every protocol alike. Measured
     at commit f8f9346 (stop 27), SDPaxos at 5 replicas, 16 B, 5 % conflict:
-    0.93 to 1.08 ms of busiest-replica CPU per 1,000 commands in a process of
-    its own, 1.14 to 1.21 late in the full throughput run, where it followed
-    a hundred cells of every protocol; EPaxos's cell stayed at 1.75 to 1.98 in
-    both, so the ratio between them fell from about 1.9 to 1.55. The run
-    order, not the protocols, made that difference.
+    0.93 to 1.08 ms of busiest-replica CPU per 1,000 commands in eight runs in
+    a process of its own, 1.15 to 1.30 over the eleven runs of a full
+    throughput run, where it followed a hundred cells of every protocol;
+    EPaxos's cell took 1.74 to 2.10 alone and 1.81 to 2.04 there, so the ratio
+    between them fell from about 1.9 to 1.55 (bench/README.md, throughput).
 
     One worker per protocol (a one-process pool of a spawned interpreter), kept until
     :meth:`close`: a protocol's cells run one after another in it, and the
@@ -812,7 +812,8 @@ def _mp_context() -> Any:
     runs other threads (pytest's background TLC runs, an experiment's thread
     pool) can leave a lock held forever in the child; and a spawned worker's
     heap starts clean, not as a copy of the experiment's. It costs the
-    worker's imports once (under a second)."""
+    worker's imports once: a tiny run took 0.24 s as a new worker's first and
+    0.02 s after, here."""
     return multiprocessing.get_context("spawn")
 
 
