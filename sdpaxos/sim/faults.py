@@ -1020,22 +1020,16 @@ class FaultInjector:
             )
         elif shape == "phase2":
             plan = self._plan()
-
-            def started(r: int, fields: dict[str, Any]) -> bool:
-                owner, start = fields.get("owner"), fields.get("start")
-
-                def promise(_: int, f: dict[str, Any]) -> bool:
-                    # HandleCPromise is traced at the promise that completes a
-                    # majority: the phase-2 step, whose C-accepts the crash cuts.
-                    if (f.get("owner"), f.get("start")) != (owner, start):
-                        return False
-                    self._crash_point("crecovery-phase2", r, plan)
-                    return True
-
-                self._arm("crecovery", "HandleCPromise", r, promise)
-                return True
-
-            self._arm("crecovery", "StartCRecovery", None, started)
+            # HandleCPromise is traced at the promise that completes a majority:
+            # the phase-2 step of whichever recovery gets there first (this
+            # leader's, or another's), whose C-accepts the crash cuts. Until a
+            # crash is allowed (too many down), the point stays armed.
+            self._arm(
+                "crecovery",
+                "HandleCPromise",
+                None,
+                lambda r, _: self._crash_point("crecovery-phase2", r, plan),
+            )
         else:
             hold_us = between(self.chooser, 300, 3_000) * 1000
 
