@@ -90,7 +90,9 @@ class CommandLeader:
     def c_request(self, index: CIndex) -> CRequest:
         s = self.s
         inst = s.clog.get(s.me, index)
-        keys = keys_of(inst.commands) if inst is not None and inst.commands else ()
+        # Keys only while the sequencer keeps its history table (Heartbeat.keys_wanted).
+        commands = inst.commands if inst is not None and s.views.keys_wanted else None
+        keys = keys_of(commands) if commands else ()
         return CRequest(s.me, s.views.view, s.me, index, s.olog.acc_upto, keys)
 
     def retransmit(self, now: float) -> None:

@@ -159,6 +159,7 @@ class Election:
     def handle_heartbeat(self, m: Heartbeat) -> None:
         s = self.s
         views, olog = s.views, s.olog
+        views.keys_wanted = m.keys_wanted
         self.r.heard_majority_executed(m.majority_executed)
         learned = m.base >= 0 and not views.range_committed
         if learned:

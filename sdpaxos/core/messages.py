@@ -180,6 +180,12 @@ class Heartbeat:
     ``majority_executed``: a majority of replicas executed every slot below it
     (from their lease grants): replicas may compact below it (section 16.2 of
     ``docs/recovery.md``).
+    ``keys_wanted``: the sequencer keeps its history table now (reads come), so
+    a :class:`CRequest` should carry its keys; without it they are dead weight
+    (collecting, packing and unpacking a batch's keys was the busiest replica's
+    largest cost beyond the others', with no read to serve). A hint only: a
+    C-request without keys makes the sequencer's reads wait for its slot (the
+    floor), never answer early.
     """
 
     src: ReplicaId
@@ -188,6 +194,7 @@ class Heartbeat:
     stamp: int
     base: Slot
     majority_executed: Slot = _SLOT_0
+    keys_wanted: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -342,7 +342,15 @@ class Sequencer:
         self.hb_stamp += 1
         stamp = self.hb_stamp
         executed = self.majority_executed()
-        msg = Heartbeat(s.me, s.views.view, s.olog.acc_upto, stamp, self.heartbeat_base(), executed)
+        msg = Heartbeat(
+            s.me,
+            s.views.view,
+            s.olog.acc_upto,
+            stamp,
+            self.heartbeat_base(),
+            executed,
+            self.recording,
+        )
         s.out.broadcast(s.prox.near, msg)
         self.r.heard_majority_executed(executed)
         self.lease_grants[stamp] = (now, {s.me})
@@ -365,6 +373,7 @@ class Sequencer:
             self.hb_stamp,
             self.heartbeat_base(),
             self.majority_executed(),
+            self.recording,
         )
 
     def majority_executed(self) -> Slot:

@@ -234,6 +234,8 @@ def _heartbeat(s: Context, m: Heartbeat) -> None:
         raise PeerMessageError(f"heartbeat says base {m.base}, the view's is {s.views.est_base}")
     if type(m.majority_executed) is not int or m.majority_executed < 0:
         raise PeerMessageError(f"bad majority-executed point {m.majority_executed!r}")
+    if type(m.keys_wanted) is not bool:
+        raise PeerMessageError(f"bad keys-wanted flag {m.keys_wanted!r}")
 
 
 def _lease_grant(s: Context, m: LeaseGrant) -> None:

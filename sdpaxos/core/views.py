@@ -85,6 +85,7 @@ class ViewState:
         "est_start",
         "est_view",
         "handing_over",
+        "keys_wanted",
         "me",
         "new_view",
         "phase",
@@ -115,6 +116,9 @@ class ViewState:
         self.handing_over: ReplicaId | None = None
         #: The NewView of ``view`` once its range is chosen (resent to stragglers).
         self.new_view: NewView | None = None
+        #: The sequencer keeps its history table: our C-requests carry their
+        #: keys (``Heartbeat.keys_wanted``; until its first heartbeat, yes).
+        self.keys_wanted = True
 
     @property
     def sequencer(self) -> ReplicaId | None:
@@ -146,3 +150,4 @@ class ViewState:
         self.distrusted = None
         self.handing_over = None
         self.new_view = None
+        self.keys_wanted = True

@@ -1,7 +1,8 @@
 """Reads through the sequencer (paper section 3.5), straggler detection (section 4)
 and handing the sequencer role over on purpose."""
 
-from sdpaxos.core import RReplyBatch, RRequestBatch, StragglerVote
+from sdpaxos.core import CRequest, RReplyBatch, RRequestBatch, StragglerVote
+from sdpaxos.core.types import ReplicaId, Slot, View
 from tests.core.harness import PAPER3_RTT_MS, Net
 
 
@@ -188,3 +189,58 @@ def test_the_sequencer_role_can_be_handed_over() -> None:
     first = net.executed_ids(0)
     assert first == [(10, 1), (11, 1)]
     assert all(net.executed_ids(r) == first for r in range(3))
+
+
+def _c_requests(net: Net, since: int) -> list[CRequest]:
+    return [m for s, d, m in net.sent[since:] if isinstance(m, CRequest)]
+
+
+def test_c_requests_carry_keys_only_while_the_sequencer_keeps_its_history_table() -> None:
+    """A C-request's keys fill the sequencer's history table, and nothing else:
+    while the table is not kept (no read for ``history_idle_ms``, or none yet)
+    its heartbeats say so and command leaders leave the keys out; a read starts
+    the table, the next heartbeat asks for keys again, and the reads that follow
+    wait for their key's write. With the sequencer in OH, CA's and OR's thrifty
+    quorums leave it out, so both send C-requests."""
+    net = leased(Net.build(3, sequencer=2, rtt_ms=PAPER3_RTT_MS))
+    assert not net.replicas[0].ctx.views.keys_wanted  # the sequencer's heartbeats said so
+    assert not net.replicas[2].sequencer_role.current_heartbeat().keys_wanted
+    before = len(net.sent)
+    net.propose(0, 10, 1, b"wa", key=b"a")
+    net.propose(1, 11, 1, b"wb", key=b"b")
+    net.deliver_all()
+    assert sorted((m.owner, m.keys) for m in _c_requests(net, before)) == [(0, ()), (1, ())]
+    # A read (at OR) starts the table: answered with the whole log.
+    net.replicas[1].read(1, b"a", net.now_ms)
+    net.flush(1)
+    net.deliver_all()
+    assert net.replicas[2].sequencer_role.recording
+    assert net.replicas[2].sequencer_role.current_heartbeat().keys_wanted
+    for _ in range(2 * int(net.config.heartbeat_ms / net.config.tick_ms)):
+        net.run(1)
+        if net.replicas[0].ctx.views.keys_wanted:
+            break
+    assert net.replicas[0].ctx.views.keys_wanted and net.replicas[1].ctx.views.keys_wanted
+    before = len(net.sent)
+    net.propose(0, 10, 2, b"wa2", key=b"a")
+    net.deliver_all()
+    net.propose(1, 11, 2, b"wc", key=b"c")
+    net.deliver_all()
+    assert sorted((m.owner, m.keys) for m in _c_requests(net, before)) == [
+        (0, (b"a",)),
+        (1, (b"c",)),
+    ]
+    history = net.replicas[2].sequencer_role.history
+    assert history[b"c"] > history[b"a"]  # a read of a waits for a's write, not c's
+    assert net.replicas[2].sequencer_role.read_slot(b"a") == history[b"a"]
+
+
+def test_a_new_view_sends_keys_until_its_sequencer_says_otherwise() -> None:
+    """A replica knows only its own sequencer's table: a view it establishes
+    starts with keys wanted (the safe side: keys a sequencer does not keep cost
+    it nothing but their decoding)."""
+    net = leased(Net.build(3, sequencer=2, rtt_ms=PAPER3_RTT_MS))
+    views = net.replicas[0].ctx.views
+    assert not views.keys_wanted
+    views.establish(View(views.view + 1), ReplicaId(1), Slot(0), Slot(0))
+    assert views.keys_wanted

@@ -216,8 +216,10 @@ GOLDEN: list[tuple[Message, str]] = [
         "0195070201ff" + "929200059201" + "06",
     ),
     (
-        Heartbeat(src=0, view=3, o_len=120, stamp=9001, base=7, majority_executed=5),
-        "019708000378cd23290705",
+        Heartbeat(
+            src=0, view=3, o_len=120, stamp=9001, base=7, majority_executed=5, keys_wanted=False
+        ),
+        "019808000378cd23290705c2",
     ),
     (LeaseGrant(src=2, view=3, stamp=9001, executed=56), "0195090203cd232938"),
     (VRequest(src=1, view=4, o_from=57), "01940a010439"),

@@ -272,6 +272,13 @@ CASES: list[tuple[str, Any, Any, str, Any]] = [
     ("heartbeat", follower, Heartbeat(0, 0, -1, 1, -1), "bad heartbeat", Heartbeat(0, 0, 3, 1, -1)),
     ("heartbeat base type", follower, Heartbeat(0, 0, 3, 1, -2), "bad heartbeat base", None),
     ("heartbeat base", follower, Heartbeat(0, 0, 3, 1, 2), "says base", Heartbeat(0, 0, 3, 1, 0)),
+    (
+        "heartbeat keys flag",
+        follower,
+        Heartbeat(0, 0, 3, 1, -1, 0, 1),  # type: ignore[arg-type]
+        "bad keys-wanted flag",
+        Heartbeat(0, 0, 3, 1, -1, 0, False),
+    ),
     ("V-request", follower, VRequest(2, 1, -1), "bad o_from", VRequest(2, 1, 0)),
     ("vote o_from", follower, ok_vote(o_from=-1), "bad o_from", ok_vote()),
     ("vote c_max length", follower, ok_vote(c_max=(0,)), "bad c_max", None),
