@@ -278,9 +278,38 @@ def test_bench_log_digests_sets_orders_and_the_hot_key() -> None:
     restored = BenchLog()
     restored.restore(logs[0].snapshot())
     assert restored.query(b"") == logs[0].query(b"")
+    restored.apply(b"s4")
+    logs[0].apply(b"s4")
+    assert restored.query(b"") == logs[0].query(b"")  # it goes on where it stopped
     assert HOT_KEY != HOT_MARK  # the mark is on the payload, the key stays the workload's
     with pytest.raises(ValueError, match="a BenchLog answer is 56 bytes"):
         parse_query(b"short")
+    with pytest.raises(ValueError, match="chain"):
+        BenchLog().restore(bytes(8) + bytes(16) + b"\xff" * 16 + bytes(16))
+
+
+def test_bench_log_sees_a_lost_a_duplicated_or_a_changed_command() -> None:
+    """What a protocol bug would do to what a node executed: each changes the
+    digests that the benchmark's verification compares (``agree``)."""
+    commands = [b"p%d" % i for i in range(50)] + [HOT_MARK + b"%d" % i for i in range(5)]
+
+    def answer(payloads: list[bytes]) -> tuple[int, int, bytes, bytes]:
+        log = BenchLog()
+        for p in payloads:
+            log.apply(p)
+        return parse_query(log.query(b""))
+
+    base = answer(commands)
+    lost = answer(commands[:10] + commands[11:])
+    duplicated = answer(commands[:11] + commands[10:])
+    changed = answer([*commands[:10], b"p10!", *commands[11:]])
+    swapped = answer([*commands[:10], commands[11], commands[10], *commands[12:]])
+    hot_swapped = answer([*commands[:-2], commands[-1], commands[-2]])
+    for other in (lost, duplicated, changed):
+        assert other[1] != base[1] and other[2] != base[2]
+    assert lost[0] == duplicated[0] - 2 == base[0] - 1
+    assert swapped[:2] == base[:2] and swapped[2] != base[2] and swapped[3] == base[3]
+    assert hot_swapped[1] == base[1] and hot_swapped[3] != base[3]
 
 
 def test_believed_leader_needs_a_majority() -> None:
