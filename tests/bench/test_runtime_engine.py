@@ -371,12 +371,14 @@ def test_runtime_throughput_ratios_pair_each_column_with_sdpaxos_and_the_paper()
     assert ("Mencius", 16) not in got  # reads are not a write-only cell
 
 
-def test_the_runtime_throughput_starts_every_column_on_a_fresh_cluster(
+def test_the_runtime_throughput_starts_every_column_and_payload_on_a_fresh_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The engine keeps a cluster for the next spec that fits it, and the
-    baselines never compact: without a fresh cluster per column, EPaxos at 5 %
-    conflict ran on nodes that had executed the 0 % column's commands."""
+    """The engine keeps a cluster for the next spec that fits it, and nodes get
+    dearer per command as they age: without a fresh cluster per column, EPaxos
+    at 5 % conflict ran on nodes that had executed the 0 % column's commands,
+    and without one per payload, every 1 KB cell on nodes that had run the
+    column's 16 B cells."""
     from types import SimpleNamespace
 
     from bench.experiments import throughput_runtime as tr
@@ -387,7 +389,8 @@ def test_the_runtime_throughput_starts_every_column_on_a_fresh_cluster(
         fsync = False
 
         def run(self, spec: RunSpec, progress: Any = None) -> Any:
-            events.append(f"run {spec.protocol} {spec.workload.conflict_pct:g}")
+            w = spec.workload
+            events.append(f"run {spec.protocol} {w.conflict_pct:g} {w.payload_bytes}")
             return SimpleNamespace(
                 extra={}, records=[], ok=True, verdict="", virtual_ms=0, wall_s=0.0
             )
@@ -397,11 +400,11 @@ def test_the_runtime_throughput_starts_every_column_on_a_fresh_cluster(
 
     monkeypatch.setattr(tr, "_plot", lambda *a, **k: None)
     monkeypatch.setattr(tr, "write_results", lambda *a, **k: None)
-    settings = tr.Settings((3,), ((16, (0.0, 50.0)),), 10, 1.0, 1.0, (0.0, 5.0))
+    settings = tr.Settings((3,), ((16, (0.0, 50.0)), (1024, (0.0,))), 10, 1.0, 1.0, (0.0, 5.0))
     ctx = Context("throughput", tmp_path, quick=True, protocols=("sdpaxos", "epaxos"), quiet=True)
     tr._run(ctx, settings, FakeEngine())  # type: ignore[arg-type]
     assert events == [
-        "close", "run sdpaxos 0", "run sdpaxos 0",
-        "close", "run epaxos 0", "run epaxos 0",
-        "close", "run epaxos 5", "run epaxos 5",
+        "close", "run sdpaxos 0 16", "run sdpaxos 0 16", "close", "run sdpaxos 0 1024",
+        "close", "run epaxos 0 16", "run epaxos 0 16", "close", "run epaxos 0 1024",
+        "close", "run epaxos 5 16", "run epaxos 5 16", "close", "run epaxos 5 1024",
     ]  # fmt: skip
