@@ -80,8 +80,10 @@ class BenchLog:
         )
 
     def restore(self, data: bytes) -> None:
-        self.count, self.total, chain, hot = parse_query(data)
-        self.chain, self.hot = _chain_value(chain), _chain_value(hot)
+        """Become the log ``data`` describes; malformed ``data`` changes nothing."""
+        count, total, chain, hot = parse_query(data)
+        chain_value, hot_value = _chain_value(chain), _chain_value(hot)
+        self.count, self.total, self.chain, self.hot = count, total, chain_value, hot_value
 
     def query(self, request: bytes) -> bytes:
         """Whatever the request: :meth:`snapshot` (see :func:`parse_query`)."""

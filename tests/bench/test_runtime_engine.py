@@ -284,8 +284,10 @@ def test_bench_log_digests_sets_orders_and_the_hot_key() -> None:
     assert HOT_KEY != HOT_MARK  # the mark is on the payload, the key stays the workload's
     with pytest.raises(ValueError, match="a BenchLog answer is 56 bytes"):
         parse_query(b"short")
+    before = logs[1].query(b"")
     with pytest.raises(ValueError, match="chain"):
-        BenchLog().restore(bytes(8) + bytes(16) + b"\xff" * 16 + bytes(16))
+        logs[1].restore(bytes(8) + bytes(16) + bytes(16) + b"\xff" * 16)
+    assert logs[1].query(b"") == before  # a bad snapshot changes nothing
 
 
 def test_bench_log_sees_a_lost_a_duplicated_or_a_changed_command() -> None:
