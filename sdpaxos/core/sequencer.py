@@ -340,20 +340,10 @@ class Sequencer:
         now = s.now_ms
         self.hb_sent_ms = now
         self.hb_stamp += 1
-        stamp = self.hb_stamp
-        executed = self.majority_executed()
-        msg = Heartbeat(
-            s.me,
-            s.views.view,
-            s.olog.acc_upto,
-            stamp,
-            self.heartbeat_base(),
-            executed,
-            self.recording,
-        )
+        msg = self.current_heartbeat()
         s.out.broadcast(s.prox.near, msg)
-        self.r.heard_majority_executed(executed)
-        self.lease_grants[stamp] = (now, {s.me})
+        self.r.heard_majority_executed(msg.majority_executed)
+        self.lease_grants[msg.stamp] = (now, {s.me})
         horizon = now - s.config.lease_ms
         for old in [k for k, (sent, _) in self.lease_grants.items() if sent < horizon]:
             del self.lease_grants[old]
@@ -364,7 +354,8 @@ class Sequencer:
         return views.est_base if views.range_committed and views.is_sequencer else Slot(-1)
 
     def current_heartbeat(self) -> Heartbeat:
-        """The latest heartbeat again (for a replica that wrote to an old view)."""
+        """The heartbeat of stamp ``hb_stamp``: the one :meth:`send_heartbeats`
+        sends, and the latest again (for a replica that wrote to an old view)."""
         s = self.s
         return Heartbeat(
             s.me,
