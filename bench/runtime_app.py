@@ -20,12 +20,13 @@ the paper's state machine, an in-memory key-value map, whose cost per command
 is a dict store (0.14 us here for the round driver's ``KVMachine.apply``),
 and every node of every protocol pays it for every command. With BLAKE2b (two
 per command: 0.85 us at 16 B, 1.7 us at 1 KB, ``python -m timeit`` on
-:meth:`BenchLog.apply`) it was about a third of an SDPaxos node's CPU at 3
-nodes (2.9 to 3.0 us per command) and diluted every ratio between protocols,
-as the round driver's BLAKE2b chain did until that became a key-value store;
-now 0.31 and 0.58 us. A command's checksum goes into the sum and, as a
-polynomial hash modulo the prime 2**61 - 1, into the chains: they catch a lost,
-duplicated or reordered command (what a protocol bug does), not a forgery.
+:meth:`BenchLog.apply`) it was over a quarter of the busiest SDPaxos node's
+CPU at 3 nodes (3.0 us per command, ``python -m bench.runtime_cpu``) and
+diluted every ratio between protocols, as the round driver's BLAKE2b chain did
+until that became a key-value store; now 0.31 and 0.58 us. A command's
+checksum goes into the sum and, as a polynomial hash modulo the prime
+2**61 - 1, into the chains: they catch a lost, duplicated or reordered command
+(what a protocol bug does), not a forgery.
 
 ``query`` answers all four (8 + 3 x 16 bytes) whatever it is asked, so a read
 through a protocol's read path costs the node no more than the digest app's.
