@@ -354,18 +354,15 @@ def client_path_us(items: int = 1000, frames: int = 20, passes: int = 15) -> flo
 
     import msgpack
 
-    from sdpaxos.core.ready import Reply, ReplyKind
-    from sdpaxos.runtime import frames as rf
-    from sdpaxos.runtime.apps import DigestLog
-    from sdpaxos.runtime.config import load_config
-    from sdpaxos.runtime.local import make_local_cluster
-    from sdpaxos.runtime.node import Node
+    import asyncio
+    import random
 
-    root = Path(tempfile.mkdtemp(prefix="rtcpu-client-"))
-    try:
-        node = Node(load_config(make_local_cluster(root, 3, insecure=True), 0), DigestLog())
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    from sdpaxos.core.ready import Reply, ReplyKind
+    from sdpaxos.protocols import protocol
+    from sdpaxos.runtime import frames as rf
+    from sdpaxos.runtime.clients import Clients
+    from sdpaxos.runtime.driver import Driver
+    from sdpaxos.runtime.status import Tally
 
     class Core:  # stands in for the replica: takes proposals, nothing else
         def __init__(self) -> None:
@@ -397,9 +394,35 @@ def client_path_us(items: int = 1000, frames: int = 20, passes: int = 15) -> flo
             pass
 
     core = Core()
-    node.replica = core  # type: ignore[assignment]
-    node._running = True
-    node._flush_scheduled = True  # no event loop: nothing is scheduled
+    loop = asyncio.new_event_loop()  # never run: nothing is scheduled
+    tally = Tally()
+    driver = Driver(
+        core,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]  # no records on this path
+        protocol("sdpaxos"),
+        loop=loop,
+        io=None,  # type: ignore[arg-type]
+        outlet=None,  # type: ignore[arg-type]
+        tally=tally,
+        metrics=None,
+        query=None,
+        tick_ms=10,
+        propose_queue_max=1 << 30,
+        snapshot_log_bytes=None,
+    )
+    driver.running = True
+    driver.flush_scheduled = True  # no event loop: nothing is scheduled
+    clients = Clients(
+        0,
+        driver,
+        session_table=True,
+        tls=False,
+        tally=tally,
+        metrics=None,
+        rng=random.Random(1),
+        status=dict,
+        admin=lambda operation, argument: {},
+    )
     batches = [
         b"\xc1"
         + msgpack.packb(
@@ -416,18 +439,19 @@ def client_path_us(items: int = 1000, frames: int = 20, passes: int = 15) -> flo
             spent = 0.0
             for data in batches:
                 t0 = time.thread_time()
-                node.frame(conn, data)  # type: ignore[arg-type]
+                clients.frame(conn, data)  # type: ignore[arg-type]
                 t1 = time.thread_time()
                 replies = [Reply(c.client_id, c.seq, ReplyKind.READY) for c in core.proposed]
                 core.proposed = []
                 t2 = time.thread_time()
-                node._release([], replies, [])
-                node._send_out()
+                driver._release([], replies, [])
+                clients.flush()
                 spent += (t1 - t0) + time.thread_time() - t2
-            node._waiting.clear()
+            driver.waiting.clear()
             best = min(best, spent / (items * frames) * 1e6)
     finally:
         gc.enable()
+        loop.close()
     return best
 
 

@@ -98,6 +98,34 @@ class BaselineReplica:
         if now > self.now_ms:
             self.now_ms = now
 
+    # The status fields of the driving API (sdpaxos.protocols.CoreReplica): a
+    # protocol without such a thing answers None; those that have it override.
+
+    @property
+    def executed_upto(self) -> int | None:
+        """The executed prefix of the log (None: this protocol has none)."""
+        return None
+
+    @property
+    def proposals_waiting(self) -> int | None:
+        """Proposals queued here (None: the driver cannot see the queue)."""
+        return None
+
+    @property
+    def view(self) -> int | None:
+        return None
+
+    @property
+    def sequencer(self) -> ReplicaId | None:
+        return None
+
+    @property
+    def is_sequencer(self) -> bool | None:
+        return None
+
+    def has_lease(self) -> bool | None:
+        return None
+
     def hand_over(self) -> Ready:
         """The effects gathered since the last call, as one :class:`Ready`."""
         rd = Ready(self._persist, self._messages, self._replies, self._executed, self._reads)

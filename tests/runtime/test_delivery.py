@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from sdpaxos.core.messages import Heartbeat
 from sdpaxos.runtime import delivery
 from sdpaxos.runtime import frames as rf
-from sdpaxos.runtime import node as node_module
+from sdpaxos.protocols import protocol
+from sdpaxos.runtime import peers as peers_module
+from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.apps import PayloadLog
 from sdpaxos.runtime.delivery import (
     CLOCK_SKEW_S_MAX,
@@ -38,6 +40,8 @@ from sdpaxos.runtime.delivery import (
 from sdpaxos.runtime.emulator import LinkEmulator
 from sdpaxos.runtime.local import make_local_cluster, node_configs
 from sdpaxos.runtime.node import Node
+from sdpaxos.runtime.peers import Peers
+from sdpaxos.runtime.status import Tally
 from sdpaxos.wire.framing import Framer, frame
 
 from .helpers import FAST_PROTOCOL
@@ -470,14 +474,15 @@ def test_a_node_with_the_emulator_delivers_through_its_alarm_and_frees_it_on_sto
     # Only frames that were due left: a commit at node 1 needed them.
     assert sum(s.frames_delayed for s in nodes[1].status().peers) > 0
     for node in nodes:
-        assert node._delayed is not None and node._delayed.to_json()["frames_held"] == 0
+        delayed = node.peers.delayed
+        assert delayed is not None and delayed.to_json()["frames_held"] == 0
         if timerfd_available():
             with pytest.raises(OSError):
-                os.fstat(node._delayed._alarm._fd)  # type: ignore[attr-defined]
+                os.fstat(delayed._alarm._fd)  # type: ignore[attr-defined]
 
 
 class PeerConn:
-    """A peer's connection as :meth:`Node.frame` and :meth:`Node._flush_peer` use it."""
+    """A peer's connection as :meth:`Peers.frame` and :meth:`Peers.flush_peer` use it."""
 
     def __init__(self, peer_id: int = 1) -> None:
         self.kind = rf.Kind.NODE
@@ -502,28 +507,44 @@ class PeerConn:
         self.open = False
 
 
+class RunningDriver:
+    """The driver's port as the peers see it, running (nothing is stepped here)."""
+
+    running = True
+    executed_upto = 0
+
+    def kick(self) -> None:
+        pass
+
+
 def _receiver(tmp_path, monkeypatch, emulator=True):
-    """Node 0, not started, whose peer frames (due now) are listed instead of
-    handled; its emulator's clock and held frames on a fake clock and alarm."""
+    """Node 0's peers, whose frames (due now) are listed instead of handled;
+    their emulator's clock and held frames on a fake clock and alarm."""
     cfg = node_configs(make_local_cluster(tmp_path, 3, insecure=True))[0]
     emu = LinkEmulator(0, [0.0, 50.0, 50.0]) if emulator else None
-    node = Node(cfg, PayloadLog(), fsync=False, emulator=emu)
+    peers = Peers(
+        cfg,
+        protocol(cfg.protocol),
+        RunningDriver(),  # type: ignore[arg-type]
+        tally=Tally(),
+        metrics=None,
+        emulator=emu,
+        rng=random.Random(1),
+    )
     clock = Clock()
-    monkeypatch.setattr(node_module, "_monotonic", clock)
+    monkeypatch.setattr(peers_module, "_monotonic", clock)
     alarms: list[FakeAlarm] = []
 
     def make(wake):
         alarms.append(FakeAlarm(wake))
         return alarms[-1]
 
-    node._delayed = DelayedFrames(node._deliver_held, make, 1 << 20, clock)
-    node._running = True
-    node.replica = object()  # type: ignore[assignment]
+    peers.delayed = DelayedFrames(peers.deliver_held, make, 1 << 20, clock)
     handled: list[tuple[int, bytes]] = []
-    node._peer_frame = lambda src, payload: handled.append((src, payload))  # type: ignore[method-assign]
+    peers.peer_frame = lambda src, payload: handled.append((src, payload))  # type: ignore[method-assign]
     conn = PeerConn()
-    node._peers[1].conn = conn  # type: ignore[assignment]
-    return node, clock, alarms, handled, conn
+    peers.peers[1].conn = conn  # type: ignore[assignment]
+    return peers, clock, alarms, handled, conn
 
 
 def _due(sent_s: float, due_s: float, clock: int) -> bytes:
@@ -532,25 +553,25 @@ def _due(sent_s: float, due_s: float, clock: int) -> bytes:
 
 def test_a_node_holds_a_peers_frames_after_a_due_mark_until_then_in_order(tmp_path, monkeypatch):
     node, clock, alarms, handled, conn = _receiver(tmp_path, monkeypatch)
-    node.frame(conn, _due(100.0, 100.05, node._clock_token))
+    node.frame(conn, _due(100.0, 100.05, node.clock_token))
     assert conn.due_s == 100.05
     node.frame(conn, b"\x01first")
     # No mark of its own (the sender's emulator turned idle, say): it is due
     # with the last mark, and waits behind what is held.
     node.frame(conn, b"\x01second")
-    assert handled == [] and node._delayed.held(1) == 2 and alarms[0].at_s == 100.05
+    assert handled == [] and node.delayed.held(1) == 2 and alarms[0].at_s == 100.05
     clock.now_s = 100.05
     alarms[0].fire()
     assert handled == [(1, b"\x01first"), (1, b"\x01second")]
     clock.now_s = 100.06  # past the mark, nothing held: at once
     node.frame(conn, b"\x01third")
-    assert handled[-1] == (1, b"\x01third") and node._delayed.held(1) == 0
-    assert node._delayed.to_json()["frames_delivered"] == 2
+    assert handled[-1] == (1, b"\x01third") and node.delayed.held(1) == 0
+    assert node.delayed.to_json()["frames_delivered"] == 2
 
 
 def test_a_frame_of_a_new_connection_waits_behind_the_old_ones_held(tmp_path, monkeypatch):
     node, clock, alarms, handled, conn = _receiver(tmp_path, monkeypatch)
-    node.frame(conn, _due(100.0, 100.05, node._clock_token))
+    node.frame(conn, _due(100.0, 100.05, node.clock_token))
     node.frame(conn, b"\x01old")
     fresh = PeerConn()  # the peer reconnected: no mark on this connection yet
     node.frame(fresh, b"\x01new")
@@ -562,13 +583,13 @@ def test_a_frame_of_a_new_connection_waits_behind_the_old_ones_held(tmp_path, mo
 
 def test_a_mark_on_another_clock_holds_for_its_delay_from_arrival(tmp_path, monkeypatch):
     node, _clock, _alarms, _handled, conn = _receiver(tmp_path, monkeypatch)
-    other = node._clock_token ^ 1
+    other = node.clock_token ^ 1
     node.frame(conn, _due(5.0, 5.03, other))
     assert conn.due_s == pytest.approx(100.03)
     # Our clock's name, but sent in our future: not our clock after all.
-    node.frame(conn, _due(200.0, 200.04, node._clock_token))
+    node.frame(conn, _due(200.0, 200.04, node.clock_token))
     assert conn.due_s == pytest.approx(100.04)
-    node.frame(conn, _due(100.0005, 100.07, node._clock_token))  # within the skew allowed
+    node.frame(conn, _due(100.0005, 100.07, node.clock_token))  # within the skew allowed
     assert conn.due_s == 100.07
 
 
@@ -591,38 +612,38 @@ def test_a_held_frame_refused_when_due_closes_its_connection_or_is_counted(tmp_p
             raise KeyError("planted")
         handled.append((src, payload))
 
-    node._peer_frame = peer_frame  # type: ignore[method-assign]
-    node.frame(conn, _due(100.0, 100.05, node._clock_token))
+    node.peer_frame = peer_frame  # type: ignore[method-assign]
+    node.frame(conn, _due(100.0, 100.05, node.clock_token))
     for payload in (b"\x01bug", b"\x01bad", b"\x01good"):
         node.frame(conn, payload)
-    rejected = node.frames_rejected
+    rejected = node.tally.frames_rejected
     clock.now_s = 100.05
     alarms[0].fire()
     # A bug of ours on the first closes the connection it came on; the
     # second, refused after that, is counted and logged; the node goes on.
     assert conn.refused == ["internal error: KeyError: 'planted'"] and not conn.open
-    assert node.frames_rejected == rejected + 1
+    assert node.tally.frames_rejected == rejected + 1
     assert handled == [(1, b"\x01good")]
 
 
 def test_a_node_without_the_emulator_refuses_a_due_mark(tmp_path, monkeypatch):
     node, _clock, _alarms, _handled, conn = _receiver(tmp_path, monkeypatch, emulator=False)
-    node._delayed = None
+    node.delayed = None
     with pytest.raises(rf.FrameError, match="without the emulator"):
-        node.frame(conn, _due(100.0, 100.05, node._clock_token))
+        node.frame(conn, _due(100.0, 100.05, node.clock_token))
     assert conn.due_s == 0.0
 
 
 def test_the_sender_writes_at_once_behind_a_due_mark(tmp_path, monkeypatch):
     node, _clock, _alarms, _handled, conn = _receiver(tmp_path, monkeypatch)
-    peer = node._peers[1]
+    peer = node.peers[1]
     conn.out = [frame(b"\x01a"), frame(b"\x01b")]
-    node._flush_peer(peer)
+    node.flush_peer(peer)
     [data] = conn.writes
     framer = Framer(1 << 20)
     framer.feed(data)
     mark = rf.decode_runtime(framer.next_frame())
-    assert mark == rf.Due(100.0, pytest.approx(100.05), node._clock_token)
+    assert mark == rf.Due(100.0, pytest.approx(100.05), node.clock_token)
     assert [framer.next_frame(), framer.next_frame(), framer.next_frame()] == [
         b"\x01a",
         b"\x01b",
@@ -631,7 +652,7 @@ def test_the_sender_writes_at_once_behind_a_due_mark(tmp_path, monkeypatch):
     assert peer.frames_delayed == 2 and conn.frames_dropped == 0
     node.emulator.block(1)  # a partition: dropped and counted, nothing written
     conn.out = [frame(b"\x01c")]
-    node._flush_peer(peer)
+    node.flush_peer(peer)
     assert conn.out == [] and conn.frames_dropped == 1 and len(conn.writes) == 1
     node.emulator.heal()
     # Due further off than a mark may say (the peer would refuse the mark;
@@ -639,12 +660,12 @@ def test_the_sender_writes_at_once_behind_a_due_mark(tmp_path, monkeypatch):
     # counted, nothing written.
     monkeypatch.setattr(rf, "DUE_AHEAD_S_MAX", 0.01)
     conn.out = [frame(b"\x01far")]
-    node._flush_peer(peer)
+    node.flush_peer(peer)
     assert conn.out == [] and conn.frames_dropped == 2 and len(conn.writes) == 1
     monkeypatch.setattr(rf, "DUE_AHEAD_S_MAX", 86_400.0)
     node.emulator.set_delays_ms([0.0, 0.0, 0.0])  # idle: no mark
     conn.out = [frame(b"\x01d")]
-    node._flush_peer(peer)
+    node.flush_peer(peer)
     assert conn.writes[-1] == frame(b"\x01d") and peer.frames_delayed == 2
 
 
@@ -690,7 +711,22 @@ def test_a_turn_answers_its_clients_before_it_writes_to_peers(tmp_path, monkeypa
             order.append("client")
 
     client = ClientConn()
-    node._dirty_conns = {client}  # type: ignore[assignment]
-    node._out = {1: [Heartbeat(0, 0, 0, 0, 0)]}
-    node._send_out()
+    peers = node
+    clients = Clients(
+        0,
+        RunningDriver(),  # type: ignore[arg-type]
+        session_table=True,
+        tls=False,
+        tally=peers.tally,
+        metrics=None,
+        rng=random.Random(1),
+        status=dict,
+        admin=lambda operation, argument: {},
+    )
+    clients.dirty = {client}  # type: ignore[assignment]
+    whole = Node(
+        node_configs(make_local_cluster(tmp_path / "n", 3, insecure=True))[0], PayloadLog()
+    )
+    whole.peers, whole.clients = peers, clients
+    whole.send_out({1: [Heartbeat(0, 0, 0, 0, 0)]})
     assert order == ["client", "peer"] and client.out and conn.out

@@ -28,6 +28,7 @@ from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.config import load_config
 from sdpaxos.runtime.fuzz import Fuzzer, Verdict, fuzz_local, judge
 from sdpaxos.runtime.local import client_tls, make_local_cluster, node_configs
+from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.node import Node
 from sdpaxos.runtime.tls import client_context
 from sdpaxos.wire.codec import FRAME_BYTES_MAX, VERSION, encode_batch
@@ -200,14 +201,14 @@ def test_a_bug_handling_a_frame_closes_that_connection_not_the_node(
 ) -> None:
     """A frame that makes our own code raise (here: a planted bug on STATUS) is
     refused like a bad frame: counted, its connection closed, the node serving."""
-    original = Node._answer_status
+    original = Clients._answer_status
 
-    def buggy(self: Node, conn: Any, request_id: int) -> None:
+    def buggy(self: Clients, conn: Any, request_id: int) -> None:
         if request_id == 666:
             raise KeyError("planted")
         original(self, conn, request_id)
 
-    monkeypatch.setattr(Node, "_answer_status", buggy)
+    monkeypatch.setattr(Clients, "_answer_status", buggy)
 
     async def body(path: Path, nodes: list[Node]) -> None:
         node = nodes[0]
@@ -288,7 +289,7 @@ def test_hello_must_match_the_certificate(tmp_path: Path, case: str) -> None:
 
     async def body(path: Path, nodes: list[Node]) -> None:
         node = nodes[0]
-        links = {p: node._peers[p].conn for p in (1, 2)}
+        links = {p: node.peers.peers[p].conn for p in (1, 2)}
         async with Client([_address(path)], tls=client_tls(path)) as client:
             await client.submit(b"before", timeout_s=20.0)
             before = node.frames_rejected
@@ -300,7 +301,7 @@ def test_hello_must_match_the_certificate(tmp_path: Path, case: str) -> None:
             assert Fuzzer.count_replies(got) == 0
             assert node.frames_rejected == before + 1
             # The real replicas' links were not replaced by the impostor.
-            assert {p: node._peers[p].conn for p in (1, 2)} == links
+            assert {p: node.peers.peers[p].conn for p in (1, 2)} == links
             await _still_serving(path, node, client)
 
     _run(tmp_path, body)
@@ -350,14 +351,14 @@ def _plain_context(path: Path) -> ssl.SSLContext:
 def test_peer_without_a_cluster_certificate_cannot_connect(tmp_path: Path, how: str) -> None:
     async def body(path: Path, nodes: list[Node]) -> None:
         node = nodes[0]
-        links = {p: node._peers[p].conn for p in (1, 2)}
+        links = {p: node.peers.peers[p].conn for p in (1, 2)}
         if how == "no certificate":
             ctx, hello = _plain_context(path), _hello(rf.Kind.CLIENT, 0)
         elif how == "foreign-ca client":
             ctx, hello = _foreign_context(path, tmp_path, "client0"), _hello(rf.Kind.CLIENT, 0)
         else:
             ctx, hello = _foreign_context(path, tmp_path, "node2"), _hello(rf.Kind.NODE, 2)
-        clients_before = set(node._clients)
+        clients_before = set(node.clients.connections)
         try:
             closed, got = await _send(
                 _address(path), ctx, hello + frame(rf.encode_runtime(rf.Status(1)))
@@ -366,8 +367,8 @@ def test_peer_without_a_cluster_certificate_cannot_connect(tmp_path: Path, how: 
             closed, got = True, b""  # refused during the handshake
         assert closed
         assert Fuzzer.count_replies(got) == 0
-        assert set(node._clients) == clients_before
-        assert {p: node._peers[p].conn for p in (1, 2)} == links
+        assert set(node.clients.connections) == clients_before
+        assert {p: node.peers.peers[p].conn for p in (1, 2)} == links
         async with Client([_address(path)], tls=client_tls(path)) as client:
             await client.submit(b"after", wait="executed", timeout_s=20.0)
 
@@ -378,12 +379,12 @@ def test_plaintext_to_a_tls_node_gets_nothing_processed(tmp_path: Path) -> None:
     async def body(path: Path, nodes: list[Node]) -> None:
         node = nodes[0]
         before = node.frames_rejected
-        clients_before = set(node._clients)
+        clients_before = set(node.clients.connections)
         data = _hello(rf.Kind.CLIENT, 0) + frame(rf.encode_runtime(rf.Status(1)))
         closed, got = await _send(_address(path), None, data)
         assert closed
         assert Fuzzer.count_replies(got) == 0
-        assert set(node._clients) == clients_before
+        assert set(node.clients.connections) == clients_before
         assert node.frames_rejected == before  # never got as far as a frame
         async with Client([_address(path)], tls=client_tls(path)) as client:
             await client.submit(b"after", wait="executed", timeout_s=20.0)

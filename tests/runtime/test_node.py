@@ -8,7 +8,10 @@ import threading
 import pytest
 
 from sdpaxos.runtime import frames as rf
+from sdpaxos.runtime import clients as clients_module
+from sdpaxos.runtime import driver as driver_module
 from sdpaxos.runtime import node as node_module
+from sdpaxos.runtime import peers as peers_module
 from sdpaxos.runtime.apps import PayloadLog
 from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.local import client_tls, node_configs
@@ -96,14 +99,14 @@ def test_nothing_leaves_before_its_records_are_durable_and_writes_are_grouped(tm
             await eventually(lambda: _same_everywhere(nodes, 1), what="warm-up")
             gate = threading.Event()
             stuck = nodes[1]
-            original = stuck._write
+            original = stuck.driver._write
 
             def slow_write(records, snapshot):
                 gate.wait()
                 return original(records, snapshot)
 
-            stuck._write = slow_write
-            stuck.inline_writes = False  # the gate holds the log thread, not the loop
+            stuck.driver._write = slow_write
+            stuck.driver.inline_writes = False  # the gate holds the log thread, not the loop
             steps_before = [n.replica.stats.steps for n in nodes]
             fsyncs_before = stuck.fsyncs
             pending = [
@@ -133,7 +136,7 @@ def test_a_log_failure_stops_the_node_instead_of_acknowledging(tmp_path):
             def broken(records, snapshot):
                 raise OSError(28, "No space left on device")
 
-            nodes[0]._write = broken
+            nodes[0].driver._write = broken
             with pytest.raises(NodeError):
                 await nodes[0].submit(b"lost", timeout_s=20)
             assert not nodes[0].running
@@ -189,7 +192,7 @@ def test_stop_wakes_a_waiting_submit_with_an_error(tmp_path):
 
 
 def test_status_reports_round_trips_and_lag_per_peer(tmp_path, monkeypatch):
-    monkeypatch.setattr(node_module, "PING_INTERVAL_S", 0.05)
+    monkeypatch.setattr(peers_module, "PING_INTERVAL_S", 0.05)
 
     async def main():
         async with in_process(tmp_path, 3, PayloadLog) as (_, nodes):
@@ -211,7 +214,7 @@ def test_a_nodes_metrics_follow_its_work(tmp_path, monkeypatch):
 
     from sdpaxos.runtime.metrics import NodeMetrics
 
-    monkeypatch.setattr(node_module, "PING_INTERVAL_S", 0.05)
+    monkeypatch.setattr(peers_module, "PING_INTERVAL_S", 0.05)
 
     def samples(metrics):
         out = {}
@@ -258,24 +261,26 @@ def test_a_nodes_metrics_follow_its_work(tmp_path, monkeypatch):
 
 
 def test_a_client_that_pipelines_past_the_bound_is_not_read_until_it_drains(tmp_path, monkeypatch):
-    monkeypatch.setattr(node_module, "CLIENT_REQUESTS_PENDING_MAX", 4)
+    monkeypatch.setattr(clients_module, "CLIENT_REQUESTS_PENDING_MAX", 4)
 
     async def main():
         async with in_process(tmp_path, 3, PayloadLog) as (path, nodes):
             await nodes[0].submit(b"warm", timeout_s=20)
             gate = threading.Event()
-            original = nodes[0]._write
-            nodes[0]._write = lambda r, s: (gate.wait(), original(r, s))[1]
-            nodes[0].inline_writes = False  # the gate holds the log thread, not the loop
+            original = nodes[0].driver._write
+            nodes[0].driver._write = lambda r, s: (gate.wait(), original(r, s))[1]
+            nodes[0].driver.inline_writes = False  # the gate holds the log thread, not the loop
             client = Client([(nodes[0].config.me.host, nodes[0].bound_port)], tls=client_tls(path))
             sends = [
                 asyncio.ensure_future(client.submit(b"p%d" % k, timeout_s=30)) for k in range(10)
             ]
             try:
                 await eventually(
-                    lambda: any(c.paused for c in nodes[0]._clients), timeout_s=5, what="paused"
+                    lambda: any(c.paused for c in nodes[0].clients.connections),
+                    timeout_s=5,
+                    what="paused",
                 )
-                conn = next(iter(nodes[0]._clients))
+                conn = next(iter(nodes[0].clients.connections))
                 assert conn.pending >= 4
             finally:
                 gate.set()
@@ -295,7 +300,7 @@ def test_a_clients_concurrent_submits_travel_together(tmp_path):
             address = (nodes[1].config.me.host, nodes[1].bound_port)
             async with Client([address], tls=client_tls(path)) as client:
                 await client.submit(b"first", timeout_s=20)  # opens a session
-                conn = next(iter(nodes[1]._clients))
+                conn = next(iter(nodes[1].clients.connections))
                 before = conn.frames_received
                 io_before = nodes[1].status().io
                 sent = [b"many%d" % k for k in range(300)]
@@ -460,7 +465,7 @@ def test_a_submit_many_mixing_every_case_answers_each_item_once(tmp_path):
             assert answers[5][0] == rf.Code.EXECUTED
             await eventually(lambda: _same_everywhere(nodes, 2), what="executed")
             assert sorted(nodes[0].state_machine.payloads) == [b"a", b"b"]
-            assert not node._waiting
+            assert not node.driver.waiting
 
     asyncio.run(main())
 
@@ -487,7 +492,7 @@ def test_a_submit_many_beyond_the_proposal_queue_gets_retry_for_the_rest(tmp_pat
             assert ready == list(range(1, 9)) and retry == list(range(9, 21))
             await eventually(lambda: _same_everywhere(nodes, 8), what="executed")
             assert sorted(nodes[0].state_machine.payloads) == sorted(b"p%d" % k for k in ready)
-            assert not node._waiting
+            assert not node.driver.waiting
 
     asyncio.run(main())
 
@@ -538,7 +543,8 @@ def test_each_stage_counts_its_own_work_only(tmp_path, monkeypatch, fsync):
     fsync) and the log append (its own figure, 7 per append), each stage holds
     exactly its own share: nothing of one leaks into another's bracket."""
     clock = [0.0]
-    monkeypatch.setattr(node_module, "_perf", lambda: clock[0])
+    for module in (driver_module, peers_module, clients_module):
+        monkeypatch.setattr(module, "_perf", lambda: clock[0])
 
     def moving(fn, step):
         def wrapped(*args, **kwargs):
@@ -553,9 +559,9 @@ def test_each_stage_counts_its_own_work_only(tmp_path, monkeypatch, fsync):
             for node in nodes:
                 c = {"ready": 0, "carry_out": 0, "appends": 0, "releases": 0}
                 counts.append(c)
-                node._decode_batch = moving(node._decode_batch, 1.0)
+                node.peers.decode_batch = moving(node.peers.decode_batch, 1.0)
                 node.replica.step = moving(node.replica.step, 1000.0)
-                ready, carry_out = node.replica.ready, node._carry_out
+                ready, carry_out = node.replica.ready, node.driver._carry_out
 
                 def counted_ready(ready=ready, c=c):
                     c["ready"] += 1
@@ -571,15 +577,15 @@ def test_each_stage_counts_its_own_work_only(tmp_path, monkeypatch, fsync):
                     c["appends"] += 1
                     return 7.0, 0
 
-                def counted_release(*args, release=node._release, c=c):
+                def counted_release(*args, release=node.driver._release, c=c):
                     c["releases"] += 1
                     clock[0] += 1e12
                     return release(*args)
 
                 node.replica.ready = counted_ready
-                node._carry_out = counted_carry_out
-                node._write = counted_write
-                node._release = counted_release
+                node.driver._carry_out = counted_carry_out
+                node.driver._write = counted_write
+                node.driver._release = counted_release
             await asyncio.gather(*(nodes[k % 3].submit(b"e%d" % k, timeout_s=20) for k in range(9)))
             await eventually(lambda: _same_everywhere(nodes, 9), what="executed")
             for node, c in zip(nodes, counts, strict=True):

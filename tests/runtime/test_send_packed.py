@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import random
+
 import pytest
 
 from sdpaxos.core.messages import CAccept, OAck
 from sdpaxos.core.types import Command
-from sdpaxos.runtime import node as node_mod
-from sdpaxos.runtime.apps import PayloadLog
+from sdpaxos.protocols import protocol
+from sdpaxos.runtime import peers as peers_mod
 from sdpaxos.runtime.local import make_local_cluster, node_configs
-from sdpaxos.runtime.node import Node
+from sdpaxos.runtime.peers import Peers
+from sdpaxos.runtime.status import Tally
 from sdpaxos.wire.codec import FRAME_BYTES_MAX, decode_batch, encode_batch
 from tests.unit.test_codec_packed import count_conversions
 
@@ -42,15 +45,24 @@ def _accept(commands: int = 250, payload_bytes: int = 16) -> CAccept:
     return CAccept(0, 0, 0, 1, 0, cmds)
 
 
-def _node(tmp_path: Any, n: int = 5) -> tuple[Node, list[_Conn]]:
+def _node(tmp_path: Any, n: int = 5) -> tuple[Peers, list[_Conn]]:
+    """Node 0's peers, each connection one that keeps what it is sent."""
     cfg = node_configs(make_local_cluster(tmp_path, n, insecure=True))[0]
-    node = Node(cfg, PayloadLog(), fsync=False)
+    peers = Peers(
+        cfg,
+        protocol(cfg.protocol),
+        None,  # type: ignore[arg-type]  # sending asks nothing of the driver
+        tally=Tally(),
+        metrics=None,
+        emulator=None,
+        rng=random.Random(1),
+    )
     conns = []
     for peer_id in range(1, n):
         conn = _Conn()
-        node._peers[peer_id].conn = conn  # type: ignore[assignment]
+        peers.peers[peer_id].conn = conn  # type: ignore[assignment]
         conns.append(conn)
-    return node, conns
+    return peers, conns
 
 
 def test_a_broadcast_is_packed_once_and_every_peer_gets_the_same_bytes(
@@ -58,18 +70,16 @@ def test_a_broadcast_is_packed_once_and_every_peer_gets_the_same_bytes(
 ) -> None:
     node, conns = _node(tmp_path)
     calls: list[tuple[list[Any], int]] = []
-    real = node._encode_batch
+    real = node.encode_batch
 
     def encode(msgs: list[Any], packed: Any) -> bytes:
         calls.append((list(msgs), id(packed)))
         return real(msgs, packed)
 
-    monkeypatch.setattr(node, "_encode_batch", encode)
+    monkeypatch.setattr(node, "encode_batch", encode)
     accept = _accept()
     acks = [OAck(0, 0, peer) for peer in range(1, 5)]
-    for peer in range(1, 5):
-        node._out.setdefault(peer, []).extend([accept, acks[peer - 1]])
-    node._send_out()
+    node.send({peer: [accept, acks[peer - 1]] for peer in range(1, 5)})
     assert len(calls) == 4 and len({packed for _, packed in calls}) == 1
     for peer, conn in enumerate(conns, start=1):
         assert conn.out == [encode_batch([accept, acks[peer - 1]])]
@@ -82,9 +92,7 @@ def test_the_accept_is_converted_once_for_four_peers(
     node, conns = _node(tmp_path)
     seen = count_conversions(monkeypatch)
     accept = _accept()
-    for peer in range(1, 5):
-        node._out[peer] = [accept]
-    node._send_out()
+    node.send({peer: [accept] for peer in range(1, 5)})
     assert seen == [accept]
     assert all(len(conn.out) == 1 for conn in conns)
 
@@ -96,7 +104,7 @@ def test_a_batch_over_the_frame_limit_is_split_and_each_half_still_shared(
     big = _accept(commands=2, payload_bytes=FRAME_BYTES_MAX // 5)
     small = OAck(0, 0, 1)
     packed: dict[int, tuple[object, bytes]] = {}
-    frames = node_mod._encode(encode_batch, [big, big, big, small], packed)
+    frames = peers_mod._encode(encode_batch, [big, big, big, small], packed)
     assert seen == [big, small]  # the halves reuse what the whole batch packed
     assert [decode_batch(f) for f in frames] == [[big, big], [big, small]]
     assert all(len(f) <= FRAME_BYTES_MAX for f in frames)

@@ -1,0 +1,44 @@
+"""What every embedding entry point shares: its errors and the ``wait`` choice.
+
+:class:`~sdpaxos.runtime.node.Node`, :class:`~sdpaxos.runtime.client.Client`
+and their synchronous facades raise these and only these for what the cluster
+did (a ``TypeError`` or ``ValueError`` still says an argument was wrong, and
+``TimeoutError`` that no answer came in time), so that a caller catches one
+class whichever way it reaches the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["ClientError", "NodeError", "SessionBusy", "SessionExpired", "WaitName"]
+
+#: When a submit returns: once the command is ordered and committed
+#: (``"ready"``: its place in the log is fixed, nothing is returned), or once
+#: it has executed at the node that took it (``"executed"``: the state
+#: machine's result).
+WaitName = Literal["ready", "executed"]
+
+
+class NodeError(Exception):
+    """The node cannot serve: not started, stopped, or its log failed."""
+
+
+class SessionBusy(NodeError):
+    """A session was given a second command while its first was outstanding
+    (a session numbers its commands one at a time)."""
+
+
+class ClientError(Exception):
+    """The cluster refused a request for good (the message says why), or none answered."""
+
+
+class SessionExpired(ClientError):
+    """The command's session expired: this submission was not applied.
+
+    Raised by :class:`~sdpaxos.runtime.node.Node` and
+    :class:`~sdpaxos.runtime.client.Client` alike. Sessions expire only with
+    ``ClusterConfig(session_lifetime_slots=...)``: a command whose session
+    expired before it executed is not executed; open a new session and submit
+    again if the command is still wanted (``docs/protocol.md``, sessions).
+    """
