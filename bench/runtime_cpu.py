@@ -349,13 +349,12 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
 
 def client_path_us(items: int = 1000, frames: int = 20, passes: int = 15) -> float:
     """See the module docstring (``--client-path``)."""
+    import asyncio
     import gc
+    import random
     import time
 
     import msgpack
-
-    import asyncio
-    import random
 
     from sdpaxos.core.ready import Reply, ReplyKind
     from sdpaxos.protocols import protocol

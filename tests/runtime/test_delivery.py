@@ -21,12 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sdpaxos.core.messages import Heartbeat
+from sdpaxos.protocols import protocol
 from sdpaxos.runtime import delivery
 from sdpaxos.runtime import frames as rf
-from sdpaxos.protocols import protocol
 from sdpaxos.runtime import peers as peers_module
-from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.apps import PayloadLog
+from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.delivery import (
     CLOCK_SKEW_S_MAX,
     LATE_BUCKETS_US,

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime import clients as clients_module
 from sdpaxos.runtime import driver as driver_module
+from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime import node as node_module
 from sdpaxos.runtime import peers as peers_module
 from sdpaxos.runtime.apps import PayloadLog

@@ -9,9 +9,8 @@ alone would give.
 
 from __future__ import annotations
 
-from typing import Any
-
 import random
+from typing import Any
 
 import pytest
 
