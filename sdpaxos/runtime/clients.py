@@ -33,8 +33,7 @@ from sdpaxos.core.types import Command, Wait
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.driver import DriverPort
 from sdpaxos.runtime.metrics import Metrics
-from sdpaxos.runtime.peers import count_rejected
-from sdpaxos.runtime.status import Tally, clock_ms, observe_latency
+from sdpaxos.runtime.status import Tally, clock_ms, count_rejected, observe_latency
 from sdpaxos.runtime.transport import Connection
 
 __all__ = [

@@ -58,7 +58,7 @@ from sdpaxos.runtime.errors import NodeError, SessionBusy, SessionExpired, WaitN
 from sdpaxos.runtime.frames import COMMAND_BYTES_MAX, Hello, Kind
 from sdpaxos.runtime.log import DurableLog
 from sdpaxos.runtime.metrics import Metrics
-from sdpaxos.runtime.peers import Peers, count_rejected
+from sdpaxos.runtime.peers import Peers
 from sdpaxos.runtime.status import (
     IO_COUNTERS,
     STAGES,
@@ -66,6 +66,7 @@ from sdpaxos.runtime.status import (
     PeerStatus,
     Tally,
     clock_ms,
+    count_rejected,
     counters_of,
     observe_latency,
 )

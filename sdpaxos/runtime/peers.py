@@ -38,7 +38,7 @@ from sdpaxos.runtime.delivery import DelayedFrames, clock_token, due_here_s, mak
 from sdpaxos.runtime.driver import DriverPort
 from sdpaxos.runtime.emulator import LinkEmulator
 from sdpaxos.runtime.metrics import Metrics
-from sdpaxos.runtime.status import PeerStatus, Tally, clock_ms, reject_reason
+from sdpaxos.runtime.status import PeerStatus, Tally, clock_ms, count_rejected
 from sdpaxos.runtime.tls import client_context
 from sdpaxos.runtime.transport import SEND_BUFFER_BYTES_MAX, Connection
 from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError, PackedMessages
@@ -444,16 +444,6 @@ class Peers:
         if self.delayed is not None:
             status["delivery"] = self.delayed.to_json()
         return status
-
-
-def count_rejected(
-    tally: Tally, metrics: Metrics | None, node_id: int, what: str, reason: str
-) -> None:
-    """A refused frame or connection: counted, logged, and labelled in the metrics."""
-    tally.frames_rejected += 1
-    logger.warning("node %d: dropped %s: %s", node_id, what, reason)
-    if metrics is not None:
-        metrics.frame_rejected(reject_reason(reason))
 
 
 def _wrong_src(claimed: object, src: int) -> NoReturn:

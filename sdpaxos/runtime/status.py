@@ -10,6 +10,7 @@ to read a counter.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,10 @@ from sdpaxos.core.ready import ReplyKind
 from sdpaxos.protocols import DEFAULT_PROTOCOL
 from sdpaxos.runtime.metrics import Metrics
 
+#: Refused frames and connections are logged under the node's name (one line
+#: each, with the reason), which operators and ``python -m sdpaxos fuzz`` filter on.
+refusals = logging.getLogger("sdpaxos.runtime.node")
+
 __all__ = [
     "IO_COUNTERS",
     "STAGES",
@@ -25,6 +30,7 @@ __all__ = [
     "PeerStatus",
     "Tally",
     "clock_ms",
+    "count_rejected",
     "counters_of",
     "observe_latency",
     "reject_reason",
@@ -170,6 +176,16 @@ def counters_of(stats: object) -> dict[str, int]:
     if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
         return {k: v for k, v in dataclasses.asdict(stats).items() if type(v) is int}
     return {}
+
+
+def count_rejected(
+    tally: Tally, metrics: Metrics | None, node_id: int, what: str, reason: str
+) -> None:
+    """A refused frame or connection: counted, logged, and labelled in the metrics."""
+    tally.frames_rejected += 1
+    refusals.warning("node %d: dropped %s: %s", node_id, what, reason)
+    if metrics is not None:
+        metrics.frame_rejected(reject_reason(reason))
 
 
 def reject_reason(reason: str) -> str:
