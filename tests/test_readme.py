@@ -44,7 +44,11 @@ def test_the_core_tables_list_exactly_the_core_modules() -> None:
     assert sorted(listed) == sorted(modules)
     pyproject = tomllib.loads((core.parent.parent / "pyproject.toml").read_text())
     contracts = pyproject["tool"]["importlinter"]["contracts"]
-    (independent,) = [c for c in contracts if c["type"] == "independence"]
+    (independent,) = [
+        c
+        for c in contracts
+        if c["type"] == "independence" and c["modules"][0].startswith("sdpaxos.core.")
+    ]
     roles = {m.removeprefix("sdpaxos.core.") for m in independent["modules"]}
     first_table = section.split("| shared piece |")[0]
     assert roles == set(re.findall(r"^\| `(\w+)` \|", first_table, flags=re.M))

@@ -29,6 +29,7 @@ from typing import Any, cast
 from sdpaxos.core.sessions import decode_session_id
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.config import NodeConfig, TlsFiles
+from sdpaxos.runtime.errors import ClientError, SessionExpired, WaitName
 from sdpaxos.runtime.tls import client_context
 from sdpaxos.wire.codec import CodecError
 from sdpaxos.wire.framing import Framer, frame
@@ -53,14 +54,6 @@ _MANY_BYTES_MAX = rf.COMMAND_BYTES_MAX // 2
 _ITEM_OVERHEAD = 48
 #: Largest reply a client accepts (a status map, or a state machine's result).
 REPLY_FRAME_BYTES_MAX = rf.RUNTIME_FRAME_BYTES_MAX
-
-
-class ClientError(Exception):
-    """The cluster refused a request for good (the message says why), or none answered."""
-
-
-class SessionExpired(ClientError):
-    """The command's session had expired: it was not applied."""
 
 
 class _Conn(asyncio.Protocol):
@@ -345,10 +338,16 @@ class Client:
         payload: bytes,
         *,
         key: bytes | None = None,
-        wait: str = "ready",
+        wait: WaitName = "ready",
         timeout_s: float | None = None,
     ) -> bytes | None:
-        """Replicate ``payload`` once, whatever the retries; see :meth:`Node.submit`."""
+        """Replicate ``payload`` once, whatever the retries; see :meth:`Node.submit`.
+
+        Raises:
+            ClientError: the cluster refused the command for good (the message says why).
+            SessionExpired: the session expired; the command was not applied.
+            TimeoutError: no node answered within ``timeout_s``.
+        """
         if type(payload) is not bytes:
             raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
         if wait not in ("ready", "executed"):

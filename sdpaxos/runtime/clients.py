@@ -31,7 +31,7 @@ from sdpaxos.core.ready import Reply, ReplyKind
 from sdpaxos.core.sessions import encode_session_id
 from sdpaxos.core.types import Command, Wait
 from sdpaxos.runtime import frames as rf
-from sdpaxos.runtime.driver import DriverPort
+from sdpaxos.runtime.driver import READ_TIMEOUT_S, DriverPort
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.status import Tally, clock_ms, count_rejected, observe_latency
 from sdpaxos.runtime.transport import Connection
@@ -39,7 +39,6 @@ from sdpaxos.runtime.transport import Connection
 __all__ = [
     "CLIENT_REQUESTS_PENDING_MAX",
     "OVERLOADED",
-    "READ_TIMEOUT_S",
     "Clients",
 ]
 
@@ -47,8 +46,6 @@ _perf = time.perf_counter
 
 #: Requests one client connection may have waiting before the node stops reading it.
 CLIENT_REQUESTS_PENDING_MAX = 8192
-#: A linearizable read not served by then is answered RETRY (the client retries).
-READ_TIMEOUT_S = 5.0
 #: Why a proposal was refused with RETRY.
 OVERLOADED = "overloaded: the proposal queue is full"
 

@@ -51,6 +51,7 @@ from sdpaxos.runtime.status import Tally
 __all__ = [
     "READY_CALLS_PER_FLUSH_MAX",
     "READ_RETRY_S",
+    "READ_TIMEOUT_S",
     "Driver",
     "DriverPort",
     "Outlet",
@@ -69,6 +70,9 @@ READY_CALLS_PER_FLUSH_MAX = 64
 #: A read the sequencer could not serve is asked again after this long, until
 #: its deadline; then its caller is told no.
 READ_RETRY_S = 0.02
+#: How long a linearizable read waits for a safe answer by default (a remote
+#: client's read not served by then is answered RETRY, and it retries).
+READ_TIMEOUT_S = 5.0
 
 
 class ReplySink(Protocol):

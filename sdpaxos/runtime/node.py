@@ -49,10 +49,10 @@ from sdpaxos.core.ready import Reply, ReplyKind
 from sdpaxos.core.sessions import decode_session_id, registration
 from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.protocols import CoreReplica, ProtocolError, ProtocolSpec, protocol
-from sdpaxos.runtime.clients import READ_TIMEOUT_S, Clients
+from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.config import NodeConfig
 from sdpaxos.runtime.datadir import open_data_dir
-from sdpaxos.runtime.driver import Driver, Waiter
+from sdpaxos.runtime.driver import READ_TIMEOUT_S, Driver, Waiter
 from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
 from sdpaxos.runtime.errors import NodeError, SessionBusy, SessionExpired, WaitName
 from sdpaxos.runtime.frames import COMMAND_BYTES_MAX, Hello, Kind

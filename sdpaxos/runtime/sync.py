@@ -11,14 +11,19 @@ policy); close the facade (or use ``with``) to stop the node and the thread.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from sdpaxos.core.app import StateMachine
-from sdpaxos.runtime.client import Client
-from sdpaxos.runtime.config import NodeConfig
-from sdpaxos.runtime.node import Node, NodeError, NodeStatus
+from sdpaxos.runtime.client import ATTEMPT_TIMEOUT_S, Client
+from sdpaxos.runtime.config import NodeConfig, TlsFiles
+from sdpaxos.runtime.driver import READ_TIMEOUT_S
+from sdpaxos.runtime.emulator import LinkEmulator
+from sdpaxos.runtime.errors import NodeError, WaitName
+from sdpaxos.runtime.metrics import Metrics
+from sdpaxos.runtime.node import SNAPSHOT_LOG_BYTES_DEFAULT, Node, NodeStatus
 
 __all__ = ["SyncClient", "SyncNode"]
 
@@ -51,9 +56,32 @@ class _LoopThread:
 class SyncNode:
     """A :class:`~sdpaxos.runtime.node.Node`, started at construction, with blocking calls."""
 
-    def __init__(self, config: NodeConfig, state_machine: StateMachine, **node_kw: Any) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        state_machine: StateMachine,
+        *,
+        fsync: bool = True,
+        emulator: LinkEmulator | None = None,
+        metrics: Metrics | None = None,
+        listen_host: str | None = None,
+        snapshot_log_bytes: int | None = SNAPSHOT_LOG_BYTES_DEFAULT,
+        rng: random.Random | None = None,
+        trace_events: Collection[str] = (),
+    ) -> None:
+        """The arguments of :class:`~sdpaxos.runtime.node.Node`."""
         self._thread = _LoopThread(f"sdpaxos-node-{config.node_id}")
-        self.node = Node(config, state_machine, **node_kw)
+        self.node = Node(
+            config,
+            state_machine,
+            fsync=fsync,
+            emulator=emulator,
+            metrics=metrics,
+            listen_host=listen_host,
+            snapshot_log_bytes=snapshot_log_bytes,
+            rng=rng,
+            trace_events=trace_events,
+        )
         try:
             self._thread.call(self.node.start())
         except BaseException:
@@ -66,19 +94,21 @@ class SyncNode:
         payload: bytes,
         *,
         key: bytes | None = None,
-        wait: str = "ready",
+        wait: WaitName = "ready",
         timeout_s: float | None = None,
     ) -> bytes | None:
         """See :meth:`Node.submit`."""
-        return self._thread.call(
-            self.node.submit(payload, key=key, wait=wait, timeout_s=timeout_s)  # type: ignore[arg-type]
-        )
+        return self._thread.call(self.node.submit(payload, key=key, wait=wait, timeout_s=timeout_s))
 
     def read(
-        self, key: bytes | None = None, request: bytes | None = None, **kw: Any
+        self,
+        key: bytes | None = None,
+        request: bytes | None = None,
+        *,
+        timeout_s: float = READ_TIMEOUT_S,
     ) -> bytes | None:
         """See :meth:`Node.read`."""
-        return self._thread.call(self.node.read(key, request, **kw))
+        return self._thread.call(self.node.read(key, request, timeout_s=timeout_s))
 
     def status(self) -> NodeStatus:
         async def status() -> NodeStatus:
@@ -105,18 +135,49 @@ class SyncNode:
 class SyncClient:
     """A :class:`~sdpaxos.runtime.client.Client` with blocking calls (same arguments)."""
 
-    def __init__(self, *args: Any, **kw: Any) -> None:
+    def __init__(
+        self,
+        addresses: Sequence[tuple[str, int]],
+        *,
+        tls: TlsFiles | None = None,
+        client_name: int = 0,
+        attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
+        rng: random.Random | None = None,
+    ) -> None:
+        """The arguments of :class:`~sdpaxos.runtime.client.Client`."""
         self._thread = _LoopThread("sdpaxos-client")
-        self.client = Client(*args, **kw)
+        self.client = Client(
+            addresses,
+            tls=tls,
+            client_name=client_name,
+            attempt_timeout_s=attempt_timeout_s,
+            rng=rng,
+        )
         self._closed = False
 
-    def submit(self, payload: bytes, **kw: Any) -> bytes | None:
-        return self._thread.call(self.client.submit(payload, **kw))
+    def submit(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        wait: WaitName = "ready",
+        timeout_s: float | None = None,
+    ) -> bytes | None:
+        """See :meth:`Client.submit`."""
+        return self._thread.call(
+            self.client.submit(payload, key=key, wait=wait, timeout_s=timeout_s)
+        )
 
     def read(
-        self, key: bytes | None = None, request: bytes | None = None, **kw: Any
+        self,
+        key: bytes | None = None,
+        request: bytes | None = None,
+        *,
+        stale: bool = False,
+        timeout_s: float = 10.0,
     ) -> bytes | None:
-        return self._thread.call(self.client.read(key, request, **kw))
+        """See :meth:`Client.read`."""
+        return self._thread.call(self.client.read(key, request, stale=stale, timeout_s=timeout_s))
 
     def status(self, timeout_s: float = 5.0) -> dict[str, Any]:
         return self._thread.call(self.client.status(timeout_s))
