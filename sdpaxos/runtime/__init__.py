@@ -1,7 +1,12 @@
 """The runtime: what runs the pure core for real.
 
-* :mod:`~sdpaxos.runtime.node`: :class:`Node`, one replica on an asyncio loop
-  (driver loop, group commit, connections), and its embedding API;
+* :mod:`~sdpaxos.runtime.node`: :class:`Node`, one replica on an asyncio loop,
+  the facade of the embedding API over three parts:
+  :mod:`~sdpaxos.runtime.driver` (the replica and its durable log: group
+  commit, release in batch order), :mod:`~sdpaxos.runtime.peers` (the other
+  replicas' connections and frames) and :mod:`~sdpaxos.runtime.clients`
+  (remote clients' requests); :mod:`~sdpaxos.runtime.status` and
+  :mod:`~sdpaxos.runtime.errors` hold what they share with callers;
 * :mod:`~sdpaxos.runtime.client`: :class:`Client`, exactly-once across retries;
 * :mod:`~sdpaxos.runtime.sync`: :class:`SyncNode`, :class:`SyncClient` for code
   without an event loop;
