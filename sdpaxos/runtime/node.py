@@ -45,17 +45,16 @@ from typing import Any
 
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.messages import Message
-from sdpaxos.core.ready import Reply, ReplyKind
-from sdpaxos.core.sessions import decode_session_id, registration
-from sdpaxos.core.types import Command, ReplicaId, Wait
+from sdpaxos.core.types import ReplicaId
 from sdpaxos.protocols import CoreReplica, ProtocolError, ProtocolSpec, protocol
+from sdpaxos.runtime.calls import Calls, Session, check_payload, wait_of
 from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.config import NodeConfig
 from sdpaxos.runtime.datadir import open_data_dir
-from sdpaxos.runtime.driver import READ_TIMEOUT_S, Driver, Waiter
+from sdpaxos.runtime.driver import READ_TIMEOUT_S, Driver
 from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
-from sdpaxos.runtime.errors import NodeError, SessionBusy, SessionExpired, WaitName
-from sdpaxos.runtime.frames import COMMAND_BYTES_MAX, Hello, Kind
+from sdpaxos.runtime.errors import NodeError, SessionExpired, WaitName
+from sdpaxos.runtime.frames import Hello, Kind
 from sdpaxos.runtime.log import DurableLog
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.peers import Peers
@@ -68,7 +67,6 @@ from sdpaxos.runtime.status import (
     clock_ms,
     count_rejected,
     counters_of,
-    observe_latency,
 )
 from sdpaxos.runtime.tls import server_context
 from sdpaxos.runtime.transport import Connection
@@ -87,122 +85,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Idle local sessions kept for reuse by :meth:`Node.submit`.
-SESSIONS_IDLE_MAX = 4096
 #: A snapshot is requested when the log holds this many bytes (``None``: never).
 SNAPSHOT_LOG_BYTES_DEFAULT = 256 << 20
 #: Trace events kept for the status (``trace_events``): the latest this many.
 TRACE_EVENTS_KEPT = 256
-
-
-class Session:
-    """A client session of a node: numbers its commands for exactly-once execution.
-
-    One command at a time (the core's session rule); :meth:`Node.submit` keeps a
-    pool of them, so callers need one only to control numbering themselves.
-    """
-
-    def __init__(self, node: Node, client_id: int) -> None:
-        self.node = node
-        self.client_id = client_id
-        self.seq = 0
-        self.busy = False
-
-    async def submit(
-        self,
-        payload: bytes,
-        *,
-        key: bytes | None = None,
-        wait: WaitName = "ready",
-        timeout_s: float | None = None,
-    ) -> bytes | None:
-        """Propose ``payload`` as this session's next command and wait for it.
-
-        Raises:
-            SessionBusy: this session's previous command is still outstanding.
-            SessionExpired: the session expired; the command was not applied.
-        """
-        if self.busy:
-            raise SessionBusy("a session has one command outstanding at a time")
-        self.busy = True
-        try:
-            self.seq += 1
-            cmd = Command(self.client_id, self.seq, payload, key)
-            reply = await self.node._propose(cmd, _wait_of(wait), timeout_s)
-        finally:
-            self.busy = False
-        if reply.kind == ReplyKind.SESSION_EXPIRED:
-            raise SessionExpired(f"session {self.client_id} expired; the command was not applied")
-        return reply.result
-
-
-def _wait_of(wait: str) -> Wait:
-    if wait == "ready":
-        return Wait.READY
-    if wait == "executed":
-        return Wait.EXECUTED
-    raise ValueError(f'wait must be "ready" or "executed", got {wait!r}')
-
-
-class _Futures:
-    """The reply sink of :meth:`Node._propose`: the token is the caller's future."""
-
-    def answered(
-        self, future: asyncio.Future[Reply], request_id: int, reply: Reply | None, started_ms: float
-    ) -> None:
-        if future.done():
-            return
-        if reply is None:
-            future.set_exception(NodeError("the node stopped before the command was answered"))
-        else:
-            future.set_result(reply)
-
-
-class _Nowaits:
-    """The reply sink of :meth:`Node.submit_nowait`: the token is the
-    caller's future and the session the command took from the pool, which
-    goes back to the pool once answered (not when it expired)."""
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-
-    def answered(
-        self,
-        token: tuple[asyncio.Future[bytes | None], Session],
-        request_id: int,
-        reply: Reply | None,
-        started_ms: float,
-    ) -> None:
-        future, session = token
-        if reply is None:
-            if not future.done():
-                future.set_exception(NodeError("the node stopped before the command was answered"))
-            return
-        node = self.node
-        observe_latency(node.metrics, reply.kind, started_ms)
-        session.busy = False
-        if reply.kind == ReplyKind.SESSION_EXPIRED:
-            if not future.done():
-                future.set_exception(
-                    SessionExpired(
-                        f"session {session.client_id} expired; the command was not applied"
-                    )
-                )
-            return
-        if len(node._sessions) < SESSIONS_IDLE_MAX:
-            node._sessions.append(session)
-        if not future.done():
-            future.set_result(reply.result)
-
-
-_FUTURES = _Futures()
-
-
-def _check_payload(payload: object) -> None:
-    if type(payload) is not bytes:
-        raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
-    if len(payload) > COMMAND_BYTES_MAX:
-        raise ValueError(f"payload of {len(payload)} bytes exceeds {COMMAND_BYTES_MAX}")
 
 
 class Node:
@@ -281,8 +167,8 @@ class Node:
         self._io: concurrent.futures.ThreadPoolExecutor | None = None
         self._server: asyncio.Server | None = None
         self._running = False
-        self._sessions: list[Session] = []
-        self._nowaits = _Nowaits(self)
+        #: Submits and reads of this process (made at start).
+        self.calls: Calls | None = None
         self._ready_reported = 0
 
     # --------------------------------------------------------------- lifecycle
@@ -334,6 +220,7 @@ class Node:
             snapshot_log_bytes=self.snapshot_log_bytes,
         )
         rng = self._rng
+        self.calls = Calls(driver, cfg.cluster, rng, self.metrics)
         self.peers = peers = Peers(
             cfg,
             spec,
@@ -491,7 +378,7 @@ class Node:
     def metrics(self, metrics: Metrics | None) -> None:
         """Metrics may be attached to (or taken from) a running node."""
         self._metrics = metrics
-        for part in (self.driver, self.peers, self.clients):
+        for part in (self.driver, self.peers, self.clients, self.calls):
             if part is not None:
                 part.metrics = metrics
 
@@ -559,43 +446,17 @@ class Node:
 
     # ------------------------------------------------------------ public API
 
-    def _check_running(self) -> Driver:
-        driver = self.driver
-        if driver is not None and driver.failed is not None:
-            raise NodeError(f"the node stopped after a log failure: {driver.failed}")
-        if not self._running or driver is None:
+    def _calls(self) -> Calls:
+        calls = self.calls
+        if calls is None:
             raise NodeError("the node is not running (use `async with Node(...)`)")
-        return driver
-
-    async def _propose(self, cmd: Command, wait: Wait, timeout_s: float | None) -> Reply:
-        driver = self._check_running()
-        future: asyncio.Future[Reply] = driver.loop.create_future()
-        started = clock_ms()
-
-        async def enqueue() -> Reply:
-            await self._enqueue_when_room(driver, cmd, wait, (_FUTURES, future, 0, started))
-            return await future
-
-        reply = await asyncio.wait_for(enqueue(), timeout_s)
-        observe_latency(self.metrics, reply.kind, started)
-        return reply
-
-    async def _enqueue_when_room(
-        self, driver: Driver, cmd: Command, wait: Wait, waiter: Waiter
-    ) -> None:
-        """Propose ``cmd``, waiting for room in the proposal queue while it is full."""
-        while not driver.enqueue(cmd, wait, waiter):
-            await driver.room.wait()
-            self._check_running()
+        calls.check_running()
+        return calls
 
     async def session(self) -> Session:
-        """A new session (registered through the log when sessions expire)."""
-        self._check_running()
-        if self.config.cluster.session_lifetime_slots is None:
-            return Session(self, self._rng.getrandbits(63) | 1)
-        nonce = self._rng.getrandbits(63) | 1
-        reply = await self._propose(registration(nonce), Wait.EXECUTED, None)
-        return Session(self, decode_session_id(reply.result))
+        """A new session of this node, for callers who number their commands
+        themselves (registered through the log when sessions expire)."""
+        return await self._calls().session()
 
     async def submit(
         self,
@@ -614,16 +475,9 @@ class Node:
             SessionExpired: the session expired; the command was not applied.
             TimeoutError: no answer within ``timeout_s``.
         """
-        _check_payload(payload)
-        _wait_of(wait)
-        session = self._sessions.pop() if self._sessions else await self.session()
-        try:
-            result = await session.submit(payload, key=key, wait=wait, timeout_s=timeout_s)
-        except (TimeoutError, asyncio.CancelledError, SessionExpired):
-            raise  # the session may have a command in flight: do not reuse it
-        if len(self._sessions) < SESSIONS_IDLE_MAX:
-            self._sessions.append(session)
-        return result
+        check_payload(payload)
+        wait_of(wait)
+        return await self._calls().submit(payload, key, wait, timeout_s)
 
     def submit_nowait(
         self, payload: bytes, *, key: bytes | None = None, wait: WaitName = "ready"
@@ -636,30 +490,9 @@ class Node:
         queue has room, else as soon as it has. Cancelling the future does not
         withdraw the command. No timeout: the caller decides how long to wait.
         """
-        _check_payload(payload)
-        mode = _wait_of(wait)
-        driver = self._check_running()
-        loop = driver.loop
-        if self._sessions:
-            session = self._sessions.pop()
-        elif self.config.cluster.session_lifetime_slots is None:
-            session = Session(self, self._rng.getrandbits(63) | 1)
-        else:  # a session must be registered through the log first
-            return asyncio.ensure_future(self.submit(payload, key=key, wait=wait))
-        session.seq += 1
-        session.busy = True
-        cmd = Command(session.client_id, session.seq, payload, key)
-        future: asyncio.Future[bytes | None] = loop.create_future()
-        waiter: Waiter = (self._nowaits, (future, session), 0, clock_ms())
-        if not driver.enqueue(cmd, mode, waiter):
-
-            def failed(task: asyncio.Task[None]) -> None:
-                if not task.cancelled() and task.exception() is not None and not future.done():
-                    future.set_exception(task.exception())  # type: ignore[arg-type]
-
-            task = loop.create_task(self._enqueue_when_room(driver, cmd, mode, waiter))
-            task.add_done_callback(failed)
-        return future
+        check_payload(payload)
+        wait_of(wait)
+        return self._calls().submit_nowait(payload, key, wait)
 
     def read_nowait(
         self,
@@ -670,23 +503,7 @@ class Node:
     ) -> asyncio.Future[bytes | None]:
         """:meth:`read` without a coroutine: the future of its answer (or of
         :class:`TimeoutError`). For the same front ends as :meth:`submit_nowait`."""
-        driver = self._check_running()
-        future: asyncio.Future[bytes | None] = driver.loop.create_future()
-
-        def done(ok: bool, value: bytes | None) -> None:
-            if future.done():
-                return
-            if ok:
-                future.set_result(value)
-            elif not self._running:
-                future.set_exception(NodeError("the node stopped before the read was answered"))
-            else:
-                future.set_exception(
-                    TimeoutError(f"no linearizable read of {key!r} within {timeout_s} s")
-                )
-
-        driver.start_read(key, request, driver.now_ms() + timeout_s * 1000, done)
-        return future
+        return self._calls().read_nowait(key, request, timeout_s)
 
     async def read(
         self,
@@ -704,19 +521,7 @@ class Node:
             NodeError: the node is not running, or stopped before answering.
             TimeoutError: no safe answer within ``timeout_s`` (no sequencer with a lease).
         """
-        driver = self._check_running()
-        future: asyncio.Future[tuple[bool, bytes | None]] = driver.loop.create_future()
-
-        def done(ok: bool, value: bytes | None) -> None:
-            if not future.done():
-                future.set_result((ok, value))
-
-        driver.start_read(key, request, driver.now_ms() + timeout_s * 1000, done)
-        ok, value = await future
-        if not ok:
-            self._check_running()
-            raise TimeoutError(f"no linearizable read of {key!r} within {timeout_s} s")
-        return value
+        return await self._calls().read(key, request, timeout_s)
 
     # ----------------------------------------------------------------- status
 

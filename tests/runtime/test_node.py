@@ -366,12 +366,12 @@ def test_submit_nowait_keeps_thousands_in_flight_and_reuses_sessions(tmp_path, m
             assert positions == list(range(1, len(sent) + 1))  # each executed once
             await eventually(lambda: _same_everywhere(nodes, len(sent)), what="all executed")
             # Sessions went back to the pool: a second wave draws no new ones.
-            idle = len(nodes[0]._sessions)
+            idle = len(nodes[0].calls.sessions)
             assert idle > 0
             more = [nodes[0].submit_nowait(b"again%d" % k) for k in range(idle)]
-            assert len(nodes[0]._sessions) == 0
+            assert len(nodes[0].calls.sessions) == 0
             assert await asyncio.gather(*more) == [None] * idle  # READY answers nothing
-            assert len(nodes[0]._sessions) == idle
+            assert len(nodes[0].calls.sessions) == idle
             value = await nodes[1].read_nowait(None)
             assert b"again0" in payloads_of(value)
             with pytest.raises(TypeError, match="payload must be bytes"):
