@@ -196,12 +196,13 @@ class CheckResult:
         """The verdict, a summary line, and the witness if there is one."""
         checked = [p for p in self.partitions if p.checked]
         counts = {v: sum(1 for p in checked if p.verdict is v) for v in Verdict}
-        parts = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
+        parts = [f"{n} {v.value}" for v, n in counts.items() if n]
+        parts_text = ", ".join(parts) + "; " if parts else ""  # none for an empty history
         lines = [
             str(self.verdict),
             f"{len(self.history)} operations, {len(self.partitions)} "
             f"sub-histor{'y' if len(self.partitions) == 1 else 'ies'} "
-            f"({parts}; {len(self.partitions) - len(checked)} not needed), "
+            f"({parts_text}{len(self.partitions) - len(checked)} not needed), "
             f"{sum(p.configs for p in checked)} configurations, {self.elapsed_s:.3f} s",
         ]
         lines.extend(self.notes)

@@ -131,3 +131,65 @@ from sdpaxos.check import Register  # noqa: E402  (a model for --model module:Cl
 class Zero(Register):
     def __init__(self) -> None:
         super().__init__(0)
+
+
+NEMESIS_ONLY_EDN = """[{:process :nemesis, :type :info, :f :start, :value nil}
+ {:process :nemesis, :type :info, :f :start, :value "partitioned"}
+ {:process :nemesis, :type :info, :f :stop, :value nil}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "fmt"),
+    [
+        ("nemesis.edn", NEMESIS_ONLY_EDN, "edn"),
+        ("empty.edn", "[]\n", "edn"),
+        ("empty.jsonl", "", "jsonl"),
+        ("blank.jsonl", "\n\n", "jsonl"),
+        ("failed.jsonl", '{"client": 1, "input": ["get", "k"], "invoke": 0, "status": "fail"}\n', "jsonl"),
+        ("empty.txt", "", "kv"),
+        ("nemesis.log", "INFO  jepsen.util - :nemesis :info :start nil\n", "etcd"),
+    ],
+)
+def test_an_empty_history_is_linearizable(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str, fmt: str
+) -> None:
+    """No operation (only the nemesis's events, an empty file, only failed
+    operations) is a history like any other, and it is linearizable, as
+    Knossos and Porcupine say: not an input error."""
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = run(capsys, str(path), "--format", fmt)
+    assert (code, err) == (0, "")
+    verdict, summary = out.splitlines()
+    assert verdict == "linearizable"
+    assert summary.startswith("0 operations, 0 sub-histories (0 not needed), 0 configurations")
+
+
+@pytest.mark.parametrize(
+    ("model", "line", "message"),
+    [
+        ("kv", '["frob", "k"]', "unknown operation 'frob' (kv knows get, put, append, delete, cas)"),
+        ("kv", '["frob"]', "unknown operation 'frob' (kv knows get, put, append, delete, cas)"),
+        ("kv", '["put", "k"]', "'put' takes 2 arguments"),
+        ("kv", '["cas", "k", "v"]', "'cas' takes [old, new]"),
+        ("kv", '"get"', "an input must be a list naming the operation"),
+        ("register", '["cas", [0, 1]]', "unknown operation 'cas' (register knows read, write)"),
+        ("cas-register", '["frob"]', "unknown operation 'frob' (cas-register knows read, write, cas)"),
+        ("set", '["frob", 1]', "unknown operation 'frob' (set knows add, remove, contains, read)"),
+        ("fifo-queue", '["push", 1]', "unknown operation 'push' (fifo-queue knows enqueue, dequeue)"),
+    ],
+)
+def test_an_operation_the_model_does_not_know_is_an_input_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, model: str, line: str, message: str
+) -> None:
+    """Not a verdict: a history the model cannot read says nothing about the
+    system (it was "not linearizable", exit 1, or a traceback without a key)."""
+    path = tmp_path / "h.jsonl"
+    good = '{"client": 1, "input": ["write", 1], "output": null, "invoke": 0, "complete": 1}\n'
+    bad = f'{{"client": 2, "input": {line}, "output": null, "invoke": 2, "complete": 3}}\n'
+    path.write_text(("" if model == "kv" else good) + bad)
+    code, out, err = run(capsys, str(path), "--format", "jsonl", "--model", model)
+    where = "operation 0 (line 1)" if model == "kv" else "operation 1 (line 2)"
+    assert (code, out) == (3, "")
+    assert err == f"error: {path}: {where}: {message}\n"
