@@ -125,12 +125,34 @@ def test_the_module_runs_as_a_program() -> None:
     assert proc.returncode == 1 and proc.stdout.startswith("not linearizable\n")
 
 
+def test_a_user_model_whose_partition_raises_is_an_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"client": 1, "input": ["read"], "output": 0, "invoke": 0, "complete": 1}\n')
+    code, out, err = run(
+        capsys, str(path), "--format", "jsonl", "--model", "tests.check.test_cli:Keyless"
+    )
+    assert (code, out) == (3, "")
+    assert err == (
+        f"error: {path}: operation 0 (line 1): the model's partition raised"
+        " IndexError: tuple index out of range\n"
+    )
+
+
 from sdpaxos.check import Register  # noqa: E402  (a model for --model module:Class)
 
 
 class Zero(Register):
     def __init__(self) -> None:
         super().__init__(0)
+
+
+class Keyless(Register):
+    """A model that splits by a key its inputs do not have (a bug in the model)."""
+
+    def partition(self, input: object) -> object:
+        return input[1]  # type: ignore[index]
 
 
 NEMESIS_ONLY_EDN = """[{:process :nemesis, :type :info, :f :start, :value nil}
@@ -146,7 +168,11 @@ NEMESIS_ONLY_EDN = """[{:process :nemesis, :type :info, :f :start, :value nil}
         ("empty.edn", "[]\n", "edn"),
         ("empty.jsonl", "", "jsonl"),
         ("blank.jsonl", "\n\n", "jsonl"),
-        ("failed.jsonl", '{"client": 1, "input": ["get", "k"], "invoke": 0, "status": "fail"}\n', "jsonl"),
+        (
+            "failed.jsonl",
+            '{"client": 1, "input": ["get", "k"], "invoke": 0, "status": "fail"}\n',
+            "jsonl",
+        ),
         ("empty.txt", "", "kv"),
         ("nemesis.log", "INFO  jepsen.util - :nemesis :info :start nil\n", "etcd"),
     ],
@@ -169,15 +195,27 @@ def test_an_empty_history_is_linearizable(
 @pytest.mark.parametrize(
     ("model", "line", "message"),
     [
-        ("kv", '["frob", "k"]', "unknown operation 'frob' (kv knows get, put, append, delete, cas)"),
+        (
+            "kv",
+            '["frob", "k"]',
+            "unknown operation 'frob' (kv knows get, put, append, delete, cas)",
+        ),
         ("kv", '["frob"]', "unknown operation 'frob' (kv knows get, put, append, delete, cas)"),
-        ("kv", '["put", "k"]', "'put' takes 2 arguments"),
-        ("kv", '["cas", "k", "v"]', "'cas' takes [old, new]"),
-        ("kv", '"get"', "an input must be a list naming the operation"),
+        ("kv", '["put", "k"]', "'put' takes 2 arguments, got 1: ('put', 'k')"),
+        ("kv", '["cas", "k", "v"]', "'cas' takes [old, new], got 'v'"),
+        ("kv", '"get"', "an input must be a list naming the operation, got 'get'"),
         ("register", '["cas", [0, 1]]', "unknown operation 'cas' (register knows read, write)"),
-        ("cas-register", '["frob"]', "unknown operation 'frob' (cas-register knows read, write, cas)"),
+        (
+            "cas-register",
+            '["frob"]',
+            "unknown operation 'frob' (cas-register knows read, write, cas)",
+        ),
         ("set", '["frob", 1]', "unknown operation 'frob' (set knows add, remove, contains, read)"),
-        ("fifo-queue", '["push", 1]', "unknown operation 'push' (fifo-queue knows enqueue, dequeue)"),
+        (
+            "fifo-queue",
+            '["push", 1]',
+            "unknown operation 'push' (fifo-queue knows enqueue, dequeue)",
+        ),
     ],
 )
 def test_an_operation_the_model_does_not_know_is_an_input_error(
@@ -186,10 +224,15 @@ def test_an_operation_the_model_does_not_know_is_an_input_error(
     """Not a verdict: a history the model cannot read says nothing about the
     system (it was "not linearizable", exit 1, or a traceback without a key)."""
     path = tmp_path / "h.jsonl"
-    good = '{"client": 1, "input": ["write", 1], "output": null, "invoke": 0, "complete": 1}\n'
-    bad = f'{{"client": 2, "input": {line}, "output": null, "invoke": 2, "complete": 3}}\n'
-    path.write_text(("" if model == "kv" else good) + bad)
+    first = {"kv": '["put", "j", "v"]', "set": '["add", 1]', "fifo-queue": '["enqueue", 1]'}
+    lines = [first.get(model, '["write", 1]'), line]  # the bad one second, on line 3
+    path.write_text(
+        "\n".join(
+            f'{{"client": {i}, "input": {inp}, "output": null, "invoke": {i}, "complete": {i}}}\n'
+            for i, inp in enumerate(lines)
+        )
+    )
     code, out, err = run(capsys, str(path), "--format", "jsonl", "--model", model)
-    where = "operation 0 (line 1)" if model == "kv" else "operation 1 (line 2)"
+    where = "operation 1 (line 3)"
     assert (code, out) == (3, "")
     assert err == f"error: {path}: {where}: {message}\n"
