@@ -241,10 +241,12 @@ class CommandLeader:
     def forget_below(self, floor: int) -> None:
         """Our C-instances below ``floor`` were executed somewhere and are about to
         be compacted (a snapshot covers them). One we still wait for was either
-        chosen with our commands (they executed: ready) or replaced by a
-        recoverer's value: its session commands are proposed again, and
-        exactly-once execution answers them; commands without a session are not
-        (they may have executed)."""
+        chosen with our commands (they executed: ready), or replaced by a
+        recoverer's value, or its value is unknown here (a peer's snapshot
+        covers it): its commands are proposed again, and exactly-once execution
+        answers them whether or not they executed. Every one has a session:
+        :meth:`Replica.propose` refuses ``client_id`` 0, which this could
+        neither answer nor propose again without risking a second execution."""
         s = self.s
         log = s.clog.logs[s.me]
         for index in [i for i in self.inflight if i < floor]:
@@ -254,9 +256,8 @@ class CommandLeader:
                 self.make_ready(index, proposed)
                 continue
             del self.inflight[index]
-            again = tuple(cmd for cmd in proposed if cmd.client_id)
-            self.proposals.extendleft(reversed(again))
-            s.out.trace("Repropose", index=index, commands=len(again))
+            self.proposals.extendleft(reversed(proposed))
+            s.out.trace("Repropose", index=index, commands=len(proposed))
         if self.next_index < floor:
             self.next_index = CIndex(floor)
 

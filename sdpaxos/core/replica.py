@@ -279,9 +279,14 @@ class Replica:
 
         Raises:
             Overloaded: the proposal queue holds ``propose_queue_max`` commands.
+            LocalProtocolError: not a :class:`Command`, or its ``client_id`` is 0
+                (no session: :meth:`CommandLeader.forget_below` could not answer
+                it, see there).
         """
         if not isinstance(command, Command):
             raise LocalProtocolError(f"propose() takes a Command, got {type(command).__name__}")
+        if command.client_id == 0:
+            raise LocalProtocolError("client_id 0 has no session: propose under a session")
         proposals = self._proposals
         if len(proposals) >= self._propose_queue_max:
             raise Overloaded(f"{len(proposals)} proposals are already queued")
