@@ -120,12 +120,13 @@ class Snapshots:
             captured.sessions,
             captured.app,
         )
-        self.compact(snap)
+        self.compact(snap, installed=False)
         s.stats.snapshots_taken += 1
         s.out.trace("TakeSnapshot", slot=snap.slot)
 
-    def compact(self, snap: Snapshot) -> None:
-        """Forget what ``snap`` covers, in memory; the driver saves it and truncates."""
+    def compact(self, snap: Snapshot, *, installed: bool) -> None:
+        """Forget what ``snap`` covers, in memory; the driver saves it and truncates
+        (``installed``: it came from a peer, else this replica took it)."""
         s = self.s
         olog = s.olog
         self.r.compacted(snap)
@@ -141,6 +142,7 @@ class Snapshots:
         olog.heard_upto = max(olog.heard_upto, snap.slot)
         self.keep(snap)
         s.out.snapshot = snap
+        s.out.snapshot_installed = installed
         self.r.compacted(snap)
 
     def ask(self, src: ReplicaId) -> None:
@@ -264,7 +266,7 @@ class Snapshots:
         if self.captured is not None and self.captured.slot <= snap.slot:
             self.captured = None
         self.drop_stale_transfer()
-        self.compact(mine)
+        self.compact(mine, installed=True)
         s.stats.snapshots_installed += 1
         if s.views.sequencer is None:
             s.stats.snapshots_installed_in_view_change += 1
