@@ -66,6 +66,16 @@ class Snapshots:
         #: The one transfer in flight, if any.
         self.transfer: Transfer | None = None
 
+    def request(self) -> None:
+        """The driver asked for a snapshot (:meth:`Replica.request_snapshot`):
+        capture one at the next executed boundary, looked at the next ready()."""
+        self.requested = True
+        self.s.progress.dirty = True
+
+    def fetching(self) -> bool:
+        """Is a snapshot on its way (a transfer in flight)?"""
+        return self.transfer is not None
+
     # ------------------------------------------------------------ taking
 
     def after_execute(self) -> None:
@@ -143,7 +153,6 @@ class Snapshots:
         self.keep(snap)
         s.out.snapshot = snap
         s.out.snapshot_installed = installed
-        self.r.compacted(snap)
 
     def ask(self, src: ReplicaId) -> None:
         """Ask ``src`` for its snapshot, whatever its slot (slot 0 is never one)."""
@@ -271,6 +280,8 @@ class Snapshots:
         if s.views.sequencer is None:
             s.stats.snapshots_installed_in_view_change += 1
         s.out.trace("InstallSnapshot", slot=snap.slot, src=src)
+        progress.blocked = None  # execution starts again from the snapshot
+        progress.moved_ms = s.now_ms
         self.r.installed(mine)
 
     def restart_from(self, snap: Snapshot) -> None:

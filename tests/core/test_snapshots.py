@@ -169,7 +169,8 @@ def test_a_compacted_acceptor_answers_compacted_and_the_recoverer_installs() -> 
     _run(net, 100, phase1)
     rep2 = net.replicas[2]
     assert net.replicas[0].ctx.clog.floor[1] > 0 and net.replicas[1].ctx.clog.floor[1] > 0
-    assert rep2.executor.blocked is not None and rep2.executor.blocked[0] == 1
+    blocked = rep2.ctx.progress.blocked
+    assert blocked is not None and blocked[0] == 1
     # Now 2 may recover, but still not learn or fetch a snapshot.
     phase2 = cut_off(CAccept, CCommit, LearnRequest, SnapshotChunk)
     _run(net, 150, phase2)
