@@ -3,7 +3,8 @@
 A role owns its own state and reads the shared pieces here; it changes them only
 through their methods, or as the comment of the field says. Roles never hold one
 another: what one role needs another to do goes through
-:class:`~sdpaxos.core.reactions.Reactions`, which the replica facade implements.
+:class:`~sdpaxos.core.reactions.Reactions`, which the facade's
+:class:`~sdpaxos.core.router.Router` implements.
 """
 
 import math
