@@ -31,7 +31,13 @@ from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from sdpaxos.check.history import History, Operation, validate
+from sdpaxos.check.history import (
+    History,
+    HistoryError,
+    Operation,
+    describe_position,
+    validate,
+)
 from sdpaxos.check.model import ILLEGAL, Model
 from sdpaxos.check.search import (
     ILLEGAL_VERDICT,
@@ -196,12 +202,13 @@ class CheckResult:
         """The verdict, a summary line, and the witness if there is one."""
         checked = [p for p in self.partitions if p.checked]
         counts = {v: sum(1 for p in checked if p.verdict is v) for v in Verdict}
-        parts = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
+        parts = [f"{n} {v.value}" for v, n in counts.items() if n]
+        parts_text = ", ".join(parts) + "; " if parts else ""  # none for an empty history
         lines = [
             str(self.verdict),
             f"{len(self.history)} operations, {len(self.partitions)} "
             f"sub-histor{'y' if len(self.partitions) == 1 else 'ies'} "
-            f"({parts}; {len(self.partitions) - len(checked)} not needed), "
+            f"({parts_text}{len(self.partitions) - len(checked)} not needed), "
             f"{sum(p.configs for p in checked)} configurations, {self.elapsed_s:.3f} s",
         ]
         lines.extend(self.notes)
@@ -230,7 +237,12 @@ def partition_history(
     """
     groups: dict[Hashable, list[int]] = {}
     for i, op in enumerate(history):
-        key = model.partition(op.input)
+        try:
+            key = model.partition(op.input)
+        except Exception as e:  # a bug in the model, or an input it does not know
+            raise ModelError(
+                f"{describe_position(i, op)}: the model's partition raised {type(e).__name__}: {e}"
+            ) from e
         if key is None:
             return [(None, list(range(len(history))))]
         groups.setdefault(key, []).append(i)
@@ -421,13 +433,20 @@ def check(
     sub-history even after one fails (for the picture). ``partition=False``
     checks the history as a whole even if the model could split it.
 
-    Raises :class:`~sdpaxos.check.HistoryError` for a malformed history and
-    :class:`ModelError` if the model's ``step`` raises (naming the operation).
+    Raises :class:`~sdpaxos.check.HistoryError` for a malformed history or an
+    operation the model does not know (:meth:`Model.check_input`), and
+    :class:`ModelError` if the model's ``step`` or ``partition`` raises
+    (naming the operation).
     """
     started = time.monotonic()
     deadline = None if timeout_s is None else started + timeout_s
     ops = tuple(history)
     validate(ops)
+    for i, op in enumerate(ops):
+        try:
+            model.check_input(op.input)
+        except ValueError as e:
+            raise HistoryError(f"{describe_position(i, op)}: {e}", i) from None
     groups: list[tuple[Hashable, list[int]]] = (
         partition_history(model, ops) if partition else [(None, list(range(len(ops))))]
     )

@@ -2,7 +2,9 @@
 
 Each reader turns text into a list of :class:`~sdpaxos.check.Operation` and
 names the model the format implies. Every problem raises :class:`FormatError`
-naming the file and line.
+naming the file and line. A file with no operation (empty, or only a nemesis's
+events, or only failed operations) is an empty history, not an error: it is
+linearizable, as Knossos and Porcupine say.
 
 ``etcd`` (also ``jepsen-etcd-log``)
     Jepsen log lines ``INFO  jepsen.util - <process> <type> <f> <value>`` for
@@ -212,8 +214,6 @@ def parse_etcd(text: str, source: str = "<text>") -> Loaded:
             pairing.add(process, inp, UNKNOWN, time, n, meta)
         # any other :fail did not happen
     ops = pairing.finish(make_input)
-    if not ops:
-        raise FormatError(source, None, "no operations found (is this a Jepsen etcd log?)")
     return Loaded(ops, CasRegister(), "etcd")
 
 
@@ -297,10 +297,7 @@ def parse_kv_lines(text: str, source: str = "<text>") -> Loaded:
         if isinstance(form, dict) and Keyword("key") not in form:
             raise FormatError(source, n, "missing :key (kv lines are key-value operations)")
         _op_from_map(pairing, form, n, n, nil_read_unknown=False)
-    ops = pairing.finish(_edn_input)
-    if not ops:
-        raise FormatError(source, None, "no operations found")
-    return Loaded(ops, KeyValue(missing=""), "kv")
+    return Loaded(pairing.finish(_edn_input), KeyValue(missing=""), "kv")
 
 
 def parse_edn(text: str, source: str = "<text>") -> Loaded:
@@ -313,8 +310,6 @@ def parse_edn(text: str, source: str = "<text>") -> Loaded:
     for index, (form, n) in enumerate(forms):
         _op_from_map(pairing, form, n, index, nil_read_unknown=True)
     ops = pairing.finish(_edn_input)
-    if not ops:
-        raise FormatError(source, None, "no operations found")
     model: Model[Any] = KeyValue() if pairing.keyed else CasRegister()
     return Loaded(ops, model, "edn")
 
@@ -378,8 +373,6 @@ def parse_jsonl(text: str, source: str = "<text>") -> Loaded:
         else:
             out = _hashable(obj["output"]) if "output" in obj else UNKNOWN
             ops.append(Operation(client, inp, out, invoke, complete, meta))
-    if not ops:
-        raise FormatError(source, None, "no operations found")
     return Loaded(ops, KeyValue(), "jsonl")
 
 

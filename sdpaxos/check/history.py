@@ -108,7 +108,7 @@ def validate(history: History) -> None:
     failure names the operation by position and by its ``meta``.
     """
     for i, op in enumerate(history):
-        where = f"operation {i}" + (f" ({op.meta})" if op.meta else "")
+        where = describe_position(i, op)
         if not isinstance(op, Operation):
             raise HistoryError(f"{where}: expected an Operation, got {type(op).__name__}", i)
         if op.complete is not None and op.complete < op.invoke:
@@ -127,3 +127,8 @@ def validate(history: History) -> None:
             raise HistoryError(
                 f"{where}: the input {op.input!r} is not hashable (use tuples, not lists)", i
             ) from None
+
+
+def describe_position(index: int, op: Operation) -> str:
+    """How an error names an operation: its position, and its ``meta`` (the file's line)."""
+    return f"operation {index}" + (f" ({op.meta})" if op.meta else "")

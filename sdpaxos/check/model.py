@@ -36,7 +36,7 @@ This module does no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar, Final, Generic, TypeVar, final
 
 from sdpaxos.check.history import UNKNOWN
@@ -102,6 +102,8 @@ class Model(Generic[S]):
 
     Optional overrides:
 
+    * :attr:`operations` or :meth:`check_input`: which inputs the model knows
+      (any other makes the history an input error, not a verdict).
     * :meth:`read_only`: which operations never change the state (faster).
     * :meth:`partition`: the key of the independent part of the object an
       operation touches (a map's key). The checker then splits the history by
@@ -117,6 +119,11 @@ class Model(Generic[S]):
 
     name: ClassVar[str] = "model"
 
+    #: The operations the model knows, by name (an input's first item), with
+    #: how many arguments each takes; a trailing ``None`` more is accepted too,
+    #: as Jepsen-style readers write ``("read", None)``. ``None``: any input.
+    operations: ClassVar[Mapping[str, int] | None] = None
+
     def init(self) -> S:
         """The state before any operation."""
         raise NotImplementedError
@@ -129,6 +136,27 @@ class Model(Generic[S]):
         would lead to (it is legal whenever some output would be).
         """
         raise NotImplementedError
+
+    def check_input(self, input: Any) -> None:
+        """Raise :class:`ValueError`, saying why, if ``input`` is no operation of this model.
+
+        The checker asks about every operation before it searches: ``step``
+        answering :data:`ILLEGAL` to an operation it does not know would make
+        the verdict "not linearizable" about a history that says nothing of
+        the system. The default checks the name and argument count against
+        :attr:`operations`, if set; override it to check more.
+        """
+        known = self.operations
+        if known is None:
+            return
+        if not isinstance(input, tuple) or not input:
+            raise ValueError(f"an input must be a list naming the operation, got {input!r}")
+        f, args = input[0], len(input) - 1
+        if not isinstance(f, str) or f not in known:
+            raise ValueError(f"unknown operation {f!r} ({self.name} knows {', '.join(known)})")
+        if args != known[f] and not (args == known[f] + 1 and input[-1] is None):
+            plural = "" if known[f] == 1 else "s"
+            raise ValueError(f"{f!r} takes {known[f]} argument{plural}, got {args}: {input!r}")
 
     def read_only(self, input: Any, output: Any) -> bool:
         """True if this operation, with this output, never changes any state

@@ -21,14 +21,17 @@ fifo-queue     ``("enqueue", x)``, ``("dequeue",)``    dequeue: the head, or ``N
 ============== ======================================= ==================================
 
 A trailing ``None`` argument is accepted everywhere (``("read", None)``,
-``("get", k, None)``), which is what readers of Jepsen-style logs produce.
+``("get", k, None)``), which is what readers of Jepsen-style logs produce. Any
+other input (an unknown operation, a missing argument, a cas without an
+``(old, new)`` pair) is refused before the search (:meth:`Model.check_input`):
+the history cannot be checked against the model, which is no verdict on it.
 
 This module does no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from sdpaxos.check.history import UNKNOWN
@@ -51,10 +54,17 @@ def _describe_register_op(f: Any, arg: Any, output: Any) -> str:
     return text if output is None else f"{text} -> {describe_value(output)}"
 
 
+def _check_cas_pair(input: Any, at: int) -> None:
+    """A cas's argument ``input[at]`` must be the pair ``(old, new)``."""
+    if input[0] == "cas" and not (isinstance(input[at], tuple) and len(input[at]) == 2):
+        raise ValueError(f"'cas' takes [old, new], got {input[at]!r}")
+
+
 class Register(Model[Any]):
     """A read/write register that starts at ``initial``."""
 
     name: ClassVar[str] = "register"
+    operations: ClassVar[Mapping[str, int] | None] = {"read": 0, "write": 1}
 
     def __init__(self, initial: Any = None) -> None:
         self.initial = initial
@@ -69,6 +79,10 @@ class Register(Model[Any]):
         if f == "write":
             return input[1]
         return ILLEGAL
+
+    def check_input(self, input: Any) -> None:
+        super().check_input(input)
+        _check_cas_pair(input, 1)
 
     def read_only(self, input: Any, output: Any) -> bool:
         return input[0] == "read" or (input[0] == "cas" and output is False)
@@ -90,6 +104,7 @@ class CasRegister(Register):
     """
 
     name: ClassVar[str] = "cas-register"
+    operations: ClassVar[Mapping[str, int] | None] = {"read": 0, "write": 1, "cas": 1}
 
     def step(self, state: Any, input: Any, output: Any) -> Any:
         if input[0] != "cas":
@@ -165,9 +180,20 @@ class KeyValue(Model[frozenset[tuple[Any, Any]]]):
     """
 
     name: ClassVar[str] = "kv"
+    operations: ClassVar[Mapping[str, int] | None] = {
+        "get": 1,
+        "put": 2,
+        "append": 2,
+        "delete": 1,
+        "cas": 2,
+    }
 
     def __init__(self, missing: Any = None) -> None:
         self.missing = missing
+
+    def check_input(self, input: Any) -> None:
+        super().check_input(input)
+        _check_cas_pair(input, 2)
 
     def init(self) -> frozenset[tuple[Any, Any]]:
         return frozenset()
@@ -219,6 +245,12 @@ class SetModel(Model[frozenset[Any]]):
     """A set of hashable elements, initially empty."""
 
     name: ClassVar[str] = "set"
+    operations: ClassVar[Mapping[str, int] | None] = {
+        "add": 1,
+        "remove": 1,
+        "contains": 1,
+        "read": 0,
+    }
 
     def init(self) -> frozenset[Any]:
         return frozenset()
@@ -252,6 +284,7 @@ class FifoQueue(Model[tuple[Any, ...]]):
     """A first-in first-out queue, initially empty; dequeue on empty returns ``None``."""
 
     name: ClassVar[str] = "fifo-queue"
+    operations: ClassVar[Mapping[str, int] | None] = {"enqueue": 1, "dequeue": 0}
 
     def init(self) -> tuple[Any, ...]:
         return ()

@@ -1,6 +1,7 @@
 """The command leader: this replica's own log of C-instances (paper section 3.1).
 
-:meth:`CommandLeader.propose` queues a command; :meth:`start_c_instances` packs
+:meth:`CommandLeader.propose` queues a command (at most ``propose_queue_max``);
+:meth:`start_c_instances` packs
 queued commands into the next C-instance (batching) and sends C-accepts to the
 nearest majority (thrifty), plus a C-request to the sequencer if that quorum
 leaves it out (Fig. 5 lines 1-6). A C-instance is *ready* when it is committed
@@ -13,12 +14,16 @@ from collections.abc import Iterable
 
 from sdpaxos.core.clog import CInstance
 from sdpaxos.core.context import Context
+from sdpaxos.core.errors import Overloaded
 from sdpaxos.core.messages import CAccept, CAck, CCommit, CRequest
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.ready import Reply, ReplyKind
-from sdpaxos.core.types import Ballot, CIndex, Command, ReplicaId, keys_of, make_ballot
+from sdpaxos.core.types import Ballot, CIndex, Command, ReplicaId, Wait, keys_of, make_ballot
 
 _new = tuple.__new__
+#: ``Wait.EXECUTED`` read once: an enum member read through its class costs
+#: more than a module global, and :meth:`CommandLeader.propose` runs per command.
+_EXECUTED = Wait.EXECUTED
 
 
 class CommandLeader:
@@ -38,6 +43,23 @@ class CommandLeader:
         #: recoverer may have chosen another value (a no-op) for the index, and
         #: comparing with what we proposed is how we notice and propose again.
         self.inflight: dict[CIndex, tuple[Command, ...]] = {}
+        #: A view was entered: resend own C-instances at the next ready() (:meth:`resync`).
+        self.resync_wanted = False
+        self.propose_queue_max = ctx.config.propose_queue_max
+
+    def propose(self, command: Command, wait: Wait) -> None:
+        """Queue ``command`` for the next C-instance; its client waits for ``wait``
+        (:meth:`Replica.propose` checked the command).
+
+        Raises:
+            Overloaded: the queue holds ``propose_queue_max`` commands.
+        """
+        proposals = self.proposals
+        if len(proposals) >= self.propose_queue_max:
+            raise Overloaded(f"{len(proposals)} proposals are already queued")
+        proposals.append(command)
+        if wait == _EXECUTED:
+            self.exec_waiters.add((command.client_id, command.seq))
 
     def start_c_instances(self) -> None:
         """Pack queued proposals into new C-instances (batching) and send C-accepts."""
@@ -209,8 +231,14 @@ class CommandLeader:
                 # Python-level constructor (half the cost, once per command).
                 reply(_new(Reply, (cmd.client_id, cmd.seq, ready, None)))
 
+    def resync_later(self) -> None:
+        """A view was entered: :meth:`resync` at the next ready(), once the view's
+        other effects of this step are in place."""
+        self.resync_wanted = True
+
     def resync(self) -> None:
         """After a view change, re-send in the new view what the old one lost (section 3.3)."""
+        self.resync_wanted = False
         s = self.s
         if s.views.sequencer is None or not self.inflight:
             return
@@ -238,14 +266,17 @@ class CommandLeader:
         if candidate not in s.prox.c_quorum:
             s.out.send(candidate, self.c_request(last))
 
-    def forget_below(self, floor: int) -> None:
-        """Our C-instances below ``floor`` were executed somewhere and are about to
-        be compacted (a snapshot covers them). One we still wait for was either
-        chosen with our commands (they executed: ready) or replaced by a
-        recoverer's value: its session commands are proposed again, and
-        exactly-once execution answers them; commands without a session are not
-        (they may have executed)."""
+    def forget_below(self, executed: tuple[int, ...]) -> None:
+        """Our C-instances below ``executed[me]`` were executed somewhere and are
+        about to be compacted (a snapshot covers them). One we still wait for was either
+        chosen with our commands (they executed: ready), or replaced by a
+        recoverer's value, or its value is unknown here (a peer's snapshot
+        covers it): its commands are proposed again, and exactly-once execution
+        answers them whether or not they executed. Every one has a session:
+        :meth:`Replica.propose` refuses ``client_id`` 0, which this could
+        neither answer nor propose again without risking a second execution."""
         s = self.s
+        floor = executed[s.me]
         log = s.clog.logs[s.me]
         for index in [i for i in self.inflight if i < floor]:
             proposed = self.inflight[index]
@@ -254,11 +285,31 @@ class CommandLeader:
                 self.make_ready(index, proposed)
                 continue
             del self.inflight[index]
-            again = tuple(cmd for cmd in proposed if cmd.client_id)
-            self.proposals.extendleft(reversed(again))
-            s.out.trace("Repropose", index=index, commands=len(again))
+            self.proposals.extendleft(reversed(proposed))
+            s.out.trace("Repropose", index=index, commands=len(proposed))
         if self.next_index < floor:
             self.next_index = CIndex(floor)
+
+    def installed(self, next_index: CIndex) -> None:
+        """A peer's snapshot was installed: our next index is at least its own
+        (never an index a peer may have accepted from us)."""
+        self.next_index = max(self.next_index, next_index)
+
+    def restart(self, next_index: CIndex) -> None:
+        """Restarted from durable records: go on from ``next_index``. Our last
+        ``c_inflight_max`` C-instances may not have been ready: drive them again
+        (older ones were ready before we could start these)."""
+        s = self.s
+        self.next_index = next_index
+        log = s.clog.logs[s.me]
+        first = max(0, next_index - s.config.c_inflight_max)
+        for i in range(max(first, s.clog.floor[s.me]), next_index):
+            index = CIndex(i)
+            inst = log.get(index)
+            if inst is not None and inst.commands is not None and inst.ballot == self.own_ballot:
+                inst.acks = {s.me}
+                inst.sent_ms = -s.config.retransmit_ms
+                self.inflight[index] = inst.commands
 
     def oldest_unordered_started_ms(self) -> float | None:
         """When our oldest C-instance the sequencer has not ordered yet started."""

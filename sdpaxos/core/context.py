@@ -3,18 +3,21 @@
 A role owns its own state and reads the shared pieces here; it changes them only
 through their methods, or as the comment of the field says. Roles never hold one
 another: what one role needs another to do goes through
-:class:`~sdpaxos.core.reactions.Reactions`, which the replica facade implements.
+:class:`~sdpaxos.core.reactions.Reactions`, which the facade's
+:class:`~sdpaxos.core.router.Router` implements.
 """
 
+import math
 import random
 from dataclasses import dataclass
 
 from sdpaxos.core.clog import CLog
 from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.errors import LocalProtocolError
 from sdpaxos.core.olog import OLog
 from sdpaxos.core.outbox import Outbox
 from sdpaxos.core.proximity import Proximity
-from sdpaxos.core.types import ReplicaId, Slot
+from sdpaxos.core.types import CIndex, ReplicaId, Slot
 from sdpaxos.core.views import ViewState
 
 
@@ -56,10 +59,12 @@ class Progress:
     """How far execution got (the executor writes it; everyone reads it).
 
     Slots below ``slot`` are executed; in slot ``slot``, the first ``in_slot``
-    C-instances are; ``count[owner]`` C-instances of each owner are.
+    C-instances are; ``count[owner]`` C-instances of each owner are. The learner
+    and recovery read when it last moved and what it waits on, to decide when to
+    ask peers and when to recover a C-instance.
     """
 
-    __slots__ = ("count", "dirty", "in_slot", "slot")
+    __slots__ = ("blocked", "blocked_ms", "count", "dirty", "in_slot", "moved_ms", "slot")
 
     def __init__(self, replicas: int) -> None:
         self.slot = Slot(0)
@@ -68,6 +73,12 @@ class Progress:
         #: Something that may unblock execution happened: run the executor at
         #: the next ``ready()`` (any role sets it; the executor clears it).
         self.dirty = False
+        #: When execution last moved (the executor, or a snapshot installed).
+        self.moved_ms = 0.0
+        #: The C-instance execution waits on, and since when (the executor;
+        #: an installed snapshot clears it).
+        self.blocked: tuple[ReplicaId, CIndex] | None = None
+        self.blocked_ms = 0.0
 
     def executed_end(self) -> Slot:
         """Slots below this are executed here, at least in part (final)."""
@@ -78,6 +89,7 @@ class Context:
     """The shared pieces, built once per replica."""
 
     __slots__ = (
+        "clock_origin_ms",
         "clog",
         "config",
         "majority",
@@ -104,8 +116,11 @@ class Context:
         self.rng = rng
         self.out = out
         self.stats = Stats()
-        #: Milliseconds since the first time the driver gave (the facade advances it).
+        #: Milliseconds since the first time the driver gave (:meth:`advance_clock`),
+        #: so that every "since" can start at 0 whatever clock the driver uses.
         self.now_ms = 0.0
+        #: That first time, in the driver's clock (None: not given yet).
+        self.clock_origin_ms: float | None = None
         self.clog = CLog(self.n)
         self.olog = OLog(self.n)
         self.views = ViewState(me, config.sequencer)
@@ -115,9 +130,23 @@ class Context:
         #: writes it; the command leader, elections and straggler detection read it).
         self.own_ordered = 0
 
+    def advance_clock(self, now_ms: float) -> None:
+        """The driver's time now: :attr:`now_ms` follows it, never backwards."""
+        if type(now_ms) not in (int, float) or not math.isfinite(now_ms):
+            raise LocalProtocolError(f"now_ms must be a finite number, got {now_ms!r}")
+        if self.clock_origin_ms is None:
+            self.clock_origin_ms = now_ms
+        now = now_ms - self.clock_origin_ms
+        if now > self.now_ms:  # monotonic, whatever the driver passes
+            self.now_ms = now
+
     def jitter_ms(self) -> float:
         """A fresh election jitter (the only randomness the protocol draws)."""
         return self.rng.random() * self.config.election_jitter_ms
+
+    def stalled(self) -> bool:
+        """Is there something we know of that we have not executed?"""
+        return self.progress.slot < self.olog.heard_upto
 
     def window_end(self) -> Slot:
         """Slots at or beyond this are refused from peers (``c_index_window_max``)."""

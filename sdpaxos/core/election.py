@@ -15,7 +15,15 @@ the transitions are data in :data:`~sdpaxos.core.views.TRANSITIONS`.
 
 from sdpaxos.core.context import Context
 from sdpaxos.core.errors import InvariantViolation
-from sdpaxos.core.messages import Heartbeat, LeaseGrant, Message, OAck, Vote, VRequest
+from sdpaxos.core.messages import (
+    Heartbeat,
+    LearnRequest,
+    LeaseGrant,
+    Message,
+    OAck,
+    Vote,
+    VRequest,
+)
 from sdpaxos.core.olog import NOT_ESTABLISHED
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import ViewEstablished, ViewPromised
@@ -74,6 +82,20 @@ class Election:
                 self.vote(request)
 
     # --------------------------------------------------------- the lease, trust
+
+    def lease_released(self) -> None:
+        """The lease we granted is released (by its holder, or by ourselves as
+        the sequencer handing over): it holds no vote back from now on."""
+        self.lease_until_ms = self.s.now_ms
+
+    def restarted(self) -> None:
+        """We may have granted a lease just before the crash: honour it (our clock
+        starts at 0 with the first time the driver gives us)."""
+        self.lease_until_ms = self.s.config.lease_ms
+
+    def heard_from_sequencer(self) -> None:
+        """A message of our sequencer arrived: contact (early suspicion waits on it)."""
+        self.seq_contact_ms = self.s.now_ms
 
     def lease_expired(self) -> bool:
         """The lease we granted has run out (or its holder released it)."""
@@ -196,6 +218,19 @@ class Election:
 
     # ----------------------------------------------------------- candidacy
 
+    def running_for_view(self) -> bool:
+        """Are we a candidate now?"""
+        return self.candidate is not None
+
+    def compacted(self, slot: Slot) -> None:
+        """Everything below ``slot`` is about to be forgotten. A candidacy that
+        reports from below it runs again from the new executed prefix (the
+        election timer restarts it)."""
+        c = self.candidate
+        if c is not None and c.o_from < slot:
+            self.s.out.trace("AbandonViewChange", view=c.view)
+            self.candidate = None
+
     def start_view_change(self, above: int = 0) -> None:
         """Become a candidate for the next view (paper section 3.3, "V-request")."""
         s = self.s
@@ -229,7 +264,7 @@ class Election:
                 out.trace("HandleVRequest", view=m.view, candidate=m.src, again=True)
                 self.send_vote(m)  # our vote was lost: send it again
             elif views.is_sequencer and m.view < views.view:
-                self.r.stale(m)
+                self.from_stale_view(m)
             return
         if views.is_sequencer and views.handing_over != m.src:
             # Alive and sequencing: never vote ourselves out. If the others also
@@ -455,6 +490,18 @@ class Election:
         s.stats.stale += 1
         s.out.trace("AskRange", view=m.view, sequencer=m.src)
         s.out.send(m.src, OAck(s.me, m.view, NOT_ESTABLISHED))
+
+    def from_stale_view(self, m: Message) -> None:
+        """A message from an older view. The sequencer tells the sender where we are;
+        a replica stuck above a live sequencer's view tells that sequencer."""
+        s = self.s
+        views = s.views
+        s.stats.stale += 1
+        s.out.trace("Stale", msg=m)
+        if type(m) is Heartbeat and views.sequencer is None:
+            s.out.send(m.src, LearnRequest(s.me, views.view, Slot(-1), ()))
+        if views.is_sequencer:
+            self.r.answer_stale(m.src)
 
     def from_future_view(self, m: Message) -> None:
         """A non-sequencer message of a view above ours: we cannot place it yet."""

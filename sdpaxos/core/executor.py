@@ -5,7 +5,7 @@ nothing maps a C-instance to a slot ahead of time (pitfall 2 of
 ``docs/protocol.md``); the executor counts as it goes (:class:`Progress`).
 Execution waits on the first slot that is not committed, or on a C-instance
 that is not; C-instance recovery starts from what it waits on
-(:attr:`Executor.blocked`). ``(client_id, seq)`` sessions
+(:attr:`~sdpaxos.core.context.Progress.blocked`). ``(client_id, seq)`` sessions
 (:class:`~sdpaxos.core.sessions.Sessions`) make execution exactly-once across a
 client's retries; when sessions expire, they expire after a slot is executed,
 so every replica expires the same ones.
@@ -37,11 +37,6 @@ class Executor:
         #: The command leader's clients waiting for execution (shared, not copied).
         self.exec_waiters = exec_waiters
         self.observe = observe
-        #: When execution last moved (the learner asks peers when it stalls).
-        self.progress_ms = 0.0
-        #: The C-instance execution waits on, and since when.
-        self.blocked: tuple[ReplicaId, CIndex] | None = None
-        self.blocked_ms = 0.0
         #: Per client session: its last executed seq, that command's result, its last slot.
         cfg = ctx.config
         self.sessions = Sessions(cfg.session_lifetime_slots, cfg.sessions_max)
@@ -74,11 +69,11 @@ class Executor:
                     if inst is None or not inst.committed:
                         progress.slot, progress.in_slot = Slot(slot), in_slot
                         if slot != start_slot:
-                            self.progress_ms = s.now_ms
+                            progress.moved_ms = s.now_ms
                         blocked = (owner, CIndex(k))
-                        if blocked != self.blocked:
-                            self.blocked = blocked
-                            self.blocked_ms = s.now_ms
+                        if blocked != progress.blocked:
+                            progress.blocked = blocked
+                            progress.blocked_ms = s.now_ms
                         s.stats.sessions_expired += sessions.expired - expired_before
                         return
                     self.apply(Slot(slot), owner, k, inst.commands or ())
@@ -89,9 +84,9 @@ class Executor:
             slot += 1
             in_slot = 0
         progress.slot, progress.in_slot = Slot(slot), in_slot
-        self.blocked = None
+        progress.blocked = None
         if slot != start_slot:
-            self.progress_ms = s.now_ms
+            progress.moved_ms = s.now_ms
         s.stats.sessions_expired += sessions.expired - expired_before
 
     def apply(self, slot: Slot, owner: ReplicaId, k: int, commands: tuple[Command, ...]) -> None:
@@ -144,7 +139,3 @@ class Executor:
         if (table.lifetime_slots, table.sessions_max) != (mine.lifetime_slots, mine.sessions_max):
             raise PeerMessageError("snapshot sessions have other limits than this cluster's")
         self.sessions = table
-
-    def stalled(self) -> bool:
-        """Is there something we know of that we have not executed?"""
-        return self.s.progress.slot < self.s.olog.heard_upto

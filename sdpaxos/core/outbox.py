@@ -27,6 +27,7 @@ class Outbox:
         "reads",
         "replies",
         "snapshot",
+        "snapshot_installed",
         "tracer",
     )
 
@@ -43,8 +44,10 @@ class Outbox:
         self.replies: list[Reply] = []
         self.executed: list[Executed] = []
         self.reads: list[ReadResult] = []
-        #: A snapshot to save durably (then truncate the records it covers).
+        #: A snapshot to save durably (then truncate the records it covers),
+        #: and whether it was installed (else taken): :attr:`Ready.snapshot_installed`.
         self.snapshot: Snapshot | None = None
+        self.snapshot_installed = False
 
     def persist(self, record: Record) -> None:
         self.persisted.append(record)
@@ -67,9 +70,16 @@ class Outbox:
     def take(self) -> Ready:
         """Hand everything over as one batch and start empty."""
         rd = Ready(
-            self.persisted, self.messages, self.replies, self.executed, self.reads, self.snapshot
+            self.persisted,
+            self.messages,
+            self.replies,
+            self.executed,
+            self.reads,
+            self.snapshot,
+            self.snapshot_installed,
         )
         self.snapshot = None
+        self.snapshot_installed = False
         self.persisted = []
         self.messages = []
         self.replies = []

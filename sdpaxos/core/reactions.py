@@ -1,17 +1,18 @@
-"""Reactions: what one role needs another to do, routed by the replica facade.
+"""Reactions: what one role needs another to do, routed by the replica's router.
 
 Roles never import or hold one another. When a step of one role has a
 consequence in another (the acceptor learns that one of our own C-instances is
 chosen, which the command leader must hear; an election resets the learner),
-the role calls its :class:`Reactions` port, and :class:`~sdpaxos.core.replica.
-Replica` routes the call to the role that owns the effect. This protocol is the
-complete list of such cross-role calls; each says who calls it and who answers.
+the role calls its :class:`Reactions` port, and :class:`~sdpaxos.core.router.
+Router` (which :class:`~sdpaxos.core.replica.Replica` builds) routes the call to
+the role that owns the effect. This protocol is the complete list of such
+cross-role calls; each says who calls it and who answers.
 """
 
 from typing import Any, Protocol
 
 from sdpaxos.core.clog import CInstance
-from sdpaxos.core.messages import CPromise, Message
+from sdpaxos.core.messages import CPromise
 from sdpaxos.core.storage import Snapshot
 from sdpaxos.core.types import Ballot, CIndex, Command, OValue, ReplicaId, Slot, View
 
@@ -76,8 +77,8 @@ class Reactions(Protocol):
     def send_heartbeats(self) -> None:
         """Election: announce the new view at once."""
 
-    def stale(self, m: Message) -> None:
-        """Election: a message of an older view (the sequencer answers with where we are)."""
+    def answer_stale(self, dst: ReplicaId) -> None:
+        """Election (a message of an older view, at the sequencer): tell ``dst`` where we are."""
 
     def has_lease(self) -> bool:
         """Reads: may the sequencer answer reads now?"""
@@ -125,6 +126,10 @@ class Reactions(Protocol):
     def ask_snapshot(self, src: ReplicaId) -> None:
         """Recovery, election: ``src`` compacted what we need; fetch its snapshot."""
 
+    def fetching_snapshot(self) -> bool:
+        """Learner: is a snapshot on its way (then learn requests wait)?"""
+        ...
+
     def dump_sessions(self) -> tuple[Any, ...]:
         """Snapshots: the executor's session table, as a snapshot carries it."""
         ...
@@ -133,11 +138,13 @@ class Reactions(Protocol):
         """Snapshots: replace the executor's session table with a snapshot's."""
 
     def compacted(self, snapshot: Snapshot) -> None:
-        """Snapshots: everything below ``snapshot`` is forgotten (recoveries below stop)."""
+        """Snapshots: everything below ``snapshot`` is about to be forgotten (the
+        command leader answers what it waited for there, recoveries and a
+        candidacy from below stop)."""
 
     def skip_learner(self, slot: Slot) -> None:
         """Snapshots: the safe prefix starts at ``slot`` now (below it: compacted)."""
 
     def installed(self, snapshot: Snapshot) -> None:
-        """Snapshots: a peer's snapshot replaced our executed prefix (command leader,
-        learner, election and executor start again from it)."""
+        """Snapshots: a peer's snapshot replaced our executed prefix (the command
+        leader's next index goes up to the snapshot's)."""

@@ -102,6 +102,13 @@ class Ready:
         reads: reads that may be served now (or must go through the log).
         snapshot: a snapshot this replica took or installed: save it durably
             (``Storage.save_snapshot``) after ``persist`` and before the messages.
+        snapshot_installed: which of the two ``snapshot`` is. True: installed
+            (a peer's, fetched whole): the batch's ``executed`` entries ran after
+            it. False: taken (captured at a boundary this replica executed, in
+            this batch or an earlier one, and compacted once a majority had
+            executed that far). Its slot says neither: a snapshot captured
+            earlier and taken in a batch that executes later slots is at or
+            below the batch's first executed slot, like an installed one.
     """
 
     persist: list[Record] = field(default_factory=list)
@@ -110,6 +117,7 @@ class Ready:
     executed: list[Executed] = field(default_factory=list)
     reads: list[ReadResult] = field(default_factory=list)
     snapshot: Snapshot | None = None
+    snapshot_installed: bool = False
 
     def __bool__(self) -> bool:
         return bool(

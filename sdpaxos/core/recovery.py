@@ -1,11 +1,14 @@
 """C-instance recovery (paper section 3.4): Paxos on a C-instance whose owner is silent.
 
 Execution blocks on a C-instance that the committed assignment log needs but
-this replica has not seen committed. After ``recover_ms`` it runs phase 1 at a
+this replica has not seen committed (``Progress.blocked``). After ``recover_ms``
+(and once it knows a sequencer) it runs phase 1 at a
 ballot of round >= 1 (the owner proposes at round 0, so recovery always
 outranks it) on that instance and the following ones the log already needs,
 then phase 2 with the value of the highest accepted ballot, or a no-op.
 """
+
+import math
 
 from sdpaxos.core.clog import NO_BALLOT, CInstance
 from sdpaxos.core.context import Context
@@ -39,9 +42,24 @@ class Recovery:
         self.s = ctx
         self.r = reactions
         self.runs: dict[ReplicaId, RecoveryRun] = {}
+        #: When a recovery last started from what execution is blocked on: the
+        #: next waits ``recover_ms`` from then, or from when execution blocked.
+        self.started_ms = -math.inf
 
     def tick(self, now: float) -> None:
-        recover_ms = self.s.config.recover_ms
+        """Start a recovery on what execution has been blocked on for
+        ``recover_ms``; give up the runs that took that long (retried later)."""
+        s = self.s
+        recover_ms = s.config.recover_ms
+        progress = s.progress
+        blocked = progress.blocked
+        if (
+            blocked is not None
+            and now - max(progress.blocked_ms, self.started_ms) >= recover_ms
+            and s.views.sequencer is not None
+            and self.maybe_start(*blocked)
+        ):
+            self.started_ms = now
         for rec in list(self.runs.values()):
             if now - rec.started_ms >= recover_ms:
                 del self.runs[rec.owner]  # stuck (lost messages, duel): retry later
@@ -84,6 +102,13 @@ class Recovery:
         rec.promises[s.me] = own
         s.out.broadcast(s.prox.near, CPrepare(s.me, s.views.view, owner, index, end, ballot))
         return True
+
+    def forget_below(self, executed: tuple[int, ...]) -> None:
+        """A snapshot covers each owner's C-instances below ``executed[owner]``:
+        they were executed (chosen), so a recovery that starts below stops."""
+        runs = self.runs
+        for owner in [o for o, run in runs.items() if run.start < executed[o]]:
+            del runs[owner]
 
     def check_promise(self, m: CPromise) -> None:
         """A promise for the run we are in must answer for all of its instances."""

@@ -19,7 +19,7 @@ with its own state, and this facade composes them:
 
 They share the pieces in :mod:`~.context` (logs, outbox, views, proximity,
 execution progress) and never import one another: a consequence in another role
-is a call on :class:`~.reactions.Reactions`, which :class:`_Router` routes.
+is a call on :class:`~.reactions.Reactions`, which :class:`~.router.Router` routes.
 
 :meth:`Replica.step` validates a message (:mod:`~.validate`) before anything
 changes, then routes it by view (older: answered as stale; newer: held off;
@@ -31,7 +31,6 @@ Time comes from the driver (``now_ms``); randomness from the given ``rng``.
 to its handler and trace event.
 """
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,12 +39,11 @@ from typing import Any
 from sdpaxos.core import validate
 from sdpaxos.core.acceptor import Acceptor
 from sdpaxos.core.app import StateMachine, Tracer
-from sdpaxos.core.clog import CInstance
 from sdpaxos.core.command_leader import CommandLeader
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.context import Context, Stats
 from sdpaxos.core.election import Election
-from sdpaxos.core.errors import LocalProtocolError, Overloaded, PeerMessageError
+from sdpaxos.core.errors import LocalProtocolError, PeerMessageError
 from sdpaxos.core.executor import Executor
 from sdpaxos.core.learner import Learner
 from sdpaxos.core.messages import (
@@ -80,13 +78,14 @@ from sdpaxos.core.outbox import Outbox
 from sdpaxos.core.reads import Reads
 from sdpaxos.core.ready import Ready
 from sdpaxos.core.recovery import Recovery
-from sdpaxos.core.restore import replay
+from sdpaxos.core.restore import replay, resume
+from sdpaxos.core.router import Router
 from sdpaxos.core.sequencer import Sequencer
 from sdpaxos.core.snapshots import Snapshots
 from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.straggler import Straggler
-from sdpaxos.core.types import Ballot, CIndex, Command, OValue, ReplicaId, Slot, View, Wait
-from sdpaxos.core.views import ViewEvent, ViewPhase
+from sdpaxos.core.types import Command, ReplicaId, Slot, View, Wait
+from sdpaxos.core.views import ViewPhase
 
 __all__ = ["NOT_ESTABLISHED", "Replica", "StateMachine", "Stats", "Status", "Tracer"]
 
@@ -97,9 +96,6 @@ _ELECTION_MESSAGES: frozenset[type] = frozenset({VRequest, Vote})
 #: Snapshot transfer: a snapshot holds executed slots, final in every view, and
 #: whoever needs one (a candidate still in an old view, say) must get it.
 _VIEWLESS_MESSAGES: frozenset[type] = frozenset({SnapshotRequest, SnapshotChunk})
-#: ``Wait.EXECUTED`` read once: an enum member read through its class costs
-#: more than a module global, and :meth:`Replica.propose` runs per command.
-_EXECUTED = Wait.EXECUTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,10 +176,7 @@ class Replica:
         self.ctx = ctx = Context(
             config, replica_id, rng if rng is not None else random.Random(replica_id), out
         )
-        # Time: milliseconds since the first time the driver gave us, so that
-        # every "since" can start at 0 whatever clock the driver uses.
-        self._clock_origin_ms: float | None = None
-        router = _Router(self)
+        router = Router()
         self.command_leader = CommandLeader(ctx, router)
         self.acceptor = Acceptor(ctx, router)
         self.sequencer_role = Sequencer(ctx, router)
@@ -196,11 +189,22 @@ class Replica:
         self.reads = Reads(ctx, router)
         self.straggler = Straggler(ctx, router)
         self.snapshots = Snapshots(ctx, router, state_machine)
-        #: A view was entered: resend own C-instances at the next ready().
-        self.resync_wanted = False
-        # propose() runs once per command: the queue and its bound, bound here.
-        self._proposals = self.command_leader.proposals
-        self._propose_queue_max = config.propose_queue_max
+        router.bind(
+            self.command_leader,
+            self.acceptor,
+            self.sequencer_role,
+            self.learner,
+            self.executor,
+            self.election,
+            self.recovery,
+            self.reads,
+            self.straggler,
+            self.snapshots,
+        )
+        #: The roles' port to one another (what :meth:`_restore` resets through).
+        self._router = router
+        # propose() runs once per command: the command leader's queue, bound here.
+        self._queue = self.command_leader.propose
         self._handlers: dict[type, Callable[[Any], None]] = {
             CAccept: self.acceptor.handle_c_accept,
             CAck: self.command_leader.handle_c_ack,
@@ -260,7 +264,7 @@ class Replica:
     @property
     def proposals_waiting(self) -> int:
         """Proposals queued here and not in a C-instance yet (a driver's backpressure)."""
-        return len(self._proposals)
+        return len(self.command_leader.proposals)
 
     def has_lease(self) -> bool:
         """Does this replica hold a sequencer lease granted by a majority right now?
@@ -279,22 +283,21 @@ class Replica:
 
         Raises:
             Overloaded: the proposal queue holds ``propose_queue_max`` commands.
+            LocalProtocolError: not a :class:`Command`, or its ``client_id`` is 0
+                (no session: :meth:`CommandLeader.forget_below` could not answer
+                it, see there).
         """
         if not isinstance(command, Command):
             raise LocalProtocolError(f"propose() takes a Command, got {type(command).__name__}")
-        proposals = self._proposals
-        if len(proposals) >= self._propose_queue_max:
-            raise Overloaded(f"{len(proposals)} proposals are already queued")
-        proposals.append(command)
-        if wait == _EXECUTED:
-            self.command_leader.exec_waiters.add((command.client_id, command.seq))
+        if command.client_id == 0:
+            raise LocalProtocolError("client_id 0 has no session: propose under a session")
+        self._queue(command, wait)
 
     def request_snapshot(self) -> None:
         """Take a snapshot at the next executed slot boundary (the driver decides
         when, e.g. by the size of its log). It compacts once a majority executed
         that far, and comes out in :attr:`Ready.snapshot`."""
-        self.snapshots.requested = True
-        self.ctx.progress.dirty = True
+        self.snapshots.request()
 
     def step(self, message: Message, now_ms: float) -> None:
         """Handle one message from a peer. Never raises for bad peer input.
@@ -307,7 +310,7 @@ class Replica:
         A message is checked in full before anything changes: a refused one is
         counted (``stats.rejected``) and traced (``Reject``) and changes nothing else.
         """
-        self._advance_clock(now_ms)
+        self.ctx.advance_clock(now_ms)
         s = self.ctx
         s.stats.steps += 1
         try:
@@ -323,11 +326,9 @@ class Replica:
 
         Timers fire on elapsed time, however late or irregular the calls are.
         """
-        self._advance_clock(now_ms)
-        s = self.ctx
-        now = s.now_ms
-        cfg = self.config
-        views = s.views
+        self.ctx.advance_clock(now_ms)
+        now = self.ctx.now_ms
+        views = self.ctx.views
         self.election.tick(now)
         if views.is_sequencer:
             self.sequencer_role.tick(now)
@@ -336,24 +337,7 @@ class Replica:
         self.straggler.tick(now)
         if self.reads.asked:
             self.reads.expire()
-        executor = self.executor
-        # Learner: execution stalled while we know there is more to execute (and
-        # no snapshot is on its way: peers would answer each request with one).
-        if (
-            executor.stalled()
-            and now - executor.progress_ms >= cfg.learn_ms
-            and self.snapshots.transfer is None
-        ):
-            executor.progress_ms = now
-            self.learner.send_learn_request()
-        blocked = executor.blocked
-        if (
-            blocked is not None
-            and now - executor.blocked_ms >= cfg.recover_ms
-            and views.sequencer is not None
-            and self.recovery.maybe_start(*blocked)
-        ):
-            executor.blocked_ms = now
+        self.learner.tick(now)
         self.recovery.tick(now)
         self.snapshots.tick(now)
 
@@ -361,11 +345,11 @@ class Replica:
         """Run deferred work and hand over the effects batch (see :mod:`~sdpaxos.core.ready`)."""
         s = self.ctx
         views = s.views
-        if self.resync_wanted:
-            self.resync_wanted = False
-            self.command_leader.resync()
-        if self.command_leader.proposals and views.sequencer is not None:
-            self.command_leader.start_c_instances()
+        leader = self.command_leader
+        if leader.resync_wanted:
+            leader.resync()
+        if leader.proposals and views.sequencer is not None:
+            leader.start_c_instances()
         seq = self.sequencer_role
         if views.is_sequencer and (seq.want_upto or seq.resend):
             seq.allocate()
@@ -375,7 +359,7 @@ class Replica:
             self.executor.execute()
             if self.reads.slots:
                 self.reads.serve()
-            self._keep_learning()
+            self.learner.keep_learning()
             self.snapshots.after_execute()
         if self.learner.commit_out:
             self.learner.broadcast_o_commit()
@@ -400,7 +384,7 @@ class Replica:
         Raises:
             LocalProtocolError: ``read_id`` is already waiting.
         """
-        self._advance_clock(now_ms)
+        self.ctx.advance_clock(now_ms)
         self.reads.read(read_id, key)
 
     def transfer_sequencer(self, target: ReplicaId) -> None:
@@ -476,7 +460,7 @@ class Replica:
         if kind in _ELECTION_MESSAGES or kind in _VIEWLESS_MESSAGES:
             pass  # they carry the view being elected, or need none
         elif view < views.view:
-            route = self._on_stale
+            route = self.election.from_stale_view
         elif kind in _SEQUENCER_MESSAGES:
             if view > views.view or views.est_view != view:
                 # Only the view's range (a range O-accept, or its NewView) establishes it.
@@ -492,251 +476,20 @@ class Replica:
                 self.recovery.check_promise(m)  # type: ignore[arg-type]
         s.prox.heard_from(src)
         if src == views.sequencer and view == views.view:
-            self.election.seq_contact_ms = s.now_ms
+            self.election.heard_from_sequencer()
         return route
-
-    def _keep_learning(self) -> None:
-        """Catching up goes at the pace of answers: a LearnRequest that asked for
-        a full batch (``learn_c_max`` C-instances, so more is missing) and whose
-        answers let execution pass the last C-instance it asked for, within
-        ``learn_ms``, is followed at once by the next one. Without this, a
-        replica far behind learned at most ``learn_c_max`` C-instances per
-        ``learn_ms`` after each step of progress, and could take minutes (found
-        by the long sweep, N = 7, seed 501075, with ``learn_c_max`` = 4). A
-        replica that only stalled briefly asks for fewer, so ordinary commits
-        arriving after its request start no chain.
-
-        The next request waits for the end of the batch, not for any progress:
-        each C-commit of an answer moves execution, and a request per step asked
-        every peer again for nearly the same batch, so catching up on K commands
-        cost about K x ``learn_c_max`` x peers C-commits (fuzz N = 5, seed 278:
-        349,350 in one instant for 698 commands at two restarted replicas)."""
-        executor, learner = self.executor, self.learner
-        progress = self.ctx.progress
-        now = self.ctx.now_ms
-        if (
-            learner.asked_full
-            and now - learner.asked_ms < self.config.learn_ms
-            and (progress.slot, progress.in_slot) >= learner.asked_upto
-            and executor.stalled()
-        ):
-            executor.progress_ms = now
-            learner.send_learn_request()
-
-    def _on_stale(self, m: Message) -> None:
-        """A message from an older view. The sequencer tells the sender where we are;
-        a replica stuck above a live sequencer's view tells that sequencer."""
-        s = self.ctx
-        views = s.views
-        s.stats.stale += 1
-        s.out.trace("Stale", msg=m)
-        if type(m) is Heartbeat and views.sequencer is None:
-            s.out.send(m.src, LearnRequest(self.id, views.view, Slot(-1), ()))
-        if views.is_sequencer:
-            s.out.send(m.src, self.sequencer_role.current_heartbeat())
-            if views.new_view is not None:
-                s.out.send(m.src, views.new_view)
-
-    def _advance_clock(self, now_ms: float) -> None:
-        if type(now_ms) not in (int, float) or not math.isfinite(now_ms):
-            raise LocalProtocolError(f"now_ms must be a finite number, got {now_ms!r}")
-        if self._clock_origin_ms is None:
-            self._clock_origin_ms = now_ms
-        now = now_ms - self._clock_origin_ms
-        if now > self.ctx.now_ms:  # monotonic, whatever the driver passes
-            self.ctx.now_ms = now
-
-    def _reset_learner(self) -> None:
-        self.learner.reset()
-        self.sequencer_role.acked_before = list(self.ctx.olog.acked)
 
     def _restore(self, records: list[Record], snapshot: Snapshot | None) -> None:
         """Rebuild from durable records after a crash (Ongaro's Restart: keep only
-        these), above the newest snapshot if there is one."""
+        these), above the newest snapshot if there is one (``docs/recovery.md``
+        sections 5 and 16.4)."""
         s = self.ctx
-        me = self.id
-        views, olog = s.views, s.olog
         leader = self.command_leader
-        rp = replay(records, me, leader.own_ballot, self.config.sequencer, s.clog, olog)
-        leader.next_index = rp.next_index
-        if snapshot is not None:
-            leader.next_index = max(leader.next_index, snapshot.next_index)
-        views.view = rp.promised
-        views.est_view, views.est_seq = rp.est_view, rp.est_seq
-        views.est_start, views.est_base = rp.est_start, rp.est_base
-        views.range_committed = False
-        if rp.est_view == rp.promised and rp.est_seq != me:
-            views.move(ViewEvent.RESTART_FOLLOWING)
-            olog.acc_upto = rp.est_base
-            olog.acc_upto = olog.accepted_run_end(rp.promised)
-        else:
-            # Voted in a view we never established, or we were its sequencer:
-            # every allocation we sent is durable (OAccepted is persisted before
-            # the O-accepts leave), but the rest of a sequencer's state is
-            # volatile (the allocation guard's wants, what each peer was sent and
-            # acknowledged, whether the range is chosen, the history table reads
-            # rely on, its lease). A view change rebuilds what matters from
-            # durable votes (docs/recovery.md section 5).
-            views.move(ViewEvent.RESTART_PROMISED)
-            olog.acc_upto = NOT_ESTABLISHED
-        olog.heard_upto = Slot(len(olog))
-        olog.known_upto = max(olog.known_upto, olog.base)
-        # Our last c_inflight_max C-instances may not have been ready: drive them
-        # again (older ones were ready before we could start these).
-        log = s.clog.logs[me]
-        first = max(0, leader.next_index - self.config.c_inflight_max)
-        for i in range(max(first, s.clog.floor[me]), leader.next_index):
-            index = CIndex(i)
-            inst = log.get(index)
-            if inst is not None and inst.commands is not None and inst.ballot == leader.own_ballot:
-                inst.acks = {me}
-                inst.sent_ms = -self.config.retransmit_ms
-                leader.inflight[index] = inst.commands
-        # We may have granted a lease just before the crash: honour it (our clock
-        # starts at 0 with the first time the driver gives us).
-        self.election.lease_until_ms = self.config.lease_ms
-        self._reset_learner()
-        s.out.trace("Restart", view=rp.promised, sequencer=views.sequencer, records=len(records))
-
-
-class _Router:
-    """The facade's side of :class:`~sdpaxos.core.reactions.Reactions`: each
-    cross-role call, routed to the role that owns its effect."""
-
-    __slots__ = ("_r",)
-
-    def __init__(self, replica: Replica) -> None:
-        self._r = replica
-
-    # -- to the command leader
-    def own_c_chosen(self, index: CIndex, inst: CInstance) -> None:
-        self._r.command_leader.committed(index, inst)
-
-    def own_ordered(self, before: int, upto: int) -> None:
-        self._r.command_leader.ordered(before, upto)
-
-    def resync_later(self) -> None:
-        self._r.resync_wanted = True
-
-    def resync_toward(self, candidate: ReplicaId) -> None:
-        self._r.command_leader.resync_toward(candidate)
-
-    def next_c_index(self) -> CIndex:
-        return self._r.command_leader.next_index
-
-    def oldest_unordered_started_ms(self) -> float | None:
-        return self._r.command_leader.oldest_unordered_started_ms()
-
-    # -- to the acceptor and the election
-    def establish(
-        self, view: View, sequencer: ReplicaId, start: Slot, values: tuple[OValue, ...]
-    ) -> None:
-        self._r.election.establish(view, sequencer, start, values)
-
-    def accepted_run_grew(self) -> None:
-        self._r.acceptor.advance_acc()
-
-    def promise_c(self, owner: ReplicaId, start: CIndex, end: CIndex, ballot: Ballot) -> CPromise:
-        return self._r.acceptor.promise_c(owner, start, end, ballot)
-
-    # -- to the sequencer
-    def order_c_instance(
-        self, owner: ReplicaId, index: CIndex, commands: tuple[Command, ...] | None
-    ) -> None:
-        self._r.sequencer_role.order_commands(owner, index, commands)
-
-    def resend_own_o_accepts(self) -> None:
-        self._r.sequencer_role.resend_own_o_accepts()
-
-    def majority_accepted(self, upto: Slot) -> None:
-        seq = self._r.sequencer_role
-        if seq.rebuild is not None and upto >= seq.rebuild[1]:
-            seq.commit_rebuilt_range()
-
-    def won(self, start: Slot, end: Slot) -> None:
-        self._r.sequencer_role.start_view(start, end)
-        self._r.reads.fail_unanswered()
-
-    def followed(self, sequencer: ReplicaId) -> None:
-        self._r.sequencer_role.stop_view()
-
-    def resend_to_all(self) -> None:
-        self._r.sequencer_role.resend.update(self._r.ctx.prox.near)
-
-    def send_heartbeats(self) -> None:
-        self._r.sequencer_role.send_heartbeats()
-
-    def stale(self, m: Message) -> None:
-        self._r._on_stale(m)
-
-    def has_lease(self) -> bool:
-        return self._r.sequencer_role.has_lease()
-
-    def read_slots(self, keys: tuple[bytes, ...]) -> tuple[Slot, ...]:
-        return self._r.sequencer_role.read_slots(keys)
-
-    def rebuilding(self) -> bool:
-        return self._r.sequencer_role.rebuild is not None
-
-    def release_lease(self) -> None:
-        self._r.sequencer_role.lease_valid_until_ms = -math.inf
-        self._r.election.lease_until_ms = self._r.ctx.now_ms
-
-    # -- to the learner, reads and the election
-    def reset_learner(self) -> None:
-        self._r._reset_learner()
-
-    def left_view(self) -> None:
-        self._r.sequencer_role.rebuild = None
-        self._r.reads.fail_unanswered()
-
-    def lease_released(self) -> None:
-        self._r.election.lease_until_ms = self._r.ctx.now_ms
-
-    def running_for_view(self) -> bool:
-        return self._r.election.candidate is not None
-
-    def start_view_change(self) -> None:
-        self._r.election.start_view_change()
-
-    # -- to recovery
-    def recovered_c_chosen(self, owner: ReplicaId, index: CIndex, inst: CInstance) -> None:
-        self._r.recovery.chosen(owner, index, inst)
-
-    # -- to snapshots, and from them to everyone
-    def heard_majority_executed(self, slot: Slot) -> None:
-        self._r.snapshots.heard_majority_executed(slot)
-
-    def offer_snapshot(self, dst: ReplicaId) -> None:
-        self._r.snapshots.offer(dst)
-
-    def ask_snapshot(self, src: ReplicaId) -> None:
-        self._r.snapshots.ask(src)
-
-    def dump_sessions(self) -> tuple[Any, ...]:
-        return self._r.executor.dump_sessions()
-
-    def load_sessions(self, sessions: tuple[Any, ...]) -> None:
-        self._r.executor.load_sessions(sessions)
-
-    def compacted(self, snapshot: Snapshot) -> None:
-        r = self._r
-        r.command_leader.forget_below(snapshot.executed[r.id])
-        runs = r.recovery.runs
-        for owner in [o for o, run in runs.items() if run.start < snapshot.executed[o]]:
-            del runs[owner]
-        c = r.election.candidate
-        if c is not None and c.o_from < snapshot.slot:
-            # Our candidacy reports from below what we are about to forget: run
-            # again from the new executed prefix (the election timer restarts it).
-            r.ctx.out.trace("AbandonViewChange", view=c.view)
-            r.election.candidate = None
-
-    def installed(self, snapshot: Snapshot) -> None:
-        r = self._r
-        r.command_leader.next_index = max(r.command_leader.next_index, snapshot.next_index)
-        r.executor.blocked = None
-        r.executor.progress_ms = r.ctx.now_ms
-
-    def skip_learner(self, slot: Slot) -> None:
-        self._r.learner.skip_to(slot)
+        rp = replay(records, self.id, leader.own_ballot, self.config.sequencer, s.clog, s.olog)
+        resume(rp, self.id, s.views, s.olog)
+        leader.restart(
+            rp.next_index if snapshot is None else max(rp.next_index, snapshot.next_index)
+        )
+        self.election.restarted()
+        self._router.reset_learner()
+        s.out.trace("Restart", view=rp.promised, sequencer=s.views.sequencer, records=len(records))

@@ -2,7 +2,8 @@
 
 :func:`replay` fills the C-logs and the assignment log from the records and
 returns what the rest of the replica needs (the promised and established views,
-the next own C-instance index); the facade hands those to the roles. What the
+the next own C-instance index); :func:`resume` sets the views and the assignment
+log's prefixes from it, and the facade hands the rest to the roles. What the
 records do not hold is volatile by design (``docs/recovery.md`` section 5): a
 replica that was the sequencer restarts without a sequencer and a view change
 rebuilds what matters from durable votes.
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from sdpaxos.core.clog import CLog
 from sdpaxos.core.errors import LocalProtocolError
-from sdpaxos.core.olog import OLog
+from sdpaxos.core.olog import NOT_ESTABLISHED, OLog
 from sdpaxos.core.storage import (
     CAccepted,
     CPromised,
@@ -22,6 +23,7 @@ from sdpaxos.core.storage import (
     ViewPromised,
 )
 from sdpaxos.core.types import Ballot, CIndex, OValue, ReplicaId, Slot, View
+from sdpaxos.core.views import ViewEvent, ViewState
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,30 @@ def replay(
         else:
             raise LocalProtocolError(f"unknown durable record {rec!r}")
     return Replayed(promised, *est, next_index)
+
+
+def resume(rp: Replayed, me: ReplicaId, views: ViewState, olog: OLog) -> None:
+    """Take up the views the records say, and the assignment log's prefixes."""
+    views.view = rp.promised
+    views.est_view, views.est_seq = rp.est_view, rp.est_seq
+    views.est_start, views.est_base = rp.est_start, rp.est_base
+    views.range_committed = False
+    if rp.est_view == rp.promised and rp.est_seq != me:
+        views.move(ViewEvent.RESTART_FOLLOWING)
+        olog.acc_upto = rp.est_base
+        olog.acc_upto = olog.accepted_run_end(rp.promised)
+    else:
+        # Voted in a view we never established, or we were its sequencer:
+        # every allocation we sent is durable (OAccepted is persisted before
+        # the O-accepts leave), but the rest of a sequencer's state is
+        # volatile (the allocation guard's wants, what each peer was sent and
+        # acknowledged, whether the range is chosen, the history table reads
+        # rely on, its lease). A view change rebuilds what matters from
+        # durable votes (docs/recovery.md section 5).
+        views.move(ViewEvent.RESTART_PROMISED)
+        olog.acc_upto = NOT_ESTABLISHED
+    olog.heard_upto = Slot(len(olog))
+    olog.known_upto = max(olog.known_upto, olog.base)
 
 
 def _replay_o(olog: OLog, ballot: View, start: Slot, values: tuple[OValue, ...]) -> None:

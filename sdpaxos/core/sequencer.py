@@ -313,6 +313,29 @@ class Sequencer:
         self.want_upto.clear()
         self.resend.clear()
 
+    def left_view(self) -> None:
+        """The view we were in is over: a range we were rebuilding is no longer ours."""
+        self.rebuild = None
+
+    def rebuilding(self) -> bool:
+        """Is our rebuilt range still unchosen (a majority has not accepted it)?"""
+        return self.rebuild is not None
+
+    def resend_to_all(self) -> None:
+        """A new range: every peer must accept it, so every peer is sent what it lacks."""
+        self.resend.update(self.s.prox.near)
+
+    def majority_accepted(self, upto: Slot) -> None:
+        """A majority accepted every slot below ``upto``: our rebuilt range, if it
+        ends there or before, is chosen."""
+        if self.rebuild is not None and upto >= self.rebuild[1]:
+            self.commit_rebuilt_range()
+
+    def reset_acked_before(self) -> None:
+        """The learner recounts the acknowledged prefixes: the stalled-peer check
+        (:meth:`tick`) compares with the new ones from now on."""
+        self.acked_before = list(self.s.olog.acked)
+
     def commit_rebuilt_range(self) -> None:
         """A majority accepted the rebuilt range: it is chosen; notify everyone."""
         assert self.rebuild is not None
@@ -352,6 +375,18 @@ class Sequencer:
         """The view's base once the rebuilt range is chosen, else -1."""
         views = self.s.views
         return views.est_base if views.range_committed and views.is_sequencer else Slot(-1)
+
+    def answer_stale(self, dst: ReplicaId) -> None:
+        """``dst`` wrote to an older view: tell it where we are (the latest
+        heartbeat, and our NewView once the range is chosen)."""
+        s = self.s
+        s.out.send(dst, self.current_heartbeat())
+        if s.views.new_view is not None:
+            s.out.send(dst, s.views.new_view)
+
+    def release_lease(self) -> None:
+        """Hand-over: serve no read under our lease from now on."""
+        self.lease_valid_until_ms = -math.inf
 
     def current_heartbeat(self) -> Heartbeat:
         """The heartbeat of stamp ``hb_stamp``: the one :meth:`send_heartbeats`

@@ -66,6 +66,16 @@ class Snapshots:
         #: The one transfer in flight, if any.
         self.transfer: Transfer | None = None
 
+    def request(self) -> None:
+        """The driver asked for a snapshot (:meth:`Replica.request_snapshot`):
+        capture one at the next executed boundary, looked at the next ready()."""
+        self.requested = True
+        self.s.progress.dirty = True
+
+    def fetching(self) -> bool:
+        """Is a snapshot on its way (a transfer in flight)?"""
+        return self.transfer is not None
+
     # ------------------------------------------------------------ taking
 
     def after_execute(self) -> None:
@@ -120,12 +130,13 @@ class Snapshots:
             captured.sessions,
             captured.app,
         )
-        self.compact(snap)
+        self.compact(snap, installed=False)
         s.stats.snapshots_taken += 1
         s.out.trace("TakeSnapshot", slot=snap.slot)
 
-    def compact(self, snap: Snapshot) -> None:
-        """Forget what ``snap`` covers, in memory; the driver saves it and truncates."""
+    def compact(self, snap: Snapshot, *, installed: bool) -> None:
+        """Forget what ``snap`` covers, in memory; the driver saves it and truncates
+        (``installed``: it came from a peer, else this replica took it)."""
         s = self.s
         olog = s.olog
         self.r.compacted(snap)
@@ -141,7 +152,7 @@ class Snapshots:
         olog.heard_upto = max(olog.heard_upto, snap.slot)
         self.keep(snap)
         s.out.snapshot = snap
-        self.r.compacted(snap)
+        s.out.snapshot_installed = installed
 
     def ask(self, src: ReplicaId) -> None:
         """Ask ``src`` for its snapshot, whatever its slot (slot 0 is never one)."""
@@ -264,11 +275,13 @@ class Snapshots:
         if self.captured is not None and self.captured.slot <= snap.slot:
             self.captured = None
         self.drop_stale_transfer()
-        self.compact(mine)
+        self.compact(mine, installed=True)
         s.stats.snapshots_installed += 1
         if s.views.sequencer is None:
             s.stats.snapshots_installed_in_view_change += 1
         s.out.trace("InstallSnapshot", slot=snap.slot, src=src)
+        progress.blocked = None  # execution starts again from the snapshot
+        progress.moved_ms = s.now_ms
         self.r.installed(mine)
 
     def restart_from(self, snap: Snapshot) -> None:

@@ -61,7 +61,9 @@ class Command(NamedTuple):
 
     ``(client_id, seq)`` identifies it for exactly-once execution: a client
     session has at most one command outstanding and numbers them 1, 2, 3, ...
-    ``client_id == 0`` means "no session": never deduplicated. ``seq == 0``
+    ``client_id == 0`` means "no session": never deduplicated, and
+    :meth:`Replica.propose` refuses it (a peer's C-instance may still hold
+    one: it executes without a session). ``seq == 0``
     (with ``client_id`` a non-zero nonce) is a registration: it opens a session
     and its result is the session's id (:mod:`sdpaxos.core.sessions`).
 

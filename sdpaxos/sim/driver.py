@@ -17,7 +17,8 @@ One batch, in order:
    point where a driver may let the node die mid-batch by returning ``True``);
 3. ``executed``: :meth:`Outlet.executed` (observation only; the state machine
    already applied them inside ``ready()``), and :meth:`Outlet.snapshotted`
-   (before them for an installed snapshot, after them for a taken one);
+   (before them for an installed snapshot, after them for a taken one, as
+   ``Ready.snapshot_installed`` says);
 4. ``replies``, then ``reads``: :meth:`Outlet.replies`, :meth:`Outlet.reads`;
    skipped when the node died in step 2: a dead process answers nobody.
 
@@ -100,10 +101,10 @@ def carry_out(replica: int, ready: Ready, storage: Storage, outlet: Outlet) -> b
     died = outlet.send(replica, ready.messages)
     snapshot = ready.snapshot
     # A batch holds at most one snapshot: an installed one comes before the
-    # commands executed after it, a taken one after those it covers.
-    installed = snapshot is not None and (
-        not ready.executed or snapshot.slot <= ready.executed[0].slot
-    )
+    # commands executed after it, a taken one after those it covers. Ready says
+    # which: the slot cannot (a snapshot captured earlier and taken in a batch
+    # that executes later slots is at or below the first of them).
+    installed = snapshot is not None and ready.snapshot_installed
     if installed and snapshot is not None:
         outlet.snapshotted(replica, snapshot)
     if ready.executed:

@@ -125,9 +125,114 @@ def test_the_module_runs_as_a_program() -> None:
     assert proc.returncode == 1 and proc.stdout.startswith("not linearizable\n")
 
 
+def test_a_user_model_whose_partition_raises_is_an_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"client": 1, "input": ["read"], "output": 0, "invoke": 0, "complete": 1}\n')
+    code, out, err = run(
+        capsys, str(path), "--format", "jsonl", "--model", "tests.check.test_cli:Keyless"
+    )
+    assert (code, out) == (3, "")
+    assert err == (
+        f"error: {path}: operation 0 (line 1): the model's partition raised"
+        " IndexError: tuple index out of range\n"
+    )
+
+
 from sdpaxos.check import Register  # noqa: E402  (a model for --model module:Class)
 
 
 class Zero(Register):
     def __init__(self) -> None:
         super().__init__(0)
+
+
+class Keyless(Register):
+    """A model that splits by a key its inputs do not have (a bug in the model)."""
+
+    def partition(self, input: object) -> object:
+        return input[1]  # type: ignore[index]
+
+
+NEMESIS_ONLY_EDN = """[{:process :nemesis, :type :info, :f :start, :value nil}
+ {:process :nemesis, :type :info, :f :start, :value "partitioned"}
+ {:process :nemesis, :type :info, :f :stop, :value nil}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "fmt"),
+    [
+        ("nemesis.edn", NEMESIS_ONLY_EDN, "edn"),
+        ("empty.edn", "[]\n", "edn"),
+        ("empty.jsonl", "", "jsonl"),
+        ("blank.jsonl", "\n\n", "jsonl"),
+        (
+            "failed.jsonl",
+            '{"client": 1, "input": ["get", "k"], "invoke": 0, "status": "fail"}\n',
+            "jsonl",
+        ),
+        ("empty.txt", "", "kv"),
+        ("nemesis.log", "INFO  jepsen.util - :nemesis :info :start nil\n", "etcd"),
+    ],
+)
+def test_an_empty_history_is_linearizable(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str, fmt: str
+) -> None:
+    """No operation (only the nemesis's events, an empty file, only failed
+    operations) is a history like any other, and it is linearizable, as
+    Knossos and Porcupine say: not an input error."""
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = run(capsys, str(path), "--format", fmt)
+    assert (code, err) == (0, "")
+    verdict, summary = out.splitlines()
+    assert verdict == "linearizable"
+    assert summary.startswith("0 operations, 0 sub-histories (0 not needed), 0 configurations")
+
+
+@pytest.mark.parametrize(
+    ("model", "line", "message"),
+    [
+        (
+            "kv",
+            '["frob", "k"]',
+            "unknown operation 'frob' (kv knows get, put, append, delete, cas)",
+        ),
+        ("kv", '["frob"]', "unknown operation 'frob' (kv knows get, put, append, delete, cas)"),
+        ("kv", '["put", "k"]', "'put' takes 2 arguments, got 1: ('put', 'k')"),
+        ("kv", '["cas", "k", "v"]', "'cas' takes [old, new], got 'v'"),
+        ("kv", '"get"', "an input must be a list naming the operation, got 'get'"),
+        ("register", '["cas", [0, 1]]', "unknown operation 'cas' (register knows read, write)"),
+        (
+            "cas-register",
+            '["frob"]',
+            "unknown operation 'frob' (cas-register knows read, write, cas)",
+        ),
+        ("set", '["frob", 1]', "unknown operation 'frob' (set knows add, remove, contains, read)"),
+        (
+            "fifo-queue",
+            '["push", 1]',
+            "unknown operation 'push' (fifo-queue knows enqueue, dequeue)",
+        ),
+    ],
+)
+def test_an_operation_the_model_does_not_know_is_an_input_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, model: str, line: str, message: str
+) -> None:
+    """Not a verdict: a history the model cannot read says nothing about the
+    system (it was "not linearizable", exit 1, or a traceback without a key)."""
+    path = tmp_path / "h.jsonl"
+    first = {"kv": '["put", "j", "v"]', "set": '["add", 1]', "fifo-queue": '["enqueue", 1]'}
+    lines = [first.get(model, '["write", 1]'), line]  # the bad one second, on line 3
+    path.write_text(
+        "\n".join(
+            f'{{"client": {i}, "input": {inp}, "output": null, "invoke": {i}, "complete": {i}}}\n'
+            for i, inp in enumerate(lines)
+        )
+    )
+    code, out, err = run(capsys, str(path), "--format", "jsonl", "--model", model)
+    where = "operation 1 (line 3)"
+    assert (code, out) == (3, "")
+    assert err == f"error: {path}: {where}: {message}\n"

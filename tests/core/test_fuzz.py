@@ -221,7 +221,7 @@ def test_fuzz_ci(n: int, seed: int) -> None:
     """Fixed seeds, N = 3 and 5: every checker holds after every step, and every
     READY command executes everywhere once faults stop. Cases whose id says
     ``fails-on-HEAD`` are the seeds of HEAD_FAILING_SEEDS: on the code of issue 6
-    they FAIL (visibly, on purpose); they must pass once recovery is fixed."""
+    they failed (visibly, on purpose); they pass since the recovery redesign."""
     _fail_with_report(n, seed, SEED_STEPS.get((n, seed), CI_STEPS))
 
 

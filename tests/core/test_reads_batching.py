@@ -427,8 +427,8 @@ def leased(net: Net) -> Net:
 
 def _now(rep: Replica) -> float:
     """The latest time ``rep`` was given (stepping at it changes no clock)."""
-    assert rep._clock_origin_ms is not None
-    return rep._clock_origin_ms + rep.ctx.now_ms
+    assert rep.ctx.clock_origin_ms is not None
+    return rep.ctx.clock_origin_ms + rep.ctx.now_ms
 
 
 def test_reads_of_one_turn_travel_in_one_message_and_are_answered() -> None:

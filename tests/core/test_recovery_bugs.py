@@ -3,8 +3,9 @@
 Each test drives the explicit-delivery harness through the interleaving the
 review describes (or the nearest one that reproduces on the code at the time of
 writing, said so in the docstring) and asserts the SAFE outcome. On that code
-every test here fails; each docstring records the failure observed then. They
-are expected to pass once recovery is redesigned.
+every test here failed; each docstring records the failure observed then. They
+pass since the recovery redesign, and stay as regressions (``docs/recovery.md``
+section 14 says what removed each bug).
 
 Messages are chosen by type, source and destination only (``where``), never by
 their fields, so that the choreography survives a change of message contents.

@@ -364,8 +364,11 @@ def test_a_registered_client_is_answered_session_expired_once_its_session_expire
     sid = decode_session_id(reply.result)
     net.propose(2, sid, 1, b"a", wait=Wait.EXECUTED)
     net.deliver_all()
-    for filler in (b"f1", b"f2", b"f3"):  # no-session commands: slots go by
-        net.propose(0, 0, 0, filler)
+    net.propose(0, 600, 0, b"", wait=Wait.EXECUTED)  # registration(600): a busy client
+    net.deliver_all()
+    busy = decode_session_id(net.replies[0][-1].result)
+    for seq, filler in enumerate((b"f1", b"f2", b"f3"), start=1):  # slots go by
+        net.propose(0, busy, seq, filler)
         net.deliver_all()
     net.propose(0, sid, 1, b"a", wait=Wait.EXECUTED)  # the client's late retry
     net.deliver_all()
@@ -379,6 +382,19 @@ def test_a_registered_client_is_answered_session_expired_once_its_session_expire
             True,
         ]
         assert net.replicas[r].stats.sessions_expired == 1
+
+
+def test_a_command_without_a_session_is_refused_at_propose() -> None:
+    """``client_id`` 0 means no session, so nothing could answer such a command
+    if a snapshot compacted its C-instance after a recoverer made it a no-op: it
+    may have executed (its value is not known here) and cannot be proposed again
+    without risking a second execution. ``forget_below`` dropped it unanswered;
+    now ``propose`` refuses it, as the runtime refuses ``client_id`` 0 from
+    clients, and nothing changes."""
+    replica = Replica(ClusterConfig(replicas=3), 0, Register())
+    with pytest.raises(LocalProtocolError, match="client_id 0 has no session"):
+        replica.propose(Command(0, 1, b"x"))
+    assert replica.proposals_waiting == 0 and not replica.ready()
 
 
 # ------------------------------------------------------------------------- limits

@@ -169,7 +169,8 @@ def test_a_compacted_acceptor_answers_compacted_and_the_recoverer_installs() -> 
     _run(net, 100, phase1)
     rep2 = net.replicas[2]
     assert net.replicas[0].ctx.clog.floor[1] > 0 and net.replicas[1].ctx.clog.floor[1] > 0
-    assert rep2.executor.blocked is not None and rep2.executor.blocked[0] == 1
+    blocked = rep2.ctx.progress.blocked
+    assert blocked is not None and blocked[0] == 1
     # Now 2 may recover, but still not learn or fetch a snapshot.
     phase2 = cut_off(CAccept, CCommit, LearnRequest, SnapshotChunk)
     _run(net, 150, phase2)
@@ -258,6 +259,39 @@ def test_a_snapshot_installs_only_whole_and_a_bad_one_changes_nothing() -> None:
     assert rep.ctx.clog.c_max == [-1, -1, -1]  # what *it* accepted: nothing
     assert rep.command_leader.next_index == 5  # above any index of ours a peer accepted
     assert whole_state(rep) != before
+    rd = rep.ready()
+    assert rd.snapshot is not None and rd.snapshot.slot == 5 and rd.snapshot_installed
+
+
+def test_a_snapshot_taken_in_a_batch_that_executes_later_slots_says_it_was_taken() -> None:
+    """Replica 1 captures a snapshot at slot 2 and waits for a majority to execute
+    that far; in the batch where it learns that, it also executes slot 2. The
+    snapshot's slot is at the batch's first executed slot, as an installed one's
+    is: only ``Ready.snapshot_installed`` tells the driver it was taken, so that
+    it reports it after the executions (``sim/driver.py`` read the slot, and
+    reported this one before them, as installed)."""
+    net = Net.build(3, sequencer=0, snapshot_slots_min=2)
+    rep1 = net.replicas[1]
+    net.propose(0, client=1, seq=1, payload=b"a")
+    net.deliver_all()
+    net.propose(0, client=1, seq=2, payload=b"b")
+    net.deliver_all()  # no tick yet: no heartbeat has told anyone a majority point
+    assert rep1.snapshots.captured is not None and rep1.snapshots.captured.slot == 2
+    assert rep1.snapshots.majority_executed == 0
+    net.propose(0, client=1, seq=3, payload=b"c")
+    not_to_1 = lambda src, dst, m: dst != 1  # noqa: E731
+    for _ in range(120):  # 0 and 2 execute slot 2; heartbeats say a majority did
+        net.tick()
+        net.deliver_where(not_to_1)
+    held = [m for _, dst, m in net.pending if dst == 1]
+    net.pending = [p for p in net.pending if p[1] != 1]
+    for m in held:  # all of it, then one batch
+        rep1.step(m, net.now_ms)
+    rd = rep1.ready()
+    assert rd.snapshot is not None and rd.snapshot.slot == 2
+    assert [e.slot for e in rd.executed] == [2]
+    assert rd.snapshot_installed is False
+    assert rep1.stats.snapshots_taken == 1 and rep1.stats.snapshots_installed == 0
 
 
 def test_snapshot_bytes_round_trip_and_refuse_malformed_input() -> None:

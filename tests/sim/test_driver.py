@@ -14,6 +14,7 @@ from sdpaxos.core import (
     Reply,
     ReplyKind,
 )
+from sdpaxos.core.storage import Snapshot
 from sdpaxos.sim.driver import Node, Outlet, carry_out
 from sdpaxos.sim.explicit import Register
 
@@ -37,6 +38,9 @@ class Journal:
     def load(self) -> list[Record]:
         return list(self.records)
 
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        self.calls.append(f"storage.save_snapshot {snapshot.slot}")
+
 
 class JournalOutlet(Outlet):
     def __init__(self, journal: Journal) -> None:
@@ -50,7 +54,10 @@ class JournalOutlet(Outlet):
         return self.j.died
 
     def executed(self, replica: int, entries: list[Executed]) -> None:
-        self.j.calls.append("executed")
+        self.j.calls.append(f"executed {[e.slot for e in entries]}")
+
+    def snapshotted(self, replica: int, snapshot: Snapshot) -> None:
+        self.j.calls.append(f"snapshotted {snapshot.slot}")
 
     def replies(self, replica: int, replies: list[Reply]) -> None:
         self.j.calls.append("replies")
@@ -72,7 +79,7 @@ def full_batch() -> Ready:
 def test_records_are_stored_before_messages_leave_and_before_any_answer() -> None:
     j = Journal()
     assert carry_out(1, full_batch(), j, JournalOutlet(j)) is True
-    assert j.calls == ["storage.append", "persisted", "send 2", "executed", "replies", "reads"]
+    assert j.calls == ["storage.append", "persisted", "send 2", "executed [0]", "replies", "reads"]
     assert j.records == [RECORD]
 
 
@@ -85,7 +92,37 @@ def test_empty_parts_are_skipped_but_send_is_called_once_per_batch() -> None:
 def test_a_node_that_dies_while_sending_reports_executions_and_answers_nobody() -> None:
     j = Journal(died=True)
     assert carry_out(1, full_batch(), j, JournalOutlet(j)) is False
-    assert j.calls == ["storage.append", "persisted", "send 2", "executed"]
+    assert j.calls == ["storage.append", "persisted", "send 2", "executed [0]"]
+
+
+def _executing(*slots: int) -> list[Executed]:
+    return [
+        Executed(slot, 1, k, Command(7, k + 1, b"w"), b"1", False) for k, slot in enumerate(slots)
+    ]
+
+
+SNAP8 = Snapshot(8, (3, 3, 2), (2, 2, 1), 3, (), b"")
+
+
+def test_a_taken_snapshot_is_reported_after_the_batch_s_executions_whatever_its_slot() -> None:
+    """Captured at slot 8 and taken in a batch that executes slots 10 and 11 (a
+    majority had executed slot 8 by then): reported after them, as taken. The old
+    rule read the slot (8 <= 10: "installed") and reported it before them."""
+    j = Journal()
+    assert carry_out(1, Ready(executed=_executing(10, 11), snapshot=SNAP8), j, JournalOutlet(j))
+    assert j.calls == [
+        "storage.save_snapshot 8",
+        "send 0",
+        "executed [10, 11]",
+        "snapshotted 8",
+    ]
+
+
+def test_an_installed_snapshot_is_reported_before_the_executions_that_follow_it() -> None:
+    j = Journal()
+    rd = Ready(executed=_executing(8, 9), snapshot=SNAP8, snapshot_installed=True)
+    assert carry_out(1, rd, j, JournalOutlet(j))
+    assert j.calls == ["storage.save_snapshot 8", "send 0", "snapshotted 8", "executed [8, 9]"]
 
 
 def test_default_outlet_drops_everything_but_storage_keeps_the_records() -> None:

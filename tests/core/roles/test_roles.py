@@ -194,7 +194,7 @@ def test_executor_runs_slots_in_order_once_per_session(rec: Recorder) -> None:
     ctx.clog.logs[1][0] = committed_instance((Command(7, 1, b"a"),))
     ctx.clog.logs[2][0] = committed_instance((Command(7, 1, b"a"),))  # a retry elsewhere
     executor.execute()
-    assert applied == [b"a"] and ctx.progress.slot == 2 and executor.blocked == (1, 1)
+    assert applied == [b"a"] and ctx.progress.slot == 2 and ctx.progress.blocked == (1, 1)
 
 
 def test_election_defers_a_vote_under_its_lease_then_votes(rec: Recorder) -> None:
@@ -345,3 +345,84 @@ def test_learner_n5_two_acceptor_rule_waits_for_the_range(rec: Recorder) -> None
     ctx.views.range_committed = True
     learner.advance_safe_prefix()
     assert learner.safe_upto == 1 and ctx.own_ordered == 1
+
+
+# ------------------------------------------- rules that moved out of the facade
+
+
+def test_learner_asks_once_learn_ms_passed_since_execution_moved_and_since_it_asked(
+    rec: Recorder,
+) -> None:
+    ctx = make_ctx(3, me=1, sequencer=0)
+    learner = Learner(ctx, rec)
+    learn_ms = ctx.config.learn_ms
+    ctx.olog.heard_upto = Slot(3)  # heard of slots not executed: stalled
+    ctx.progress.moved_ms = 100.0
+    ctx.now_ms = 100.0 + learn_ms - 1
+    learner.tick(ctx.now_ms)
+    assert kinds(ctx) == []  # execution moved less than learn_ms ago
+    ctx.now_ms = 100.0 + learn_ms
+    learner.tick(ctx.now_ms)
+    assert sorted(kinds(ctx)) == [(0, "LearnRequest"), (2, "LearnRequest")]
+    assert learner.asked_ms == ctx.now_ms
+    ctx.out.messages.clear()
+    ctx.now_ms += learn_ms - 1
+    learner.tick(ctx.now_ms)
+    assert kinds(ctx) == []  # asked less than learn_ms ago
+    rec.answers["fetching_snapshot"] = True
+    ctx.now_ms += 1
+    learner.tick(ctx.now_ms)
+    assert kinds(ctx) == []  # a snapshot is on its way: peers would answer with it
+
+
+def test_recovery_starts_on_what_execution_is_blocked_on_then_waits_recover_ms(
+    rec: Recorder,
+) -> None:
+    ctx = make_ctx(3, me=0, sequencer=0)
+    recovery = Recovery(ctx, rec)
+    ctx.olog.grow(1)
+    ctx.olog.owner[0], ctx.olog.count[0], ctx.olog.committed[0] = 1, 1, True
+    ctx.progress.blocked, ctx.progress.blocked_ms = (ReplicaId(1), 0), 50.0
+    recover_ms = ctx.config.recover_ms
+
+    def tick_at(now: float) -> None:
+        ctx.now_ms = now  # (the facade advances the clock, then ticks)
+        recovery.tick(now)
+
+    tick_at(50.0 + recover_ms - 1)
+    assert recovery.runs == {}  # blocked for less than recover_ms
+    tick_at(50.0 + recover_ms)
+    assert 1 in recovery.runs and recovery.started_ms == 50.0 + recover_ms
+    del recovery.runs[1]  # (as if it ended without a commit)
+    tick_at(50.0 + 2 * recover_ms - 1)
+    assert recovery.runs == {}  # started less than recover_ms ago
+    tick_at(50.0 + 2 * recover_ms)
+    assert 1 in recovery.runs
+
+
+def test_a_compaction_stops_what_ran_below_it(rec: Recorder) -> None:
+    """Recoveries and a candidacy that start below a snapshot stop; the command
+    leader answers its own instances there, or proposes them again."""
+    ctx = make_ctx(3, me=1, sequencer=0)
+    recovery = Recovery(ctx, rec)
+    ctx.olog.grow(1)
+    ctx.olog.owner[0], ctx.olog.count[0], ctx.olog.committed[0] = 0, 2, True
+    assert recovery.maybe_start(ReplicaId(0), 0)
+    recovery.forget_below((0, 0, 0))
+    assert list(recovery.runs) == [0]  # nothing of 0's compacted: it goes on
+    recovery.forget_below((1, 0, 0))
+    assert recovery.runs == {}
+    election = Election(ctx, rec)
+    election.start_view_change()
+    assert election.running_for_view()
+    election.compacted(Slot(0))
+    assert election.running_for_view()  # it reports from slot 0: nothing below
+    election.compacted(Slot(1))
+    assert not election.running_for_view()
+    leader = CommandLeader(ctx, rec)
+    leader.proposals.extend([Command(7, 1, b"a"), Command(8, 1, b"b")])
+    leader.start_c_instances()
+    ctx.clog.logs[1][0].commands = ()  # a recoverer chose a no-op for it
+    leader.forget_below((0, 1, 0))
+    assert list(leader.proposals) == [Command(7, 1, b"a"), Command(8, 1, b"b")]
+    assert leader.inflight == {} and leader.next_index == 1
