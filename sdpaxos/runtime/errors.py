@@ -34,11 +34,13 @@ class ClientError(Exception):
 
 
 class SessionExpired(ClientError):
-    """The command's session expired: this submission was not applied.
+    """The command's session expired before it executed: this copy was not applied.
 
     Raised by :class:`~sdpaxos.runtime.node.Node` and
     :class:`~sdpaxos.runtime.client.Client` alike. Sessions expire only with
-    ``ClusterConfig(session_lifetime_slots=...)``: a command whose session
-    expired before it executed is not executed; open a new session and submit
-    again if the command is still wanted (``docs/protocol.md``, sessions).
+    ``ClusterConfig(session_lifetime_slots=...)``. An earlier copy of the same
+    command (a retry's first attempt) may have executed before the session
+    expired, so the caller cannot tell from this error whether the command took
+    effect: read the state, or make the command safe to apply again, before
+    submitting it under a new session.
     """
