@@ -92,6 +92,7 @@ from sdpaxos.core.types import Command
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.certs import make_cluster_certs
 from sdpaxos.runtime.config import NodeConfig, TlsFiles, load_config
+from sdpaxos.runtime.peers import count_rejected
 from sdpaxos.runtime.tls import client_context
 from sdpaxos.wire.codec import FRAME_BYTES_MAX, VERSION, CodecError, decode_batch, encode_batch
 from sdpaxos.wire.framing import Framer, frame
@@ -1144,7 +1145,9 @@ async def fuzz_cluster(
         )
         res = fuzzer.result
         reasons = _ReasonCounter(res)
-        node_logger = logging.getLogger("sdpaxos.runtime.node")
+        # The logger of the module that counts and logs every refusal, by the
+        # function itself: a fixed name went silent when that moved out of node.py.
+        node_logger = logging.getLogger(count_rejected.__module__)
         node_logger.addHandler(reasons)
         loop = asyncio.get_running_loop()
         previous = loop.get_exception_handler()

@@ -404,4 +404,6 @@ def test_fuzz_2000_frames_node_keeps_serving_and_replicas_agree(tmp_path: Path) 
     counted = result.rejected_after - result.rejected_before
     assert counted >= result.expected_rejects - result.node_expected_rejects
     assert counted <= result.expected_rejects
+    # Every refusal the node counted is logged with its reason, and the run tallies them.
+    assert sum(result.reasons.values()) >= counted > 0
     assert result.verdicts["refused"] > 0 and result.verdicts["incomplete"] > 0
