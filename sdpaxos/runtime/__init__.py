@@ -13,7 +13,8 @@
 * :mod:`~sdpaxos.runtime.config`, :mod:`~sdpaxos.runtime.local`,
   :mod:`~sdpaxos.runtime.certs`, :mod:`~sdpaxos.runtime.cli`: configuration,
   local clusters, certificates, and ``python -m sdpaxos``;
-* :mod:`~sdpaxos.runtime.apps`: state machines for ``node --app`` (and tests);
-* :mod:`~sdpaxos.runtime.fuzz`: ``python -m sdpaxos fuzz``, hostile frames at a
-  live node.
+* :mod:`~sdpaxos.runtime.apps`: state machines for ``node --app`` (and tests).
+
+``python -m sdpaxos fuzz`` (hostile frames at a live node) is a testing tool,
+not part of the runtime: it lives in :mod:`sdpaxos.testing`.
 """

@@ -27,10 +27,10 @@ from sdpaxos.runtime.certs import make_cluster_certs
 from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.config import load_config
-from sdpaxos.runtime.fuzz import Fuzzer, Verdict, fuzz_local, judge
 from sdpaxos.runtime.local import client_tls, make_local_cluster, node_configs
 from sdpaxos.runtime.node import Node
 from sdpaxos.runtime.tls import client_context
+from sdpaxos.testing import Fuzzer, Verdict, fuzz_local, judge
 from sdpaxos.wire.codec import FRAME_BYTES_MAX, VERSION, encode_batch
 from sdpaxos.wire.framing import frame
 
