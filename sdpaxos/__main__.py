@@ -5,7 +5,7 @@
 * ``node``, ``local``, ``status``, ``admin``: run and inspect nodes
   (:mod:`sdpaxos.runtime.cli`).
 * ``fuzz``: throw random and mutated frames at a live node and check that it
-  keeps serving and agreeing with its peers (:mod:`sdpaxos.runtime.fuzz`).
+  keeps serving and agreeing with its peers (:mod:`sdpaxos.testing.fuzz`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return certs_main(args[1:])
     if args and args[0] == "fuzz":
-        from sdpaxos.runtime.fuzz import main as fuzz_main
+        from sdpaxos.testing.fuzz import main as fuzz_main
 
         return fuzz_main(args[1:])
     if args and args[0] in _RUNTIME_COMMANDS:

@@ -127,3 +127,25 @@ def test_the_readme_names_exactly_the_protocols_a_node_runs() -> None:
     start = text.index("The baselines run on the same nodes by name")
     paragraph = text[start : text.index("\n\n", start)]
     assert set(re.findall(r'"(\w+)"', paragraph)) | {"sdpaxos"} == set(PROTOCOL_NAMES)
+
+
+def test_the_runtime_table_lists_exactly_the_runtime_modules() -> None:
+    """README's "The runtime, one module per job" names every runtime module
+    once, and only modules that exist; the two files it points newcomers to
+    hold what it says they hold."""
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "README.md").read_text()
+    section = text.split("### The runtime, one module per job", 1)[1].split("\n## ", 1)[0]
+    section = section.split("\n### ", 1)[0]
+    listed = re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
+    runtime = root / "sdpaxos" / "runtime"
+    assert sorted(listed) == sorted(p.stem for p in runtime.glob("*.py") if p.stem != "__init__")
+    assert len(listed) == len(set(listed))
+    from sdpaxos.runtime.driver import Driver
+    from sdpaxos.runtime.peers import Peers
+
+    assert "`Peers.frame`" in section and "`Peers.peer_frame`" in section
+    assert callable(Peers.frame) and callable(Peers.peer_frame)
+    for name in ("_flush", "_carry_out", "_written"):
+        assert f"`Driver.{name}`" in section or f"`{name}`" in section
+        assert callable(getattr(Driver, name))

@@ -5,7 +5,8 @@
   :mod:`~sdpaxos.runtime.driver` (the replica and its durable log: group
   commit, release in batch order), :mod:`~sdpaxos.runtime.peers` (the other
   replicas' connections and frames) and :mod:`~sdpaxos.runtime.clients`
-  (remote clients' requests); :mod:`~sdpaxos.runtime.status` and
+  (remote clients' requests), with :mod:`~sdpaxos.runtime.calls` for the
+  node's own callers; :mod:`~sdpaxos.runtime.status` and
   :mod:`~sdpaxos.runtime.errors` hold what they share with callers;
 * :mod:`~sdpaxos.runtime.client`: :class:`Client`, exactly-once across retries;
 * :mod:`~sdpaxos.runtime.sync`: :class:`SyncNode`, :class:`SyncClient` for code
@@ -18,7 +19,8 @@
 * :mod:`~sdpaxos.runtime.config`, :mod:`~sdpaxos.runtime.local`,
   :mod:`~sdpaxos.runtime.certs`, :mod:`~sdpaxos.runtime.cli`: configuration,
   local clusters, certificates, and ``python -m sdpaxos``;
-* :mod:`~sdpaxos.runtime.apps`: state machines for ``node --app`` (and tests);
-* :mod:`~sdpaxos.runtime.fuzz`: ``python -m sdpaxos fuzz``, hostile frames at a
-  live node.
+* :mod:`~sdpaxos.runtime.apps`: state machines for ``node --app`` (and tests).
+
+``python -m sdpaxos fuzz`` (hostile frames at a live node) is a testing tool,
+not part of the runtime: it lives in :mod:`sdpaxos.testing`.
 """

@@ -21,16 +21,17 @@ import pytest
 from sdpaxos.core.messages import MESSAGE_TYPES, Heartbeat, RRequest
 from sdpaxos.core.replica import Replica
 from sdpaxos.runtime import frames as rf
-from sdpaxos.runtime import transport
+from sdpaxos.runtime import peers, transport
 from sdpaxos.runtime.apps import DigestLog
 from sdpaxos.runtime.certs import make_cluster_certs
 from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.config import load_config
-from sdpaxos.runtime.fuzz import Fuzzer, Verdict, fuzz_local, judge
 from sdpaxos.runtime.local import client_tls, make_local_cluster, node_configs
 from sdpaxos.runtime.node import Node
 from sdpaxos.runtime.tls import client_context
+from sdpaxos.testing import Fuzzer, Verdict, fuzz, fuzz_local, fuzzer, judge, judging
+from sdpaxos.testing.fuzz import _in_library
 from sdpaxos.wire.codec import FRAME_BYTES_MAX, VERSION, encode_batch
 from sdpaxos.wire.framing import frame
 
@@ -392,6 +393,15 @@ def test_plaintext_to_a_tls_node_gets_nothing_processed(tmp_path: Path) -> None:
     _run(tmp_path, body)
 
 
+def test_fuzz_blames_the_node_for_exceptions_in_the_library_not_in_its_own_modules() -> None:
+    # The loop's exception handler of a fuzz run records an exception as the
+    # node's when its traceback passes through the library's code.
+    assert _in_library(peers.__file__) and _in_library(transport.__file__)
+    for tool in (fuzz, fuzzer, judging):
+        assert not _in_library(tool.__file__)
+    assert not _in_library(asyncio.__file__)
+
+
 def test_fuzz_2000_frames_node_keeps_serving_and_replicas_agree(tmp_path: Path) -> None:
     result = asyncio.run(fuzz_local(tmp_path, frames=2000, seed=1))
     assert result.problems == []
@@ -404,4 +414,6 @@ def test_fuzz_2000_frames_node_keeps_serving_and_replicas_agree(tmp_path: Path) 
     counted = result.rejected_after - result.rejected_before
     assert counted >= result.expected_rejects - result.node_expected_rejects
     assert counted <= result.expected_rejects
+    # Every refusal the node counted is logged with its reason, and the run tallies them.
+    assert sum(result.reasons.values()) >= counted > 0
     assert result.verdicts["refused"] > 0 and result.verdicts["incomplete"] > 0
