@@ -49,7 +49,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol
 
 from sdpaxos.core.app import StateMachine
@@ -63,6 +62,7 @@ from sdpaxos.core.types import Command, ReplicaId, Wait
 from sdpaxos.protocols import ProtocolError, ProtocolSpec, protocol
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.config import NodeConfig
+from sdpaxos.runtime.datadir import open_data_dir
 from sdpaxos.runtime.delivery import DelayedFrames, clock_token, due_here_s, make_alarm
 from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
 from sdpaxos.runtime.log import DurableLog
@@ -126,8 +126,6 @@ SNAPSHOT_LOG_BYTES_DEFAULT = 256 << 20
 #: A pong answering a ping older than this (or from the future) is a lie.
 _PONG_RTT_MS_MAX = 3_600_000.0
 _WaitName = Literal["ready", "executed"]
-#: The file in a data directory that names the protocol whose records it holds.
-PROTOCOL_FILE = "protocol"
 #: Trace events kept for the status (``trace_events``): the latest this many.
 TRACE_EVENTS_KEPT = 256
 #: Protocols whose ``read`` serves a linearizable read at every replica (SDPaxos:
@@ -392,6 +390,10 @@ class Node:
             have no tracer). Meant for rare events, such as the straggler
             detection's ``StragglerSuspect`` and ``StragglerViewChange``: with
             any name given, the core calls the tracer for every event.
+        bootstrap: this node starts a brand-new cluster: it may start on an
+            empty data directory (else it refuses to, having perhaps forgotten
+            its promises; ignored once the directory holds data).
+            :mod:`sdpaxos.runtime.datadir` says why.
     """
 
     def __init__(
@@ -406,8 +408,10 @@ class Node:
         snapshot_log_bytes: int | None = SNAPSHOT_LOG_BYTES_DEFAULT,
         rng: random.Random | None = None,
         trace_events: Collection[str] = (),
+        bootstrap: bool = False,
     ) -> None:
         self.config = config
+        self.bootstrap = bootstrap
         self.id: ReplicaId = config.node_id
         self._rng = rng if rng is not None else random.Random(os.urandom(16))
         self.state_machine = state_machine
@@ -523,8 +527,8 @@ class Node:
         try:
             self.log = await loop.run_in_executor(
                 self._io,
-                lambda: _open_log(
-                    cfg.data_dir, spec.name, cfg.cluster.replicas, self.fsync, record_codec
+                lambda: open_data_dir(
+                    cfg, fsync=self.fsync, records=record_codec, bootstrap=self.bootstrap
                 ),
             )
         except BaseException:
@@ -1726,43 +1730,3 @@ def _encode(encode_batch: EncodeBatch, msgs: list[Message], packed: PackedMessag
         return _encode(encode_batch, msgs[:half], packed) + _encode(
             encode_batch, msgs[half:], packed
         )
-
-
-def _open_log(
-    data_dir: Path, name: str, replicas: int, fsync: bool, records: RecordCodec | None
-) -> DurableLog:
-    """The durable log of ``data_dir``, once it is sure to hold protocol ``name``'s records.
-
-    The directory names its protocol in :data:`PROTOCOL_FILE`, written before
-    the first record: another protocol would read those records as its own
-    (Multi-Paxos and SDPaxos both write ``CAccepted``, meaning different
-    things). A directory with a log and no such file is SDPaxos's, from
-    before there was a choice.
-    """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    marker = data_dir / PROTOCOL_FILE
-    try:
-        found: str | None = marker.read_text().strip()
-    except FileNotFoundError:
-        found = None
-    if found is not None and found != name:
-        raise NodeError(f"{data_dir} holds the log of protocol {found!r}; this node runs {name!r}")
-    log = DurableLog(data_dir, replicas, fsync=fsync, records=records)
-    if found is None and name != "sdpaxos" and (log.load() or log.load_snapshot() is not None):
-        log.close()
-        raise NodeError(f"{data_dir} holds the log of protocol 'sdpaxos'; this node runs {name!r}")
-    if not marker.exists():
-        tmp = data_dir / (PROTOCOL_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(name + "\n")
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, marker)
-        if fsync:
-            fd = os.open(data_dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    return log

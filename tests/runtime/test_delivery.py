@@ -448,7 +448,7 @@ def test_a_node_with_the_emulator_delivers_through_its_alarm_and_frees_it_on_sto
     )
 
     async def main():
-        nodes = [Node(cfg, PayloadLog(), fsync=False) for cfg in node_configs(path)]
+        nodes = [Node(cfg, PayloadLog(), fsync=False, bootstrap=True) for cfg in node_configs(path)]
         for node in nodes:
             await node.start()
         try:
@@ -507,7 +507,7 @@ def _receiver(tmp_path, monkeypatch, emulator=True):
     handled; its emulator's clock and held frames on a fake clock and alarm."""
     cfg = node_configs(make_local_cluster(tmp_path, 3, insecure=True))[0]
     emu = LinkEmulator(0, [0.0, 50.0, 50.0]) if emulator else None
-    node = Node(cfg, PayloadLog(), fsync=False, emulator=emu)
+    node = Node(cfg, PayloadLog(), fsync=False, emulator=emu, bootstrap=True)
     clock = Clock()
     monkeypatch.setattr(node_module, "_monotonic", clock)
     alarms: list[FakeAlarm] = []

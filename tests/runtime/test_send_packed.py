@@ -44,7 +44,7 @@ def _accept(commands: int = 250, payload_bytes: int = 16) -> CAccept:
 
 def _node(tmp_path: Any, n: int = 5) -> tuple[Node, list[_Conn]]:
     cfg = node_configs(make_local_cluster(tmp_path, n, insecure=True))[0]
-    node = Node(cfg, PayloadLog(), fsync=False)
+    node = Node(cfg, PayloadLog(), fsync=False, bootstrap=True)
     conns = []
     for peer_id in range(1, n):
         conn = _Conn()
