@@ -15,10 +15,11 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
+from sdpaxos.core.errors import ConfigError
 from sdpaxos.runtime.certs import identity_of
 from sdpaxos.runtime.config import TlsFiles
 
-__all__ = ["client_context", "peer_identity", "server_context"]
+__all__ = ["check_tls_files", "client_context", "peer_identity", "server_context"]
 
 
 def _context(purpose: int, files: TlsFiles) -> ssl.SSLContext:
@@ -29,6 +30,39 @@ def _context(purpose: int, files: TlsFiles) -> ssl.SSLContext:
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+def check_tls_files(files: TlsFiles) -> None:
+    """Load the certificate, key and CA as a node will, or raise a
+    :class:`ConfigError` that says which file is wrong and how.
+
+    The commands call it before a node touches its data directory, so that a
+    key that does not match its certificate (or a file that is not PEM) is a
+    one-line error that changes nothing, not a traceback from the listener.
+    """
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(files.cert, files.key)
+    except ssl.SSLError as exc:
+        if "KEY_VALUES_MISMATCH" in str(exc) or exc.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(
+                f"tls: the key {files.key} does not belong to the certificate {files.cert}"
+            ) from None
+        raise ConfigError(
+            f"tls: cannot load the certificate {files.cert} with the key {files.key}:"
+            f" not a PEM certificate and its PEM key ({exc.reason or 'unreadable PEM'})"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"tls: cannot read {files.cert} or {files.key} ({exc.strerror})"
+        ) from None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(files.ca)
+    except ssl.SSLError as exc:
+        raise ConfigError(
+            f"tls: {files.ca} is not a CA certificate ({exc.reason or exc})"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"tls: cannot read {files.ca} ({exc.strerror})") from None
 
 
 def server_context(files: TlsFiles) -> ssl.SSLContext:
