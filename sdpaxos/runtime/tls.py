@@ -43,7 +43,7 @@ def check_tls_files(files: TlsFiles) -> None:
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(files.cert, files.key)
     except ssl.SSLError as exc:
-        if "KEY_VALUES_MISMATCH" in str(exc) or exc.reason == "KEY_VALUES_MISMATCH":
+        if exc.reason == "KEY_VALUES_MISMATCH":
             raise ConfigError(
                 f"tls: the key {files.key} does not belong to the certificate {files.cert}"
             ) from None

@@ -283,3 +283,30 @@ def test_the_identity_is_written_atomically_and_made_durable(tmp_path, monkeypat
     assert len(synced) >= 2  # the file, then the directory
     assert read_identity(config.data_dir) == identity_of(config)
     assert not (config.data_dir / (IDENTITY_FILE + ".tmp")).exists()
+
+
+# ------------------------------------------------------------------- the node
+
+
+def test_a_node_bootstraps_only_when_told_and_restarts_without_it(tmp_path):
+    import asyncio
+
+    from sdpaxos.runtime.apps import PayloadLog
+    from sdpaxos.runtime.local import make_local_cluster, node_configs
+    from sdpaxos.runtime.sync import SyncNode
+
+    config = node_configs(make_local_cluster(tmp_path, 1, insecure=True))[0]
+
+    async def start(**kw: object) -> None:
+        from sdpaxos.runtime.node import Node
+
+        node = Node(config, PayloadLog(), fsync=False, **kw)  # type: ignore[arg-type]
+        await node.start()
+        await node.stop()
+
+    with pytest.raises(NodeError, match="refusing to start on an empty data directory"):
+        asyncio.run(start())
+    assert list(config.data_dir.iterdir()) == []
+    with SyncNode(config, PayloadLog(), fsync=False, bootstrap=True) as node:  # passed through
+        node.submit(b"x", wait="executed")
+    asyncio.run(start())  # a restart: no flag needed
