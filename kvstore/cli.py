@@ -20,7 +20,6 @@ one line, ``error: ...``, and a nonzero exit, before anything is written.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import signal
@@ -39,8 +38,8 @@ from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.runtime.cli import (
     STATUS_TIMEOUT_S,
     format_table,
-    keep_freezing,
     run_loop,
+    serve_until_signalled,
     setup_logging,
     statuses,
     tune_gc,
@@ -54,8 +53,6 @@ from sdpaxos.runtime.cliargs import (
     log_level_name,
     one_line,
     positive_seconds,
-    serve_node_metrics,
-    start_node,
 )
 from sdpaxos.runtime.local import LOCAL_REPLICAS_MAX
 
@@ -94,33 +91,15 @@ async def _serve(config: KVConfig, args: argparse.Namespace, context: Any) -> in
     )
     if context is not None:
         context.node = kv.node
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    if not await start_node(kv.start(), config.node.node_id):
-        return 1
-    server = None
-    try:
-        if metrics is not None:
-            server = await serve_node_metrics(metrics, args.metrics)
-            if server is None:
-                return 1
-        freezer = loop.create_task(keep_freezing()) if args.gc_gen0 > 0 else None
+
+    def banner() -> str:
         host, _ = config.redis_address
-        print(
+        return (
             f"kvstore node {config.node.node_id}: Redis at {host}:{kv.redis_port}, "
-            f"peers at {config.node.me.host}:{kv.node.bound_port}, data in {config.node.data_dir}",
-            flush=True,
+            f"peers at {config.node.me.host}:{kv.node.bound_port}, data in {config.node.data_dir}"
         )
-        await stop.wait()
-        if freezer is not None:
-            freezer.cancel()
-    finally:
-        await kv.stop()
-        if server is not None:
-            await server.close()
-    return 0
+
+    return await serve_until_signalled(kv, config.node.node_id, args, metrics, banner)
 
 
 # ------------------------------------------------------------------- local

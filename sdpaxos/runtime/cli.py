@@ -33,9 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.profiles import ProfileError, builtin
@@ -66,6 +66,7 @@ __all__ = [
     "keep_freezing",
     "main",
     "run_loop",
+    "serve_until_signalled",
     "setup_logging",
     "statuses",
     "tune_gc",
@@ -203,11 +204,34 @@ async def _run_node(
     )
     if context is not None:
         context.node = node
+
+    def banner() -> str:
+        return (
+            f"node {config.node_id} listening on {config.me.host}:{node.bound_port}, "
+            f"data in {config.data_dir}"
+        )
+
+    return await serve_until_signalled(node, config.node_id, args, metrics, banner)
+
+
+class _Served(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+async def serve_until_signalled(
+    served: _Served, node_id: int, args: argparse.Namespace, metrics: Any, banner: Callable[[], str]
+) -> int:
+    """Start ``served`` (a node, or a kv-store node), serve ``/metrics`` if
+    asked, print ``banner()``, and run until SIGINT or SIGTERM; then stop.
+
+    0 after a signal; 1, with one line saying why, if it could not start or
+    serve its metrics (it is stopped again then)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    if not await start_node(node.start(), config.node_id):
+    if not await start_node(served.start(), node_id):
         return 1
     server = None
     try:
@@ -216,16 +240,12 @@ async def _run_node(
             if server is None:
                 return 1
         freezer = loop.create_task(keep_freezing()) if args.gc_gen0 > 0 else None
-        print(
-            f"node {config.node_id} listening on {config.me.host}:{node.bound_port}, "
-            f"data in {config.data_dir}",
-            flush=True,
-        )
+        print(banner(), flush=True)
         await stop.wait()
         if freezer is not None:
             freezer.cancel()
     finally:
-        await node.stop()
+        await served.stop()
         if server is not None:
             await server.close()
     return 0
