@@ -70,6 +70,10 @@ IDENTITY_BYTES_MAX = 64 << 10
 #: Before the identity file: the file naming the protocol whose records the
 #: directory holds (read in directories of earlier versions, never written).
 PROTOCOL_FILE = "protocol"
+_WHY = (
+    "a node that took part before and lost its data would have forgotten its promises "
+    "and acceptances (two values could be chosen for one instance)"
+)
 _BOOTSTRAP_HINT = (
     "if this is a brand-new cluster, start its nodes with --bootstrap "
     "(Node(..., bootstrap=True)); a node that lost its data cannot rejoin safely yet"
@@ -222,9 +226,8 @@ def open_data_dir(
         return DurableLog(data_dir, len(config.replicas), fsync=fsync, records=records)
     if not data_dir.is_dir() and not bootstrap:
         _refuse(
-            f"refusing to start: its data directory {data_dir} does not exist, and a "
-            f"node that took part before and lost its data would have forgotten its promises "
-            f"and acceptances (two values could be chosen for one instance); {_BOOTSTRAP_HINT}"
+            f"refusing to start: its data directory {data_dir} does not exist, and "
+            f"{_WHY}; {_BOOTSTRAP_HINT}"
         )
     try:
         legacy: str | None = (data_dir / PROTOCOL_FILE).read_text().strip()
@@ -249,9 +252,8 @@ def open_data_dir(
             return log
         if not bootstrap:
             _refuse(
-                f"refusing to start on an empty data directory {data_dir}: a node that "
-                f"took part before and lost its data would have forgotten its promises and "
-                f"acceptances (two values could be chosen for one instance); {_BOOTSTRAP_HINT}"
+                f"refusing to start on an empty data directory {data_dir}: {_WHY}; "
+                f"{_BOOTSTRAP_HINT}"
             )
         _write_identity(data_dir, config, fsync)
     except BaseException:
