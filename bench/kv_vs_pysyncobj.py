@@ -77,7 +77,7 @@ def run_kvstore(
     rows = []
     with tempfile.TemporaryDirectory(prefix="kv-bench-") as d:
         path = make_kv_cluster(d, 3, profile=None, protocol=PROTOCOL)
-        with ProcessCluster(path, fsync=fsync) as cluster:
+        with ProcessCluster(path, fsync=fsync, bootstrap=True) as cluster:
             cluster.start_all()
             cluster.wait_ready()
             addresses = [cluster.redis_address(k) for k in range(3)]

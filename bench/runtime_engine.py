@@ -263,7 +263,7 @@ class LocalCluster:
                     self.progress(f"runtime: node {exc.leader} took the lead while starting; again")
 
     def _start_once(self) -> None:
-        cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(self.path)]
+        cmd = [sys.executable, "-m", "sdpaxos", "node", "--bootstrap", "--config", str(self.path)]
         cmd += ["--app", APP, "--log-level", "WARNING"]
         if not self.key.fsync:
             cmd.append("--no-fsync")

@@ -251,6 +251,7 @@ def local_nodes(profile_name: str, fsync: bool) -> Iterator[tuple[Path, list[int
             "-m",
             "sdpaxos",
             "node",
+            "--bootstrap",
             "--config",
             str(path),
             "--log-level",

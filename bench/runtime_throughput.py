@@ -493,7 +493,7 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
     label = "fsync on" if fsync else "fsync off"
     root = Path(tempfile.mkdtemp(prefix="sdpaxos-rtbench-"))
     path = make_local_cluster(root, REPLICAS, insecure=args.insecure)
-    node_cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(path)]
+    node_cmd = [sys.executable, "-m", "sdpaxos", "node", "--bootstrap", "--config", str(path)]
     node_cmd += ["--log-level", "WARNING", "--app", args.app]
     if not fsync:
         node_cmd.append("--no-fsync")

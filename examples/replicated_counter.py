@@ -33,7 +33,9 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         configs = node_configs(make_local_cluster(directory, replicas=3))
         async with contextlib.AsyncExitStack() as stack:
-            nodes = [await stack.enter_async_context(Node(c, Counter())) for c in configs]
+            nodes = [
+                await stack.enter_async_context(Node(c, Counter(), bootstrap=True)) for c in configs
+            ]
             await asyncio.gather(*(node.submit(b"1") for node in nodes for _ in range(10)))
             print("total at node 2:", (await nodes[2].read()).decode())
 

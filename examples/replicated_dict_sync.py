@@ -31,7 +31,9 @@ class Dict:
 
 
 with tempfile.TemporaryDirectory() as directory:
-    nodes = [SyncNode(c, Dict()) for c in node_configs(make_local_cluster(directory, 3))]
+    nodes = [
+        SyncNode(c, Dict(), bootstrap=True) for c in node_configs(make_local_cluster(directory, 3))
+    ]
     try:
         nodes[0].submit(json.dumps(["colour", "blue"]).encode(), key=b"colour")
         nodes[1].submit(json.dumps(["shape", "round"]).encode(), key=b"shape")

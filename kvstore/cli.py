@@ -1,7 +1,9 @@
 """``kvstore serve | local | status | demo``: run and inspect kv-store nodes.
 
-* ``serve --config cluster.toml --id N``: one node, until SIGINT or SIGTERM; it
-  answers Redis clients at its ``[kvstore] redis`` address.
+* ``serve --config cluster.toml --id N [--bootstrap]``: one node, until SIGINT
+  or SIGTERM; it answers Redis clients at its ``[kvstore] redis`` address.
+  ``--bootstrap`` only when the cluster is brand new: a node refuses an empty
+  data directory without it (:mod:`sdpaxos.runtime.datadir`).
 * ``local``: a cluster on this machine (3 replicas on the ``paper3`` delay
   profile by default; ``--replicas 5 --profile paper5``, or ``--profile
   none``); prints each node's Redis address and runs until interrupted.
@@ -11,13 +13,14 @@
   killed and restarted half-way, latency and throughput per region, and the
   linearizability verdict of what the clients saw (:mod:`kvstore.demo`).
 
-Only these commands configure logging (the library never does).
+Only these commands configure logging (the library never does). Bad input is
+one line, ``error: ...``, and a nonzero exit, before anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -28,19 +31,30 @@ from pathlib import Path
 from typing import Any
 
 from kvstore.config import KVConfig, load_kv_config
+from kvstore.demo import add_demo_arguments, run_demo
 from sdpaxos.core.errors import ConfigError
-from sdpaxos.profiles import ProfileError, builtin
+from sdpaxos.profiles import builtin
 from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.runtime.cli import (
-    GC_GEN0_DEFAULT,
     STATUS_TIMEOUT_S,
     format_table,
-    keep_freezing,
     run_loop,
+    serve_until_signalled,
     setup_logging,
     statuses,
     tune_gc,
 )
+from sdpaxos.runtime.cliargs import (
+    LOG_LEVELS,
+    OneLineParser,
+    add_node_arguments,
+    bounded_int,
+    check_before_start,
+    log_level_name,
+    one_line,
+    positive_seconds,
+)
+from sdpaxos.runtime.local import LOCAL_REPLICAS_MAX
 
 __all__ = ["main"]
 
@@ -51,8 +65,9 @@ __all__ = ["main"]
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_kv_config(args.config, args.id)
+        check_before_start(config.node, args)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     context = setup_logging(args.log_level, config.node.node_id)
     tune_gc(args.gc_gen0)
@@ -63,37 +78,28 @@ async def _serve(config: KVConfig, args: argparse.Namespace, context: Any) -> in
     from kvstore.server import KVNode
 
     metrics = None
-    if args.metrics:
+    if args.metrics is not None:
         from sdpaxos.runtime.metrics import NodeMetrics
 
         metrics = NodeMetrics(config.node.node_id)
-    kv = KVNode(config, fsync=not args.no_fsync, metrics=metrics, listen_host=args.listen)
+    kv = KVNode(
+        config,
+        fsync=not args.no_fsync,
+        metrics=metrics,
+        listen_host=args.listen,
+        bootstrap=args.bootstrap,
+    )
     if context is not None:
         context.node = kv.node
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    server = None
-    async with kv:
-        if metrics is not None:
-            from sdpaxos.runtime.metrics import serve_metrics
 
-            host, _, port = args.metrics.rpartition(":")
-            server = await serve_metrics(metrics, host or "127.0.0.1", int(port))
-        freezer = loop.create_task(keep_freezing()) if args.gc_gen0 > 0 else None
+    def banner() -> str:
         host, _ = config.redis_address
-        print(
+        return (
             f"kvstore node {config.node.node_id}: Redis at {host}:{kv.redis_port}, "
-            f"peers at {config.node.me.host}:{kv.node.bound_port}, data in {config.node.data_dir}",
-            flush=True,
+            f"peers at {config.node.me.host}:{kv.node.bound_port}, data in {config.node.data_dir}"
         )
-        await stop.wait()
-        if freezer is not None:
-            freezer.cancel()
-    if server is not None:
-        await server.close()
-    return 0
+
+    return await serve_until_signalled(kv, config.node.node_id, args, metrics, banner)
 
 
 # ------------------------------------------------------------------- local
@@ -104,12 +110,15 @@ def _cmd_local(args: argparse.Namespace) -> int:
     from kvstore.local import make_kv_cluster
 
     profile = None if args.profile == "none" else args.profile
-    if profile is not None:
-        try:
+    try:
+        if profile is not None:
             builtin(profile)
-        except ProfileError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        if not 1 <= args.replicas <= LOCAL_REPLICAS_MAX:
+            raise ValueError(f"--replicas must be in 1..{LOCAL_REPLICAS_MAX}, got {args.replicas}")
+    except ValueError as exc:  # a ProfileError too
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    made = args.dir is None
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="kvstore-local-"))
     try:
         path = make_kv_cluster(
@@ -120,9 +129,15 @@ def _cmd_local(args: argparse.Namespace) -> int:
             protocol={"name": args.protocol},
         )
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if made:
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
-    cluster = ProcessCluster(path, fsync=not args.no_fsync, log_level=args.log_level)
+    # Fresh directories: the nodes' first start bootstraps.
+    cluster = ProcessCluster(
+        path, fsync=not args.no_fsync, log_level=args.log_level, bootstrap=True
+    )
 
     def _terminate(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -172,7 +187,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     try:
         config = load_kv_config(args.config, 0)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     rows = run_loop(statuses(config.node, args.client, args.timeout))
     for row, (host, port) in zip(rows, config.redis, strict=True):
@@ -191,16 +206,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kvstore", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="kvstore", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run one node")
-    s.add_argument("--config", required=True, help="the cluster's TOML file")
-    s.add_argument("--id", type=int, default=None, help="this node's id (else [node] id)")
-    s.add_argument("--no-fsync", action="store_true", help="skip fsync (benchmarks only)")
-    s.add_argument("--listen", default=None, help="host to listen on (default: its addresses)")
-    s.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics here")
-    s.add_argument("--log-level", default="INFO")
-    s.add_argument("--gc-gen0", type=int, default=GC_GEN0_DEFAULT, help="0: Python's default")
+    add_node_arguments(s)
     loc = sub.add_parser("local", help="a cluster of node processes on this machine")
     loc.add_argument("--replicas", type=int, default=3)
     loc.add_argument("--profile", default="paper3", help="delay profile, or 'none'")
@@ -210,18 +219,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--protocol", default="sdpaxos", choices=PROTOCOL_NAMES, help="the replication protocol"
     )
     loc.add_argument("--no-fsync", action="store_true")
-    loc.add_argument("--log-level", default="WARNING")
+    loc.add_argument(
+        "--log-level", type=log_level_name, default="WARNING", help=", ".join(LOG_LEVELS)
+    )
     st = sub.add_parser("status", help="every node's status")
     st.add_argument("--config", required=True)
     st.add_argument("--json", action="store_true")
-    st.add_argument("--client", type=int, default=0, help="client certificate number")
-    st.add_argument("--timeout", type=float, default=STATUS_TIMEOUT_S)
+    st.add_argument("--client", type=bounded_int(0), default=0, help="client certificate number")
+    st.add_argument("--timeout", type=positive_seconds, default=STATUS_TIMEOUT_S)
     d = sub.add_parser("demo", help="a local cluster, a workload, a failover, a verdict")
-    d.add_argument("--seconds", type=float, default=40.0, help="how long the workload runs")
-    d.add_argument("--replicas", type=int, default=3)
-    d.add_argument("--profile", default="paper3")
-    d.add_argument("--out", default="kvstore-demo", help="where the history and plot go")
-    d.add_argument("--seed", type=int, default=1)
+    add_demo_arguments(d)
     args = p.parse_args(argv)
     if args.command == "serve":
         return _cmd_serve(args)
@@ -229,6 +236,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_local(args)
     if args.command == "status":
         return _cmd_status(args)
-    from kvstore.demo import run_demo
-
     return run_demo(args)

@@ -3,7 +3,9 @@ Jepsen-style tests and the benchmarks: start, stop, kill, restart, pause.
 
 Each node is ``python -m kvstore serve --config FILE --id N``, a process of
 its own (a kill is a real SIGKILL, a pause a real SIGSTOP), with its log in
-``DIR/nodeN.log``.
+``DIR/nodeN.log``. With ``bootstrap=True`` (a cluster whose directories were
+just made) a node's first start passes ``--bootstrap``, and its restarts do
+not: a node whose directory was lost then refuses to come back, as it should.
 """
 
 from __future__ import annotations
@@ -48,8 +50,12 @@ class ProcessCluster:
         fsync: bool = True,
         log_level: str = "WARNING",
         extra_args: Sequence[str] = (),
+        bootstrap: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.bootstrap = bootstrap
+        #: Nodes started at least once by this object.
+        self.started: set[int] = set()
         self.configs: list[KVConfig] = []
         first = load_kv_config(self.path, 0)
         self.configs = [first] + [
@@ -91,10 +97,13 @@ class ProcessCluster:
         ]
         if not self.fsync:
             cmd.append("--no-fsync")
+        if self.bootstrap and k not in self.started:
+            cmd.append("--bootstrap")
         log = self._logs[k]
         if log is None:
             log = self._logs[k] = self.log_path(k).open("ab")
         self.procs[k] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        self.started.add(k)
 
     def start_all(self) -> None:
         for k in range(self.size):

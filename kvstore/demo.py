@@ -8,27 +8,35 @@
 4. prints per-region latency and throughput, checks the recorded history for
    linearizability (``sdpaxos.check``), writes the history (JSON lines), a
    summary (JSON) and a latency plot (SVG), and exits 0 if it is linearizable.
+
+Its options are checked before anything starts (one line and exit 2 for a bad
+one): 3 or 5 replicas (the ``paper3`` or ``paper5`` profile unless told), at
+least :data:`SECONDS_MIN` seconds, and an ``--out`` folder that is new or
+empty unless ``--force``. Ctrl-C stops the cluster, says so in one line, and
+leaves no folder behind that it made.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import math
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvstore.cluster import ProcessCluster
-from kvstore.local import make_kv_cluster
-from kvstore.workload import Sample, Workload, run_clients
-from sdpaxos.check import KeyValue, check
-from sdpaxos.check.formats import write_jsonl
+from sdpaxos.profiles import ProfileError, builtin
+from sdpaxos.runtime.cliargs import one_line
 
-__all__ = ["run_demo"]
+if TYPE_CHECKING:  # the workload and the checker are imported when the demo runs
+    from kvstore.workload import Sample
+
+__all__ = ["DEMO_REPLICAS", "SECONDS_MAX", "SECONDS_MIN", "add_demo_arguments", "run_demo"]
 
 #: Clients per region (each one operation at a time).
 CLIENTS_PER_REGION = 4
@@ -46,6 +54,16 @@ DEMO_PROTOCOL = {
 }
 #: The linearizability check's time limit.
 CHECK_TIMEOUT_S = 60.0
+#: Cluster sizes the demo runs: a failover needs a majority left when the
+#: sequencer is killed (so not 1), and the paper's profiles have 3 and 5 regions.
+DEMO_REPLICAS = (3, 5)
+#: Shortest run: the sequencer is killed half-way and stays down DOWN_S, and a
+#: shorter run would end before it is back (or before anything ran at all).
+SECONDS_MIN = 2 * DOWN_S + 2
+#: Longest run (the history is kept in memory and checked whole).
+SECONDS_MAX = 3600.0
+#: What the demo writes into ``--out``.
+OUTPUTS = ("history.jsonl", "summary.json", "latency.svg")
 _BAR_WIDTH = 30
 
 
@@ -192,24 +210,124 @@ def _timeline(samples: dict[str, Sample], seconds: float) -> list[tuple[float, f
     return [(k + 0.5, float(n)) for k, n in enumerate(buckets[: int(seconds)])]
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (math.isfinite(value) and SECONDS_MIN <= value <= SECONDS_MAX):
+        raise argparse.ArgumentTypeError(
+            f"expected {SECONDS_MIN:g} to {SECONDS_MAX:g} seconds (the sequencer is killed"
+            f" half-way and stays down {DOWN_S:g} s), got {text}"
+        )
+    return value
+
+
+def _replicas(text: str) -> int:
+    try:
+        value: int | None = int(text)
+    except ValueError:
+        value = None
+    if value is None or value not in DEMO_REPLICAS:
+        raise argparse.ArgumentTypeError(
+            f"expected {' or '.join(map(str, DEMO_REPLICAS))} (a failover needs a majority"
+            f" left; the profiles paper3 and paper5 have 3 and 5 regions), got {text}"
+        )
+    return value
+
+
+def add_demo_arguments(d: argparse.ArgumentParser) -> None:
+    """``kvstore demo``'s options (checked as they are read)."""
+    d.add_argument(
+        "--seconds",
+        type=_seconds,
+        default=40.0,
+        help=f"how long the workload runs ({SECONDS_MIN:g} to {SECONDS_MAX:g}; default 40)",
+    )
+    d.add_argument("--replicas", type=_replicas, default=3, help="3 (default) or 5")
+    d.add_argument(
+        "--profile",
+        default=None,
+        help="delay profile (default paper3 for 3 replicas, paper5 for 5), or 'none'",
+    )
+    d.add_argument("--out", default="kvstore-demo", help="where the history and plot go")
+    d.add_argument(
+        "--force", action="store_true", help="write into --out even if it holds files already"
+    )
+    d.add_argument("--seed", type=int, default=1)
+
+
+def _check_profile(name: str, replicas: int) -> None:
+    if name == "none":
+        return
+    size = builtin(name).size
+    if size < replicas:
+        raise ProfileError(
+            f"profile {name} has {size} regions, --replicas is {replicas}"
+            f" (paper5 has 5, or --profile none)"
+        )
+
+
+def _prepare_out(out: Path, force: bool) -> bool:
+    """Make ``out`` (True if this made it); refuse a folder holding files unless ``force``."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file")
+    if out.is_dir():
+        if any(out.iterdir()) and not force:
+            raise FileExistsError(
+                f"--out {out} exists and holds files; --force writes"
+                f" {', '.join(OUTPUTS)} into it, or choose another --out"
+            )
+        return False
+    out.mkdir(parents=True)
+    return True
+
+
 def run_demo(args: argparse.Namespace) -> int:
+    """Check the options, run the demo, and clean up after Ctrl-C (exit 130)."""
+    profile = args.profile or f"paper{args.replicas}"
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        _check_profile(profile, args.replicas)
+        made = _prepare_out(out, args.force)
+    except (ValueError, OSError) as exc:  # a ProfileError is a ValueError
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, profile, out)
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        print("interrupted: the cluster is stopped and nothing was written", file=sys.stderr)
+        return 130
+    finally:
+        if made:  # the folder this run made, if it is still empty
+            with contextlib.suppress(OSError):
+                out.rmdir()
+
+
+def _run(args: argparse.Namespace, profile: str, out: Path) -> int:
+    from kvstore.cluster import ProcessCluster
+    from kvstore.local import make_kv_cluster
+    from kvstore.workload import Workload, run_clients
+    from sdpaxos.check import KeyValue, check
+
     seconds = float(args.seconds)
     with tempfile.TemporaryDirectory(prefix="kvstore-demo-") as d:
         path = make_kv_cluster(
             d,
             args.replicas,
-            profile=None if args.profile == "none" else args.profile,
+            profile=None if profile == "none" else profile,
             protocol=DEMO_PROTOCOL,
         )
-        cluster = ProcessCluster(path)
+        cluster = ProcessCluster(path, bootstrap=True)
         with cluster:
-            print(
-                f"starting {args.replicas} kv-store nodes (profile {args.profile}) ...", flush=True
-            )
+            print(f"starting {args.replicas} kv-store nodes (profile {profile}) ...", flush=True)
             cluster.start_all()
-            cluster.wait_ready()
+            try:
+                cluster.wait_ready()
+            except (RuntimeError, TimeoutError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
             regions = [cfg.node.me.region for cfg in cluster.configs]
             addresses = [cfg.redis_address for cfg in cluster.configs]
             for k, (region, (host, port)) in enumerate(zip(regions, addresses, strict=True)):
@@ -260,16 +378,43 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"throughput: {total / result.seconds:.0f} operations/s over {result.seconds:.0f} s")
     for t, label in events:
         print(f"at {t:5.1f} s: {label}")
+    if not any(not op.is_open for op in history):
+        # An empty history is trivially linearizable; saying so would claim a check.
+        print("error: no operation completed: nothing to check", file=sys.stderr)
+        return 1
     print(f"checking {len(history)} operations for linearizability ...", flush=True)
     started = time.monotonic()
     verdict = check(history, KeyValue(), timeout_s=CHECK_TIMEOUT_S)
     print(verdict.describe().splitlines()[0], f"({time.monotonic() - started:.1f} s)")
+    try:
+        _write(out, history, rows, events, result, args, profile, verdict)
+    except OSError as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 1
+    print(f"wrote {', '.join(str(out / name) for name in OUTPUTS)}")
+    if not verdict.ok:
+        print(verdict.describe())
+    return 0 if verdict.ok else 1
+
+
+def _write(
+    out: Path,
+    history: Any,
+    rows: list[dict[str, Any]],
+    events: list[tuple[float, str]],
+    result: Any,
+    args: argparse.Namespace,
+    profile: str,
+    verdict: Any,
+) -> None:
+    from sdpaxos.check.formats import write_jsonl
+
     write_jsonl(history, out / "history.jsonl")
     timeline = _timeline(result.samples, result.seconds)
     (out / "latency.svg").write_text(_svg(rows, timeline, events))
     summary = {
         "replicas": args.replicas,
-        "profile": args.profile,
+        "profile": profile,
         "seconds": round(result.seconds, 1),
         "rows": rows,
         "events": events,
@@ -277,7 +422,3 @@ def run_demo(args: argparse.Namespace) -> int:
         "verdict": verdict.verdict.value,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {out / 'history.jsonl'}, {out / 'summary.json'}, {out / 'latency.svg'}")
-    if not verdict.ok:
-        print(verdict.describe())
-    return 0 if verdict.ok else 1

@@ -226,7 +226,7 @@ def run_jepsen(
     rng = random.Random(seed)
     directory = Path(directory)
     path = make_kv_cluster(directory, replicas, profile=profile, protocol=DEMO_PROTOCOL)
-    cluster = ProcessCluster(path)
+    cluster = ProcessCluster(path, bootstrap=True)
     workload = Workload(keys=5)
     recorder = Recorder()
     connect = redis_connect()

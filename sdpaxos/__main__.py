@@ -13,8 +13,25 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-_USAGE = "usage: python -m sdpaxos {certs,node,local,status,admin,fuzz} [--help | options]"
+_COMMANDS = {
+    "certs": "a cluster CA, and node and client certificates for mutual TLS",
+    "node": "run one replica",
+    "local": "a cluster of node processes on this machine",
+    "status": "every node's status",
+    "admin": "partition, heal, snapshot, transfer-sequencer",
+    "fuzz": "hostile frames at a live node, which must keep serving and agreeing",
+}
 _RUNTIME_COMMANDS = frozenset({"node", "local", "status", "admin"})
+_HELP = "\n".join(
+    [
+        "usage: python -m sdpaxos COMMAND [--help | options]",
+        "",
+        "commands:",
+        *(f"  {name:<8} {what}" for name, what in _COMMANDS.items()),
+        "",
+        "python -m sdpaxos COMMAND --help: that command's options.",
+    ]
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,7 +48,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sdpaxos.runtime.cli import main as cli_main
 
         return cli_main(args)
-    print(_USAGE, file=sys.stderr)
+    if args and args[0] in ("-h", "--help"):
+        print(_HELP)
+        return 0
+    what = f"unknown command {args[0]!r}" if args else "a command is needed"
+    print(
+        f"python -m sdpaxos: error: {what}: one of {', '.join(_COMMANDS)} (see --help)",
+        file=sys.stderr,
+    )
     return 2
 
 

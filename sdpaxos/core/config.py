@@ -214,8 +214,8 @@ class ClusterConfig:
             raise ConfigError(f"replicas must be an odd number >= 1 (N = 2F+1), got {n!r}")
         if n > REPLICAS_MAX:
             raise ConfigError(f"at most {REPLICAS_MAX} replicas, got {n}")
-        if not 0 <= self.sequencer < n:
-            raise ConfigError(f"sequencer {self.sequencer} is not a replica id in 0..{n - 1}")
+        if type(self.sequencer) is not int or not 0 <= self.sequencer < n:
+            raise ConfigError(f"sequencer {self.sequencer!r} is not a replica id in 0..{n - 1}")
         for name in (
             "c_batch_max",
             "o_batch_max",

@@ -10,6 +10,10 @@ A node's identity is in its certificate: the subject's common name is
 ``node<N>`` (``client<N>`` for clients), which the transport checks against the
 ``src`` of every message. Keys are ECDSA P-256; private keys are written with
 mode 0600. Nothing is downloaded and nothing leaves the machine.
+
+A directory that already holds one of the files is refused unless ``--force``
+(``force=True``): replacing a cluster's CA silently locks every node that
+holds the old one out of the cluster.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import argparse
 import datetime
 import ipaddress
 import os
+import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,11 +32,20 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["identity_of", "make_cluster_certs"]
+from sdpaxos.core.types import REPLICAS_MAX
+from sdpaxos.runtime.tls import CLIENT_PREFIX, NODE_PREFIX, identity_of
+
+__all__ = ["check_host", "identity_of", "make_cluster_certs"]
 
 #: How long the generated certificates are valid.
 VALIDITY_DAYS = 3650
-_NODE_PREFIX, _CLIENT_PREFIX = "node", "client"
+#: Most node certificates made at once: a cluster has at most this many replicas.
+NODES_MAX = REPLICAS_MAX
+#: Most client certificates made at once.
+CLIENTS_MAX = 1024
+#: Longest host name a certificate is made for (DNS: 253 characters).
+HOST_CHARS_MAX = 253
+_DNS_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -67,21 +82,60 @@ def _san(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(names)
 
 
+def check_host(host: str) -> str:
+    """``host`` if it is an IP address or a DNS name a certificate can name,
+    else a :class:`ValueError` saying why."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    name = host.removesuffix(".")
+    if not name or len(name) > HOST_CHARS_MAX:
+        raise ValueError(f"host {host!r}: expected an IP address or a DNS name")
+    for label in name.split("."):
+        if not _DNS_LABEL.fullmatch(label):
+            raise ValueError(
+                f"host {host!r}: expected an IP address or a DNS name (labels of letters,"
+                " digits and inner hyphens, 1 to 63 characters, joined by dots)"
+            )
+    return host
+
+
 def make_cluster_certs(
     out: Path | str,
     nodes: int,
     clients: int = 1,
     hosts: Sequence[str] = ("localhost", "127.0.0.1", "::1"),
     now: datetime.datetime | None = None,
+    *,
+    force: bool = False,
 ) -> list[Path]:
     """Write a CA and ``nodes`` node and ``clients`` client certificates to ``out``.
 
     ``hosts``: the names and addresses every node certificate is valid for.
-    Returns the files written.
+    Returns the files written. Bad arguments, and files already there (unless
+    ``force``), are a :class:`ValueError` before anything is written.
     """
-    if nodes < 1 or clients < 0:
-        raise ValueError("need at least one node, and a non-negative number of clients")
+    if not 1 <= nodes <= NODES_MAX:
+        raise ValueError(f"nodes must be in 1..{NODES_MAX}, got {nodes}")
+    if not 0 <= clients <= CLIENTS_MAX:
+        raise ValueError(f"clients must be in 0..{CLIENTS_MAX}, got {clients}")
+    if not hosts:
+        raise ValueError("need at least one host for the node certificates")
+    for host in hosts:
+        check_host(host)
     directory = Path(out)
+    people = [f"{NODE_PREFIX}{k}" for k in range(nodes)]
+    people += [f"{CLIENT_PREFIX}{k}" for k in range(clients)]
+    if not force:
+        for name in ["ca", *people]:
+            for suffix in (".pem", ".key"):
+                if (directory / (name + suffix)).exists():
+                    raise FileExistsError(
+                        f"{directory / (name + suffix)} exists: refusing to replace the"
+                        " cluster's CA and keys (--force replaces them)"
+                    )
     directory.mkdir(parents=True, exist_ok=True)
     start = (now or datetime.datetime.now(datetime.UTC)) - datetime.timedelta(minutes=5)
     end = start + datetime.timedelta(days=VALIDITY_DAYS)
@@ -115,11 +169,9 @@ def make_cluster_certs(
     written = [directory / "ca.pem", directory / "ca.key"]
     written[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_key(written[1], ca_key)
-    people = [f"{_NODE_PREFIX}{k}" for k in range(nodes)]
-    people += [f"{_CLIENT_PREFIX}{k}" for k in range(clients)]
     for who in people:
         key = _key()
-        is_node = who.startswith(_NODE_PREFIX)
+        is_node = who.startswith(NODE_PREFIX)
         usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
         if is_node:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
@@ -144,39 +196,49 @@ def make_cluster_certs(
     return written
 
 
-def identity_of(common_name: str) -> tuple[str, int] | None:
-    """``("node", 2)`` for ``node2``, ``("client", 0)`` for ``client0``, else None:
-    how the transport reads who a peer is from its certificate."""
-    for prefix in (_NODE_PREFIX, _CLIENT_PREFIX):
-        rest = common_name.removeprefix(prefix)
-        if rest != common_name and rest.isdigit() and str(int(rest)) == rest:
-            return prefix, int(rest)
-    return None
+def _host(text: str) -> str:
+    try:
+        return check_host(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m sdpaxos.runtime.certs",
+    from sdpaxos.runtime.cliargs import OneLineParser, bounded_int, one_line
+
+    p = OneLineParser(
+        prog="python -m sdpaxos certs",
         description="Make a cluster CA and node and client certificates for mutual TLS.",
     )
     p.add_argument("--out", type=Path, default=Path("certs"), help="directory (default certs)")
-    p.add_argument("--nodes", type=int, default=3, help="node certificates (default 3)")
-    p.add_argument("--clients", type=int, default=1, help="client certificates (default 1)")
+    p.add_argument(
+        "--nodes",
+        type=bounded_int(1, NODES_MAX),
+        default=3,
+        help=f"node certificates (default 3, at most {NODES_MAX})",
+    )
+    p.add_argument(
+        "--clients",
+        type=bounded_int(0, CLIENTS_MAX),
+        default=1,
+        help=f"client certificates (default 1, at most {CLIENTS_MAX})",
+    )
     p.add_argument(
         "--host",
         action="append",
         dest="hosts",
+        type=_host,
         help="a name or address the node certificates are valid for (repeat;"
         " default localhost, 127.0.0.1, ::1)",
     )
+    p.add_argument("--force", action="store_true", help="replace the CA and keys already in --out")
     args = p.parse_args(argv)
-    if args.nodes < 1 or args.clients < 0:
-        p.error("--nodes must be >= 1 and --clients >= 0")
     hosts = args.hosts or ["localhost", "127.0.0.1", "::1"]
-    for path in make_cluster_certs(args.out, args.nodes, args.clients, hosts):
+    try:
+        written = make_cluster_certs(args.out, args.nodes, args.clients, hosts, force=args.force)
+    except (ValueError, OSError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    for path in written:
         print(path)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,8 @@
 """``python -m sdpaxos node | local | status | admin``: run and inspect nodes.
 
-* ``node --config cluster.toml --id N``: one replica, until SIGINT or SIGTERM.
+* ``node --config cluster.toml --id N [--bootstrap]``: one replica, until
+  SIGINT or SIGTERM. ``--bootstrap`` only when the cluster is brand new: a node
+  refuses an empty data directory without it (:mod:`sdpaxos.runtime.datadir`).
 * ``local --replicas 3 --profile paper3``: a whole cluster on this machine, as
   separate processes (certificates made on the fly); prints where each node
   listens and keeps its data; stops them all on Ctrl-C.
@@ -11,6 +13,11 @@
 
 Only these commands configure logging (the library never does): one line per
 event, with the node's id and view.
+
+Bad input (an option, a file, a data directory that is not this node's) is one
+line, ``error: ...``, and a nonzero exit, before anything is written: 2 for
+what the operator can fix in the command or file, 1 when a node could not
+start or serve.
 """
 
 from __future__ import annotations
@@ -26,23 +33,40 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.profiles import ProfileError, builtin
-from sdpaxos.protocols import PROTOCOL_NAMES
+from sdpaxos.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES
 from sdpaxos.runtime.apps import APPS, load_app
-from sdpaxos.runtime.config import NodeConfig, TlsFiles, load_config
+from sdpaxos.runtime.cliargs import (
+    GC_GEN0_DEFAULT,
+    LOG_LEVELS,
+    OneLineParser,
+    add_node_arguments,
+    bounded_int,
+    check_before_start,
+    load_cluster_file,
+    log_level_name,
+    one_line,
+    positive_seconds,
+    serve_node_metrics,
+    start_node,
+    trace_event_names,
+)
+from sdpaxos.runtime.config import NodeConfig, TlsFiles
 
 __all__ = [
+    "GC_GEN0_DEFAULT",
     "NodeContext",
     "cluster_client_tls",
     "format_table",
     "keep_freezing",
     "main",
     "run_loop",
+    "serve_until_signalled",
     "setup_logging",
     "statuses",
     "tune_gc",
@@ -50,10 +74,10 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: The package ``python -m`` runs for a node process (this one's top package).
+_PACKAGE = __name__.partition(".")[0]
 #: How long ``local`` waits for its nodes to stop after SIGTERM before killing them.
 STOP_GRACE_S = 10.0
-#: ``node``: allocations between young collections (Python's default is 700).
-GC_GEN0_DEFAULT = 50_000
 #: ``node``: how often survivors are frozen out of the collector's reach.
 GC_FREEZE_INTERVAL_S = 1.0
 #: How long ``status`` waits for each node.
@@ -117,10 +141,11 @@ def cluster_client_tls(config: NodeConfig, client: int) -> TlsFiles | None:
 
 def _cmd_node(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config, args.id)
+        config = load_cluster_file(args.config, args.id, kvstore_ok=False)
         app = load_app(args.app)
+        check_before_start(config, args)
     except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     context = setup_logging(args.log_level, config.node_id)
     tune_gc(args.gc_gen0)
@@ -166,43 +191,65 @@ async def _run_node(
     from sdpaxos.runtime.node import Node
 
     metrics = None
-    if args.metrics:
+    if args.metrics is not None:
         from sdpaxos.runtime.metrics import NodeMetrics
 
         metrics = NodeMetrics(config.node_id)
-    events = [e for e in (args.trace_events or "").split(",") if e]
     node = Node(
         config,
         app,
         fsync=not args.no_fsync,
         metrics=metrics,
         listen_host=args.listen,
-        trace_events=events,
+        trace_events=args.trace_events or (),
+        bootstrap=args.bootstrap,
     )
     if context is not None:
         context.node = node
+
+    def banner() -> str:
+        return (
+            f"node {config.node_id} listening on {config.me.host}:{node.bound_port}, "
+            f"data in {config.data_dir}"
+        )
+
+    return await serve_until_signalled(node, config.node_id, args, metrics, banner)
+
+
+class _Served(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+async def serve_until_signalled(
+    served: _Served, node_id: int, args: argparse.Namespace, metrics: Any, banner: Callable[[], str]
+) -> int:
+    """Start ``served`` (a node, or a kv-store node), serve ``/metrics`` if
+    asked, print ``banner()``, and run until SIGINT or SIGTERM; then stop.
+
+    0 after a signal; 1, with one line saying why, if it could not start or
+    serve its metrics (it is stopped again then)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if not await start_node(served.start(), node_id):
+        return 1
     server = None
-    async with node:
+    try:
         if metrics is not None:
-            from sdpaxos.runtime.metrics import serve_metrics
-
-            host, _, port = args.metrics.rpartition(":")
-            server = await serve_metrics(metrics, host or "127.0.0.1", int(port))
-            print(f"metrics at http://{host or '127.0.0.1'}:{server.port}/metrics", flush=True)
-        if args.gc_gen0 > 0:
-            asyncio.get_running_loop().create_task(keep_freezing())
-        print(
-            f"node {config.node_id} listening on {config.me.host}:{node.bound_port}, "
-            f"data in {config.data_dir}",
-            flush=True,
-        )
+            server = await serve_node_metrics(metrics, args.metrics)
+            if server is None:
+                return 1
+        freezer = loop.create_task(keep_freezing()) if args.gc_gen0 > 0 else None
+        print(banner(), flush=True)
         await stop.wait()
-    if server is not None:
-        await server.close()
+        if freezer is not None:
+            freezer.cancel()
+    finally:
+        await served.stop()
+        if server is not None:
+            await server.close()
     return 0
 
 
@@ -210,22 +257,24 @@ async def _run_node(
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
-    from sdpaxos.runtime.local import make_local_cluster
+    from sdpaxos.runtime.local import LOCAL_REPLICAS_MAX, make_local_cluster
 
     profile = None
-    if args.profile != "none":
-        try:
+    try:
+        load_app(args.app)  # every node would exit at once on a name it cannot load
+        if not 1 <= args.replicas <= LOCAL_REPLICAS_MAX:
+            raise ValueError(f"--replicas must be in 1..{LOCAL_REPLICAS_MAX}, got {args.replicas}")
+        if args.profile != "none":
             profile = builtin(args.profile)
-        except ProfileError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if profile.size < args.replicas:
-            print(
-                f"error: profile {profile.name} has {profile.size} regions, "
-                f"--replicas is {args.replicas}",
-                file=sys.stderr,
-            )
-            return 2
+            if profile.size < args.replicas:
+                raise ValueError(
+                    f"profile {profile.name} has {profile.size} regions, "
+                    f"--replicas is {args.replicas}"
+                )
+    except (ValueError, ProfileError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    made = args.dir is None
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sdpaxos-local-"))
     regions = list(profile.regions[: args.replicas]) if profile is not None else None
     try:
@@ -245,17 +294,22 @@ def _cmd_local(args: argparse.Namespace) -> int:
             },
         )
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if made:
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
-    config = load_config(path, 0)
-    cmd = [sys.executable, "-m", "sdpaxos", "node", "--config", str(path), "--app", args.app]
+    config = load_cluster_file(path, 0, kvstore_ok=False)
+    # Fresh directories: the nodes bootstrap (on ones with data the flag is ignored).
+    cmd = [sys.executable, "-m", _PACKAGE, "node", "--config", str(path), "--bootstrap"]
+    cmd += ["--app", args.app, "--log-level", args.log_level]
     if args.no_fsync:
         cmd.append("--no-fsync")
     procs = []
     for k in range(args.replicas):
         procs.append(
             subprocess.Popen(
-                [*cmd, "--id", str(k), "--log-level", args.log_level],
+                [*cmd, "--id", str(k)],
                 stdout=subprocess.DEVNULL,
                 stderr=open(root / f"node{k}.log", "ab"),  # noqa: SIM115 - the child owns it
             )
@@ -269,18 +323,31 @@ def _cmd_local(args: argparse.Namespace) -> int:
         )
     print(f"status: python -m sdpaxos status --config {path}")
     print("Ctrl-C stops the cluster.", flush=True)
-    reported: set[int] = set()
+    code = _watch(procs, root)
+    print("stopped.")
+    return code
+
+
+def _watch(procs: list[subprocess.Popen[bytes]], root: Path) -> int:
+    """Report each node that exits; stop them all on Ctrl-C or SIGTERM (0), or
+    once every node has exited (1: there is no cluster left to run)."""
 
     def _terminate(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _terminate)
+    reported: set[int] = set()
+    code = 0
     try:
         while True:
             for k, p in enumerate(procs):
                 if p.poll() is not None and k not in reported:
                     reported.add(k)
                     print(f"node {k} exited with status {p.returncode}; see {root}/node{k}.log")
+            if len(reported) == len(procs):
+                print("error: every node exited", file=sys.stderr)
+                code = 1
+                break
             time.sleep(0.5)
     except KeyboardInterrupt:
         print("stopping ...", flush=True)
@@ -294,8 +361,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
                 p.wait(max(0.1, deadline - time.monotonic()))
             if p.poll() is None:
                 p.kill()
-    print("stopped.")
-    return 0
+    return code
 
 
 # ----------------------------------------------------------------- status
@@ -372,9 +438,9 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config, 0)
+        config = load_cluster_file(args.config, 0, kvstore_ok=True)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     rows = run_loop(statuses(config, args.client, args.timeout))
     if args.json:
@@ -391,9 +457,15 @@ def _cmd_admin(args: argparse.Namespace) -> int:
     from sdpaxos.runtime.client import Client, ClientError
 
     try:
-        config = load_config(args.config, 0)
+        config = load_cluster_file(args.config, 0, kvstore_ok=True)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    if args.id is not None and not 0 <= args.id < len(config.replicas):
+        print(
+            f"error: --id {args.id}: not a replica in 0..{len(config.replicas) - 1}",
+            file=sys.stderr,
+        )
         return 2
     op, arg = args.operation, args.argument
     argument: Any = None
@@ -420,7 +492,7 @@ def _cmd_admin(args: argparse.Namespace) -> int:
             c = Client([(r.host, r.port)], tls=cluster_client_tls(config, args.client))
             try:
                 value = await c.admin(operation, argument, STATUS_TIMEOUT_S)
-                print(f"node {k}: ok {json.dumps(value, default=str)[:200]}")
+                print(f"node {k}: ok {_admin_answer(operation, value)}")
             except (ClientError, TimeoutError, OSError) as exc:
                 print(f"node {k}: {exc}")
                 status = 1
@@ -431,34 +503,37 @@ def _cmd_admin(args: argparse.Namespace) -> int:
     return run_loop(run())
 
 
+def _admin_answer(operation: str, value: Any) -> str:
+    """What a node answered, whole: for a partition (or heal) the links it now
+    blocks, else the answer's JSON."""
+    if (
+        operation == "partition"
+        and isinstance(value, dict)
+        and isinstance(value.get("links"), dict)
+    ):
+        blocked = sorted(int(j) for j, link in value["links"].items() if link.get("blocked"))
+        return f"blocks links to {', '.join(map(str, blocked))}" if blocked else "blocks no link"
+    return json.dumps(value, default=str, sort_keys=True)
+
+
 # ------------------------------------------------------------------- main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sdpaxos", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="python -m sdpaxos", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     n = sub.add_parser("node", help="run one replica")
-    n.add_argument("--config", required=True, help="the cluster's TOML file")
-    n.add_argument("--id", type=int, default=None, help="this node's id (else [node] id)")
+    add_node_arguments(n)
     n.add_argument("--app", default="digest", help=f"{', '.join(APPS)} or package.module:Class")
-    n.add_argument("--no-fsync", action="store_true", help="skip fsync (benchmarks only)")
-    n.add_argument("--listen", default=None, help="host to listen on (default: its address)")
-    n.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics here")
-    n.add_argument("--log-level", default="INFO")
     n.add_argument(
         "--trace-events",
+        type=trace_event_names,
         default=None,
         metavar="NAMES",
-        help="comma-separated core trace events to keep, timed, in the status (SDPaxos;"
-        " e.g. StragglerSuspect,StragglerViewChange)",
-    )
-    n.add_argument(
-        "--gc-gen0",
-        type=int,
-        default=GC_GEN0_DEFAULT,
-        help="allocations between young garbage collections, and survivors frozen each "
-        "second (0: Python's defaults)",
+        help="comma-separated core trace events to keep, timed, in the status (protocols"
+        " with a tracer; e.g. StragglerSuspect,StragglerViewChange; the names are"
+        " tla/README.md's)",
     )
     n.set_defaults(func=_cmd_node)
 
@@ -469,23 +544,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     loc.add_argument("--insecure", action="store_true", help="no TLS (a laboratory only)")
     loc.add_argument("--app", default="digest")
     loc.add_argument(
-        "--protocol", default="sdpaxos", choices=PROTOCOL_NAMES, help="the replication protocol"
+        "--protocol",
+        default=DEFAULT_PROTOCOL,
+        choices=PROTOCOL_NAMES,
+        help="the replication protocol",
     )
     loc.add_argument("--no-fsync", action="store_true")
-    loc.add_argument("--log-level", default="INFO")
+    loc.add_argument("--log-level", type=log_level_name, default="INFO", help=", ".join(LOG_LEVELS))
     loc.set_defaults(func=_cmd_local)
 
     st = sub.add_parser("status", help="every node's status")
-    st.add_argument("--config", required=True)
+    st.add_argument("--config", required=True, help="the cluster's file (a kv-store's too)")
     st.add_argument("--json", action="store_true")
-    st.add_argument("--client", type=int, default=0, help="client certificate number")
-    st.add_argument("--timeout", type=float, default=STATUS_TIMEOUT_S)
+    st.add_argument("--client", type=bounded_int(0), default=0, help="client certificate number")
+    st.add_argument("--timeout", type=positive_seconds, default=STATUS_TIMEOUT_S)
     st.set_defaults(func=_cmd_status)
 
     ad = sub.add_parser("admin", help="partition, heal, snapshot, transfer-sequencer")
-    ad.add_argument("--config", required=True)
+    ad.add_argument("--config", required=True, help="the cluster's file (a kv-store's too)")
     ad.add_argument("--id", type=int, default=None, help="one node (default: every node)")
-    ad.add_argument("--client", type=int, default=0)
+    ad.add_argument("--client", type=bounded_int(0), default=0)
     ad.add_argument("operation", choices=["partition", "heal", "snapshot", "transfer-sequencer"])
     ad.add_argument("argument", nargs="?", default=None, help='e.g. "0,1|2", or a replica id')
     ad.set_defaults(func=_cmd_admin)

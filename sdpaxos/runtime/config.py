@@ -6,6 +6,7 @@ trace. Unknown keys are errors too, because a misspelt option silently ignored
 is a setting the operator believes in and does not have. A file looks like::
 
     [cluster]
+    name = "prod-eu"            # optional (default "sdpaxos"): recorded in each data directory
     sequencer = 0
     replicas = [
         { id = 0, address = "10.0.0.1:7000", region = "CA" },
@@ -42,11 +43,18 @@ The protocol the nodes run is ``[cluster.protocol] name`` (one of
 other protocol setting, ``[cluster] protocol = "multipaxos"`` says the same.
 Every node of a cluster must run the same one: a node refuses a peer's hello
 that names another.
+
+``[cluster] name`` (default :data:`CLUSTER_NAME_DEFAULT`) names the cluster, as
+etcd's ``initial-cluster-token``: a data directory records the name, the
+protocol and the membership it was bootstrapped with, and a node refuses to
+start under a file that disagrees (:mod:`sdpaxos.runtime.datadir`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,10 +64,11 @@ from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.core.types import ReplicaId
 from sdpaxos.profiles import DelayProfile, ProfileError, builtin, load_json
-from sdpaxos.protocols import PROTOCOL_NAMES
+from sdpaxos.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES
 from sdpaxos.runtime.emulator import EmulatorSettings, profile_row_ms
 
 __all__ = [
+    "CLUSTER_NAME_DEFAULT",
     "EmulatorConfig",
     "NodeConfig",
     "ReplicaAddress",
@@ -83,7 +92,12 @@ HEARTBEATS_PER_LEASE = 3
 _EMULATOR_KEYS = frozenset(
     {"profile", "jitter_ms", "jitter_distribution", "bandwidth_bytes_per_s", "loss_pct", "rto_ms"}
 )
-_CLUSTER_KEYS = frozenset({"replicas", "sequencer", "protocol"})
+_CLUSTER_KEYS = frozenset({"name", "replicas", "sequencer", "protocol"})
+#: A cluster's name unless ``[cluster] name`` says otherwise.
+CLUSTER_NAME_DEFAULT = "sdpaxos-cluster"
+#: Longest ``[cluster] name``.
+CLUSTER_NAME_CHARS_MAX = 64
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _REPLICA_KEYS = frozenset({"id", "address", "region"})
 _NODE_KEYS = frozenset({"id", "data_dir"})
 _TLS_KEYS = frozenset({"ca", "cert", "key", "insecure"})
@@ -131,7 +145,9 @@ class NodeConfig:
     tls: TlsFiles | None
     emulator: EmulatorConfig | None = None
     #: The replication protocol's name (:func:`sdpaxos.protocols.protocol`).
-    protocol: str = "sdpaxos"
+    protocol: str = DEFAULT_PROTOCOL
+    #: The cluster's name (``[cluster] name``), recorded in its data directories.
+    cluster_name: str = CLUSTER_NAME_DEFAULT
 
     @property
     def me(self) -> ReplicaAddress:
@@ -211,19 +227,35 @@ def parse_config(
     else:
         name_key = "cluster.protocol.name"
     protocol = dict(table(raw_protocol, "cluster.protocol", _PROTOCOL_FIELDS | {"name"}))
-    protocol_name = protocol.pop("name", "sdpaxos")
+    protocol_name = protocol.pop("name", DEFAULT_PROTOCOL)
     if protocol_name not in PROTOCOL_NAMES:
         raise fail(
             name_key,
             f"unknown protocol {protocol_name!r}; choose one of {', '.join(PROTOCOL_NAMES)}",
         )
-    if "heartbeat_ms" not in protocol:
-        protocol = {
-            **protocol,
-            "heartbeat_ms": float(protocol.get("lease_ms", _CORE_DEFAULTS.lease_ms))
-            / HEARTBEATS_PER_LEASE,
-        }
+    lease_ms = protocol.get("lease_ms", _CORE_DEFAULTS.lease_ms)
+    usable = type(lease_ms) in (int, float) and math.isfinite(lease_ms) and lease_ms > 0
+    if "heartbeat_ms" not in protocol and usable:
+        # Derived only from a usable lease: of a bad one, the core's check names
+        # lease_ms itself, not the heartbeat_ms the file never set.
+        protocol = {**protocol, "heartbeat_ms": float(lease_ms) / HEARTBEATS_PER_LEASE}
     sequencer = cluster.get("sequencer", 0)
+    if type(sequencer) is not int or not 0 <= sequencer < len(replicas):
+        raise fail(
+            "cluster.sequencer",
+            f"expected a replica id in 0..{len(replicas) - 1}, got {sequencer!r}",
+        )
+    cluster_name = cluster.get("name", CLUSTER_NAME_DEFAULT)
+    if (
+        not isinstance(cluster_name, str)
+        or len(cluster_name) > CLUSTER_NAME_CHARS_MAX
+        or not _CLUSTER_NAME.fullmatch(cluster_name)
+    ):
+        raise fail(
+            "cluster.name",
+            f"expected up to {CLUSTER_NAME_CHARS_MAX} letters, digits, '.', '_' or '-' "
+            f"(starting with a letter or digit), got {cluster_name!r}",
+        )
     try:
         cluster_config = ClusterConfig(
             replicas=len(replicas), sequencer=ReplicaId(sequencer), **protocol
@@ -274,6 +306,7 @@ def parse_config(
         tls,
         emulator,
         protocol_name,
+        cluster_name,
     )
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import random
 import socket
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sdpaxos.protocols import PROTOCOL_NAMES
+from sdpaxos.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES
 from sdpaxos.runtime.certs import make_cluster_certs
-from sdpaxos.runtime.config import NodeConfig, TlsFiles, load_config
+from sdpaxos.runtime.config import NodeConfig, TlsFiles, load_config, parse_config
 
 __all__ = ["client_tls", "free_ports", "make_local_cluster", "node_configs"]
 
@@ -102,8 +103,13 @@ def make_local_cluster(
     emulator); ``protocol``: any :class:`~sdpaxos.core.config.ClusterConfig`
     field, and ``name``, the replication protocol (``"multipaxos"``, ...);
     ``emulator``: the ``[emulator]`` section (``{"profile": "paper3", ...}``).
+
+    A fresh cluster: certificates already in ``directory`` are replaced, and
+    its nodes start with ``--bootstrap`` (``bootstrap=True``) the first time.
+    A file its nodes would refuse is a :class:`ValueError`, and nothing is
+    written then.
     """
-    name = (protocol or {}).get("name", "sdpaxos")
+    name = (protocol or {}).get("name", DEFAULT_PROTOCOL)
     if name not in PROTOCOL_NAMES:
         raise ValueError(f"unknown protocol {name!r}; choose one of {', '.join(PROTOCOL_NAMES)}")
     if not 1 <= replicas <= LOCAL_REPLICAS_MAX:
@@ -111,10 +117,7 @@ def make_local_cluster(
     if regions is not None and len(regions) != replicas:
         raise ValueError(f"{len(regions)} regions for {replicas} replicas")
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
     ports = list(ports) if ports is not None else free_ports(replicas, host)
-    if not insecure:
-        make_cluster_certs(root / "certs", replicas, clients=LOCAL_CLIENT_CERTS, hosts=[host])
     lines = ["[cluster]", f"sequencer = {sequencer}", "replicas = ["]
     for k in range(replicas):
         region = regions[k] if regions is not None else f"R{k}"
@@ -138,8 +141,23 @@ def make_local_cluster(
     if emulator:
         lines += ["", "[emulator]"]
         lines += [f"{key} = {_toml_value(value)}" for key, value in emulator.items()]
+    text = "\n".join(lines) + "\n"
+    # Checked as every node will read it, before anything is written (the
+    # certificates are not made yet: TLS aside): a file every node would
+    # refuse (an even N, a bad setting) is a ValueError here instead.
+    parse_config(
+        {**tomllib.loads(text), "tls": {"insecure": True}},
+        base_dir=root,
+        node_id=0,
+        source="the local cluster's file",
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    if not insecure:
+        make_cluster_certs(
+            root / "certs", replicas, clients=LOCAL_CLIENT_CERTS, hosts=[host], force=True
+        )
     path = root / "cluster.toml"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(text)
     for k in range(replicas):
         (root / f"node{k}").mkdir(exist_ok=True)
     return path

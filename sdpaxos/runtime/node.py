@@ -114,6 +114,10 @@ class Node:
             events, such as the straggler detection's ``StragglerSuspect`` and
             ``StragglerViewChange``: with any name given, the core calls the
             tracer for every event.
+        bootstrap: this node starts a brand-new cluster: it may start on an
+            empty data directory (else it refuses to, having perhaps forgotten
+            its promises; ignored once the directory holds data).
+            :mod:`sdpaxos.runtime.datadir` says why.
     """
 
     def __init__(
@@ -128,8 +132,10 @@ class Node:
         snapshot_log_bytes: int | None = SNAPSHOT_LOG_BYTES_DEFAULT,
         rng: random.Random | None = None,
         trace_events: Collection[str] = (),
+        bootstrap: bool = False,
     ) -> None:
         self.config = config
+        self.bootstrap = bootstrap
         self.id: ReplicaId = config.node_id
         self._rng = rng if rng is not None else random.Random(os.urandom(16))
         self.state_machine = state_machine
@@ -196,7 +202,7 @@ class Node:
             log = await loop.run_in_executor(
                 io,
                 lambda: open_data_dir(
-                    cfg.data_dir, spec.name, cfg.cluster.replicas, self.fsync, record_codec
+                    cfg, fsync=self.fsync, records=record_codec, bootstrap=self.bootstrap
                 ),
             )
         except BaseException:

@@ -68,6 +68,7 @@ class SyncNode:
         snapshot_log_bytes: int | None = SNAPSHOT_LOG_BYTES_DEFAULT,
         rng: random.Random | None = None,
         trace_events: Collection[str] = (),
+        bootstrap: bool = False,
     ) -> None:
         """The arguments of :class:`~sdpaxos.runtime.node.Node`."""
         self._thread = _LoopThread(f"sdpaxos-node-{config.node_id}")
@@ -81,6 +82,7 @@ class SyncNode:
             snapshot_log_bytes=snapshot_log_bytes,
             rng=rng,
             trace_events=trace_events,
+            bootstrap=bootstrap,
         )
         try:
             self._thread.call(self.node.start())

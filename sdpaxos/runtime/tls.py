@@ -15,10 +15,32 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from sdpaxos.runtime.certs import identity_of
+from sdpaxos.core.errors import ConfigError
 from sdpaxos.runtime.config import TlsFiles
 
-__all__ = ["client_context", "peer_identity", "server_context"]
+__all__ = [
+    "CLIENT_PREFIX",
+    "NODE_PREFIX",
+    "check_tls_files",
+    "client_context",
+    "identity_of",
+    "peer_identity",
+    "server_context",
+]
+
+#: A certificate's common name says who holds it: ``node<N>`` or ``client<N>``
+#: (:mod:`sdpaxos.runtime.certs` issues them so).
+NODE_PREFIX, CLIENT_PREFIX = "node", "client"
+
+
+def identity_of(common_name: str) -> tuple[str, int] | None:
+    """``("node", 2)`` for ``node2``, ``("client", 0)`` for ``client0``, else None:
+    how the transport reads who a peer is from its certificate."""
+    for prefix in (NODE_PREFIX, CLIENT_PREFIX):
+        rest = common_name.removeprefix(prefix)
+        if rest != common_name and rest.isdigit() and str(int(rest)) == rest:
+            return prefix, int(rest)
+    return None
 
 
 def _context(purpose: int, files: TlsFiles) -> ssl.SSLContext:
@@ -29,6 +51,39 @@ def _context(purpose: int, files: TlsFiles) -> ssl.SSLContext:
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+def check_tls_files(files: TlsFiles) -> None:
+    """Load the certificate, key and CA as a node will, or raise a
+    :class:`ConfigError` that says which file is wrong and how.
+
+    The commands call it before a node touches its data directory, so that a
+    key that does not match its certificate (or a file that is not PEM) is a
+    one-line error that changes nothing, not a traceback from the listener.
+    """
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(files.cert, files.key)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(
+                f"tls: the key {files.key} does not belong to the certificate {files.cert}"
+            ) from None
+        raise ConfigError(
+            f"tls: cannot load the certificate {files.cert} with the key {files.key}:"
+            f" not a PEM certificate and its PEM key ({exc.reason or 'unreadable PEM'})"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"tls: cannot read {files.cert} or {files.key} ({exc.strerror})"
+        ) from None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(files.ca)
+    except ssl.SSLError as exc:
+        raise ConfigError(
+            f"tls: {files.ca} is not a CA certificate ({exc.reason or exc})"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"tls: cannot read {files.ca} ({exc.strerror})") from None
 
 
 def server_context(files: TlsFiles) -> ssl.SSLContext:

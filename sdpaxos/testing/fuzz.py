@@ -212,7 +212,7 @@ async def fuzz_local(
 
     path = make_local_cluster(directory, replicas)
     nodes = [
-        Node(cfg, DigestLog(), fsync=False, rng=random.Random(seed + cfg.node_id))
+        Node(cfg, DigestLog(), fsync=False, rng=random.Random(seed + cfg.node_id), bootstrap=True)
         for cfg in node_configs(path)
     ]
     started: list[Node] = []

@@ -28,7 +28,7 @@ def _kvstore(*args: str, **kw):
 
 def test_serve_and_status_show_every_node_and_its_redis_address(tmp_path):
     path = make_kv_cluster(tmp_path, 3, profile=None, protocol=FAST_PROTOCOL)
-    with ProcessCluster(path) as cluster:
+    with ProcessCluster(path, bootstrap=True) as cluster:
         cluster.start_all()
         cluster.wait_ready()
         host, port = cluster.redis_address(1)
@@ -126,7 +126,7 @@ def test_jepsen_long_run(tmp_path):
 @pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is not installed")
 def test_redis_cli_talks_to_a_node(tmp_path):
     path = make_kv_cluster(tmp_path, 3, profile=None, protocol=FAST_PROTOCOL)
-    with ProcessCluster(path) as cluster:
+    with ProcessCluster(path, bootstrap=True) as cluster:
         cluster.start_all()
         cluster.wait_ready()
         _, port = cluster.redis_address(0)
@@ -138,3 +138,46 @@ def test_redis_cli_talks_to_a_node(tmp_path):
         assert got == "1\n"
         info = subprocess.run([*cli, "INFO", "replication"], capture_output=True, text=True)
         assert "role:sequencer" in info.stdout
+
+
+def test_a_node_whose_data_was_moved_away_refuses_to_rejoin_until_it_is_back(tmp_path):
+    """The issue's scenario: node 2 SIGKILLed, its data directory moved away,
+    ``kvstore serve --id 2`` started again (no --bootstrap) on an empty one. It
+    exits nonzero saying why, never joins, and the others keep serving; put
+    back, the same directory starts without the flag and catches up."""
+    path = make_kv_cluster(tmp_path, 3, profile=None, protocol=FAST_PROTOCOL)
+    with ProcessCluster(path, bootstrap=True) as cluster:
+        cluster.start_all()
+        cluster.wait_ready()
+        first = redis.Redis(*cluster.redis_address(0), socket_timeout=30)
+        assert first.set("before", "1") is True
+        cluster.kill(2)
+        data = cluster.configs[2].node.data_dir
+        data.rename(tmp_path / "node2-moved")
+        data.mkdir()  # what a new user would do: an empty directory in its place
+        cluster.start(2)  # a restart: no --bootstrap
+        proc = cluster.procs[2]
+        assert proc is not None
+        assert proc.wait(timeout=60) == 1
+        log = cluster.log_path(2).read_text()
+        errors = [line for line in log.splitlines() if line.startswith("error:")]
+        assert errors == [
+            f"error: node 2 did not start: refusing to start on an empty data "
+            f"directory {data}: a node that took part before and lost its data would have "
+            "forgotten its promises and acceptances (two values could be chosen for one "
+            "instance); if this is a brand-new cluster, start its nodes with --bootstrap "
+            "(Node(..., bootstrap=True)); a node that lost its data cannot rejoin safely yet"
+        ], log
+        assert "Traceback" not in log
+        assert list(data.iterdir()) == []  # it wrote nothing there
+        assert not redis_ping(*cluster.redis_address(2))  # it never joined
+        assert first.set("while-away", "2") is True  # the majority goes on
+        second = redis.Redis(*cluster.redis_address(1), socket_timeout=30)
+        assert second.get("while-away") == b"2"
+        # Its own directory back: it starts without the flag and catches up.
+        data.rmdir()
+        (tmp_path / "node2-moved").rename(data)
+        cluster.start(2)
+        cluster.wait_ready([2])
+        third = redis.Redis(*cluster.redis_address(2), socket_timeout=30)
+        assert third.get("before") == b"1" and third.get("while-away") == b"2"

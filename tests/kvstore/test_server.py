@@ -29,7 +29,7 @@ async def kv_cluster(
     tmp_path: Path, replicas: int = 3, **cluster_kw: Any
 ) -> AsyncIterator[list[KVNode]]:
     path = make_kv_cluster(tmp_path, replicas, profile=None, protocol=FAST_PROTOCOL, **cluster_kw)
-    nodes = [KVNode(load_kv_config(path, k), fsync=False) for k in range(replicas)]
+    nodes = [KVNode(load_kv_config(path, k), fsync=False, bootstrap=True) for k in range(replicas)]
     for n in nodes:
         await n.start()
     try:

@@ -45,6 +45,7 @@ async def in_process(
         tmp_path, replicas, insecure=insecure, protocol=protocol or FAST_PROTOCOL
     )
     node_kw.setdefault("fsync", False)
+    node_kw.setdefault("bootstrap", True)  # fresh directories: a new cluster
     nodes = [Node(cfg, app(), **node_kw) for cfg in node_configs(path)]
     for node in nodes:
         await node.start()
@@ -100,8 +101,14 @@ class ProcessCluster:
         self.configs = node_configs(self.path)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.starts = 0
+        #: Nodes started at least once (on a fresh directory, they bootstrap).
+        self.started: set[int] = set()
 
-    def start(self, k: int) -> None:
+    def start(self, k: int, *, bootstrap: bool | None = None) -> None:
+        """Start node ``k``: with ``--bootstrap`` the first time (its directory
+        is fresh), without it on a restart, unless ``bootstrap`` says."""
+        if bootstrap is None:
+            bootstrap = k not in self.started
         cmd = [
             sys.executable,
             "-m",
@@ -118,10 +125,13 @@ class ProcessCluster:
         ]
         if not self.fsync:
             cmd.append("--no-fsync")
+        if bootstrap:
+            cmd.append("--bootstrap")
         log = open(self.root / f"node{k}.log", "ab")  # noqa: SIM115 - the child holds it
         self.procs[k] = subprocess.Popen(cmd, stdout=log, stderr=log, env=os.environ.copy())
         log.close()
         self.starts += 1
+        self.started.add(k)
 
     def start_all(self) -> None:
         for k in range(self.replicas):
@@ -209,3 +219,12 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+class FailsInNodeProcesses:
+    """An app a launcher loads fine and every ``node`` process refuses (it sees
+    ``node`` on its command line): how a test makes all of a cluster's nodes exit."""
+
+    def __init__(self) -> None:
+        if "node" in sys.argv:
+            raise ValueError("this app refuses to run in a node process")

@@ -99,3 +99,67 @@ def test_python_m_sdpaxos_certs_is_the_same_command(tmp_path: Path) -> None:
     assert sdpaxos_main(["certs", "--out", str(tmp_path), "--nodes", "2", "--clients", "0"]) == 0
     assert (tmp_path / "node1.pem").is_file()
     assert sdpaxos_main(["nonsense"]) == 2
+
+
+def _bytes(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_an_existing_ca_is_never_replaced_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--out", str(tmp_path), "--nodes", "2"]) == 0
+    capsys.readouterr()
+    before = _bytes(tmp_path)
+    assert main(["--out", str(tmp_path), "--nodes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {tmp_path / 'ca.pem'} exists: refusing to replace the cluster's CA and keys"
+        " (--force replaces them)\n"
+    )
+    assert _bytes(tmp_path) == before  # not a byte changed
+    # A directory with other files is fine; --force replaces the CA.
+    assert main(["--out", str(tmp_path), "--nodes", "2", "--force"]) == 0
+    assert _bytes(tmp_path)["ca.pem"] != before["ca.pem"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--host", "not a host!!"], "argument --host: host 'not a host!!': expected an IP"),
+        (["--host=-bad.example"], "argument --host: host '-bad.example'"),
+        (["--host", "bad-.example"], "argument --host: host 'bad-.example'"),
+        (["--host", "a..b"], "argument --host: host 'a..b'"),
+        (["--host", "a" * 64 + ".example"], "argument --host: host 'aaaa"),
+        (["--nodes", "100000"], "argument --nodes: expected an integer in 1..256, got 100000"),
+        (["--nodes", "0"], "argument --nodes: expected an integer in 1..256, got 0"),
+        (["--clients", "-1"], "argument --clients: expected an integer in 0..1024, got -1"),
+        (["--clients", "5000"], "argument --clients: expected an integer in 0..1024"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    out = tmp_path / "certs"
+    with pytest.raises(SystemExit) as exited:
+        main(["--out", str(out), *args])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_an_out_that_cannot_be_made_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--out", "/proc/x"]) == 2
+    assert capsys.readouterr().err == "error: /proc/x: No such file or directory\n"
+
+
+def test_good_hosts_are_names_or_addresses(tmp_path: Path) -> None:
+    from sdpaxos.runtime.certs import check_host
+
+    for good in ("localhost", "node-1.example.com", "example.com.", "10.0.0.1", "::1", "fe80::1"):
+        assert check_host(good) == good
+    make_cluster_certs(tmp_path, 1, 0, hosts=["db.internal", "10.0.0.7"])
+    cert = x509.load_pem_x509_certificate((tmp_path / "node0.pem").read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["db.internal"]

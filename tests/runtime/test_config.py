@@ -68,7 +68,26 @@ def test_a_good_file_loads_with_paths_relative_to_it(tmp_path: Path) -> None:
         ('"10.0.0.2:7000"', '"10.0.0.1:7000"', r"replicas\[1\]\.address: same as replica 0"),
         ("{ id = 1,", "{ id = 5,", r"cluster\.replicas\[1\]\.id: expected 1"),
         ("id = 2\ndata_dir", "id = 3\ndata_dir", r"node\.id: expected a replica id in 0\.\.2"),
-        ("sequencer = 1", "sequencer = 7", r"cluster: sequencer 7 is not a replica id"),
+        (
+            "sequencer = 1",
+            "sequencer = 7",
+            r"cluster\.sequencer: expected a replica id in 0\.\.2, got 7",
+        ),
+        ("sequencer = 1", 'sequencer = "zero"', r"cluster\.sequencer: expected .* got 'zero'$"),
+        ("sequencer = 1", "sequencer = true", r"cluster\.sequencer: expected .* got True$"),
+        # Without heartbeat_ms the heartbeat is derived from the lease: a bad lease
+        # is named, not the heartbeat the file never set.
+        ("heartbeat_ms = 400\nlease_ms = 400", "lease_ms = 0", r"cluster: lease_ms must be > 0$"),
+        ("heartbeat_ms = 400\nlease_ms = 400", "lease_ms = -5", r"cluster: lease_ms must be a"),
+        ("heartbeat_ms = 400\nlease_ms = 400", "lease_ms = inf", r"cluster: lease_ms must be a"),
+        ("heartbeat_ms = 400\nlease_ms = 400", 'lease_ms = "x"', r"cluster: lease_ms must be a"),
+        (
+            "sequencer = 1",
+            'name = "my cluster"\nsequencer = 1',
+            r"cluster\.name: expected up to 64",
+        ),
+        ("sequencer = 1", "name = 7\nsequencer = 1", r"cluster\.name: expected .* got 7$"),
+        ("sequencer = 1", f'name = "{"x" * 65}"\nsequencer = 1', r"cluster\.name: expected up to"),
         ("lease_ms = 400", "lease_ms = 100", r"cluster: lease_ms \(100\) must be >= heartbeat_ms"),
         ('key = "node.key"', 'key = "missing.key"', r"tls\.key: no such file"),
         ('key = "node.key"', "", r"tls\.key: missing: TLS is on by default"),
@@ -81,6 +100,36 @@ def test_every_mistake_names_its_key(tmp_path: Path, old: str, new: str, message
     assert old in GOOD
     with pytest.raises(ConfigError, match=message):
         load_config(_write(tmp_path, GOOD.replace(old, new, 1)))
+
+
+def test_the_cluster_name_is_the_files_or_the_default(tmp_path: Path) -> None:
+    from sdpaxos.runtime.config import CLUSTER_NAME_DEFAULT
+
+    assert (
+        load_config(_write(tmp_path, GOOD)).cluster_name
+        == CLUSTER_NAME_DEFAULT
+        == "sdpaxos-cluster"
+    )
+    named = GOOD.replace("sequencer = 1", 'name = "prod-eu.2"\nsequencer = 1')
+    assert load_config(_write(tmp_path, named)).cluster_name == "prod-eu.2"
+
+
+def test_a_local_cluster_its_nodes_would_refuse_is_refused_and_nothing_written(
+    tmp_path: Path,
+) -> None:
+    from sdpaxos.runtime.local import make_local_cluster
+
+    for bad in [
+        {"replicas": 4},  # N must be odd
+        {"replicas": 3, "protocol": {"lease_ms": 0}},
+        {"replicas": 3, "sequencer": 3},
+        {"replicas": 3, "emulator": {"profile": "nope"}},
+    ]:
+        with pytest.raises(ValueError, match="the local cluster's file: "):
+            make_local_cluster(tmp_path / "c", **bad)  # type: ignore[arg-type]
+        assert not (tmp_path / "c").exists(), bad
+    with pytest.raises(ValueError, match="replicas must be an odd number"):
+        make_local_cluster(tmp_path / "c", 4)
 
 
 def test_insecure_needs_no_certificates(tmp_path: Path) -> None:

@@ -452,7 +452,7 @@ def test_a_node_with_the_emulator_delivers_through_its_alarm_and_frees_it_on_sto
     )
 
     async def main():
-        nodes = [Node(cfg, PayloadLog(), fsync=False) for cfg in node_configs(path)]
+        nodes = [Node(cfg, PayloadLog(), fsync=False, bootstrap=True) for cfg in node_configs(path)]
         for node in nodes:
             await node.start()
         try:

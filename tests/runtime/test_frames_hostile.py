@@ -45,7 +45,7 @@ def _run(tmp_path: Path, body: Body) -> Any:
     async def main() -> Any:
         path = make_local_cluster(tmp_path / "cluster", 3)
         nodes = [
-            Node(cfg, DigestLog(), fsync=False, rng=random.Random(cfg.node_id))
+            Node(cfg, DigestLog(), fsync=False, rng=random.Random(cfg.node_id), bootstrap=True)
             for cfg in node_configs(path)
         ]
         for node in nodes:

@@ -189,3 +189,67 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_command(tmp_path):
 @pytest.mark.parametrize("seed", range(5))
 def test_sigkill_long(tmp_path, seed):
     _sigkill_run(tmp_path, seed=seed, kills=20)
+
+
+def test_data_of_a_three_node_cluster_is_refused_under_a_five_node_file(tmp_path):
+    """N = 3 data directories started under an N = 5 file: every node refuses,
+    in one line naming both sizes, even with --bootstrap (ignored once a
+    directory holds data), and its directory is left as it was."""
+    import subprocess
+    import sys
+
+    from sdpaxos.runtime.local import make_local_cluster
+
+    three = ProcessCluster(tmp_path / "three", 3, insecure=True)
+
+    async def write() -> None:
+        client = three.client()
+        three.start_all()
+        for k in range(3):
+            await three.wait_up(k)
+        await client.submit(b"three", timeout_s=60)
+        await client.close()
+
+    try:
+        asyncio.run(write())
+    finally:
+        three.stop_all()
+    five = make_local_cluster(tmp_path / "five", 5, insecure=True)
+    # The same data directories, the bigger membership.
+    five.write_text(
+        five.read_text().replace(
+            'data_dir = "node{id}"', f'data_dir = "{tmp_path}/three/node{{id}}"'
+        )
+    )
+    for k in range(3):
+        data = tmp_path / "three" / f"node{k}"
+        before = {p.name: p.read_bytes() for p in data.iterdir()}
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sdpaxos",
+                "node",
+                "--config",
+                str(five),
+                "--id",
+                str(k),
+                "--bootstrap",
+                "--app",
+                "list",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert errors == [
+            f"error: node {k} did not start: data directory {data} is of a cluster of 3 "
+            "replicas, the file has 5: a replica's records mean nothing in another membership "
+            "(membership change is not supported yet); start it under its own cluster's file, "
+            "or give this node its own data_dir"
+        ], done.stderr
+        assert "Traceback" not in done.stderr
+        assert {p.name: p.read_bytes() for p in data.iterdir()} == before

@@ -21,6 +21,7 @@ from sdpaxos.core.errors import ConfigError
 from sdpaxos.runtime.apps import PayloadLog
 from sdpaxos.runtime.client import Client
 from sdpaxos.runtime.config import parse_config
+from sdpaxos.runtime.datadir import read_identity
 from sdpaxos.runtime.local import client_tls, make_local_cluster, node_configs
 from sdpaxos.runtime.node import Node, NodeError
 
@@ -110,7 +111,7 @@ def test_mencius_node_processes_replicate_and_restart(tmp_path):
                     break
                 assert asyncio.get_running_loop().time() < deadline, got
                 await asyncio.sleep(0.1)
-            assert (tmp_path / "node2" / "protocol").read_text().strip() == "mencius"
+            assert read_identity(tmp_path / "node2")["protocol"] == "mencius"
         finally:
             cluster.stop_all()
 
@@ -221,7 +222,7 @@ def test_epaxos_node_processes_replicate_and_restart_from_their_log(tmp_path):
                 assert asyncio.get_running_loop().time() < deadline, got
                 await asyncio.sleep(0.1)
             assert _hot(got[0]) == _hot(got[1]) == _hot(got[2])
-            assert (tmp_path / "node2" / "protocol").read_text().strip() == "epaxos"
+            assert read_identity(tmp_path / "node2")["protocol"] == "epaxos"
             assert "restarted from" in cluster.log_tail(2, 200)
         finally:
             for c in clients:
@@ -236,7 +237,7 @@ def test_kvstore_runs_on_multipaxos(tmp_path):
         path = make_kv_cluster(
             tmp_path, 3, profile=None, protocol={"name": "multipaxos", **FAST_PROTOCOL}
         )
-        nodes = [KVNode(load_kv_config(path, k), fsync=False) for k in range(3)]
+        nodes = [KVNode(load_kv_config(path, k), fsync=False, bootstrap=True) for k in range(3)]
         for n in nodes:
             await n.start()
         clients = []
@@ -290,9 +291,9 @@ def test_a_node_of_another_protocol_cannot_join(tmp_path, caplog):
         configs = node_configs(path)
         odd = configs[1].__class__(**{**_fields(configs[1]), "protocol": "mencius"})
         nodes = [
-            Node(configs[0], PayloadLog(), fsync=False),
-            Node(odd, PayloadLog(), fsync=False),
-            Node(configs[2], PayloadLog(), fsync=False),
+            Node(configs[0], PayloadLog(), fsync=False, bootstrap=True),
+            Node(odd, PayloadLog(), fsync=False, bootstrap=True),
+            Node(configs[2], PayloadLog(), fsync=False, bootstrap=True),
         ]
         for n in nodes:
             await n.start()
@@ -337,7 +338,9 @@ def test_a_node_keeps_the_trace_events_it_is_asked_for(tmp_path):
         path = make_local_cluster(tmp_path, 3, insecure=True, protocol=FAST_PROTOCOL)
         wanted = {"SequencerHandover", "Establish"}
         nodes = [
-            Node(cfg, PayloadLog(), fsync=False, trace_events=wanted if k < 2 else ())
+            Node(
+                cfg, PayloadLog(), fsync=False, trace_events=wanted if k < 2 else (), bootstrap=True
+            )
             for k, cfg in enumerate(node_configs(path))
         ]
         for n in nodes:

@@ -16,7 +16,7 @@ from .helpers import FAST_PROTOCOL, payloads_of
 
 def test_sync_node_and_client_from_many_threads(tmp_path):
     path = make_local_cluster(tmp_path, 3, protocol=FAST_PROTOCOL)
-    nodes = [SyncNode(c, PayloadLog(), fsync=False) for c in node_configs(path)]
+    nodes = [SyncNode(c, PayloadLog(), fsync=False, bootstrap=True) for c in node_configs(path)]
     try:
         errors = []
 
