@@ -154,7 +154,7 @@ def test_bootstrap_is_ignored_once_the_directory_holds_data(tmp_path):
         ),
         (
             {"name": "other"},
-            r"belongs to cluster 'sdpaxos', the file names cluster 'other'",
+            r"belongs to cluster 'sdpaxos-cluster', the file names cluster 'other'",
         ),
         (
             {"protocol": "multipaxos"},
