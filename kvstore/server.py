@@ -40,6 +40,7 @@ from typing import Any
 
 from kvstore.codec import (
     PLAIN_SET,
+    BatchItem,
     decode_results,
     decode_value,
     encode_batch_items,
@@ -101,22 +102,23 @@ class KVBackend:
         self.read_timeout_s = read_timeout_s
         #: Each connection's latest write not yet answered (connection id -> its part).
         self._writing: dict[int, Deferred] = {}
-        # This node applies the batches it packs without unpacking them (prime).
+        # This node applies the batches it packs without unpacking them: it packs
+        # them with its store's PackedBatches (kvstore.batches).
         self._writes = _Batcher(
             lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"),
-            store.prime,
+            store.packed.pack,
         )
         if node.reads_at_every_replica:
             self._reads = _Batcher(
                 lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s),
-                store.prime,
+                store.packed.pack,
             )
         else:
             # The protocol has no read path at every replica: a batch of reads goes
             # through the log like writes (a read changes nothing when applied).
             self._reads = _Batcher(
                 lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"),
-                store.prime,
+                store.packed.pack,
             )
         self._table = [
             RespSpec(
@@ -348,8 +350,8 @@ class _Batcher:
         "_key",
         "_keyed",
         "_open",
+        "_pack",
         "_parts",
-        "_prime",
         "_run_at",
         "_scheduled",
         "_sealed",
@@ -359,12 +361,12 @@ class _Batcher:
     def __init__(
         self,
         submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]],
-        prime: Callable[[bytes, list[Any]], None] | None = None,
+        pack: Callable[[list[BatchItem]], bytes] = encode_batch_items,
     ) -> None:
         self._submit = submit
-        #: Told each batch payload and the items it was packed from
-        #: (:meth:`kvstore.machine.KVStore.prime`), before it is submitted.
-        self._prime = prime
+        #: Packs a batch's items into its payload (the store's
+        #: :meth:`kvstore.batches.PackedBatches.pack`, which remembers them).
+        self._pack = pack
         #: The batch's items: argument lists, and SET runs (a count, then keys and values).
         self._items: list[Any] = []
         self._count = 0  # commands in the batch
@@ -487,9 +489,7 @@ class _Batcher:
         self._run_at = -1
         self._bytes = 0
         if count > 1:
-            payload = encode_batch_items(items)
-            if self._prime is not None:
-                self._prime(payload, items)
+            payload = self._pack(items)
         elif type(items[0]) is int:  # one plain SET
             payload = encode_command([b"SET", items[1], items[2]])
         else:
