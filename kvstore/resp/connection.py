@@ -190,7 +190,7 @@ class RespConnection(asyncio.Protocol):
             self._update_reading()
             return
         reader = self.reader
-        got, problem, hiredis_error, incomplete = reader.take(
+        got, problem, hiredis_error = reader.take(
             self.limits.pipeline_pending_max - len(self.slots)
         )
         if len(got) == 1:  # one request (no pipelining): the same, without the passes
@@ -224,11 +224,6 @@ class RespConnection(asyncio.Protocol):
                 return
             self._protocol_error(hiredis_problem(hiredis_error))
             return
-        if incomplete:
-            problem = reader.check_incomplete()
-            if problem:
-                self._protocol_error(problem)
-                return
         self._update_reading()
 
     def _start_each(self, got: list[list[bytes]]) -> None:
@@ -355,45 +350,43 @@ class RespConnection(asyncio.Protocol):
             self.server.stats["internal_errors"] += 1
             data = [INTERNAL_ERROR_REPLY]
         slot.data = b"".join(data)
-        self._replied()
+        self._flush()
+        reader = self.reader
+        if reader.consumed != reader.fed:
+            self._drain_later()
 
     def _deliver(self, slot: _Slot, resp3: bool, count: int, values: list[Value]) -> None:
         """A :class:`Deferred`'s ``count`` replies are known: encode them all
-        into its slot (one slot, one join, one write for the run)."""
+        into its slot (one slot, one join) and write what is ready now."""
         if self.lost:
             return
         if type(values) is OkList and len(values) == count:
             slot.data = OK_REPLY * count
-            self._replied()
-            return
-        data: list[bytes] = []
-        try:
-            if not isinstance(values, list) or len(values) != count:
-                raise TypeError(f"{count} replies expected, got {values!r:.200}")
-            for value in values:
-                if value is OK:
-                    data.append(OK_REPLY)
-                else:
-                    encode(value, data, resp3)
-        except Exception:
-            log.exception("a backend command answered what is not a list of reply values")
-            self.server.stats["internal_errors"] += 1
-            data = [INTERNAL_ERROR_REPLY] * count
-        slot.data = data[0] if len(data) == 1 else b"".join(data)
-        self._replied()
-
-    def _replied(self) -> None:
-        """A late reply is in its slot: write what is ready now. If the reader
-        still holds requests (held back by the in-flight bound, or part of
-        one), drain them at the next loop turn, outside the backend's callback."""
+        else:
+            data: list[bytes] = []
+            try:
+                if not isinstance(values, list) or len(values) != count:
+                    raise TypeError(f"{count} replies expected, got {values!r:.200}")
+                for value in values:
+                    if value is OK:
+                        data.append(OK_REPLY)
+                    else:
+                        encode(value, data, resp3)
+            except Exception:
+                log.exception("a backend command answered what is not a list of reply values")
+                self.server.stats["internal_errors"] += 1
+                data = [INTERNAL_ERROR_REPLY] * count
+            slot.data = data[0] if len(data) == 1 else b"".join(data)
         self._flush()
         reader = self.reader
-        if (
-            reader.consumed != reader.fed
-            and not self.flush_scheduled
-            and not self.closing
-            and not self.lost
-        ):
+        if reader.consumed != reader.fed:
+            self._drain_later()
+
+    def _drain_later(self) -> None:
+        """After a late reply: the reader still holds requests (held back by
+        the in-flight bound, or part of one); drain them at the next loop
+        turn, outside the backend's callback."""
+        if not self.flush_scheduled and not self.closing and not self.lost:
             self.flush_scheduled = True
             self.server.flush_later(self)
 

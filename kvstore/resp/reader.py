@@ -189,11 +189,11 @@ class HeaderWalk:
 
 #: What :meth:`RequestReader.take` found, in stream order: the complete
 #: requests (every argument bytes; ``[]`` for ``*0``); a protocol error (Redis'
-#: text) right after them, or None; what hiredis said of the bytes after them
-#: (maybe an inline command), or None; and whether hiredis holds part of a
-#: request and wants more bytes. (A plain tuple: the connection unpacks it
-#: once a read.)
-Taken: TypeAlias = tuple[list[list[bytes]], str | None, str | None, bool]
+#: text) right after them, or None (an incomplete request that breaks a limit
+#: already is one); and what hiredis said of the bytes after them (maybe an
+#: inline command), or None. (A plain tuple: the connection unpacks it once a
+#: read.)
+Taken: TypeAlias = tuple[list[list[bytes]], str | None, str | None]
 
 
 class Inline(NamedTuple):
@@ -277,6 +277,8 @@ class RequestReader:
         passes over all of them (a pipeline of data commands, the common case,
         costs no Python work per request but the ``gets``); a request with an
         argument that is not a bulk string ends them, with its protocol error.
+        When hiredis wants more bytes, the incomplete request is held to the
+        limits (:class:`HeaderWalk`).
         """
         reader = self._hiredis
         got: list[list[bytes]] = []  # every request read, in order
@@ -322,7 +324,12 @@ class RequestReader:
                         del got[i:]
                         break
             self.consumed += wire_total(got)
-        return got, problem, hiredis_error, incomplete
+        if incomplete and problem is None:
+            if self.consumed == self.fed:
+                self.walk = None
+            else:
+                problem = self._check_incomplete()
+        return got, problem, hiredis_error
 
     def inline_rest(self) -> bytes | None:
         """After hiredis refused the bytes that follow the complete requests:
@@ -340,12 +347,9 @@ class RequestReader:
         self.walk = None
         return rest
 
-    def check_incomplete(self) -> str | None:
-        """hiredis wants more bytes: the protocol error of the incomplete
-        request if it breaks a limit already, else None."""
-        if self.consumed == self.fed:
-            self.walk = None
-            return None
+    def _check_incomplete(self) -> str | None:
+        """hiredis wants more bytes of a request: its protocol error if it
+        breaks a limit already, else None."""
         limits = self.limits
         if self.fed - self.consumed > limits.request_bytes_max:
             return "too big request"
