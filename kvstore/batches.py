@@ -9,8 +9,8 @@ packer): unpacking there costs about 500 instructions a SET, 2.7 % of the
 whole per-command work.
 
 So the node's batcher packs with :meth:`PackedBatches.pack`, which remembers,
-and the store's ``apply`` (and ``query``, for a batch of reads) asks
-:meth:`PackedBatches.take` first. A batch is remembered by its bytes, not by
+and the store's ``apply`` (and ``query``, for a batch of reads) takes the
+items back from it first. A batch is remembered by its bytes, not by
 the object that carries them: any payload equal to one packed here unpacks to
 equal items (packing is deterministic), so whichever object the node hands
 back, and wherever it came from, applying the remembered items does exactly
@@ -28,33 +28,26 @@ __all__ = ["PACKED_MAX", "PackedBatches"]
 PACKED_MAX = 64
 
 
-class PackedBatches:
-    """This node's packed batches, by their bytes, until each is applied (see above)."""
+class PackedBatches(dict[bytes, list[BatchItem]]):
+    """This node's packed batches: each one's bytes to the items it was packed
+    from, until it is applied (see above).
 
-    __slots__ = ("_items",)
+    A dict, so that a store asks it cheaply: ``if packed:`` costs no call
+    when nothing is in flight (every replica but the packer, and every
+    payload of one command), and taking a batch is ``packed.pop(payload,
+    None)`` (each batch is taken once). Only :meth:`pack` adds to it.
+    """
 
-    def __init__(self) -> None:
-        self._items: dict[bytes, list[BatchItem]] = {}
-
-    def __len__(self) -> int:
-        return len(self._items)
+    __slots__ = ()
 
     def pack(self, items: list[BatchItem]) -> bytes:
-        """:func:`~kvstore.codec.encode_batch_items` of ``items``, remembered.
+        """:func:`~kvstore.codec.encode_batch_items` of ``items``, remembered
+        (the oldest forgotten past :data:`PACKED_MAX`).
 
         The caller hands ``items`` over: it must not change them afterwards.
         """
         payload = encode_batch_items(items)
-        memo = self._items
-        if len(memo) >= PACKED_MAX:
-            del memo[next(iter(memo))]
-        memo[payload] = items
+        if len(self) >= PACKED_MAX:
+            del self[next(iter(self))]
+        self[payload] = items
         return payload
-
-    def take(self, payload: bytes) -> list[BatchItem] | None:
-        """The items ``payload`` was packed from here (forgotten from now on),
-        or ``None`` if it was not packed here (or was forgotten)."""
-        memo = self._items
-        if not memo:
-            return None
-        return memo.pop(payload, None)

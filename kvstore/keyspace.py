@@ -58,61 +58,63 @@ class Keyspace:
     """The keys and their values; the one place a key appears or goes.
 
     ``data`` may be read directly (the commands' hot paths do), and a value of
-    a key that exists may be replaced in it; a key is added or removed only
-    through :meth:`put`, :meth:`put_pairs`, :meth:`delete`, :meth:`pop` or
-    :meth:`clear`, which drop the sorted keys KEYS and SCAN read (kept until a
-    key appears or goes, not when a value changes, so that a scan over a busy
-    but stable key set sorts once).
+    a key that exists may be replaced in it; a key is added or removed through
+    :meth:`put`, :meth:`put_pairs`, :meth:`delete`, :meth:`pop` or
+    :meth:`clear`, which drop ``sorted_cache``, the sorted keys KEYS and SCAN
+    read (kept until a key appears or goes, not when a value changes, so that
+    a scan over a busy but stable key set sorts once). A hot path that inlines
+    :meth:`put` (a plain SET) drops it the same way.
     """
 
-    __slots__ = ("_sorted", "data")
+    __slots__ = ("data", "sorted_cache")
 
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
-        self._sorted: list[bytes] | None = None
+        #: Every key, sorted; None until :meth:`keys_sorted` next needs it.
+        self.sorted_cache: list[bytes] | None = None
 
     def __len__(self) -> int:
         return len(self.data)
 
     def keys_sorted(self) -> list[bytes]:
         """Every key, sorted (the cached list itself: do not change it)."""
-        if self._sorted is None:
-            self._sorted = sorted(self.data)
-        return self._sorted
+        if self.sorted_cache is None:
+            self.sorted_cache = sorted(self.data)
+        return self.sorted_cache
 
     def put(self, key: bytes, value: bytes) -> None:
         """Set ``key`` to ``value``, whether it exists or not."""
         data = self.data
-        if self._sorted is not None and key not in data:
-            self._sorted = None
+        if self.sorted_cache is not None and key not in data:
+            self.sorted_cache = None
         data[key] = value
 
     def put_pairs(self, keys: list[bytes], values: Iterable[bytes]) -> None:
         """Set each of ``keys`` to the value at the same place in ``values``
         (later ones win): a run of plain SETs, applied by one ``dict.update``."""
         data = self.data
-        if self._sorted is not None and not data.keys() >= set(keys):
-            self._sorted = None
+        if self.sorted_cache is not None and not data.keys() >= set(keys):
+            self.sorted_cache = None
         data.update(zip(keys, values, strict=True))
 
     def delete(self, key: bytes) -> bool:
         """Remove ``key``; whether it was there."""
         if self.data.pop(key, None) is None:
             return False
-        self._sorted = None
+        self.sorted_cache = None
         return True
 
     def pop(self, key: bytes) -> bytes | None:
         """Remove ``key``; its value, or ``None`` if it was not there."""
         old = self.data.pop(key, None)
         if old is not None:
-            self._sorted = None
+            self.sorted_cache = None
         return old
 
     def clear(self) -> None:
         """Remove every key."""
         self.data = {}
-        self._sorted = None
+        self.sorted_cache = None
 
     def snapshot(self) -> bytes:
         """The whole state as deterministic bytes: the items sorted by key, in msgpack."""
@@ -152,7 +154,7 @@ class Keyspace:
             data[key] = value
             previous = key
         self.data = data
-        self._sorted = None
+        self.sorted_cache = None
 
 
 #: A command's handler: the keyspace and the whole argument list (the name at

@@ -118,9 +118,11 @@ class KVStore:
         return self._run(request, writes=False)
 
     def _run(self, payload: bytes, writes: bool) -> bytes:
-        items = self.packed.take(payload)
-        if items is not None:
-            return self._batch_items(items, writes)
+        packed = self.packed
+        if packed:  # a batch this node packed is in flight: is it this one?
+            items = packed.pop(payload, None)
+            if items is not None:
+                return self._batch_items(items, writes)
         try:
             args = msgpack.unpackb(payload)
         except Exception:
@@ -194,7 +196,11 @@ class KVStore:
                 and type(args[1]) is bytes
                 and type(args[2]) is bytes
             ):
-                ks.put(args[1], args[2])
+                key = args[1]  # Keyspace.put, inlined
+                data = ks.data  # not hoisted: FLUSHDB replaces the dict
+                if ks.sorted_cache is not None and key not in data:
+                    ks.sorted_cache = None
+                data[key] = args[2]
                 out.append(_OK_BYTES)
                 continue
             result = execute(ks, args, writes)

@@ -36,8 +36,11 @@ def cmd_get(ks: Keyspace, args: list[bytes]) -> Value:
 
 def cmd_set(ks: Keyspace, args: list[bytes]) -> Value:
     key = args[1]
-    if len(args) == 3:  # the hot path
-        ks.put(key, args[2])
+    if len(args) == 3:  # the hot path: Keyspace.put, inlined
+        data = ks.data
+        if ks.sorted_cache is not None and key not in data:
+            ks.sorted_cache = None
+        data[key] = args[2]
         return OK
     # Options as Redis' parseExtendedStringArgumentsOrReply checks them.
     nx = xx = get = keepttl = False

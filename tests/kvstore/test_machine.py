@@ -531,24 +531,27 @@ def test_a_packed_batch_is_taken_once_by_its_bytes_and_the_memory_is_bounded() -
     from kvstore.batches import PACKED_MAX, PackedBatches
     from kvstore.codec import encode_batch_items
 
-    packed = PackedBatches()
+    store = KVStore()
+    packed = store.packed
     items: list[BatchItem] = [2, b"a", b"1", b"b", b"2"]
     payload = packed.pack(items)
-    assert payload == encode_batch_items(items)
-    assert packed.take(encode_batch_items([1, b"a", b"1"])) is None  # other bytes
-    assert len(packed) == 1
-    assert packed.take(bytes(bytearray(payload))) is items  # equal bytes, another object
-    assert packed.take(payload) is None  # taken once: unpacked from then on
-    first = packed.pack([1, b"k", b"v"])
-    last = [packed.pack([1, b"k%d" % i, b"v"]) for i in range(PACKED_MAX)][-1]
-    assert len(packed) == PACKED_MAX
-    assert packed.take(first) is None  # the oldest is forgotten
-    assert packed.take(last) == [1, b"k%d" % (PACKED_MAX - 1), b"v"]
-    # A store applies what it is handed, taken from its packed batches or not.
-    store = KVStore(packed)
-    assert store.packed is packed
-    assert decode_results(store.apply(first)) == [OK]
-    assert store.items() == [(b"k", b"v")]
+    assert payload == encode_batch_items(items) and packed[payload] is items
+    assert decode_results(store.apply(encode_batch_items([1, b"x", b"1"]))) == [OK]
+    assert len(packed) == 1  # other bytes are unpacked; the packed batch stays
+    # Items that differ from the bytes (only a test does this) show which path applies.
+    packed[payload] = [1, b"c", b"3"]
+    assert decode_results(store.apply(bytes(bytearray(payload)))) == [OK]  # equal bytes
+    assert store.items() == [(b"c", b"3"), (b"x", b"1")]
+    assert not packed  # taken once: unpacked from then on
+    assert decode_results(store.apply(payload)) == [OK, OK]
+    assert store.items() == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3"), (b"x", b"1")]
+    # At most PACKED_MAX are remembered; the oldest is forgotten.
+    bounded = PackedBatches()
+    first = bounded.pack([1, b"k", b"v"])
+    last = [bounded.pack([1, b"k%d" % i, b"v"]) for i in range(PACKED_MAX)][-1]
+    assert len(bounded) == PACKED_MAX
+    assert first not in bounded and bounded[last] == [1, b"k%d" % (PACKED_MAX - 1), b"v"]
+    assert KVStore(bounded).packed is bounded
 
 
 def test_the_dispatch_table_pairs_every_spec_with_exactly_one_handler(
