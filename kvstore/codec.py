@@ -34,7 +34,7 @@ exactly one :data:`~kvstore.values.Value`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgpack
 
@@ -48,6 +48,7 @@ __all__ = [
     "INT_MIN",
     "OK_ITEM",
     "PLAIN_SET",
+    "BatchItem",
     "array_header",
     "codec_default",
     "decode_command",
@@ -123,6 +124,11 @@ def encode_batch_args(commands: list[list[bytes]]) -> bytes:
     return packed
 
 
+#: One item of a batch: a command's argument list, or in a SET run its count,
+#: then each key and value.
+BatchItem: TypeAlias = list[bytes] | int | bytes
+
+
 #: SET as clients spell it: ``SET key value`` in one of these spellings, and no
 #: option, is a *plain* SET (any other case goes through the general dispatch).
 PLAIN_SET = frozenset({b"SET", b"set", b"Set"})
@@ -133,10 +139,10 @@ def is_plain_set(args: list[bytes]) -> bool:
     return len(args) == 3 and args[0] in PLAIN_SET
 
 
-def set_runs(commands: list[list[bytes]]) -> list[list[bytes] | int | bytes]:
+def set_runs(commands: list[list[bytes]]) -> list[BatchItem]:
     """A batch's items (see the module docstring): ``commands`` in order, each
     stretch of consecutive plain SETs written as one run."""
-    items: list[list[bytes] | int | bytes] = []
+    items: list[BatchItem] = []
     at = -1  # index of the open run's count
     for args in commands:
         if is_plain_set(args):
@@ -152,7 +158,7 @@ def set_runs(commands: list[list[bytes]]) -> list[list[bytes] | int | bytes]:
     return items
 
 
-def encode_batch_items(items: list[list[bytes] | int | bytes]) -> bytes:
+def encode_batch_items(items: list[BatchItem]) -> bytes:
     """A batch of items already in the batch layout (commands and SET runs: see
     the module docstring), with one ``packb``; ``encode_batch_args(commands)``
     is ``encode_batch_items(commands)`` when no SET is written as a run. The

@@ -30,6 +30,7 @@ from kvstore.values import Error
 __all__ = [
     "COMMANDS",
     "CommandSpec",
+    "Kind",
     "keys_of",
     "parse",
     "unknown_command",
@@ -38,17 +39,29 @@ __all__ = [
 ]
 
 
+#: What runs a command: the store reads or writes; ``connection`` commands
+#: (PING, HELLO, CLIENT, ...) are answered by the Redis front end itself.
+Kind = Literal["read", "write", "connection"]
+
+
 class CommandSpec(NamedTuple):
-    """One command's entry in the table (see the module docstring for the conventions)."""
+    """One command's entry in the table (see the module docstring for the conventions).
+
+    The one spec of a command everywhere: :func:`parse` and the node read it,
+    the state machine's dispatch table pairs it with a handler, and the Redis
+    front end answers ``COMMAND`` from it (its own connection commands are
+    specs of kind ``connection``). ``group`` is ``COMMAND DOCS``' group.
+    """
 
     name: str
     arity: int
-    kind: Literal["read", "write"]
+    kind: Kind
     first_key: int
     last_key: int
     key_step: int
     flags: tuple[str, ...]
     summary: str
+    group: str = "generic"
 
     @property
     def single_key(self) -> bool:
@@ -65,7 +78,10 @@ def _spec(
     flags: tuple[str, ...],
     summary: str,
 ) -> CommandSpec:
-    return CommandSpec(name, arity, kind, keys[0], keys[1], keys[2], flags, summary)
+    # COMMAND DOCS' group as the front end has always answered it: a command
+    # that names keys is "string" (Redis files DEL and EXISTS under "generic").
+    group = "string" if keys[0] else "generic"
+    return CommandSpec(name, arity, kind, keys[0], keys[1], keys[2], flags, summary, group)
 
 
 _R: Final = "read"

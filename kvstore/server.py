@@ -25,36 +25,31 @@ Where each Redis command goes:
   ones, as Redis runs a connection's commands in order.
 
 Nothing here blocks: the front end hands each read's run of data commands to
-:meth:`KVBackend.execute_many` and writes the answers of a pipeline in order.
+:meth:`KVBackend.execute_many`, which adds them to the loop turn's batches
+(:mod:`kvstore.batcher`) and answers each run through one
+:class:`~kvstore.resp.Deferred`; the front end writes the answers of a
+pipeline in order.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl as _ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from kvstore.codec import (
-    PLAIN_SET,
-    decode_results,
-    decode_value,
-    encode_batch_items,
-    encode_command,
-    encoded_oks,
-)
-from kvstore.commands import COMMANDS, parse
+from kvstore.batcher import SET_BOUND, STOPPED, Batcher, packed_bound
+from kvstore.codec import PLAIN_SET, decode_value, encode_command
+from kvstore.commands import COMMANDS, CommandSpec, parse
 from kvstore.config import KVConfig
 from kvstore.machine import KVStore
-from kvstore.resp import CommandSpec as RespSpec
-from kvstore.resp import ConnState, Deferred, DeferredList, OkList, RespLimits, RespServer
-from kvstore.values import OK, Error, Value
+from kvstore.resp import ConnState, Deferred, RespLimits, RespServer
+from kvstore.values import Error, Value
 from sdpaxos.runtime.frames import COMMAND_BYTES_MAX
 from sdpaxos.runtime.metrics import Metrics
-from sdpaxos.runtime.node import Node, NodeError, SessionExpired
+from sdpaxos.runtime.node import Node, NodeError
 
 __all__ = ["KVBackend", "KVNode", "redis_server_context"]
 
@@ -62,19 +57,10 @@ log = logging.getLogger(__name__)
 
 #: A read that finds no sequencer lease for this long answers TRYAGAIN.
 READ_TIMEOUT_S = 5.0
-#: Most commands, and bytes of them, replicated (or read) as one batch.
-BATCH_COMMANDS_MAX = 1024
-BATCH_BYTES_MAX = 256 * 1024
 #: Entries in the table of connections' last writes before answered ones are swept.
 WRITING_SWEEP_AT = 4096
-#: What :func:`_packed_bound` adds to a plain SET's key and value lengths.
-_SET_BOUND = 5 * 3 + 5 + len(b"SET")
 _first = itemgetter(0)
 _key_value = itemgetter(1, 2)
-
-_TRYAGAIN = Error("TRYAGAIN no linearizable answer in time (no sequencer lease); try again")
-_MALFORMED_ANSWER = Error("ERR malformed batch answer")
-_STOPPED = Error("ERR this node is stopping; use another")
 
 
 def redis_server_context(config: KVConfig) -> _ssl.SSLContext:
@@ -101,81 +87,59 @@ class KVBackend:
         self.read_timeout_s = read_timeout_s
         #: Each connection's latest write not yet answered (connection id -> its part).
         self._writing: dict[int, Deferred] = {}
-        # This node applies the batches it packs without unpacking them (prime).
-        self._writes = _Batcher(
-            lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"),
-            store.prime,
+        # This node applies the batches it packs without unpacking them: it packs
+        # them with its store's PackedBatches (kvstore.batches).
+        pack = store.packed.pack
+        self._writes = Batcher(
+            lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"), pack
         )
         if node.reads_at_every_replica:
-            self._reads = _Batcher(
+            self._reads = Batcher(
                 lambda payload, key: node.read_nowait(key, payload, timeout_s=self.read_timeout_s),
-                store.prime,
+                pack,
             )
         else:
             # The protocol has no read path at every replica: a batch of reads goes
             # through the log like writes (a read changes nothing when applied).
-            self._reads = _Batcher(
-                lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"),
-                store.prime,
+            self._reads = Batcher(
+                lambda payload, key: node.submit_nowait(payload, key=key, wait="executed"), pack
             )
-        self._table = [
-            RespSpec(
-                spec.name,
-                spec.arity,
-                spec.flags,
-                spec.first_key,
-                spec.last_key,
-                spec.key_step,
-                spec.summary,
-                "string" if spec.first_key else "generic",
-            )
-            for spec in COMMANDS.values()
-        ]
 
     def execute(self, args: list[bytes], conn: ConnState) -> Value | Deferred:
-        """One command: :meth:`execute_many` of one, answered as one value."""
+        """One command: :meth:`execute_many` of one, whose one answer is a value
+        or a :class:`Deferred` of one reply."""
         for arg in args:
             if type(arg) is not bytes:
                 raise TypeError(f"a command argument must be bytes, not {type(arg).__name__}")
         (answer,) = self.execute_many([args], conn)
-        if type(answer) is not DeferredList:
-            return answer
-        single = Deferred()
+        return answer
 
-        def first(values: Value) -> None:
-            single.set(values[0] if isinstance(values, list) and values else _MALFORMED_ANSWER)
-
-        answer.add_callback(first)
-        return single
-
-    def execute_many(
-        self, requests: list[list[bytes]], conn: ConnState
-    ) -> list[Value | Deferred | DeferredList]:
+    def execute_many(self, requests: list[list[bytes]], conn: ConnState) -> list[Value | Deferred]:
         """Run the consecutive data commands of one read, in order (see
-        :meth:`kvstore.resp.Backend.execute_many`).
+        :meth:`kvstore.resp.BatchBackend.execute_many`).
 
         The front end hands every complete request of a read at once, so the
         per-command work is one loop iteration here: the commands that go
-        through the log are appended, still as argument lists, to the loop
-        turn's batch (packed once, when it is sent), and a run of them answers
-        through one :class:`DeferredList`. A read that follows a write of this
-        connection still in flight goes through the log too, in the same batch
-        as its neighbours, so it sees that write and none after it (Redis runs
-        a connection's commands in order). Every argument must be bytes (the
-        front end checks it).
+        through the log (or a read batch) are appended, still as argument
+        lists, to the loop turn's batch (packed once, when it is sent), and a
+        run of consecutive ones answers through one :class:`Deferred`. A read
+        that follows a write of this connection still in flight goes through
+        the log too, in the same batch as its neighbours, so it sees that
+        write and none after it (Redis runs a connection's commands in order).
+        Every argument must be bytes (the front end checks it).
         """
         writes = self._writes
         if len(requests) == 1:  # no pipelining: one plain SET is one add
             args = requests[0]
             if len(args) == 3 and args[0] in PLAIN_SET:
-                size = len(args[1]) + len(args[2]) + _SET_BOUND
+                size = len(args[1]) + len(args[2]) + SET_BOUND
                 if size <= COMMAND_BYTES_MAX:
                     try:
                         writes.add_set(args[1], args[2], size)
                         sealed = writes.seal()
                     except NodeError:
                         writes.drop_open()
-                        return [_STOPPED]
+                        return [STOPPED]
                     self._note_write(conn.id, sealed[-1])
                     return list(sealed)
         elif set(map(len, requests)) == {3} and PLAIN_SET.issuperset(map(_first, requests)):
@@ -183,7 +147,7 @@ class KVBackend:
             # run of the batch, counted and checked a read at a time.
             n = len(requests)
             flat = list(chain.from_iterable(map(_key_value, requests)))
-            size = sum(map(len, flat)) + _SET_BOUND * n
+            size = sum(map(len, flat)) + SET_BOUND * n
             if size <= COMMAND_BYTES_MAX:  # so is each SET's
                 keys = flat[::2]
                 try:
@@ -191,30 +155,31 @@ class KVBackend:
                     sealed = writes.seal()
                 except NodeError:
                     writes.drop_open()
-                    return [_STOPPED] * n
+                    return [STOPPED] * n
                 self._note_write(conn.id, sealed[-1])
                 return list(sealed)
-        out: list[Value | Deferred | DeferredList] = []
+        reads = self._reads
+        out: list[Value | Deferred] = []
         prior = self._writing.get(conn.id)
         logged = prior is not None and not prior.done  # a write of this connection in flight
-        opened = 0  # commands added to the write batch since its last part
+        open_: Batcher | None = None  # the batcher with commands added since its last seal
         try:
             for args in requests:
                 parsed = parse(args)  # Redis' unknown-command and arity errors
                 if isinstance(parsed, Error):
-                    if opened:
-                        out.extend(writes.seal())
-                        opened = 0
+                    if open_ is not None:
+                        out.extend(open_.seal())
+                        open_ = None
                     out.append(parsed)
                     continue
                 spec = parsed[0]
-                size = _packed_bound(args)
+                size = packed_bound(args)
                 if size > COMMAND_BYTES_MAX:
                     exact = len(encode_command(args))
                     if exact > COMMAND_BYTES_MAX:
-                        if opened:
-                            out.extend(writes.seal())
-                            opened = 0
+                        if open_ is not None:
+                            out.extend(open_.seal())
+                            open_ = None
                         out.append(
                             Error(
                                 f"ERR command of {exact} bytes: the store takes at most "
@@ -223,27 +188,33 @@ class KVBackend:
                         )
                         continue
                 key = args[1] if spec.single_key else None
-                if len(args) == 3 and args[0] in PLAIN_SET:
-                    writes.add_set(key, args[2], size)  # type: ignore[arg-type]
-                    opened += 1
-                    logged = True
-                    continue
                 if spec.kind == "write" or logged:
-                    writes.add(args, key, size)
-                    opened += 1
+                    if open_ is reads:
+                        out.extend(reads.seal())
+                    if len(args) == 3 and args[0] in PLAIN_SET:
+                        writes.add_set(key, args[2], size)  # type: ignore[arg-type]
+                    else:
+                        writes.add(args, key, size)
+                    open_ = writes
                     logged = True
                     continue
-                if opened:
-                    out.extend(writes.seal())
-                    opened = 0
-                out.append(self._read(conn.stale_reads, args, key, size))
-            if opened:
-                out.extend(writes.seal())
+                if open_ is not None and (open_ is writes or conn.stale_reads):
+                    out.extend(open_.seal())
+                    open_ = None
+                if conn.stale_reads:
+                    # This replica's state at once (READONLY): no batch, no round.
+                    out.append(decode_value(self.store.query(encode_command(args))))
+                    continue
+                reads.add(args, key, size)
+                open_ = reads
+            if open_ is not None:
+                out.extend(open_.seal())
         except NodeError:
             writes.drop_open()
-            return [_STOPPED] * len(requests)
+            reads.drop_open()
+            return [STOPPED] * len(requests)
         for answer in reversed(out):
-            if type(answer) is DeferredList:
+            if type(answer) is Deferred:
                 self._note_write(conn.id, answer)
                 break
         return out
@@ -256,16 +227,6 @@ class KVBackend:
             for done in [c for c, f in writing.items() if f.done]:
                 del writing[done]
         writing[conn_id] = part
-
-    def _read(
-        self, stale: bool, args: list[bytes], key: bytes | None, size: int
-    ) -> Value | DeferredList:
-        if stale:
-            return decode_value(self.store.query(encode_command(args)))
-        reads = self._reads
-        reads.add(args, key, size)
-        (part,) = reads.seal()
-        return part
 
     def info(self, conn: ConnState) -> Mapping[str, Mapping[str, str | int]]:
         node = self.node
@@ -296,255 +257,8 @@ class KVBackend:
             "replication": replication,
         }
 
-    def command_table(self) -> Iterable[RespSpec]:
-        return self._table
-
-
-def _failure(future: asyncio.Future[bytes | None]) -> Value | None:
-    """The Redis error for a node's failed future, or None if it succeeded."""
-    if future.cancelled():
-        return _STOPPED
-    exc = future.exception()
-    if exc is None:
-        return None
-    if isinstance(exc, TimeoutError):
-        return _TRYAGAIN
-    if isinstance(exc, (NodeError, SessionExpired)):
-        return _STOPPED
-    log.error("a command failed: %r", exc)
-    return Error("ERR internal error")
-
-
-def _packed_bound(args: list[bytes]) -> int:
-    """An upper bound on ``len(encode_command(args))``: msgpack spends at most 5
-    header bytes on the array and on each bin string (an exact size would cost
-    a packb per command; the batch limits only need a bound)."""
-    return sum(map(len, args)) + 5 * len(args) + 5
-
-
-class _Batcher:
-    """Gathers the commands of one event-loop turn into one log command (or one read).
-
-    Every command the node replicates costs a session, a log record and a
-    slot in a C-instance, whatever its size; a Redis pipeline, or many clients
-    at once, bring hundreds of small commands per loop turn. So the commands
-    that arrive in one turn travel as one :func:`~kvstore.codec.encode_batch`
-    payload (packed by one ``msgpack.packb`` of their items when the batch is
-    sent; consecutive plain SETs as one run, see :mod:`kvstore.codec`), and
-    the array of results is handed back in *parts*: a part is a
-    :class:`DeferredList` for a run of consecutive commands of one connection
-    (:meth:`add` them, then :meth:`seal`), so the answers cost one callback
-    per run, not per command. The batch names a key only if all its commands
-    name the same one. It is linearizable still: the batch takes effect at one
-    point, inside every command's interval. A batch is sent early when it
-    reaches :data:`BATCH_COMMANDS_MAX` commands or :data:`BATCH_BYTES_MAX`
-    bytes (counted with :func:`_packed_bound`).
-    """
-
-    __slots__ = (
-        "_bytes",
-        "_count",
-        "_items",
-        "_key",
-        "_keyed",
-        "_open",
-        "_parts",
-        "_prime",
-        "_run_at",
-        "_scheduled",
-        "_sealed",
-        "_submit",
-    )
-
-    def __init__(
-        self,
-        submit: Callable[[bytes, bytes | None], asyncio.Future[bytes | None]],
-        prime: Callable[[bytes, list[Any]], None] | None = None,
-    ) -> None:
-        self._submit = submit
-        #: Told each batch payload and the items it was packed from
-        #: (:meth:`kvstore.machine.KVStore.prime`), before it is submitted.
-        self._prime = prime
-        #: The batch's items: argument lists, and SET runs (a count, then keys and values).
-        self._items: list[Any] = []
-        self._count = 0  # commands in the batch
-        self._run_at = -1  # index of the open SET run's count in _items, or -1
-        #: (part, how many commands) in batch order; the open run is not in it yet.
-        self._parts: list[tuple[DeferredList, int]] = []
-        self._open = 0  # commands added since the last part was made
-        self._sealed: list[DeferredList] = []  # parts made for the caller's open run
-        self._bytes = 0
-        self._key: bytes | None = None
-        self._keyed = True  # every command so far names self._key
-        self._scheduled = False
-
-    def _note_key(self, key: bytes | None) -> None:
-        if not self._count:
-            self._key, self._keyed = key, key is not None
-        elif self._keyed and key != self._key:
-            self._keyed = False
-
-    def _added(self, count: int, size: int) -> None:
-        self._count += count
-        self._open += count
-        self._bytes += size
-        if self._count >= BATCH_COMMANDS_MAX or self._bytes >= BATCH_BYTES_MAX:
-            self.flush()
-        elif not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
-
-    def add(self, args: list[bytes], key: bytes | None, size: int) -> None:
-        """Append one command (``size``: its :func:`_packed_bound`); its answer
-        comes in the part :meth:`seal` makes."""
-        if self._count and self._bytes + size > BATCH_BYTES_MAX:
-            self.flush()  # a big command goes alone, never over the payload limit
-        self._note_key(key)
-        self._items.append(args)
-        self._run_at = -1
-        self._added(1, size)
-
-    def add_set(self, key: bytes, value: bytes, size: int) -> None:
-        """Append ``SET key value`` (a plain SET: no options) to the batch's
-        open SET run; as :meth:`add` otherwise."""
-        if self._count and self._bytes + size > BATCH_BYTES_MAX:
-            self.flush()
-        self._note_key(key)
-        items = self._items
-        at = self._run_at
-        if at < 0:
-            self._run_at = len(items)
-            items.append(1)
-        else:
-            items[at] += 1
-        items.append(key)
-        items.append(value)
-        self._added(1, size)
-
-    def add_sets(self, flat: list[bytes], key: bytes | None, size: int) -> None:
-        """Append plain SETs at once: ``flat`` is key, value, key, value, ...;
-        ``key`` the one key they all name (else None), ``size`` the sum of
-        their :func:`_packed_bound`. What does not fit the batch goes into the
-        next, as :meth:`add_set` would send it."""
-        count = len(flat) // 2
-        if self._bytes + size > BATCH_BYTES_MAX:
-            for i in range(0, len(flat), 2):
-                k, v = flat[i], flat[i + 1]
-                self.add_set(k, v, len(k) + len(v) + _SET_BOUND)
-            return
-        room = BATCH_COMMANDS_MAX - self._count
-        if count > room:  # the batch fills up part-way: the rest starts the next
-            head = flat[: 2 * room]
-            self.add_sets(head, key, sum(map(len, head)) + _SET_BOUND * room)
-            tail = flat[2 * room :]
-            self.add_sets(tail, key, sum(map(len, tail)) + _SET_BOUND * (count - room))
-            return
-        self._note_key(key)
-        items = self._items
-        at = self._run_at
-        if at < 0:
-            self._run_at = len(items)
-            items.append(count)
-        else:
-            items[at] += count
-        items += flat
-        self._added(count, size)
-
-    def _close_run(self) -> None:
-        if self._open:
-            part = DeferredList(self._open)
-            self._parts.append((part, self._open))
-            self._sealed.append(part)
-            self._open = 0
-
-    def seal(self) -> list[DeferredList]:
-        """The parts answering the commands added since the last seal, in order
-        (more than one if a batch was sent in between)."""
-        self._close_run()
-        sealed = self._sealed
-        self._sealed = []
-        return sealed
-
-    def drop_open(self) -> None:
-        """Forget the parts of an abandoned run (the node stopped while adding)."""
-        self._close_run()
-        for part in self._sealed:
-            part.set([_STOPPED] * part.count)
-        self._sealed = []
-
-    def flush(self) -> None:
-        self._scheduled = False
-        count = self._count
-        if not count:
-            return
-        self._close_run()
-        items = self._items
-        parts = self._parts
-        key = self._key if self._keyed else None
-        self._items = []
-        self._parts = []
-        self._count = 0
-        self._run_at = -1
-        self._bytes = 0
-        if count > 1:
-            payload = encode_batch_items(items)
-            if self._prime is not None:
-                self._prime(payload, items)
-        elif type(items[0]) is int:  # one plain SET
-            payload = encode_command([b"SET", items[1], items[2]])
-        else:
-            payload = encode_command(items[0])
-        try:
-            future = self._submit(payload, key)
-        except NodeError:
-            for part, n in parts:
-                part.set([_STOPPED] * n)
-            return
-        if count == 1:
-            future.add_done_callback(lambda f: _answer_one(f, parts[0][0]))
-        else:
-            future.add_done_callback(lambda f: _answer_many(f, parts, count))
-
-
-def _answer_one(future: asyncio.Future[bytes | None], out: DeferredList) -> None:
-    failed = _failure(future)
-    if failed is not None:
-        out.set([failed])
-        return
-    raw = future.result()
-    out.set([None if raw is None else decode_value(raw)])
-
-
-def _answer_many(
-    future: asyncio.Future[bytes | None],
-    parts: list[tuple[DeferredList, int]],
-    total: int,
-) -> None:
-    failed = _failure(future)
-    if failed is None:
-        raw = future.result()
-        if raw == encoded_oks(total):
-            # Every command answered OK (a batch of plain SETs): no decoding,
-            # and the front end writes each part without looking at its items.
-            for part, count in parts:
-                part.set(OkList([OK] * count))
-            return
-        try:
-            results: Value = None if raw is None else decode_results(raw)
-        except ValueError:
-            results = decode_value(raw) if raw is not None else None
-        if type(results) is list and len(results) == total:
-            if len(parts) == 1:
-                parts[0][0].set(results)
-                return
-            at = 0
-            for part, count in parts:
-                part.set(results[at : at + count])
-                at += count
-            return
-        failed = results if isinstance(results, Error) else _MALFORMED_ANSWER
-    for part, count in parts:
-        part.set([failed] * count)
+    def command_table(self) -> Iterable[CommandSpec]:
+        return COMMANDS.values()
 
 
 class KVNode:

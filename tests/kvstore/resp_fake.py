@@ -21,7 +21,6 @@ from kvstore.resp import (
     CommandSpec,
     ConnState,
     Deferred,
-    DeferredList,
     RespLimits,
     RespServer,
 )
@@ -32,7 +31,8 @@ class FakeBackend:
     """GET/SET/DEL/INCR over a dict; ``slow:`` keys answer late and out of order."""
 
     def __init__(self, seed: int = 7, deferred: bool = False) -> None:
-        #: Answer late with a kvstore.resp.Deferred (the node's way) instead of a future.
+        #: Answer late with a kvstore.resp.Deferred of one reply (the node's way)
+        #: instead of a future.
         self.deferred = deferred
         self.data: dict[bytes, bytes] = {}
         self.rng = random.Random(seed)
@@ -98,7 +98,7 @@ class FakeBackend:
         for i in order:
             future, result = batch[i]
             if isinstance(future, Deferred):
-                future.set(result)
+                future.set([result])
             elif not future.done():
                 future.set_result(result)
 
@@ -107,17 +107,19 @@ class FakeBackend:
 
     def command_table(self) -> list[CommandSpec]:
         return [
-            CommandSpec("get", 2, ("readonly", "fast"), 1, 1, 1, "Returns the value of a key."),
-            CommandSpec("set", 3, ("write",), 1, 1, 1, "Sets the value of a key."),
-            CommandSpec("del", -2, ("write",), 1, -1, 1, "Deletes keys."),
-            CommandSpec("incr", 2, ("write", "fast"), 1, 1, 1, "Adds one to a key."),
+            CommandSpec(
+                "get", 2, "read", 1, 1, 1, ("readonly", "fast"), "Returns the value of a key."
+            ),
+            CommandSpec("set", 3, "write", 1, 1, 1, ("write",), "Sets the value of a key."),
+            CommandSpec("del", -2, "write", 1, -1, 1, ("write",), "Deletes keys."),
+            CommandSpec("incr", 2, "write", 1, 1, 1, ("write", "fast"), "Adds one to a key."),
         ]
 
 
 class BatchFakeBackend(FakeBackend):
     """The fake with ``execute_many`` (the node's way): records each run's
     length; with ``deferred``, each stretch of answers known at once is handed
-    back as one DeferredList completed on a later loop turn."""
+    back as one Deferred for them all, completed on a later loop turn."""
 
     def __init__(self, seed: int = 7, deferred: bool = False) -> None:
         super().__init__(seed, deferred)
@@ -125,9 +127,9 @@ class BatchFakeBackend(FakeBackend):
 
     def execute_many(
         self, requests: list[list[bytes]], conn: ConnState
-    ) -> list[Value | Deferred | DeferredList | Awaitable[Value]]:
+    ) -> list[Value | Deferred | Awaitable[Value]]:
         self.runs.append(len(requests))
-        out: list[Value | Deferred | DeferredList | Awaitable[Value]] = []
+        out: list[Value | Deferred | Awaitable[Value]] = []
         stretch: list[Value] = []
         for args in requests:
             answer = self.execute(args, conn)
@@ -142,7 +144,7 @@ class BatchFakeBackend(FakeBackend):
 
     def _close(self, stretch: list[Value], out: list[Any]) -> None:
         if stretch:
-            part = DeferredList(len(stretch))
+            part = Deferred(len(stretch))
             asyncio.get_running_loop().call_soon(part.set, stretch)
             out.append(part)
 
@@ -188,3 +190,8 @@ def running_server(
     finally:
         thread.run(server.close())
         thread.stop()
+
+
+def request_bytes(*args: bytes) -> bytes:
+    """A request as a client sends it: a multibulk of ``args``."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)

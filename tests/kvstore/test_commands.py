@@ -173,3 +173,19 @@ def test_parse_never_raises_and_answers_a_spec_or_an_error(args: list[bytes]) ->
         spec, same = parsed
         assert same is args
         assert spec is COMMANDS[args[0].lower().decode()]
+
+
+def test_one_command_spec_serves_parsing_dispatch_and_the_front_end() -> None:
+    """The front end's COMMAND answers from the same specs (its own connection
+    commands are specs of kind ``connection``, none of them a data command);
+    COMMAND DOCS' group is "string" for a command that names keys."""
+    from kvstore.resp import CommandSpec as FrontSpec
+    from kvstore.resp.front import FRONT, FRONT_SPECS
+
+    assert FrontSpec is CommandSpec
+    assert {s.kind for s in FRONT_SPECS} == {"connection"}
+    assert {s.name.upper().encode() for s in FRONT_SPECS} == set(FRONT)
+    assert not {s.name for s in FRONT_SPECS} & set(COMMANDS)
+    assert {s.group for s in FRONT_SPECS} == {"connection", "server"}
+    for spec in COMMANDS.values():
+        assert spec.group == ("string" if spec.first_key else "generic")

@@ -16,7 +16,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from kvstore.resp import RespLimits, _count_problem, _wire_len, _wire_total, encode_reply
+from kvstore.resp import Deferred, RespLimits, encode_reply
+from kvstore.resp.reader import count_problem, wire_len, wire_total
 from kvstore.values import OK, Error, Simple
 from sdpaxos.runtime.certs import make_cluster_certs
 from tests.kvstore.resp_fake import BatchFakeBackend, FakeBackend, running_server
@@ -307,8 +308,8 @@ def test_wire_total_counts_what_wire_len_counts() -> None:
             b"*%d\r\n" % len(r) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in r)
             for r in requests
         ]
-        assert [_wire_len(r) for r in requests] == list(map(len, wire))
-        assert _wire_total(requests) == sum(map(len, wire))
+        assert [wire_len(r) for r in requests] == list(map(len, wire))
+        assert wire_total(requests) == sum(map(len, wire))
 
 
 @pytest.mark.parametrize("limit", [0, 9, 10, 99, 1000, 1048576, 999999])
@@ -319,4 +320,22 @@ def test_a_multibulk_count_is_refused_exactly_when_over_the_limit(limit: int) ->
         if n < -1:
             continue
         expected = "invalid multibulk length" if n > limit else None
-        assert _count_problem(b"*%d\r\n$3\r\n" % n, limits) == expected, n
+        assert count_problem(b"*%d\r\n$3\r\n" % n, limits) == expected, n
+
+
+def test_a_deferred_takes_one_callback_and_is_set_once() -> None:
+    """The one kind of promise: set once to its replies, read by one callback
+    (added before or after it is set)."""
+    got: list[object] = []
+    part = Deferred(2)
+    part.add_callback(got.append)
+    with pytest.raises(RuntimeError):
+        part.add_callback(got.append)
+    assert got == [] and not part.done
+    part.set([OK, b"x"])
+    part.set([b"later"])  # ignored
+    assert got == [[OK, b"x"]] and part.done and part.value == [OK, b"x"]
+    known = Deferred()
+    known.set([None])
+    known.add_callback(got.append)
+    assert got[-1] == [None] and known.count == 1

@@ -20,6 +20,7 @@ from kvstore.config import load_kv_config
 from kvstore.local import make_kv_cluster
 from kvstore.server import KVNode
 from sdpaxos.runtime.frames import COMMAND_BYTES_MAX
+from tests.kvstore.resp_fake import request_bytes
 
 from ..runtime.helpers import FAST_PROTOCOL, eventually
 
@@ -235,33 +236,6 @@ def test_an_oversized_command_is_refused_and_the_node_keeps_serving(tmp_path):
     asyncio.run(main())
 
 
-def test_the_batcher_never_builds_a_payload_past_the_limit():
-    from kvstore import server
-
-    async def main():
-        loop = asyncio.get_running_loop()
-        sent: list[bytes] = []
-
-        def submit(payload: bytes, key: bytes | None):
-            sent.append(payload)
-            future = loop.create_future()
-            future.set_result(None)
-            return future
-
-        batcher = server._Batcher(submit)
-        small = [b"SET", b"k", b"v"]
-        large = [b"SET", b"k", b"L" * (server.BATCH_BYTES_MAX - 10)]
-        for args in (small, large, small):
-            batcher.add(args, b"k", server._packed_bound(args))
-        batcher.seal()
-        batcher.flush()
-        assert sent[0] == encode_command(small)  # flushed alone, before the large one
-        assert encode_command(large) in sent  # the large one never shares a batch
-        assert all(len(p) <= server.BATCH_BYTES_MAX + 64 for p in sent)
-
-    asyncio.run(main())
-
-
 def test_a_read_pipelined_between_two_writes_sees_the_first_only(tmp_path):
     """Redis runs a connection's commands in order: GET after SET k a and before
     SET k b answers a, though all three arrive in one read (the read goes
@@ -310,168 +284,6 @@ def test_a_mixed_pipeline_answers_every_command_in_order(tmp_path):
     asyncio.run(main())
 
 
-# --- the plain-SET fast path ---------------------------------------------------------------
-
-
-class _ApplyingNode:
-    """A node stand-in for KVBackend: each submitted payload is applied at once
-    to a store (a replica of one), its answer given on the next loop turn."""
-
-    reads_at_every_replica = True
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.payloads: list[bytes] = []
-        self.keys: list[bytes | None] = []
-
-    def submit_nowait(self, payload: bytes, *, key: bytes | None = None, wait: str = "ready"):
-        self.payloads.append(payload)
-        self.keys.append(key)
-        future = asyncio.get_running_loop().create_future()
-        future.set_result(self.store.apply(payload))
-        return future
-
-    def read_nowait(self, key: bytes | None = None, request: bytes | None = None, **kw: Any):
-        future = asyncio.get_running_loop().create_future()
-        future.set_result(self.store.query(request))
-        return future
-
-
-def _resp(*args: bytes) -> bytes:
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-
-
-async def _serve_reads(reads: list[bytes]) -> tuple[bytes, Any, _ApplyingNode]:
-    """Feed ``reads`` to one connection of a RespServer over KVBackend; answer
-    everything written back, the store, and the node stand-in."""
-    from kvstore.machine import KVStore
-    from kvstore.resp import RespConnection, RespServer
-    from kvstore.server import KVBackend
-
-    from .test_resp_hostile import FakeTransport
-
-    store = KVStore()
-    node = _ApplyingNode(store)
-    server = RespServer(KVBackend(node, store))  # type: ignore[arg-type]
-    conn = RespConnection(server)
-    transport = FakeTransport()
-    conn.connection_made(transport)
-    for data in reads:
-        conn.data_received(data)
-        for _ in range(3):
-            await asyncio.sleep(0)
-    for _ in range(5):
-        await asyncio.sleep(0)
-    return transport.written, store, node
-
-
-@pytest.mark.parametrize("per_read", [16, 1])
-def test_plain_set_pipelines_answer_and_change_what_the_general_path_does(per_read: int):
-    """A read of plain SETs takes the fast path (one run, OK replies written
-    without decoding); the same SETs spelled ``sEt`` take the general path
-    (command arrays, decoded answers). Byte-identical replies, the same whole
-    state; and a read with a GET or SET NX inside mixes both, still right."""
-    import random
-
-    import msgpack
-
-    from kvstore.machine import KVStore
-
-    rng = random.Random(3)
-    sets = [[b"k%d" % rng.randrange(40), b"v%d" % i] for i in range(3000 // (17 - per_read))]
-
-    def reads(name: bytes) -> list[bytes]:
-        return [
-            b"".join(_resp(name, k, v) for k, v in sets[i : i + per_read])
-            for i in range(0, len(sets), per_read)
-        ]
-
-    async def main() -> None:
-        fast, fast_store, fast_node = await _serve_reads(reads(b"SET"))
-        slow, slow_store, slow_node = await _serve_reads(reads(b"sEt"))
-        assert fast == slow == b"+OK\r\n" * len(sets)
-        assert fast_store.snapshot() == slow_store.snapshot()
-        reference = KVStore()
-        for k, v in sets:
-            reference.apply(encode_command([b"SET", k, v]))
-        assert fast_store.snapshot() == reference.snapshot()
-        # The fast path's batches are one SET run each; the general path's
-        # are command arrays (a read of one SET is a batch of one: a command).
-        for p in fast_node.payloads:
-            batch = msgpack.unpackb(p)
-            if per_read == 1:
-                assert batch[0] == b"SET" and len(batch) == 3
-                continue
-            items = msgpack.unpackb(batch.data)
-            assert len(items) == 1 + 2 * items[0]
-        for p in slow_node.payloads:
-            batch = msgpack.unpackb(p)
-            items = [batch] if per_read == 1 else msgpack.unpackb(batch.data)
-            assert all(type(c) is list for c in items)
-        mixed = (
-            _resp(b"SET", b"a", b"1")
-            + _resp(b"GET", b"a")
-            + _resp(b"SET", b"a", b"2", b"NX")
-            + _resp(b"SET", b"b", b"3")
-            + _resp(b"SET", b"a", b"4")
-            + _resp(b"GET", b"a")
-        )
-        out, store, _ = await _serve_reads([mixed])
-        assert out == b"+OK\r\n$1\r\n1\r\n$-1\r\n+OK\r\n+OK\r\n$1\r\n4\r\n"
-        assert store.items() == [(b"a", b"4"), (b"b", b"3")]
-        # A batch names its key only when every SET in it names the same one.
-        _, _, node = await _serve_reads(
-            [
-                b"".join(_resp(b"SET", b"same", b"%d" % i) for i in range(20)),
-                _resp(b"SET", b"x", b"1") + _resp(b"SET", b"y", b"1"),
-            ]
-        )
-        assert node.keys == [b"same", None]
-
-    asyncio.run(main())
-
-
-def test_the_batcher_splits_set_runs_at_the_batch_limits():
-    from kvstore import server
-    from kvstore.codec import decode_results
-    from kvstore.machine import KVStore
-
-    async def main():
-        loop = asyncio.get_running_loop()
-        sent: list[bytes] = []
-        store = KVStore()
-        answers: list[int] = []
-
-        def submit(payload: bytes, key: bytes | None):
-            sent.append(payload)
-            answers.append(len(decode_results(store.apply(payload))))
-            future = loop.create_future()
-            future.set_result(None)
-            return future
-
-        batcher = server._Batcher(submit)
-        flat = [x for i in range(1000) for x in (b"k%d" % i, b"v")]
-        batcher.add_sets(flat, None, sum(map(len, flat)) + server._SET_BOUND * 1000)
-        assert batcher.seal()[0].count == 1000 and not sent
-        more = [x for i in range(1000, 1100) for x in (b"k%d" % i, b"v")]
-        batcher.add_sets(more, None, sum(map(len, more)) + server._SET_BOUND * 100)
-        parts = batcher.seal()
-        assert [p.count for p in parts] == [24, 76]  # the batch filled at 1024
-        assert answers == [server.BATCH_COMMANDS_MAX]
-        batcher.flush()
-        assert answers == [1024, 76]
-        # Over the byte limit: SET by SET, each batch under it.
-        big = [x for i in range(8) for x in (b"b%d" % i, b"x" * (server.BATCH_BYTES_MAX // 5))]
-        batcher.add_sets(big, None, sum(map(len, big)) + server._SET_BOUND * 8)
-        assert sum(p.count for p in batcher.seal()) == 8
-        batcher.flush()
-        assert sum(answers) == 1108
-        assert all(len(p) <= server.BATCH_BYTES_MAX + 64 for p in sent)
-        assert len(store) == 1108
-
-    asyncio.run(main())
-
-
 def test_a_plain_set_pipeline_reaches_every_replica_as_it_was_sent(tmp_path):
     """Through real nodes: 2,000 plain SETs pipelined in one write at each of
     the three nodes (the fast path, batches split at their limit): every
@@ -491,7 +303,7 @@ def test_a_plain_set_pipeline_reaches_every_replica_as_it_was_sent(tmp_path):
                 writer.transport.get_extra_info("socket").setsockopt(
                     socket_.IPPROTO_TCP, socket_.TCP_NODELAY, 1
                 )
-                writer.write(b"".join(_resp(*c) for c in commands))
+                writer.write(b"".join(request_bytes(*c) for c in commands))
                 expected = b"+OK\r\n" * len(commands)
                 got = await asyncio.wait_for(reader.readexactly(len(expected)), 30)
                 assert got == expected
