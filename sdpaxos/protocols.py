@@ -165,14 +165,14 @@ class ProtocolSpec:
     make_replica: MakeReplica
     message_types: tuple[type, ...]
     codec: MessageCodec = field(repr=False, compare=False)
+    #: A replica rebuilt from a durable log (see :data:`StartReplica`).
+    start_replica: StartReplica = field(repr=False, compare=False)
     #: Durable record classes of the protocol's own, beyond the shared ones of
     #: :data:`sdpaxos.wire.records.RECORD_TYPES` (the runtime's log appends
     #: them to that table: :class:`sdpaxos.wire.records.RecordCodec`).
     record_types: tuple[type, ...] = ()
     capabilities: Capabilities = Capabilities()
     counters: CounterNames = CounterNames(None, None, "commands_executed")
-    #: A replica rebuilt from a durable log (see :data:`StartReplica`).
-    start_replica: StartReplica | None = field(default=None, repr=False, compare=False)
     #: ``(messages, packed) -> frame`` and ``frame -> messages``: the codec's
     #: batch functions (SDPaxos's are the module's own, its fast path).
     encode_batch: Callable[[list[Any], PackedMessages], bytes] | None = field(
@@ -185,20 +185,6 @@ class ProtocolSpec:
     #: SDPaxos nodes said before there was a choice; a hello without a name is
     #: :data:`DEFAULT_PROTOCOL`'s).
     hello_name: str | None = None
-
-    def start(
-        self,
-        config: ClusterConfig,
-        replica_id: ReplicaId,
-        state_machine: StateMachine,
-        rng: random.Random,
-        records: list[Record],
-        snapshot: Snapshot | None,
-        tracer: Tracer | None,
-    ) -> CoreReplica:
-        """A replica rebuilt from ``records`` and ``snapshot`` (see :data:`StartReplica`)."""
-        assert self.start_replica is not None  # set by protocol()
-        return self.start_replica(config, replica_id, state_machine, rng, records, snapshot, tracer)
 
     def request_snapshot(self, replica: CoreReplica) -> None:
         """Ask ``replica`` for a snapshot (:attr:`Capabilities.snapshots` only)."""
@@ -324,6 +310,7 @@ def protocol(name: str) -> ProtocolSpec:
             _make_sdpaxos,
             MESSAGE_TYPES,
             MessageCodec(MESSAGE_TYPES),
+            _start_sdpaxos,
             capabilities=Capabilities(
                 snapshots=True,
                 sequencer_transfer=True,
@@ -331,7 +318,6 @@ def protocol(name: str) -> ProtocolSpec:
                 tracer=True,
             ),
             counters=CounterNames("view_changes_started", "c_recoveries_started", "commands_ready"),
-            start_replica=_start_sdpaxos,
             encode_batch=_sdpaxos_codec.encode_batch,
             decode_batch=_sdpaxos_codec.decode_batch,
             hello_name=None,
@@ -352,10 +338,10 @@ def protocol(name: str) -> ProtocolSpec:
             make,
             types,
             MessageCodec(types),
+            _starter(title, make),
             records,
             capabilities=capabilities,
             counters=counters,
-            start_replica=_starter(title, make),
             hello_name=name,
         )
     else:

@@ -279,7 +279,7 @@ class Node:
         rng = random.Random(self._rng.getrandbits(64))
         tracer = self._keep_event if self._trace_events and spec.capabilities.tracer else None
         try:
-            replica = spec.start(
+            replica = spec.start_replica(
                 cfg.cluster, self.id, self.state_machine, rng, records, snapshot, tracer
             )
         except ProtocolError as exc:
