@@ -530,7 +530,9 @@ class Fuzzer:
             res.handshakes_refused[what] += 1
 
     async def run(self, progress: Callable[[FuzzResult], None] | None = None) -> FuzzResult:
-        """Send :attr:`frames` frames (a few more: whole connections), then return."""
+        """Send :attr:`frames` frames (a few more: whole connections), then return.
+
+        The connections made are the first plans whose frames reach :attr:`frames`."""
         loop = asyncio.get_running_loop()
         self._started = loop.time()
         res = self.result
@@ -540,10 +542,17 @@ class Fuzzer:
             for what in whats:
                 await self._handshake(what)
         counter = iter(range(1 << 62))
+        # The plans are counted as they are taken, not as their frames go out:
+        # which connections a run makes is then the seed's alone, not the
+        # workers' timing (a run of the same seed judges the same frames).
+        planned = res.frames
 
         async def worker() -> None:
-            while res.frames < self.frames:
-                await self.run_plan(self.plan(next(counter)))
+            nonlocal planned
+            while planned < self.frames:
+                plan = self.plan(next(counter))
+                planned += sum(plan.kinds.values())
+                await self.run_plan(plan)
 
         async def report() -> None:
             while True:

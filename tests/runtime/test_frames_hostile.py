@@ -417,3 +417,40 @@ def test_fuzz_2000_frames_node_keeps_serving_and_replicas_agree(tmp_path: Path) 
     # Every refusal the node counted is logged with its reason, and the run tallies them.
     assert sum(result.reasons.values()) >= counted > 0
     assert result.verdicts["refused"] > 0 and result.verdicts["incomplete"] > 0
+
+
+def test_a_fuzz_run_makes_the_seeds_connections_whatever_the_timing() -> None:
+    """Which connections a run makes is the seed's alone: the plans are counted
+    as they are taken, so workers that finish in another order (here: random
+    delays) stop after the same plans, and a run's judged counts repeat."""
+    from sdpaxos.testing import Fuzzer
+    from sdpaxos.testing.fuzzer import Target
+
+    def run(delays: random.Random) -> list[int]:
+        fuzzer = Fuzzer(
+            # The plans read only which identities there are, never their files.
+            Target("127.0.0.1", 1, 0, 3, dict.fromkeys([("client", 0), ("node", 2)])),  # type: ignore[arg-type]
+            frames=400,
+            seed=3,
+            silent=0,
+            handshakes=0,
+        )
+        taken: list[int] = []
+        plan = fuzzer.plan
+
+        def numbered(index: int) -> Any:
+            taken.append(index)
+            return plan(index)
+
+        async def run_plan(p: Any) -> None:
+            await asyncio.sleep(delays.random() / 100)
+            fuzzer.result.frames += sum(p.kinds.values())
+
+        fuzzer.plan = numbered  # type: ignore[method-assign]
+        fuzzer.run_plan = run_plan  # type: ignore[method-assign]
+        asyncio.run(fuzzer.run())
+        return sorted(taken)
+
+    first = run(random.Random(0))
+    assert first == list(range(len(first))) and len(first) > 16
+    assert run(random.Random(1)) == first
