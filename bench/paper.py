@@ -112,3 +112,32 @@ FIG9A_16B: dict[str, dict[str, tuple[float, float]]] = {
 STRAGGLER_DETECTION_S = 2.0
 #: Fig. 14: the OR and OH replicas stall about 300 and 400 ms after CA dies.
 FIG14_STALL_MS = {"OR": 300, "OH": 400}
+
+
+#: The paper's name of each protocol, as the tables and plots title their columns.
+TITLES: dict[str, str] = {
+    "sdpaxos": "SDPaxos",
+    "multipaxos": "Multi-Paxos",
+    "mencius": "Mencius",
+    "epaxos": "EPaxos",
+}
+
+
+def sdpaxos_over(title: str, n: int, payload: int, conflict: float) -> float | None:
+    """SDPaxos's write-only throughput over ``title``'s (a column of :data:`TITLES`)
+    in the paper: Fig. 10 where it has the conflict rate, else Fig. 11's flat
+    lines at no conflict; None where the paper has no such figure."""
+    proto = {v: k for k, v in TITLES.items()}.get(title)
+    if proto is None:
+        return None
+    pcts = FIG10_CONFLICT_PCTS
+    sd10 = FIG10_K.get(("sdpaxos", n, payload))
+    other10 = FIG10_K.get((proto, n, payload))
+    if sd10 and other10 and conflict in pcts:
+        i = pcts.index(int(conflict))
+        return round(sd10[i] / other10[i], 2)
+    flat = FIG11_FLAT_K.get(proto, {}).get((n, payload))
+    sd = FIG11_SDPAXOS_K.get((n, payload))
+    if flat is None or sd is None or conflict != 0.0:
+        return None
+    return round(sd[0] / flat, 2)

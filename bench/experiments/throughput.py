@@ -49,12 +49,7 @@ from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
 from bench.rounds import NIC_MBPS_DEFAULT, ProtocolWorkers, RoundResult, RoundSpec
 
-TITLES = {
-    "sdpaxos": "SDPaxos",
-    "multipaxos": "Multi-Paxos",
-    "mencius": "Mencius",
-    "epaxos": "EPaxos",
-}
+TITLES = paper.TITLES
 COLORS = {
     "SDPaxos": "tab:blue",
     "Multi-Paxos": "tab:red",
@@ -339,25 +334,6 @@ def _ratio(sd: dict[str, Any] | None, other: dict[str, Any] | None, field: str) 
     return round(float(sd[field]) / float(other[field]), 2)
 
 
-def _paper_ratio(title: str, n: int, payload: int, conflict: float) -> float | None:
-    """SDPaxos over ``title`` in the paper, write-only (Fig. 10 where it has the
-    conflict rate, else Fig. 11's flat lines at no conflict)."""
-    proto = {v: k for k, v in TITLES.items()}.get(title)
-    if proto is None:
-        return None
-    pcts = paper.FIG10_CONFLICT_PCTS
-    sd10 = paper.FIG10_K.get(("sdpaxos", n, payload))
-    other10 = paper.FIG10_K.get((proto, n, payload))
-    if sd10 and other10 and conflict in pcts:
-        i = pcts.index(int(conflict))
-        return round(sd10[i] / other10[i], 2)
-    flat = paper.FIG11_FLAT_K.get(proto, {}).get((n, payload))
-    sd = paper.FIG11_SDPAXOS_K.get((n, payload))
-    if flat is None or sd is None or conflict != 0.0:
-        return None
-    return round(sd[0] / flat, 2)
-
-
 def _pass_ratios(sd: dict[str, Any] | None, other: dict[str, Any] | None) -> list[float]:
     """SDPaxos's CPU capacity over the other's, pass by pass (the two cells ran
     next to each other in each pass; see :func:`run`)."""
@@ -384,7 +360,7 @@ def _bars(cells: dict[CellKey, dict[str, Any]]) -> list[dict[str, Any]]:
                 "payload_bytes": payload,
                 "conflict_pct": conflict,
                 "bar": bar,
-                "paper": _paper_ratio(title, n, payload, conflict),
+                "paper": paper.sdpaxos_over(title, n, payload, conflict),
                 "cpu": _ratio(sd, other, "capacity_per_s"),
                 "cpu_pass_ratios": pass_ratios,
                 "cpu_paired": _median_or_none(pass_ratios),
@@ -425,7 +401,7 @@ def _ratios(cells: dict[CellKey, dict[str, Any]], settings: Settings) -> list[di
                 "conflict_pct": conflict,
                 "cpu": _ratio(sd, cell, "capacity_per_s"),
                 "cpu_nic": _ratio(sd, cell, "capacity_both_per_s"),
-                "paper": _paper_ratio(title, n, payload, conflict),
+                "paper": paper.sdpaxos_over(title, n, payload, conflict),
             }
         )
     return out
@@ -556,7 +532,7 @@ def _markdown(
                             _fmt_ratio(_ratio(got[0], got[1], "capacity_per_s")),
                             _fmt_ratio(_ratio(got[0], got[1], "capacity_both_per_s")),
                             _fmt_ratio(_ratio(got[0], got[1], "ops_per_round")),
-                            _fmt_ratio(_paper_ratio(fig10[1].title, n, payload, c)),
+                            _fmt_ratio(paper.sdpaxos_over(fig10[1].title, n, payload, c)),
                         ]
                     table.append(row)
                 lines += [f"### {n} replicas, {payload} B", "", md_table(header, table), ""]

@@ -33,6 +33,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
 from bench.engines import Clients, RunSpec, RuntimeEngine, close_engine
 from bench.workloads import Workload
@@ -207,8 +208,6 @@ def _run(ctx: Context, settings: Settings, engine: RuntimeEngine) -> int:
 
 def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """SDPaxos's write-only capacity over every other column's, beside the paper's."""
-    from bench.experiments.throughput import _paper_ratio
-
     out = []
     seen: set[tuple[int, int, str]] = set()
     for row in rows:
@@ -243,7 +242,7 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "conflict_pct": row["conflict_pct"],
                 "measured": measured,
                 # The paper's columns: "EPaxos" at each conflict rate, no forwarding.
-                "paper": _paper_ratio(
+                "paper": paper.sdpaxos_over(
                     "EPaxos" if row["protocol"] == "epaxos" else column,
                     n,
                     payload,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as cli
+from bench import paper
 from bench.common import Context
 from bench.experiments import throughput
 from bench.rounds import NIC_MBPS_DEFAULT, ProtocolWorkers
@@ -29,12 +30,12 @@ TINY = throughput.Settings(
 
 
 def test_the_paper_ratios_come_from_fig10_then_fig11() -> None:
-    assert throughput._paper_ratio("EPaxos", 5, 16, 5.0) == round(118 / 70, 2)
-    assert throughput._paper_ratio("EPaxos", 3, 1024, 100.0) == round(69 / 45, 2)
-    assert throughput._paper_ratio("Multi-Paxos", 5, 1024, 0.0) == round(69 / 11, 2)
-    assert throughput._paper_ratio("Mencius", 3, 16, 0.0) == round(122 / 115, 2)
-    assert throughput._paper_ratio("Mencius", 3, 16, 5.0) is None  # not in the paper
-    assert throughput._paper_ratio("Multi-Paxos-fwd", 5, 16, 0.0) is None
+    assert paper.sdpaxos_over("EPaxos", 5, 16, 5.0) == round(118 / 70, 2)
+    assert paper.sdpaxos_over("EPaxos", 3, 1024, 100.0) == round(69 / 45, 2)
+    assert paper.sdpaxos_over("Multi-Paxos", 5, 1024, 0.0) == round(69 / 11, 2)
+    assert paper.sdpaxos_over("Mencius", 3, 16, 0.0) == round(122 / 115, 2)
+    assert paper.sdpaxos_over("Mencius", 3, 16, 5.0) is None  # not in the paper
+    assert paper.sdpaxos_over("Multi-Paxos-fwd", 5, 16, 0.0) is None
 
 
 def test_a_tiny_run_writes_both_figures_and_the_bars(
