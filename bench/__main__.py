@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.common import RESULTS_ROOT, Context
 from bench.engines import RuntimeEngine
+from bench.experiments.parts import part
 from sdpaxos.profiles import DelayProfile, ProfileError, builtin, load_json
 from sdpaxos.protocols import PROTOCOL_NAMES
 
@@ -32,26 +33,12 @@ RUNTIME_EXPERIMENTS = tuple(EXPERIMENTS)
 
 
 def _runner(name: str) -> Callable[[Context], int]:
-    """Import the experiment's module only when it runs (each pulls in its own deps)."""
-    if name == "latency":
-        from bench.experiments import latency
+    """The experiment's ``run``, its module imported only now."""
+    if name == "report":
+        from bench.experiments import report
 
-        return latency.run
-    if name == "throughput":
-        from bench.experiments import throughput
-
-        return throughput.run
-    if name == "straggler":
-        from bench.experiments import straggler
-
-        return straggler.run
-    if name == "failover":
-        from bench.experiments import failover
-
-        return failover.run
-    from bench.experiments import report
-
-    return report.run
+        return report.run
+    return part(name)
 
 
 def parser() -> argparse.ArgumentParser:

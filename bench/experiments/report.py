@@ -18,14 +18,12 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench.common import Context
+from bench.experiments.parts import PARTS, part
 
-#: The experiments the report runs, in page order.
-PARTS = ("latency", "throughput", "straggler", "failover")
 #: Distributions whose versions the page lists (those installed).
 PACKAGES = ("sdpaxos", "msgpack", "cryptography", "uvloop", "matplotlib", "prometheus_client")
 
@@ -68,27 +66,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def _part(name: str) -> Callable[[Context], int]:
-    """The experiment ``name`` of :data:`PARTS`, imported only when it runs (each
-    pulls in its own deps). Not through ``bench.__main__``'s dispatch: that one
-    imports this module, and the report would close the loop."""
-    if name == "latency":
-        from bench.experiments import latency
-
-        return latency.run
-    if name == "throughput":
-        from bench.experiments import throughput
-
-        return throughput.run
-    if name == "straggler":
-        from bench.experiments import straggler
-
-        return straggler.run
-    from bench.experiments import failover
-
-    return failover.run
-
-
 def run(ctx: Context) -> int:
     """The simulator's quick set; with ``--engine runtime``, the runtime's quick
     set too (real processes, in ``runtime/<experiment>/``)."""
@@ -107,7 +84,7 @@ def run(ctx: Context) -> int:
                 seed=ctx.seed,
                 quiet=ctx.quiet,
             )
-            code = _part(name)(sub)
+            code = part(name)(sub)
             parts.append((where, code))
             status = max(status, code)
     page = render(ctx.out, machine(), parts)
