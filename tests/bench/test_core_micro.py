@@ -5,11 +5,17 @@ Never asserts a wall-clock number or a rate: those depend on the machine.
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from bench import core_micro
-from bench.core_micro import DigestMachine, Settings, codec_available, run_once, verify
+from bench.core_micro import Settings, codec_available, run_once
+from bench.round_result import agree
+from bench.round_spec import STUCK_ROUNDS
+from bench.runtime_app import BenchLog
+from sdpaxos.core.ready import Ready
+from sdpaxos.protocols import protocol
 
 CODEC_MODES = [False, pytest.param(True, id="codec")]
 
@@ -59,21 +65,62 @@ def test_codec_does_not_change_the_execution_order() -> None:
     assert coded.digests == plain.digests
 
 
-def test_verify_flags_divergence_and_missing_work() -> None:
-    assert verify(10, 10, [10, 10, 10], ["a", "a", "a"], 0) == []
-    assert any("diverged" in p for p in verify(10, 10, [10, 10, 10], ["a", "b", "a"], 0))
-    assert any("replica 2 executed 9" in p for p in verify(10, 10, [10, 10, 9], ["a"] * 3, 0))
-    assert any("READY" in p for p in verify(10, 9, [10, 10, 10], ["a"] * 3, 0))
-    assert any("rejected" in p for p in verify(10, 10, [10, 10, 10], ["a"] * 3, 1))
+def test_agree_flags_divergence_and_missing_work() -> None:
+    assert agree(10, [10, 10, 10], ["a", "a", "a"]) == []
+    assert any("diverge: replica 1" in p for p in agree(10, [10, 10, 10], ["a", "b", "a"]))
+    assert any("replica 2 executed 9" in p for p in agree(10, [10, 10, 9], ["a"] * 3))
 
 
-class _SkewedMachine(DigestMachine):
+class _Faulty:
+    """The core replica, but one READY reply is lost (``lose``) or it says it
+    rejected a peer message (``reject``)."""
+
+    def __init__(self, inner: Any, lose: bool, reject: bool) -> None:
+        self.inner, self.lose = inner, lose
+        if reject:
+            inner.stats.rejected += 1
+
+    def ready(self) -> Ready:
+        rd = self.inner.ready()
+        if self.lose and rd.replies:
+            self.lose = False
+            rd.replies.pop()
+        return rd
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("lose", [True, False], ids=["lost-reply", "rejected"])
+def test_a_lost_reply_or_a_rejected_message_fails_the_run(
+    lose: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make = protocol("sdpaxos").make_replica
+
+    def faulty(config: Any, r: int, *args: Any) -> Any:
+        return _Faulty(make(config, r, *args), lose and r == 1, not lose and r == 2)
+
+    monkeypatch.setattr(
+        core_micro, "protocol", lambda name: type("P", (), {"make_replica": faulty})
+    )
+    res = run_once(Settings(sessions=5, commands=200))
+    assert not res.ok
+    if lose:  # the session waits for ever: stuck, one operation short
+        assert any(
+            p.startswith(f"stuck: no operation completed in {STUCK_ROUNDS}") for p in res.problems
+        )
+        assert "199 operations completed of 200 issued" in res.problems
+    else:
+        assert res.problems == ["1 peer messages rejected in a fault-free run"]
+
+
+class _SkewedMachine(BenchLog):
     """The second machine built applies a different payload: a diverging replica."""
 
     built = 0
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, store: bool = False) -> None:
+        super().__init__(store)
         _SkewedMachine.built += 1
         self.skew = _SkewedMachine.built == 2
 
@@ -84,16 +131,16 @@ class _SkewedMachine(DigestMachine):
 def test_a_diverging_replica_fails_the_run_and_the_exit_status(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(core_micro, "DigestMachine", _SkewedMachine)
+    monkeypatch.setattr(core_micro, "BenchLog", _SkewedMachine)
     _SkewedMachine.built = 0
     res = run_once(Settings(sessions=5, commands=200))
     assert not res.ok
-    assert any("diverged" in p for p in res.problems)
+    assert any("diverge: replica 1" in p for p in res.problems)
 
     _SkewedMachine.built = 0
     argv = ["--commands", "200", "--sessions", "5", "--repeat", "1", "--warmup", "0", "--quiet"]
     assert core_micro.main(argv) == 1
-    assert "diverged" in capsys.readouterr().err
+    assert "diverge: replica 1" in capsys.readouterr().err
 
 
 def test_main_prints_json_with_every_run(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""The round-based driver (bench/rounds.py), --protocol in the simulator CLI, and a
+"""The round driver (bench/rounds.py), --protocol in the simulator CLI, and a
 Multi-Paxos failover: small runs, a few seconds of CPU in all."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from bench.rounds import (
-    KVMachine,
     ProtocolWorkers,
     RoundSpec,
     lease_overrides,
     run_rounds,
     run_with,
 )
+from bench.runtime_app import BenchLog
 from sdpaxos.protocols import protocol
 from sdpaxos.sim import __main__ as sim_main
 from sdpaxos.sim.failover import run_failover
@@ -56,7 +56,7 @@ class _Swapper:
     """Applies the ``at``-th command it is given after the next one: one replica
     executes two commands in the other order (a ``predicate`` picks which)."""
 
-    def __init__(self, inner: KVMachine, at: int, predicate: Any = None) -> None:
+    def __init__(self, inner: BenchLog, at: int, predicate: Any = None) -> None:
         self.inner = inner
         self.at = at
         self.seen = 0
