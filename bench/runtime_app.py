@@ -20,13 +20,13 @@ so this app keeps
 
 Why a CRC-32 per command and not a cryptographic hash: this app stands for
 the paper's state machine, an in-memory key-value map, whose cost per command
-is a dict store (0.12 us here for ``BenchLog(store=True).apply``), and every
+is a dict store (0.115 us here for ``BenchLog(store=True).apply``), and every
 node of every protocol pays it for every command. With BLAKE2b (two per
 command: 0.85 us at 16 B, 1.7 us at 1 KB, ``python -m timeit`` on
 :meth:`BenchLog.apply`) it was over a quarter of the busiest SDPaxos node's
 CPU at 3 nodes (3.0 us per command, ``python -m bench.runtime_cpu``) and
-diluted every ratio between protocols; now 0.28 and 0.52 us (0.29 and 0.53
-with the store's one test per command, which the node skips). A command's
+diluted every ratio between protocols; now 0.28 and 0.50 us (best of 9; with
+the test for a store that a node skips, 0.29 to 0.31 and 0.51). A command's
 checksum goes into the sum and, as a polynomial hash modulo the prime
 2**61 - 1, into the chains: they catch a lost, duplicated or reordered command
 (what a protocol bug does), not a forgery.
@@ -39,10 +39,11 @@ is a no-op. It keeps the payloads in execution order too, until the driver
 takes them (:meth:`BenchLog.take_order`: the driver checks per-key orders and
 exactly-once execution with them), and the digests are folded from them then,
 outside the replica's timed ``ready()``: per command the store costs a list
-append and a dict store (0.12 us at 16 B and 1 KB alike, where the KV map
-alone was 0.115 us), not the digests' 0.28 to 0.52 us, which grow with the
-payload and would dilute every ratio at 1 KB. A node cannot keep the order
-(its memory would grow with every command): it folds each command at once.
+append and a dict store (0.115 us at 16 B and 1 KB alike, as much as the
+round driver's ``KVMachine`` it replaces), not the digests' 0.26 to 0.51 us
+(folding 1,000 payloads of 16 B or 1 KB), which grow with the payload and
+would dilute every ratio at 1 KB. A node cannot keep the order (its memory
+would grow with every command): it folds each command at once.
 
 ``query`` answers the four digests (8 + 3 x 16 bytes) whatever it is asked, so
 a read through a protocol's read path costs the node no more than the digest
