@@ -260,6 +260,9 @@ class Driver(Outlet):
                 self.problems.append(f"unexpected reply {reply!r} at replica {replica}")
                 continue
             if reply.kind is not s.waiting:
+                if s.waiting is None and not kv:
+                    # The core's load is all writes: a second READY for one.
+                    self.problems.append(f"unexpected reply {reply!r} at replica {replica}")
                 continue  # READY of a read through the log: it waits for EXECUTED
             if reply.kind is ReplyKind.EXECUTED:  # a read through the log
                 self._check_read(s, reply.result or b"", replica)

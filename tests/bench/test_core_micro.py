@@ -72,44 +72,48 @@ def test_agree_flags_divergence_and_missing_work() -> None:
 
 
 class _Faulty:
-    """The core replica, but one READY reply is lost (``lose``) or it says it
-    rejected a peer message (``reject``)."""
+    """The core replica, but one READY reply is lost or sent twice, or it says
+    it rejected a peer message (``fault``)."""
 
-    def __init__(self, inner: Any, lose: bool, reject: bool) -> None:
-        self.inner, self.lose = inner, lose
-        if reject:
+    def __init__(self, inner: Any, fault: str | None) -> None:
+        self.inner, self.fault = inner, fault
+        if fault == "reject":
             inner.stats.rejected += 1
 
     def ready(self) -> Ready:
         rd = self.inner.ready()
-        if self.lose and rd.replies:
-            self.lose = False
-            rd.replies.pop()
+        if self.fault in ("lose", "twice") and rd.replies:
+            if self.fault == "lose":
+                rd.replies.pop()
+            else:
+                rd.replies.append(rd.replies[-1])
+            self.fault = None
         return rd
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
 
-@pytest.mark.parametrize("lose", [True, False], ids=["lost-reply", "rejected"])
-def test_a_lost_reply_or_a_rejected_message_fails_the_run(
-    lose: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("fault", ["lose", "twice", "reject"])
+def test_a_lost_or_repeated_reply_or_a_rejected_message_fails_the_run(
+    fault: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make = protocol("sdpaxos").make_replica
 
     def faulty(config: Any, r: int, *args: Any) -> Any:
-        return _Faulty(make(config, r, *args), lose and r == 1, not lose and r == 2)
+        return _Faulty(make(config, r, *args), fault if r == 1 else None)
 
     monkeypatch.setattr(
         core_micro, "protocol", lambda name: type("P", (), {"make_replica": faulty})
     )
     res = run_once(Settings(sessions=5, commands=200))
     assert not res.ok
-    if lose:  # the session waits for ever: stuck, one operation short
-        assert any(
-            p.startswith(f"stuck: no operation completed in {STUCK_ROUNDS}") for p in res.problems
-        )
+    if fault == "lose":  # the session waits for ever: stuck, one operation short
+        stuck = f"stuck: no operation completed in {STUCK_ROUNDS} rounds"
+        assert any(p.startswith(stuck) for p in res.problems)
         assert "199 operations completed of 200 issued" in res.problems
+    elif fault == "twice":
+        assert len(res.problems) == 1 and res.problems[0].startswith("unexpected reply Reply(")
     else:
         assert res.problems == ["1 peer messages rejected in a fault-free run"]
 
