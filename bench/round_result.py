@@ -212,10 +212,16 @@ def reply_bytes(client_id: int, seq: int, value: bytes | None) -> int:
     return len(_pack((client_id * 1_000_003 + seq, 0, value)))
 
 
-def agree(expected: int, executed: Sequence[int], digests: Sequence[str]) -> list[str]:
+def agree(
+    expected: int,
+    executed: Sequence[int],
+    digests: Sequence[str],
+    what: str = "executed sequences",
+) -> list[str]:
     """Every replica executed ``expected`` commands, and their state machines'
     digests are equal (the order chain: the same order; an order-free sum for
-    a protocol that orders interfering commands only). What failed, in words."""
+    a protocol that orders interfering commands only: ``what`` names the
+    command sets then). What failed, in words."""
     problems = [
         f"replica {r} executed {count} commands, expected {expected}"
         for r, count in enumerate(executed)
@@ -224,7 +230,7 @@ def agree(expected: int, executed: Sequence[int], digests: Sequence[str]) -> lis
     if len(set(digests)) > 1:
         r = next(r for r, d in enumerate(digests) if d != digests[0])
         problems.append(
-            f"executed sequences diverge: replica {r} differs from replica 0 (state-machine"
+            f"{what} diverge: replica {r} differs from replica 0 (state-machine"
             " digests " + ", ".join(f"r{i}={d}" for i, d in enumerate(digests)) + ")"
         )
     return problems

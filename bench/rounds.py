@@ -55,7 +55,8 @@ payloads into the state machines' digests) is not charged; the state
 machine's record of the order, one list append per command (13 ns,
 ``python -m timeit -s "o = []; p = b'x' * 24" "o.append(p)"``), is, inside
 ``ready()``, at every replica of every protocol alike. The garbage collector is off
-during the run (a collection would be charged to whichever call triggers it).
+during the run (a collection would be charged to whichever call triggers it;
+:func:`drive` leaves it as it is: ``core_micro``'s ``--no-gc`` decides).
 After ``warmup`` completed operations the counters restart; the window
 closes when ``commands`` more completed.
 
@@ -452,7 +453,8 @@ def verify(d: Driver) -> list[str]:
     per_key = spec.protocol in PER_KEY_ORDER
     machines = d.machines
     digests = [f"{m.total:032x}" if per_key else m.digest() for m in machines]
-    problems += agree(d.proposed, [m.applied for m in machines], digests)
+    what = "executed command sets" if per_key else "executed sequences"
+    problems += agree(d.proposed, [m.applied for m in machines], digests, what)
     if d.kv:
         problems += check_orders(d.orders, d.id_keys, per_key)
         data0 = machines[0].data
