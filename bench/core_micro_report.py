@@ -1,5 +1,5 @@
-"""What ``python -m bench.core_micro`` reports: one run's result, the summary of
-the timed runs, and their table.
+"""What ``python -m bench.core_micro`` runs and reports: its settings, one run's
+result, the summary of the timed runs, and their table.
 
 A module of its own so that :mod:`bench.core_micro` (the knobs, the runs, the
 command line) stays short; it has no other user.
@@ -11,10 +11,72 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from bench.core_micro import Settings
+from bench.round_spec import RoundSpec
+from sdpaxos.core import ClusterConfig
+
+_CORE_DEFAULTS = ClusterConfig(replicas=3)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """One benchmark configuration (the CLI knobs)."""
+
+    replicas: int = 3
+    sessions: int = 2000
+    commands: int = 200_000
+    c_batch_max: int = _CORE_DEFAULTS.c_batch_max
+    o_batch_max: int = _CORE_DEFAULTS.o_batch_max
+    c_inflight_max: int = _CORE_DEFAULTS.c_inflight_max
+    seed: int = 1
+    codec: bool = False
+    #: Compaction: a snapshot every this many executed slots (None: off).
+    snapshot_slots: int | None = None
+    #: Also tick every this many rounds (0: only in quiet rounds): the clock moves
+    #: ``tick_ms / tick_rounds`` per round. Heartbeats carry the majority-executed
+    #: point compaction waits for, so a run under constant load that never goes
+    #: quiet needs the clock to move.
+    tick_rounds: int = 0
+    #: Where records go: "counting" (counted, kept nowhere) or "memory"
+    #: (``MemoryStorage``: kept, and truncated behind each snapshot).
+    storage: str = "counting"
+    #: Record the process's peak RSS when this many commands are READY.
+    rss_at: tuple[int, ...] = ()
+    #: The sequencer's heartbeat period (and lease), None: the core's default.
+    #: Heartbeats announce the majority-executed point, so this sets how often
+    #: compaction can happen.
+    heartbeat_ms: float | None = None
+
+    def cluster_config(self) -> ClusterConfig:
+        hb = self.heartbeat_ms
+        return ClusterConfig(
+            replicas=self.replicas,
+            c_batch_max=self.c_batch_max,
+            o_batch_max=self.o_batch_max,
+            c_inflight_max=self.c_inflight_max,
+            propose_queue_max=max(_CORE_DEFAULTS.propose_queue_max, self.sessions),
+            snapshot_slots_min=self.snapshot_slots,
+            heartbeat_ms=_CORE_DEFAULTS.heartbeat_ms if hb is None else hb,
+            lease_ms=_CORE_DEFAULTS.lease_ms if hb is None else hb,
+        )
+
+    def round_spec(self) -> RoundSpec:
+        """The round driver's run: the core's own load, exactly ``commands``."""
+        tick_ms = _CORE_DEFAULTS.tick_ms
+        return RoundSpec(
+            "sdpaxos",
+            replicas=self.replicas,
+            sessions=self.sessions,
+            commands=self.commands,
+            warmup=0,
+            seed=self.seed,
+            round_ms=tick_ms / self.tick_rounds if self.tick_rounds else 0.0,
+            quiet_ticks=True,
+            kv=False,
+            exact=True,
+            storage=self.storage,
+        )
 
 
 @dataclass(slots=True)
