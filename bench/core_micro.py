@@ -19,7 +19,7 @@ and proposing the follow-up commands of the sessions whose commands became
 ready. Nothing is lost, duplicated or reordered per link, and the clock stands
 still while the cluster is busy, so :meth:`Replica.tick` is never needed; it is
 called only as a fallback when the cluster goes quiet before finishing
-(``ticks``, per replica; a healthy run shows 0).
+(``ticks``: the most any replica took; a healthy run shows 0).
 
 With ``--codec`` every ready batch is encoded per destination with
 :func:`sdpaxos.wire.codec.encode_batch` (split at ``MESSAGES_PER_BATCH_MAX``;
