@@ -7,17 +7,19 @@ An N-replica cluster of :class:`sdpaxos.core.Replica` objects (N = 3 by
 default) in one process. Every replica hosts ``--sessions`` closed-loop client
 sessions, each with exactly one command outstanding: the moment a command's
 READY reply comes back from its command leader, the session proposes its next
-command (until ``--commands`` have been proposed in total). Replicas are
-serviced in rounds, in an order shuffled by ``--seed`` each round; servicing a
-replica means stepping every message in its inbox (a *step batch*), calling
-:meth:`Replica.ready` once and carrying out the batch with the shared in-memory
-driver (:func:`sdpaxos.sim.driver.carry_out`): counting the records to persist
-(kept nowhere: the benchmark measures the core, not storage), appending each
-outgoing message to the destination's FIFO inbox, and proposing the follow-up
-commands of the sessions whose commands became ready. Nothing is lost, duplicated or
-reordered per link, so :meth:`Replica.tick` is never needed; it is called only
-as a fallback when the cluster goes quiet before finishing (counted as
-``ticks``; a healthy run shows 0).
+command (until ``--commands`` have been proposed in total). The cluster runs in
+the benchmarks' one round driver (:mod:`bench.rounds`, ``kv=False``,
+``exact=True``): replicas are serviced in rounds, in an order shuffled by
+``--seed`` each round; servicing a replica means stepping every message in its
+inbox (a *step batch*), calling :meth:`Replica.ready` once and carrying out the
+batch with the shared in-memory driver (:func:`sdpaxos.sim.driver.carry_out`):
+counting the records to persist (kept nowhere: the benchmark measures the core,
+not storage), appending each outgoing message to the destination's FIFO inbox,
+and proposing the follow-up commands of the sessions whose commands became
+ready. Nothing is lost, duplicated or reordered per link, and the clock stands
+still while the cluster is busy, so :meth:`Replica.tick` is never needed; it is
+called only as a fallback when the cluster goes quiet before finishing
+(``ticks``: the most any replica took; a healthy run shows 0).
 
 With ``--codec`` every ready batch is encoded per destination with
 :func:`sdpaxos.wire.codec.encode_batch` (split at ``MESSAGES_PER_BATCH_MAX``;
@@ -34,11 +36,12 @@ the best, after one untimed warm-up run of ``--warmup`` commands):
   machine over the time until it had applied all of them, and "everywhere":
   the total over the time until the slowest replica had applied all of them.
 
-Correctness, checked after every run (exit status 1 if any check fails): every
-command got exactly one READY reply at its leader, every replica applied
-exactly ``--commands`` commands, every replica's state-machine digest (BLAKE2b
-over the payloads in execution order) is the same, and no replica rejected a
-peer message.
+Correctness, checked after every run by the round driver (exit status 1 if
+any check fails): every command got exactly one READY reply at its leader,
+every replica applied exactly ``--commands`` commands, every replica's
+state-machine digest (``bench.runtime_app.BenchLog``'s order chain over the
+payloads in execution order) is the same, no replica rejected a peer message,
+and the run was not stuck.
 
 Run ``python -m bench.core_micro --help`` (from the repository root) for the knobs.
 """
@@ -47,224 +50,42 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
-import random
 import resource
-import statistics
-import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
-from sdpaxos.core import ClusterConfig, Command, Message, Record, Replica, Reply, ReplyKind
-from sdpaxos.core.storage import MemoryStorage, Snapshot
-from sdpaxos.sim.driver import Node, Outlet
+from bench.core_micro_report import RunResult, Settings, Summary, all_problems, format_table
+from bench.round_outlet import Driver
+from bench.rounds import drive
+from bench.runtime_app import BenchLog
+from sdpaxos.protocols import protocol
 
-if TYPE_CHECKING:  # the codec itself is imported only with --codec
-    from sdpaxos.wire.codec import PackedMessages
+__all__ = [
+    "RunResult",
+    "Settings",
+    "Summary",
+    "all_problems",
+    "codec_available",
+    "format_table",
+    "main",
+    "run_benchmark",
+    "run_once",
+]
 
-_CORE_DEFAULTS = ClusterConfig(replicas=3)
-
-#: Consecutive quiet rounds (nothing stepped, sent or proposed) tolerated, each
-#: followed by one tick of every replica, before the run is declared stuck.
-QUIET_ROUNDS_MAX = 1000
-
-#: Payload of a command: ``(client_id, seq)``, fixed width so that the digest of
-#: the concatenated payloads names the execution order unambiguously.
-_PAYLOAD = struct.Struct(">IQ")
-
-_RESULT = b"ok"
-
-
-class DigestMachine:
-    """Deterministic state machine: a BLAKE2b chain over the applied payloads.
-
-    Chained (each step hashes the previous digest with the payload), not one
-    running hash object, so that its state is bytes a snapshot can carry.
-    """
-
-    __slots__ = ("_state", "count")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._state = b""
-
-    def apply(self, payload: bytes) -> bytes:
-        self.count += 1
-        self._state = hashlib.blake2b(self._state + payload, digest_size=16).digest()
-        return _RESULT
-
-    def digest(self) -> str:
-        return self._state.hex()
-
-    def snapshot(self) -> bytes:
-        return self.count.to_bytes(8, "big") + self._state
-
-    def restore(self, data: bytes) -> None:
-        self.count = int.from_bytes(data[:8], "big")
-        self._state = data[8:]
+#: Modules whose classes' methods :func:`print_profile` names (with sdpaxos's).
+_OWN_MODULES = ("bench.core_micro", "bench.rounds", "bench.round_outlet", "bench.runtime_app")
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """One benchmark configuration (the CLI knobs)."""
-
-    replicas: int = 3
-    sessions: int = 2000
-    commands: int = 200_000
-    c_batch_max: int = _CORE_DEFAULTS.c_batch_max
-    o_batch_max: int = _CORE_DEFAULTS.o_batch_max
-    c_inflight_max: int = _CORE_DEFAULTS.c_inflight_max
-    seed: int = 1
-    codec: bool = False
-    #: Compaction: a snapshot every this many executed slots (None: off).
-    snapshot_slots: int | None = None
-    #: Also tick every this many rounds (0: only in quiet rounds). Heartbeats carry
-    #: the majority-executed point compaction waits for, so a run under constant
-    #: load that never goes quiet needs the clock to move.
-    tick_rounds: int = 0
-    #: Where records go: "counting" (counted, kept nowhere) or "memory"
-    #: (``MemoryStorage``: kept, and truncated behind each snapshot).
-    storage: str = "counting"
-    #: Record the process's peak RSS when this many commands are READY.
-    rss_at: tuple[int, ...] = ()
-    #: The sequencer's heartbeat period (and lease), None: the core's default.
-    #: Heartbeats announce the majority-executed point, so this sets how often
-    #: compaction can happen.
-    heartbeat_ms: float | None = None
-
-    def cluster_config(self) -> ClusterConfig:
-        return ClusterConfig(
-            replicas=self.replicas,
-            c_batch_max=self.c_batch_max,
-            o_batch_max=self.o_batch_max,
-            c_inflight_max=self.c_inflight_max,
-            propose_queue_max=max(_CORE_DEFAULTS.propose_queue_max, self.sessions),
-            snapshot_slots_min=self.snapshot_slots,
-            **(
-                {"heartbeat_ms": self.heartbeat_ms, "lease_ms": self.heartbeat_ms}
-                if self.heartbeat_ms is not None
-                else {}
-            ),
-        )
-
-
-@dataclass(slots=True)
-class RunResult:
-    """What one run measured and what its verification found."""
-
-    settings: Settings
-    #: Until every command is READY at its leader and executed at every replica.
-    elapsed_s: float = 0.0
-    #: Process CPU time over the same span (the "one core" time).
-    cpu_s: float = 0.0
-    #: ``cpu_s / elapsed_s``; well below 1 means the machine was busy.
-    cpu_share: float = 0.0
-    #: Until the last READY reply.
-    commit_elapsed_s: float = 0.0
-    #: Per replica: until it had executed every command.
-    exec_elapsed_s: list[float] = field(default_factory=list)
-    steps: int = 0
-    rounds: int = 0
-    ready_calls: int = 0
-    messages_sent: int = 0
-    frames: int = 0
-    wire_bytes: int = 0
-    persist_records: int = 0
-    c_instances: int = 0
-    o_instances: int = 0
-    ticks: int = 0
-    committed: int = 0
-    executed: list[int] = field(default_factory=list)
-    digests: list[str] = field(default_factory=list)
-    rejected: int = 0
-    stale: int = 0
-    retransmissions: int = 0
-    learn_requests: int = 0
-    #: Snapshots taken, over every replica.
-    snapshots: int = 0
-    #: READY commands -> the process's peak RSS (kB) once that many were READY.
-    rss_peak_kb: dict[int, int] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def steps_per_s(self) -> float:
-        return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def committed_per_s(self) -> float:
-        return self.committed / self.commit_elapsed_s if self.commit_elapsed_s > 0 else 0.0
-
-    @property
-    def executed_per_s(self) -> list[float]:
-        return [
-            c / t if t > 0 else 0.0 for c, t in zip(self.executed, self.exec_elapsed_s, strict=True)
-        ]
-
-    @property
-    def executed_everywhere_per_s(self) -> float:
-        slowest = max(self.exec_elapsed_s, default=0.0)
-        return min(self.executed, default=0) / slowest if slowest > 0 else 0.0
-
-    def rates(self) -> dict[str, float]:
-        per_cpu = 1 / self.cpu_s if self.cpu_s > 0 else 0.0
-        return {
-            "steps_per_s": self.steps_per_s,
-            "committed_per_s": self.committed_per_s,
-            "executed_everywhere_per_s": self.executed_everywhere_per_s,
-            # Whole run (until executed everywhere) over process CPU time: what one
-            # core does when the benchmark is not descheduled by other load.
-            "steps_per_cpu_s": self.steps * per_cpu,
-            "commands_per_cpu_s": self.committed * per_cpu,
-            **{f"executed_per_s_r{r}": v for r, v in enumerate(self.executed_per_s)},
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            name: getattr(self, name) for name in self.__slots__ if name != "settings"
-        }
-        out.update(self.rates())
-        out["ok"] = self.ok
-        return out
-
-
-def verify(
-    total: int,
-    committed: int,
-    executed: Sequence[int],
-    digests: Sequence[str],
-    rejected: int,
-) -> list[str]:
-    """The correctness checks of one run; an empty list means it passed."""
-    problems: list[str] = []
-    if committed != total:
-        problems.append(f"{committed} commands READY at their leaders, expected {total}")
-    for r, count in enumerate(executed):
-        if count != total:
-            problems.append(f"replica {r} executed {count} commands, expected {total}")
-    if len(set(digests)) > 1:
-        problems.append(
-            "replicas diverged: state-machine digests "
-            + ", ".join(f"r{r}={d}" for r, d in enumerate(digests))
-        )
-    if rejected:
-        problems.append(f"{rejected} peer messages rejected in a fault-free run")
-    return problems
-
-
-def _load_codec() -> tuple[
-    Callable[[list[Message], PackedMessages], bytes], Callable[[bytes], list[Message]], int
-]:
+def _load_codec() -> Any:
+    """``sdpaxos.wire.codec``: its module-level ``encode_batch`` and
+    ``decode_batch`` are the round driver's codec (imported with --codec only)."""
     from sdpaxos.wire import codec
 
-    return codec.encode_batch, codec.decode_batch, codec.MESSAGES_PER_BATCH_MAX
+    return codec
 
 
 def codec_unavailable_reason() -> str | None:
@@ -280,45 +101,6 @@ def codec_available() -> bool:
     return codec_unavailable_reason() is None
 
 
-class CountingStorage:
-    """Counts the records a batch asks to persist and keeps none of them.
-
-    The benchmark measures the core, not storage; the durability order is still
-    the shared driver's (:func:`sdpaxos.sim.driver.carry_out`).
-    """
-
-    __slots__ = ("records",)
-
-    def __init__(self) -> None:
-        self.records = 0
-
-    def append(self, records: list[Record]) -> None:
-        self.records += len(records)
-
-    def load(self) -> list[Record]:
-        return []
-
-    def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Nothing is kept, so nothing is truncated."""
-
-    def load_snapshot(self) -> Snapshot | None:
-        return None
-
-
-class KeepingStorage(MemoryStorage):
-    """``MemoryStorage`` (records kept, truncated behind each snapshot), counting appends."""
-
-    __slots__ = ("records",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records = 0
-
-    def append(self, records: list[Record]) -> None:
-        self.records += len(records)
-        super().append(records)
-
-
 def peak_rss_kb() -> int:
     """The process's peak resident set size so far (``VmHWM``, kB; Linux)."""
     try:
@@ -331,118 +113,46 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-class _Loop(Outlet):
-    """Where the replicas' batches go: FIFO inboxes, and the closed-loop sessions.
+class _Milestones:
+    """The wall-clock side of a run (a :class:`bench.rounds.Watch`): when every
+    command was READY, when each replica had executed them all, the peak RSS
+    at the ``rss_at`` milestones, progress once a second."""
 
-    ``activity`` counts the batches that sent or answered something (the quiet
-    detection of :func:`run_once`).
-    """
+    def __init__(self, settings: Settings, progress: Callable[[str], None] | None) -> None:
+        self.total = settings.commands
+        self.milestones = sorted(m for m in settings.rss_at if m <= self.total)
+        self.rss_peak_kb: dict[int, int] = {}
+        self.progress = progress
+        self.t0 = self.end = self.last_progress = 0.0
+        self.cpu0 = self.cpu_end = 0.0
+        self.commit_done: float | None = None
+        self.exec_done: list[float | None] = [None] * settings.replicas
 
-    __slots__ = (
-        "activity",
-        "committed",
-        "inboxes",
-        "nodes",
-        "outstanding",
-        "problems",
-        "remaining",
-        "sent",
-    )
+    def started(self, d: Driver) -> None:
+        self.cpu0 = self.cpu_end = time.process_time()
+        self.t0 = self.end = self.last_progress = time.perf_counter()
 
-    def __init__(
-        self,
-        nodes: list[Node[DigestMachine]],
-        outstanding: list[int],
-        remaining: int,
-        problems: list[str],
-    ) -> None:
-        self.nodes = nodes
-        self.inboxes: list[list[Any]] = [[] for _ in nodes]
-        self.outstanding = outstanding
-        self.remaining = remaining
-        self.problems = problems
-        self.activity = 0
-        self.committed = 0
-        self.sent = 0
-
-    def send(self, replica: int, messages: list[tuple[int, Message]]) -> bool:
-        if messages:
-            self.sent += len(messages)
-            self.activity += 1
-            inboxes = self.inboxes
-            for dst, m in messages:
-                inboxes[dst].append(m)
-        return False
-
-    def replies(self, replica: int, replies: list[Reply]) -> None:
-        self.activity += 1
-        outstanding = self.outstanding
-        propose = self.nodes[replica].replica.propose
-        pack = _PAYLOAD.pack
-        ready_kind = ReplyKind.READY
-        committed = self.committed  # locals in the per-reply loop, stored back below
-        remaining = self.remaining
-        for reply in replies:
-            cid = reply.client_id
-            seq = reply.seq
-            if reply.kind != ready_kind or outstanding[cid] != seq:
-                self.problems.append(f"unexpected reply {reply!r} at replica {replica}")
-                continue
-            committed += 1
-            if remaining:
-                remaining -= 1
-                seq += 1
-                outstanding[cid] = seq
-                propose(Command(cid, seq, pack(cid, seq)))
-            else:
-                outstanding[cid] = 0
-        self.committed = committed
-        self.remaining = remaining
-
-
-class _CodecLoop(_Loop):
-    """:class:`_Loop` with every batch encoded per destination and counted on the wire."""
-
-    __slots__ = ("batch_max", "encode_batch", "frames", "wire_bytes")
-
-    def __init__(
-        self,
-        nodes: list[Node[DigestMachine]],
-        outstanding: list[int],
-        remaining: int,
-        problems: list[str],
-        encode_batch: Callable[[list[Message], PackedMessages], bytes],
-        batch_max: int,
-    ) -> None:
-        super().__init__(nodes, outstanding, remaining, problems)
-        self.encode_batch = encode_batch
-        self.batch_max = batch_max
-        self.frames = 0
-        self.wire_bytes = 0
-
-    def send(self, replica: int, messages: list[tuple[int, Message]]) -> bool:
-        if not messages:
-            return False
-        self.sent += len(messages)
-        self.activity += 1
-        per_dst: dict[int, list[Message]] = {}
-        for dst, m in messages:
-            bucket = per_dst.get(dst)
-            if bucket is None:
-                per_dst[dst] = [m]
-            else:
-                bucket.append(m)
-        encode_batch = self.encode_batch
-        batch_max = self.batch_max
-        inboxes = self.inboxes
-        packed: PackedMessages = {}  # a broadcast is packed once, as the runtime does
-        for dst, bucket in per_dst.items():
-            for lo in range(0, len(bucket), batch_max):
-                frame = encode_batch(bucket[lo : lo + batch_max], packed)
-                self.frames += 1
-                self.wire_bytes += len(frame)
-                inboxes[dst].append(frame)
-        return False
+    def round_done(self, d: Driver, rounds: int) -> None:
+        now = self.end = time.perf_counter()
+        self.cpu_end = time.process_time()
+        committed = d.completed
+        if self.commit_done is None and committed >= self.total:
+            self.commit_done = now
+        machines = d.machines
+        for r, done in enumerate(self.exec_done):
+            if done is None and machines[r].applied >= self.total:
+                self.exec_done[r] = now
+        milestones = self.milestones
+        while milestones and committed >= milestones[0]:
+            self.rss_peak_kb[milestones.pop(0)] = peak_rss_kb()
+        if self.progress is not None and now - self.last_progress >= 1.0:
+            self.last_progress = now
+            t = now - self.t0
+            self.progress(
+                f"  {committed:>10,}/{self.total:,} READY, "
+                f"executed min {min(m.applied for m in machines):,}, "
+                f"{committed / t:,.0f} cmd/s, {d.steps / t:,.0f} steps/s"
+            )
 
 
 def run_once(settings: Settings, progress: Callable[[str], None] | None = None) -> RunResult:
@@ -450,150 +160,40 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
     s = settings
     if s.commands < 1 or s.sessions < 1:
         raise ValueError("commands and sessions must be >= 1")
-    n = s.replicas
-    cfg = s.cluster_config()
-    storages: list[CountingStorage | KeepingStorage] = [
-        KeepingStorage() if s.storage == "memory" else CountingStorage() for _ in range(n)
-    ]
-    nodes: list[Node[DigestMachine]] = []
-    for r in range(n):
-        machine = DigestMachine()
-        replica = Replica(cfg, r, machine, rng=random.Random(s.seed * 1_000_003 + r))
-        nodes.append(Node(r, replica, storages[r], machine))
-    machines = [node.machine for node in nodes]
-    order_rng = random.Random(s.seed)
+    if s.storage not in ("counting", "memory"):
+        raise ValueError(f"storage must be 'counting' or 'memory', got {s.storage!r}")
+    codec = _load_codec() if s.codec else None
+    watch = _Milestones(s, progress)
+    rounds_res, d = drive(
+        s.round_spec(),
+        protocol("sdpaxos").make_replica,
+        codec,
+        config=s.cluster_config(),
+        machine=BenchLog,
+        watch=watch,
+    )
     res = RunResult(settings=s)
-    problems = res.problems
-
-    total = s.commands
-    pack = _PAYLOAD.pack
-    # Session ``cid`` (1-based, unique cluster-wide) lives at replica
-    # ``(cid - 1) // sessions``; ``outstanding[cid]`` is its command in flight.
-    outstanding = [0] * (n * s.sessions + 1)
-    order = list(range(n))
-
-    # Initial load: one command per session, dealt round-robin over the replicas
-    # so that a small --commands still loads every replica.
-    remaining = total
-    for i in range(s.sessions):
-        for r in range(n):
-            if not remaining:
-                break
-            cid = r * s.sessions + i + 1
-            outstanding[cid] = 1
-            nodes[r].replica.propose(Command(cid, 1, pack(cid, 1)))
-            remaining -= 1
-
-    loop: _Loop
-    decode_batch: Callable[[bytes], list[Message]] | None = None
-    if s.codec:
-        encode_batch, decode_batch, batch_max = _load_codec()
-        loop = _CodecLoop(nodes, outstanding, remaining, problems, encode_batch, batch_max)
-    else:
-        loop = _Loop(nodes, outstanding, remaining, problems)
-    inboxes = loop.inboxes
-
-    milestones = sorted(m for m in s.rss_at if m <= total)
-    perf = time.perf_counter
-    cpu0 = time.process_time()
-    t0 = perf()
-    last_progress = t0
-    exec_done: list[float | None] = [None] * n
-    commit_done: float | None = None
-    steps = 0
-    rounds = 0
-    ticks = 0
-    quiet = 0
-
-    while True:
-        rounds += 1
-        order_rng.shuffle(order)
-        loop.activity = 0
-        for r in order:
-            node = nodes[r]
-            inbox = inboxes[r]
-            if inbox:
-                inboxes[r] = []
-                step = node.replica.step
-                now_ms = ticks * cfg.tick_ms  # the logical clock (see the ticks below)
-                if decode_batch is None:
-                    for m in inbox:
-                        step(m, now_ms)
-                    steps += len(inbox)
-                else:
-                    for frame in inbox:
-                        batch = decode_batch(frame)
-                        for m in batch:
-                            step(m, now_ms)
-                        steps += len(batch)
-                loop.activity += 1
-            # ready() once; records counted, messages to the inboxes, replies to
-            # the sessions (which propose their next commands).
-            node.flush(loop)
-
-        committed = loop.committed
-        now = perf()
-        if commit_done is None and committed >= total:
-            commit_done = now
-        finished = commit_done is not None
-        for r in range(n):
-            if exec_done[r] is None:
-                if machines[r].count >= total:
-                    exec_done[r] = now
-                else:
-                    finished = False
-        if finished or problems:
-            break
-        while milestones and committed >= milestones[0]:
-            res.rss_peak_kb[milestones.pop(0)] = peak_rss_kb()
-        if s.tick_rounds and rounds % s.tick_rounds == 0:
-            ticks += 1
-            for node in nodes:
-                node.replica.tick(ticks * cfg.tick_ms)
-        if loop.activity:
-            quiet = 0
-        else:
-            quiet += 1
-            if quiet > QUIET_ROUNDS_MAX:
-                problems.append(
-                    f"stuck: {QUIET_ROUNDS_MAX} quiet rounds with ticks, "
-                    f"{committed}/{total} READY, executed {[m.count for m in machines]}"
-                )
-                break
-            ticks += 1
-            for node in nodes:
-                node.replica.tick(ticks * cfg.tick_ms)  # a logical clock: one tick per quiet round
-        if progress is not None and now - last_progress >= 1.0:
-            last_progress = now
-            progress(
-                f"  {committed:>10,}/{total:,} READY, "
-                f"executed min {min(m.count for m in machines):,}, "
-                f"{committed / (now - t0):,.0f} cmd/s, {steps / (now - t0):,.0f} steps/s"
-            )
-
-    end = perf()
-    cpu = time.process_time() - cpu0
-    res.elapsed_s = end - t0
-    res.cpu_s = cpu
-    res.cpu_share = cpu / res.elapsed_s if res.elapsed_s > 0 else 0.0
-    res.commit_elapsed_s = (commit_done if commit_done is not None else end) - t0
-    res.exec_elapsed_s = [(t if t is not None else end) - t0 for t in exec_done]
-    res.steps = steps
-    res.rounds = rounds
-    res.ready_calls = rounds * n
-    res.messages_sent = loop.sent
-    if isinstance(loop, _CodecLoop):
-        res.frames = loop.frames
-        res.wire_bytes = loop.wire_bytes
-    res.persist_records = sum(storage.records for storage in storages)
-    if total in milestones:
-        res.rss_peak_kb[total] = peak_rss_kb()
-    res.ticks = ticks
-    res.committed = loop.committed
-    res.executed = [m.count for m in machines]
-    res.digests = [m.digest() for m in machines]
-    for node in nodes:
-        st = node.replica.stats
+    t0 = watch.t0
+    res.elapsed_s = watch.end - t0
+    res.cpu_s = watch.cpu_end - watch.cpu0
+    res.cpu_share = res.cpu_s / res.elapsed_s if res.elapsed_s > 0 else 0.0
+    commit_done = watch.commit_done
+    res.commit_elapsed_s = (commit_done if commit_done is not None else watch.end) - t0
+    res.exec_elapsed_s = [(t if t is not None else watch.end) - t0 for t in watch.exec_done]
+    res.steps = rounds_res.steps
+    res.rounds = rounds_res.rounds
+    res.ready_calls = sum(rounds_res.turns)
+    res.messages_sent = rounds_res.messages_sent
+    res.frames = rounds_res.frames
+    res.wire_bytes = rounds_res.codec_bytes
+    res.persist_records = rounds_res.persist_records
+    res.ticks = max(rounds_res.ticks, default=0)
+    res.committed = d.completed
+    res.executed = rounds_res.executed
+    res.digests = rounds_res.digests
+    res.rss_peak_kb = watch.rss_peak_kb
+    for rep in d.replicas:
+        st = rep.stats
         res.c_instances += st.c_instances_started
         res.o_instances += st.o_instances_allocated
         res.rejected += st.rejected
@@ -601,43 +201,8 @@ def run_once(settings: Settings, progress: Callable[[str], None] | None = None) 
         res.retransmissions += st.retransmissions
         res.learn_requests += st.learn_requests
         res.snapshots += st.snapshots_taken
-    problems.extend(verify(total, loop.committed, res.executed, res.digests, res.rejected))
+    res.problems = rounds_res.problems
     return res
-
-
-@dataclass(slots=True)
-class Summary:
-    settings: Settings
-    repeat: int
-    warmup: int
-    gc_enabled: bool
-    runs: list[RunResult]
-    warmup_problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.warmup_problems and all(r.ok for r in self.runs)
-
-    def stat(self, pick: Callable[[list[float]], float]) -> dict[str, float]:
-        keys = self.runs[0].rates().keys()
-        return {k: pick([r.rates()[k] for r in self.runs]) for k in keys}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "benchmark": "core_micro",
-            "python": sys.version.split()[0],
-            "settings": asdict(self.settings),
-            "repeat": self.repeat,
-            "warmup_commands": self.warmup,
-            "gc_enabled": self.gc_enabled,
-            "statistic": "median",
-            "median": self.stat(statistics.median),
-            "best": self.stat(max),
-            "worst": self.stat(min),
-            "ok": self.ok,
-            "warmup_problems": self.warmup_problems,
-            "runs": [r.to_json() for r in self.runs],
-        }
 
 
 def run_benchmark(
@@ -680,73 +245,6 @@ def run_benchmark(
     return Summary(settings, repeat, warmup, gc_enabled, runs, warmup_problems)
 
 
-def format_table(summary: Summary) -> str:
-    s = summary.settings
-    med, best, worst = (
-        summary.stat(statistics.median),
-        summary.stat(max),
-        summary.stat(min),
-    )
-    lines = [
-        "sdpaxos core micro-benchmark (one process, in-memory FIFO links, "
-        + ("wire codec in the loop)" if s.codec else "no codec)"),
-        f"  N={s.replicas}  sessions/replica={s.sessions:,}  commands={s.commands:,}  "
-        f"c_batch_max={s.c_batch_max}  o_batch_max={s.o_batch_max}  "
-        f"c_inflight_max={s.c_inflight_max}  seed={s.seed}",
-        f"  Python {sys.version.split()[0]}, gc {'on' if summary.gc_enabled else 'off'}, "
-        f"{summary.repeat} timed run(s) after a {summary.warmup:,}-command warm-up; "
-        "median reported",
-        "",
-        f"  {'metric':<36}{'median':>14}{'best':>14}{'worst':>14}",
-    ]
-
-    def row(label: str, key: str) -> None:
-        lines.append(f"  {label:<36}{med[key]:>14,.0f}{best[key]:>14,.0f}{worst[key]:>14,.0f}")
-
-    row("messages stepped / s", "steps_per_s")
-    row("commands committed (READY) / s", "committed_per_s")
-    row("commands executed / s, everywhere", "executed_everywhere_per_s")
-    for r in range(s.replicas):
-        row(f"  executed / s at replica {r}", f"executed_per_s_r{r}")
-    row("messages stepped / CPU s", "steps_per_cpu_s")
-    row("commands done / CPU s", "commands_per_cpu_s")
-
-    first = summary.runs[0]
-    per_c = first.committed / first.c_instances if first.c_instances else 0.0
-    shares = ", ".join(f"{r.cpu_share:.0%}" for r in summary.runs)
-    lines += [
-        "",
-        f"  per run: {first.steps:,} steps in {first.rounds:,} rounds "
-        f"({first.steps / max(first.ready_calls, 1):.1f} msgs per step batch, "
-        f"{first.steps / max(first.committed, 1):.3f} per command), ticks {first.ticks}",
-        f"           {first.c_instances:,} C-instances ({per_c:.1f} commands each), "
-        f"{first.o_instances:,} O-instances, {first.persist_records:,} records to persist",
-        f"  CPU share of wall time per run: {shares} (low = the machine was busy; "
-        "the / CPU s rows discount that)",
-    ]
-    if s.codec:
-        lines.append(
-            f"  wire: {first.frames:,} frames, {first.wire_bytes:,} bytes "
-            f"({first.wire_bytes / max(first.committed, 1):.1f} bytes per command)"
-        )
-    if summary.ok:
-        lines.append(
-            f"  verified: every run, all {s.replicas} replicas executed all "
-            f"{s.commands:,} commands, same digest {first.digests[0]}"
-        )
-    else:
-        lines += [f"  FAILED: {problem}" for problem in all_problems(summary)]
-    return "\n".join(lines)
-
-
-def all_problems(summary: Summary) -> list[str]:
-    """Every failed check of the warm-up and the timed runs, labelled."""
-    out = [f"warm-up: {p}" for p in summary.warmup_problems]
-    for i, run in enumerate(summary.runs):
-        out += [f"run {i + 1}: {p}" for p in run.problems]
-    return out
-
-
 def _code_names() -> dict[int, str]:
     """Qualified names of the methods of every class in sdpaxos and this module.
 
@@ -759,7 +257,7 @@ def _code_names() -> dict[int, str]:
     """
     names: dict[int, str] = {}
     for mod_name, module in list(sys.modules.items()):
-        if module is None or not (mod_name.startswith("sdpaxos") or mod_name == __name__):
+        if module is None or not (mod_name.startswith("sdpaxos") or mod_name in _OWN_MODULES):
             continue
         for obj in list(vars(module).values()):
             if not isinstance(obj, type):

@@ -5,11 +5,17 @@ Never asserts a wall-clock number or a rate: those depend on the machine.
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from bench import core_micro
-from bench.core_micro import DigestMachine, Settings, codec_available, run_once, verify
+from bench.core_micro import Settings, codec_available, run_once
+from bench.round_result import agree
+from bench.round_spec import STUCK_ROUNDS
+from bench.runtime_app import BenchLog
+from sdpaxos.core.ready import Ready
+from sdpaxos.protocols import protocol
 
 CODEC_MODES = [False, pytest.param(True, id="codec")]
 
@@ -59,21 +65,66 @@ def test_codec_does_not_change_the_execution_order() -> None:
     assert coded.digests == plain.digests
 
 
-def test_verify_flags_divergence_and_missing_work() -> None:
-    assert verify(10, 10, [10, 10, 10], ["a", "a", "a"], 0) == []
-    assert any("diverged" in p for p in verify(10, 10, [10, 10, 10], ["a", "b", "a"], 0))
-    assert any("replica 2 executed 9" in p for p in verify(10, 10, [10, 10, 9], ["a"] * 3, 0))
-    assert any("READY" in p for p in verify(10, 9, [10, 10, 10], ["a"] * 3, 0))
-    assert any("rejected" in p for p in verify(10, 10, [10, 10, 10], ["a"] * 3, 1))
+def test_agree_flags_divergence_and_missing_work() -> None:
+    assert agree(10, [10, 10, 10], ["a", "a", "a"]) == []
+    assert any("diverge: replica 1" in p for p in agree(10, [10, 10, 10], ["a", "b", "a"]))
+    assert any("replica 2 executed 9" in p for p in agree(10, [10, 10, 9], ["a"] * 3))
 
 
-class _SkewedMachine(DigestMachine):
+class _Faulty:
+    """The core replica, but one READY reply is lost or sent twice, or it says
+    it rejected a peer message (``fault``)."""
+
+    def __init__(self, inner: Any, fault: str | None) -> None:
+        self.inner, self.fault = inner, fault
+        if fault == "reject":
+            inner.stats.rejected += 1
+
+    def ready(self) -> Ready:
+        rd = self.inner.ready()
+        if self.fault in ("lose", "twice") and rd.replies:
+            if self.fault == "lose":
+                rd.replies.pop()
+            else:
+                rd.replies.append(rd.replies[-1])
+            self.fault = None
+        return rd
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("fault", ["lose", "twice", "reject"])
+def test_a_lost_or_repeated_reply_or_a_rejected_message_fails_the_run(
+    fault: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make = protocol("sdpaxos").make_replica
+
+    def faulty(config: Any, r: int, *args: Any) -> Any:
+        return _Faulty(make(config, r, *args), fault if r == 1 else None)
+
+    monkeypatch.setattr(
+        core_micro, "protocol", lambda name: type("P", (), {"make_replica": faulty})
+    )
+    res = run_once(Settings(sessions=5, commands=200))
+    assert not res.ok
+    if fault == "lose":  # the session waits for ever: stuck, one operation short
+        stuck = f"stuck: no operation completed in {STUCK_ROUNDS} rounds"
+        assert any(p.startswith(stuck) for p in res.problems)
+        assert "199 operations completed of 200 issued" in res.problems
+    elif fault == "twice":
+        assert len(res.problems) == 1 and res.problems[0].startswith("unexpected reply Reply(")
+    else:
+        assert res.problems == ["1 peer messages rejected in a fault-free run"]
+
+
+class _SkewedMachine(BenchLog):
     """The second machine built applies a different payload: a diverging replica."""
 
     built = 0
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, store: bool = False) -> None:
+        super().__init__(store)
         _SkewedMachine.built += 1
         self.skew = _SkewedMachine.built == 2
 
@@ -84,16 +135,16 @@ class _SkewedMachine(DigestMachine):
 def test_a_diverging_replica_fails_the_run_and_the_exit_status(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(core_micro, "DigestMachine", _SkewedMachine)
+    monkeypatch.setattr(core_micro, "BenchLog", _SkewedMachine)
     _SkewedMachine.built = 0
     res = run_once(Settings(sessions=5, commands=200))
     assert not res.ok
-    assert any("diverged" in p for p in res.problems)
+    assert any("diverge: replica 1" in p for p in res.problems)
 
     _SkewedMachine.built = 0
     argv = ["--commands", "200", "--sessions", "5", "--repeat", "1", "--warmup", "0", "--quiet"]
     assert core_micro.main(argv) == 1
-    assert "diverged" in capsys.readouterr().err
+    assert "diverge: replica 1" in capsys.readouterr().err
 
 
 def test_main_prints_json_with_every_run(capsys: pytest.CaptureFixture[str]) -> None:

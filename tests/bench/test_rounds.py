@@ -1,4 +1,4 @@
-"""The round-based driver (bench/rounds.py), --protocol in the simulator CLI, and a
+"""The round driver (bench/rounds.py), --protocol in the simulator CLI, and a
 Multi-Paxos failover: small runs, a few seconds of CPU in all."""
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from bench.rounds import (
-    KVMachine,
     ProtocolWorkers,
     RoundSpec,
+    drive,
     lease_overrides,
     run_rounds,
     run_with,
 )
+from bench.runtime_app import BenchLog
 from sdpaxos.protocols import protocol
 from sdpaxos.sim import __main__ as sim_main
 from sdpaxos.sim.failover import run_failover
@@ -56,7 +57,7 @@ class _Swapper:
     """Applies the ``at``-th command it is given after the next one: one replica
     executes two commands in the other order (a ``predicate`` picks which)."""
 
-    def __init__(self, inner: KVMachine, at: int, predicate: Any = None) -> None:
+    def __init__(self, inner: BenchLog, at: int, predicate: Any = None) -> None:
         self.inner = inner
         self.at = at
         self.seen = 0
@@ -290,3 +291,20 @@ def test_a_dead_worker_is_named_and_replaced_by_a_new_one() -> None:
             workers.run(spec)
         again = workers.run(spec)
     assert again.ok and again.pid not in (first.pid, os.getpid())
+
+
+def test_the_cores_own_load_issues_exactly_its_commands_and_reads_nothing() -> None:
+    """``kv=False, exact=True`` (``python -m bench.core_micro``'s run): exactly
+    ``commands`` writes, the first ones dealt round-robin over the replicas,
+    on machines that keep digests only."""
+    spec = RoundSpec("sdpaxos", sessions=100, commands=250, warmup=0, kv=False, exact=True)
+    proto = protocol("sdpaxos")
+    res, driver = drive(spec, proto.make_replica, proto.codec)
+    assert res.ok, res.problems
+    assert res.proposed == res.measured == 250 and res.executed == [250] * 3
+    assert len(set(res.digests)) == 1 and res.bytes[0]["client_in"] == 0
+    # Fewer commands than sessions: one each for the first 250, 84/83/83 per replica.
+    per_replica = [sum(s.seq for s in driver.sessions if s.replica == r) for r in range(3)]
+    assert per_replica == [84, 83, 83]
+    with pytest.raises(ValueError, match="reads need the key-value workload"):
+        run_with(dataclasses.replace(spec, read_pct=10.0), proto.make_replica, proto.codec)

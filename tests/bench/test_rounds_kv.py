@@ -1,4 +1,4 @@
-"""The round driver's key-value state machine, its order check, its byte counters,
+"""BenchLog as the round driver's key-value store, its order checks, its byte counters,
 the NIC model's arithmetic, and EPaxos in the driver: small runs, fixed seeds."""
 
 from __future__ import annotations
@@ -9,19 +9,16 @@ from typing import Any
 import pytest
 
 from bench.rounds import (
-    GET,
-    PUT,
-    KVMachine,
     RoundSpec,
+    agree,
     check_orders,
-    kv_get,
-    kv_put,
     nic_capacity,
     reply_bytes,
     run_rounds,
     run_with,
     submit_bytes,
 )
+from bench.runtime_app import GET, PUT, BenchLog, kv_get, kv_put
 from bench.workloads import HOT_KEY, OpStream, Workload
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.ready import Ready, Reply, ReplyKind
@@ -36,7 +33,7 @@ SMALL: dict[str, Any] = {"sessions": 100, "commands": 2_000, "warmup": 400}
 
 
 def test_the_store_puts_and_gets_by_key_and_records_the_order() -> None:
-    m = KVMachine()
+    m = BenchLog(store=True)
     a1, b1, a2 = kv_put(b"a", b"one"), kv_put(b"b", b"two"), kv_put(b"a", b"three")
     assert a1[0] == PUT and a1[1] == 1
     assert m.apply(a1) == b"ok"
@@ -47,19 +44,29 @@ def test_the_store_puts_and_gets_by_key_and_records_the_order() -> None:
     assert m.apply(get_a) == b"three"  # the last put of the key wins
     assert m.apply(kv_get(b"never", b"#3")) == b""
     assert m.value(b"b") == b"two" and m.value(b"never") is None
-    assert m.count == 6
+    assert m.applied == 6 and m.count == 0  # not folded into the digests yet
     order = m.take_order()
     assert order[0] == a1 and order[2:4] == [b1, a2] and len(order) == 6
-    assert m.take_order() == [] and m.count == 6  # taken, still counted
-    copy = KVMachine()
+    assert m.take_order() == [] and m.count == m.applied == 6  # taken, folded, counted
+    # The digests are a node's (which folds each command as it applies it).
+    node = BenchLog()
+    for payload in order:
+        assert node.apply(payload) == b""
+    assert node.query(b"") == m.query(b"") and node.digest() == m.digest()
+    assert node.value(b"a") is None and node.take_order() == []
+    copy = BenchLog(store=True)
     copy.restore(m.snapshot())
-    assert copy.data == m.data
+    assert copy.data == m.data and copy.query(b"") == m.query(b"")
+    assert copy.value(b"a") == b"three"
+    with pytest.raises(ValueError, match="truncated"):
+        copy.restore(m.snapshot()[:-1])
+    assert copy.data == m.data  # a bad snapshot changes nothing
 
 
 def test_a_payload_that_is_no_command_is_a_recorded_no_op() -> None:
-    m = KVMachine()
+    m = BenchLog(store=True)
     assert m.apply(b"") == b"" and m.apply(b"P") == b""
-    assert m.data == {} and m.take_order() == [b"", b"P"]
+    assert m.data == {} and m.take_order() == [b"", b"P"] and m.count == 2
 
 
 def test_keys_longer_than_a_length_byte_are_refused() -> None:
@@ -92,35 +99,50 @@ def test_reads_of_written_keys_follow_the_clients_last_write() -> None:
 KEYS = [b"x", b"y", b"x", b"z"]
 
 
+def _digests(*orders: list[int]) -> list[str]:
+    """The order digests of machines that applied the puts of ``KEYS`` in these orders."""
+    puts = [kv_put(k, b"v%d" % i) for i, k in enumerate(KEYS)]
+    out = []
+    for order in orders:
+        m = BenchLog(store=True)
+        for i in order:
+            m.apply(puts[i])
+        out.append(m.digest())
+    return out
+
+
 def test_identical_orders_pass_and_a_swap_is_caught() -> None:
-    assert check_orders([[0, 1, 2, 3], [0, 1, 2, 3]], KEYS, 4, per_key=False) == []
-    problems = check_orders([[0, 1, 2, 3], [0, 2, 1, 3]], KEYS, 4, per_key=False)
-    assert problems == [
-        "executed sequences diverge: replica 1 differs from replica 0 at position 1"
-        " (commands 2 and 1)"
+    assert agree(4, [4, 4], _digests([0, 1, 2, 3], [0, 1, 2, 3])) == []
+    digests = _digests([0, 1, 2, 3], [0, 2, 1, 3])
+    assert agree(4, [4, 4], digests) == [
+        "executed sequences diverge: replica 1 differs from replica 0 (state-machine digests"
+        f" r0={digests[0]}, r1={digests[1]})"
     ]
 
 
 def test_per_key_a_swap_of_other_keys_passes_and_of_one_key_is_caught() -> None:
     # 1 (y) and 2 (x) commute; 0 and 2 both write x.
-    assert check_orders([[0, 1, 2, 3], [0, 2, 1, 3]], KEYS, 4, per_key=True) == []
-    problems = check_orders([[0, 1, 2, 3], [2, 1, 0, 3]], KEYS, 4, per_key=True)
+    assert check_orders([[0, 1, 2, 3], [0, 2, 1, 3]], KEYS, per_key=True) == []
+    problems = check_orders([[0, 1, 2, 3], [2, 1, 0, 3]], KEYS, per_key=True)
     assert len(problems) == 1 and "diverge per key" in problems[0] and "b'x'" in problems[0]
+
+
+def test_a_missing_command_is_caught() -> None:
+    assert agree(4, [4, 3], _digests([0, 1, 2, 3], [0, 1, 2]))[0] == (
+        "replica 1 executed 3 commands, expected 4"
+    )
 
 
 @pytest.mark.parametrize(
     ("orders", "says"),
     [
-        ([[0, 1, 2, 3], [0, 1, 2]], "replica 1 executed 3 commands, 4 were proposed"),
         ([[0, 1, 2, 3], [0, 1, 1, 3]], "replica 1 executed 1 commands twice"),
         ([[0, 1, 2, 3], [0, 1, 2, None]], "replica 1 executed 1 commands that were never"),
     ],
 )
-def test_missing_twice_or_unknown_commands_are_caught(
-    orders: list[list[int | None]], says: str
-) -> None:
+def test_twice_or_unknown_commands_are_caught(orders: list[list[int | None]], says: str) -> None:
     for per_key in (False, True):
-        problems = check_orders(orders, KEYS, 4, per_key=per_key)
+        problems = check_orders(orders, KEYS, per_key=per_key)
         assert any(says in p for p in problems), problems
 
 
@@ -291,7 +313,7 @@ def test_an_epaxos_replica_reordering_one_key_is_caught() -> None:
 class _Forgetful:
     """Records every command but stores no put: reads here miss completed writes."""
 
-    def __init__(self, inner: KVMachine) -> None:
+    def __init__(self, inner: BenchLog) -> None:
         self.inner = inner
 
     def apply(self, payload: bytes) -> bytes:
