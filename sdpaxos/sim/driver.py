@@ -28,12 +28,13 @@ no I/O; the caller decides when to call ``ready()`` and how often.
 
 Who uses it: :class:`~sdpaxos.sim.cluster.SimCluster` (checker, listeners, a
 crash cut at ``send``), :class:`~sdpaxos.sim.explicit.Net` (pending messages
-and per-replica lists), ``bench/core_micro.py`` (FIFO inboxes, closed-loop
-sessions) and the closed-loop latency loop of ``tests/core/harness.py``. What
-stays each driver's own: when ``ready()`` is called (the simulator drains until
-a batch is empty, to aim a crash at a quiet event too; the others call it once
-per event or round, which is what their tests and counters see), how messages
-travel, and the replica's lifecycle (crash, restart, pause).
+and per-replica lists), ``bench/rounds.py``, the benchmarks' round driver (FIFO
+inboxes, closed-loop sessions), and the closed-loop latency loop of
+``tests/core/harness.py``. What stays each driver's own: when ``ready()`` is
+called (the simulator drains until a batch is empty, to aim a crash at a quiet
+event too; the others call it once per event or round, which is what their
+tests and counters see), how messages travel, and the replica's lifecycle
+(crash, restart, pause).
 """
 
 from collections.abc import Sequence
