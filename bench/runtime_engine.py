@@ -890,6 +890,62 @@ def describe_latency() -> str:
     )
 
 
+class RuntimeEngine:
+    """The ``runtime`` engine: real ``python -m sdpaxos node`` processes on loopback,
+    delayed by the emulator (:class:`bench.engines.Engine`'s other half beside the
+    simulator's :class:`~bench.engines.SimEngine`).
+
+    Any protocol, any spec the runtime can run (:func:`check` says what it
+    cannot, as :class:`EngineUnsupported`): one node process per region, one
+    load-generator process per region with clients, faults as signals (SIGKILL;
+    a SIGSTOP/SIGCONT duty cycle for a slow node). ``fsync`` is off by default,
+    as in the paper's prototype; ``metrics`` serves each node's ``/metrics`` so
+    that runs report the node-side commit latency too. A cluster is reused by
+    the next spec that fits it: :meth:`close` (or ``with``) ends every process.
+    It lives here, not in :mod:`bench.engines`, so that the engines' shared
+    types are imported one way only (this module imports them).
+    """
+
+    name = "runtime"
+    #: fsync when the constructor is not told (``python -m bench --fsync`` sets it).
+    fsync_default = False
+
+    def __init__(self, fsync: bool | None = None, metrics: bool = False) -> None:
+        fsync = self.fsync_default if fsync is None else fsync
+        self._runner = RuntimeRunner(fsync=fsync, metrics=metrics)
+
+    @property
+    def fsync(self) -> bool:
+        return self._runner.fsync
+
+    @property
+    def metrics(self) -> bool:
+        return self._runner.metrics
+
+    @metrics.setter
+    def metrics(self, on: bool) -> None:
+        if on != self._runner.metrics:
+            self._runner.close()
+            self._runner.metrics = on
+
+    def check(self, spec: RunSpec) -> None:
+        """Raise :class:`EngineUnsupported` unless this engine can run ``spec``."""
+        check(spec)
+
+    def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput:
+        return self._runner.run(spec, progress)
+
+    def close(self) -> None:
+        """End every node process this engine started."""
+        self._runner.close()
+
+    def __enter__(self) -> RuntimeEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run_spec(spec: RunSpec, progress: Progress | None = None, **kw: Any) -> RunOutput:
     """One spec on a fresh cluster, ended afterwards (tests, one-off runs)."""
     runner = RuntimeRunner(**kw)

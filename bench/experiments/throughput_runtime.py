@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.common import Context, md_table, save_plot, write_results
-from bench.engines import Clients, RunSpec, RuntimeEngine, close_engine
+from bench.engines import Clients, RunSpec, close_engine
+from bench.runtime_engine import RuntimeEngine
 from bench.workloads import Workload
 from sdpaxos.profiles import uniform
 
