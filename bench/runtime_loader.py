@@ -1,16 +1,23 @@
-"""One region's load generator for ``--engine runtime`` (a process of its own).
+"""The benchmarks' one load generator (a process of its own): raw frames or the runtime's Client.
 
 ``python -m bench.runtime_loader CONN.json`` is started by
-:mod:`bench.runtime_engine`, one per region with clients. It opens one
-connection (TLS, like any client) to its region's node and speaks the runtime's
-client frames itself (:mod:`sdpaxos.runtime.frames`), as
-:mod:`bench.runtime_throughput`'s raw loader does: no task or future per
-operation, and the submits one socket read (or one timer) unblocks go out as
-one ``SUBMIT_MANY`` frame in one write. So the load generator is cheap next to
-the node it loads, and its CPU is measured too.
+:func:`bench.cluster.start_loader`: one per region with clients for
+:mod:`bench.runtime_engine` (every ``--engine runtime`` experiment), and
+``--loaders`` of them, each connected to every node, for
+:mod:`bench.runtime_throughput`. It opens one connection (TLS, like any
+client) to each node of ``CONN`` and speaks the runtime's client frames itself
+(:mod:`sdpaxos.runtime.frames`): no task or future per operation, and the
+submits one socket read (or one timer) unblocks go out in one write, as
+``SUBMIT_MANY`` frames (``load: batch``, the default) or one ``SUBMIT`` frame
+each (``load: raw``). So the load generator is cheap next to the nodes it
+loads, and its CPU is measured too. ``load: client`` runs
+:class:`sdpaxos.runtime.client.Client` instead (one per node, a task per
+client calling ``submit``): what a program using the runtime's client costs.
+``profile: FILE`` runs the loader under cProfile.
 
 Its clients draw their operations from :class:`bench.workloads.OpStream` with the
-same stream numbers and seeds as the simulator engine's, and issue them
+same stream numbers and seeds as the simulator engine's (a run's clients are
+split evenly over the connections, in order), and issue them
 
 * **closed loop**: one operation outstanding per client, the next sent as soon as
   the answer arrives (the client's real round trip, loopback and TLS, stands in
@@ -25,19 +32,22 @@ open-loop client opens another session when all of its sessions are busy.
 Writes wait for READY; reads go through the node's read path (``READ``
 frames) where the engine says the protocol has one at this node, and through
 the log otherwise (a command waiting for EXECUTED), also after the read path
-refused. Every operation is recorded, with its invoke and complete times in
-microseconds of ``time.monotonic()`` from the origin the parent gives (the
-same clock in every process of this machine).
+refused. Every operation is recorded when the run names an ``out`` file, with
+its invoke and complete times in microseconds of ``time.monotonic()`` from the
+origin the parent gives (the same clock in every process of this machine).
 
 Protocol with the parent, one line each. The loader is started once per
-cluster and region (``python -m bench.runtime_loader CONN.json``: the node's
-address and a client certificate), connects, and says ``connected``. For each
-run the parent says ``run RUN.json`` (the clients, workload, window and where
-to write the records); the loader says ``ready``; the parent says ``go T0``
-(the origin, a ``time.monotonic()`` value); the loader says ``count N``
-(operations completed) every half second and ``done {...}`` at the end, after
-writing its records (msgpack) to the run's ``out`` file. ``stop`` ends a run
-early; ``quit`` (or the end of input, or a lost connection) ends the loader.
+cluster (``CONN.json``: the nodes' addresses, a client certificate, the
+load), connects, and says ``connected``. For each run the parent says ``run
+RUN.json`` (the clients, workload, window and where to write the records);
+the loader says ``ready``; the parent says ``go T0`` (the origin, a
+``time.monotonic()`` value); the loader says ``count N`` (operations
+completed) every ``report_s`` (half a second by default) and ``done {...}``
+at the end, after writing its records (msgpack) to the run's ``out`` file.
+The window ends at ``end_us``, or when the parent says ``end`` (a run without
+``end_us``); then the loader waits up to ``drain_s`` for the answers still
+due. ``stop`` ends a run at once; ``quit`` (or the end of input, or a lost
+connection) ends the loader.
 """
 
 from __future__ import annotations
@@ -45,18 +55,20 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import math
 import os
 import random
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 import msgpack
 
 from bench.runtime_app import HOT_MARK
-from bench.runtime_procs import StdinWords, run_loop, say
+from bench.runtime_procs import StdinWords, run_loop, say, split
 from bench.workloads import HOT_KEY, OpStream, Workload, arrivals_us
 from sdpaxos.runtime import frames as rf
 
@@ -107,8 +119,11 @@ class _Client:
 class Load(asyncio.Protocol):
     """The connection (kept from run to run), and one run's clients and records."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, batch: bool = True) -> None:
         self.rng = rng
+        #: The submits one flush sends go as ``SUBMIT_MANY`` frames; else one
+        #: ``SUBMIT`` frame each (``python -m bench.runtime_throughput --load raw``).
+        self.batch = batch
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.lost = False
@@ -131,12 +146,16 @@ class Load(asyncio.Protocol):
             self.clients = [_Client(i, OpStream(workload, i)) for i in spec["clients"]]
         self.closed = self.spec.get("mode") == "closed"
         self.read_local = self.spec.get("read_path") == "local"
-        self.end_us: int = self.spec.get("end_us", 0)
+        end_us = self.spec.get("end_us", 0)
+        #: The window's end (µs from the origin); a run without one lasts until ``end``.
+        self.end_us: float = math.inf if end_us is None else end_us
         self.region_index: int = self.spec.get("region_index", 0)
         self.t0 = 0.0
         self.running = False
-        #: [client uid, kind, path, key, invoke_us, complete_us (-1: open)]
+        #: [client uid, kind, path, key, invoke_us, complete_us (-1: open)],
+        #: kept when the run writes them (``out``).
         self.records: list[list[Any]] = []
+        self.keep_records = self.spec.get("out") is not None
         #: request id -> (record, session, client, submit item or None)
         self.pending: dict[int, tuple[list[Any], _Session, _Client, list[Any] | None]] = {}
         self.samples: list[list[Any]] = []
@@ -162,8 +181,8 @@ class Load(asyncio.Protocol):
         items, frames = self._items, self._frames
         if not items and not frames:
             return
-        if len(items) == 1:
-            frames.append(self._frame([_SUBMIT, *items[0]]))
+        if len(items) == 1 or not self.batch:
+            frames += [self._frame([_SUBMIT, *item]) for item in items]
         elif items:
             # At most MANY_ITEMS_MAX items and _MANY_BYTES_MAX bytes of payload per
             # frame: a node closes a connection that sends a frame over its limit.
@@ -227,7 +246,8 @@ class Load(asyncio.Protocol):
         else:
             rec = [session.uid, KIND_READ, PATH_LOG, op.key, now_us, -1]
             self._through_log(rid, rec, session, client)
-        self.records.append(rec)
+        if self.keep_records:
+            self.records.append(rec)
         self.sent += 1
 
     def _through_log(self, rid: int, rec: list[Any], session: _Session, client: _Client) -> None:
@@ -327,31 +347,50 @@ class Load(asyncio.Protocol):
             self.events.add((int((at_ms / 1000 - self.t0) * 1e6), str(name)))
 
 
-async def _connect(spec: dict[str, Any]) -> Load:
+def _ssl_context(conn: dict[str, Any]) -> Any:
+    if conn.get("tls") is None:  # (ca, cert, key) of a client certificate
+        return None
+    from sdpaxos.runtime.config import TlsFiles
+    from sdpaxos.runtime.tls import client_context
+
+    return client_context(TlsFiles(*(Path(f) for f in conn["tls"])))
+
+
+async def _connect(conn: dict[str, Any]) -> list[Load]:
+    """One :class:`Load` per node of ``conn``."""
     loop = asyncio.get_running_loop()
-    host, port = spec["host"], spec["port"]
-    ssl_ctx = None
-    if spec.get("tls") is not None:  # (ca, cert, key) of a client certificate
-        from sdpaxos.runtime.config import TlsFiles
-        from sdpaxos.runtime.tls import client_context
-
-        ssl_ctx = client_context(TlsFiles(*(Path(f) for f in spec["tls"])))
+    ssl_ctx = _ssl_context(conn)
     rng = random.Random(os.urandom(16))
-    _, proto = await loop.create_connection(
-        lambda: Load(rng),
-        host,
-        port,
-        ssl=ssl_ctx,
-        server_hostname=host if ssl_ctx is not None else None,
-    )
-    assert isinstance(proto, Load)
-    return proto
+    batch = conn.get("load", "batch") != "raw"
+    loads = []
+    for host, port in conn["nodes"]:
+        _, proto = await loop.create_connection(
+            lambda: Load(rng, batch),
+            host,
+            port,
+            ssl=ssl_ctx,
+            server_hostname=host if ssl_ctx is not None else None,
+        )
+        assert isinstance(proto, Load)
+        loads.append(proto)
+    return loads
 
 
-async def _serve(spec: dict[str, Any]) -> None:
+def _parts(spec: dict[str, Any], ways: int) -> list[dict[str, Any]]:
+    """The run ``spec`` of each of ``ways`` connections: its clients split
+    evenly, in order (the first connections take one more)."""
+    clients = spec["clients"]
+    out, at = [], 0
+    for count in split(len(clients), ways):
+        out.append({**spec, "clients": clients[at : at + count]})
+        at += count
+    return out
+
+
+async def _serve(conn: dict[str, Any]) -> None:
     """Connect once; then run what the parent asks (``run FILE``), one run after another,
     until ``quit`` (or the end of input, or a lost connection)."""
-    load = await _connect(spec)
+    loads = await _connect(conn)
     stdin = StdinWords()
     say("connected")
     while True:
@@ -362,53 +401,106 @@ async def _serve(spec: dict[str, Any]) -> None:
                 break
             continue
         run_spec = json.loads(Path(rest).read_text())
-        load.begin(run_spec)
+        for load, part in zip(loads, _parts(run_spec, len(loads)), strict=True):
+            load.begin(part)
         say("ready")
         t0 = float(await stdin.expect("go"))
-        result = await _run(load, run_spec, t0, stdin)
+        result = await _run(loads, run_spec, t0, stdin)
         say("done " + json.dumps(result))
-        if load.lost:
+        if any(load.lost for load in loads):
             break
-    if load.transport is not None:
-        load.transport.close()
+    for load in loads:
+        if load.transport is not None:
+            load.transport.close()
 
 
-async def _run(load: Load, spec: dict[str, Any], t0: float, stdin: StdinWords) -> dict[str, Any]:
+class _Listener:
+    """The parent's words during a run: ``end`` ends the window now (the run
+    then drains as at its end), ``stop`` ends the run now."""
+
+    def __init__(self, stdin: StdinWords, end: Callable[[], None]) -> None:
+        self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.get_running_loop().create_task(self._listen(stdin, end))
+
+    async def _listen(self, stdin: StdinWords, end: Callable[[], None]) -> None:
+        while True:
+            head = (await stdin.queue.get()).partition(" ")[0]
+            if head == "end":
+                end()
+            elif head == "stop":
+                self.stopped.set_result(None)
+                return
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+
+async def _report_until(
+    count: Callable[[], int],
+    every_s: float,
+    deadline_s: float,
+    done: asyncio.Future[Any],
+    stopped: asyncio.Future[Any],
+) -> None:
+    """Say ``count N`` every ``every_s`` until ``done``, ``stopped`` or the deadline."""
+    while not done.done() and not stopped.done() and time.monotonic() < deadline_s:
+        say(f"count {count()}")
+        await asyncio.wait(
+            [done, stopped],
+            timeout=min(every_s, max(0.0, deadline_s - time.monotonic())),
+        )
+
+
+async def _run(
+    loads: list[Load], spec: dict[str, Any], t0: float, stdin: StdinWords
+) -> dict[str, Any]:
+    """One run on every connection: from ``t0`` until the window's end
+    (``end_us``; None: until the parent says ``end``), then a drain of at most
+    ``drain_s``; the records to ``out`` (if given) and the totals returned."""
     loop = asyncio.get_running_loop()
-    load.t0 = t0
     offset = loop.time() - time.monotonic()  # loop clock = monotonic + offset
+    for load in loads:
+        load.t0 = t0
     await asyncio.sleep(max(0.0, t0 - time.monotonic()))
     while time.monotonic() < t0:  # uvloop's timers may fire up to a millisecond early
         await asyncio.sleep(0)
-    load.running = not load.lost
+    for load in loads:
+        load.running = not load.lost
     timers: list[asyncio.TimerHandle] = []
-    end_us = load.end_us
+    end_us: int | None = spec.get("end_us")
 
-    if load.closed:
-        now = load.now_us()
-        for c in load.clients:
-            load.issue(c, now)
-        load._flush()
+    if spec.get("mode") == "closed":
+        now = loads[0].now_us()
+        for load in loads:
+            for c in load.clients:
+                load.issue(c, now)
+            load._flush()
     else:
-        arrivals: list[tuple[int, int, Any]] = []
-        for k, c in enumerate(load.clients):
-            rng_c = random.Random(f"{spec['workload']['seed']}:arrivals:{c.index}")
-            times = arrivals_us(spec["rate_per_s"], 0, end_us, poisson=spec["poisson"], rng=rng_c)
-            first = next(times, None)
-            if first is not None:
-                heapq.heappush(arrivals, (first, k, times))
+        arrivals: list[tuple[int, int, Load, _Client, Any]] = []
+        for load in loads:
+            for c in load.clients:
+                rng_c = random.Random(f"{spec['workload']['seed']}:arrivals:{c.index}")
+                times = arrivals_us(
+                    spec["rate_per_s"], 0, end_us or 0, poisson=spec["poisson"], rng=rng_c
+                )
+                first = next(times, None)
+                if first is not None:
+                    heapq.heappush(arrivals, (first, c.index, load, c, times))
 
         def fire() -> None:
-            if not load.running:
-                return
-            now = load.now_us()
+            now = loads[0].now_us()
+            touched = set()
             while arrivals and arrivals[0][0] <= now + _EARLY_US:
-                _, k, times = heapq.heappop(arrivals)
-                load.issue(load.clients[k], now)
+                _, index, load, c, times = heapq.heappop(arrivals)
+                if not load.running:
+                    continue
+                load.issue(c, now)
+                touched.add(load)
                 nxt = next(times, None)
                 if nxt is not None:
-                    heapq.heappush(arrivals, (nxt, k, times))
-            load._flush()
+                    heapq.heappush(arrivals, (nxt, index, load, c, times))
+            for load in touched:
+                load._flush()
             if arrivals:
                 timers.append(loop.call_at(t0 + arrivals[0][0] / 1e6 + offset, fire))
 
@@ -419,21 +511,17 @@ async def _run(load: Load, spec: dict[str, Any], t0: float, stdin: StdinWords) -
     if sample_ms:
 
         def sample() -> None:
-            if load.now_us() < end_us and not load.lost:
+            asked = [
+                load
+                for load in loads
+                if (end_us is None or load.now_us() < end_us) and not load.lost
+            ]
+            for load in asked:
                 load.ask_status()
+            if asked:
                 timers.append(loop.call_later(sample_ms / 1000, sample))
 
         sample()
-
-    stopped = loop.create_task(stdin.expect("stop"))
-
-    async def report_until(deadline_s: float, done: asyncio.Future[Any]) -> None:
-        while not done.done() and not stopped.done() and time.monotonic() < deadline_s:
-            say(f"count {load.completed}")
-            await asyncio.wait(
-                [done, stopped],
-                timeout=min(REPORT_INTERVAL_S, max(0.0, deadline_s - time.monotonic())),
-            )
 
     ended: asyncio.Future[None] = loop.create_future()
 
@@ -441,37 +529,142 @@ async def _run(load: Load, spec: dict[str, Any], t0: float, stdin: StdinWords) -
         if not ended.done():
             ended.set_result(None)
 
-    timers.append(loop.call_at(t0 + end_us / 1e6 + offset, end))
-    await report_until(t0 + end_us / 1e6 + 1.0, ended)
-    load.running = False
+    listener = _Listener(stdin, end)
+    every_s = spec.get("report_s", REPORT_INTERVAL_S)
+
+    def completed() -> int:
+        return sum(load.completed for load in loads)
+
+    window_s = math.inf if end_us is None else t0 + end_us / 1e6
+    if end_us is not None:
+        timers.append(loop.call_at(window_s + offset, end))
+    await _report_until(completed, every_s, window_s + 1.0, ended, listener.stopped)
+    for load in loads:
+        load.running = False
+        if not load.pending and not load.drained.done():
+            load.drained.set_result(None)
     for t in timers:
         t.cancel()
-    if not load.pending and not load.drained.done():
-        load.drained.set_result(None)
-    await report_until(time.monotonic() + spec["drain_s"], load.drained)
-    say(f"count {load.completed}")
-    open_ops = len(load.pending)
-    stopped.cancel()
-    with open(spec["out"], "wb") as f:
-        f.write(
-            msgpack.packb(
-                {
-                    "records": load.records,
-                    "samples": load.samples,
-                    "events": sorted(load.events),
-                },
-                use_bin_type=True,
+    drained = asyncio.gather(*(load.drained for load in loads))
+    await _report_until(
+        completed, every_s, time.monotonic() + spec["drain_s"], drained, listener.stopped
+    )
+    say(f"count {completed()}")
+    listener.cancel()
+    if spec.get("out") is not None:
+        with open(spec["out"], "wb") as f:
+            f.write(
+                msgpack.packb(
+                    {
+                        "records": [r for load in loads for r in load.records],
+                        "samples": [s for load in loads for s in load.samples],
+                        "events": sorted(e for load in loads for e in load.events),
+                    },
+                    use_bin_type=True,
+                )
             )
-        )
     return {
-        "sent": load.sent,
-        "completed": load.completed,
-        "open": open_ops,
-        "retries": load.retries,
-        "fallbacks": load.fallbacks,
-        "failures": load.failures[:20],
-        "lost": load.lost,
+        "sent": sum(load.sent for load in loads),
+        "completed": completed(),
+        "open": sum(len(load.pending) for load in loads),
+        "retries": sum(load.retries for load in loads),
+        "fallbacks": sum(load.fallbacks for load in loads),
+        "failures": [f for load in loads for f in load.failures][:20],
+        "lost": any(load.lost for load in loads),
     }
+
+
+# ------------------------------------------------------------ the runtime's Client
+
+
+class _ClientRun:
+    """One run of ``load: client``: a task per client, one submit outstanding each."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.completed = 0
+        self.running = True
+        self.go: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def end(self) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    async def session(self, c: Any, stream: OpStream, registered: asyncio.Future[None]) -> None:
+        # The first submit registers the session (Client does it on demand).
+        op = stream.next()
+        await c.submit(op.payload, key=op.key)
+        self.completed += 1
+        registered.set_result(None)
+        await self.go
+        while self.running:
+            op = stream.next()
+            await c.submit(op.payload, key=op.key)
+            self.completed += 1
+
+    async def run(self, clients: list[Any], stdin: StdinWords) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        spec = self.spec
+        workload = Workload(**spec["workload"])
+        tasks, registrations = [], []
+        for c, part in zip(clients, _parts(spec, len(clients)), strict=True):
+            for index in part["clients"]:
+                fut: asyncio.Future[None] = loop.create_future()
+                registrations.append(fut)
+                tasks.append(loop.create_task(self.session(c, OpStream(workload, index), fut)))
+        await asyncio.gather(*registrations)
+        say("ready")
+        await stdin.expect("go")
+        self.go.set_result(None)
+        listener = _Listener(stdin, self.end)
+        every_s = spec.get("report_s", REPORT_INTERVAL_S)
+
+        def count() -> int:
+            return self.completed
+
+        await _report_until(count, every_s, math.inf, self.ended, listener.stopped)
+        self.running = False
+        drained = asyncio.gather(*tasks, return_exceptions=True)
+        deadline_s = time.monotonic() + spec["drain_s"]
+        await _report_until(count, every_s, deadline_s, drained, listener.stopped)
+        say(f"count {self.completed}")
+        listener.cancel()
+        failures = [repr(r) for r in drained.result() if isinstance(r, BaseException)]
+        return {
+            "sent": self.completed,
+            "completed": self.completed,
+            "open": 0,
+            "retries": sum(c.retries for c in clients),
+            "fallbacks": 0,
+            "failures": failures[:20],
+            "lost": False,
+        }
+
+
+async def _serve_clients(conn: dict[str, Any]) -> None:
+    """``load: client``: :class:`sdpaxos.runtime.client.Client` (one per node),
+    one task per client calling ``submit`` in a closed loop; what a program
+    using the runtime's client costs. Same words with the parent as
+    :func:`_serve`; no records (only the totals)."""
+    from sdpaxos.runtime.client import Client
+    from sdpaxos.runtime.config import TlsFiles
+
+    tls = None if conn.get("tls") is None else TlsFiles(*(Path(f) for f in conn["tls"]))
+    clients = [Client([(host, port)], tls=tls) for host, port in conn["nodes"]]
+    stdin = StdinWords()
+    say("connected")
+    while True:
+        line = await stdin.queue.get()
+        word, _, rest = line.partition(" ")
+        if word != "run":
+            if word in ("quit", "stop"):
+                break
+            continue
+        result = await _ClientRun(json.loads(Path(rest).read_text())).run(clients, stdin)
+        say("done " + json.dumps(result))
+    for c in clients:
+        await c.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -479,8 +672,18 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m bench.runtime_loader CONN.json", file=sys.stderr)
         return 2
-    spec = json.loads(Path(args[0]).read_text())
-    run_loop(_serve(spec), fast=True)
+    conn = json.loads(Path(args[0]).read_text())
+    client = conn.get("load") == "client"
+    # The runtime's Client asserts an asyncio.Transport, which uvloop's is not.
+    serve, fast = (_serve_clients, False) if client else (_serve, True)
+    if conn.get("profile"):
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.runcall(run_loop, serve(conn), fast)
+        prof.dump_stats(conn["profile"])
+    else:
+        run_loop(serve(conn), fast=fast)
     return 0
 
 
