@@ -439,6 +439,18 @@ def start_loader(conn: dict[str, Any], spec_path: Path, log_path: Path) -> Child
     return lines
 
 
+def stop_loaders(loaders: Sequence[ChildLines], timeout_s: float = 5.0) -> None:
+    """Tell each load generator to ``quit``, give them ``timeout_s`` to end on
+    their own (a profiled one writes its profile then), then end what is left."""
+    for lines in loaders:
+        lines.tell("quit")
+    deadline = time.monotonic() + timeout_s
+    for lines in loaders:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            lines.proc.wait(max(0.0, deadline - time.monotonic()))
+    stop_processes([lines.proc for lines in loaders], timeout_s=timeout_s)
+
+
 # ---------------------------------------------------------------------- kv-store
 
 

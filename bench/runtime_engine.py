@@ -59,7 +59,7 @@ from typing import Any
 
 import msgpack
 
-from bench.cluster import SdpaxosNodes, WrongLeader, start_loader
+from bench.cluster import SdpaxosNodes, WrongLeader, start_loader, stop_loaders
 from bench.engines import EngineUnsupported, RunOutput, RunSpec, protocol_status
 from bench.runtime_app import parse_query
 from bench.runtime_loader import KIND_READ, PATH_LOCAL, PATH_LOG
@@ -69,7 +69,6 @@ from bench.runtime_procs import (
     cpu_seconds_or_nan,
     load_average,
     machine_cpu,
-    stop_processes,
 )
 from bench.workloads import OpRecord
 from sdpaxos.profiles import BUILTIN, DelayProfile
@@ -252,9 +251,7 @@ class LocalCluster(SdpaxosNodes):
         return path.read_text(errors="replace")[-2000:] if path.exists() else "(no log)"
 
     def stop_loaders(self) -> None:
-        for lines in self.loaders.values():
-            lines.tell("quit")
-        stop_processes([lines.proc for lines in self.loaders.values()], timeout_s=5.0)
+        stop_loaders(list(self.loaders.values()))
         self.loaders.clear()
 
     def close(self) -> None:

@@ -32,7 +32,9 @@ open-loop client opens another session when all of its sessions are busy.
 Writes wait for READY; reads go through the node's read path (``READ``
 frames) where the engine says the protocol has one at this node, and through
 the log otherwise (a command waiting for EXECUTED), also after the read path
-refused. Every operation is recorded when the run names an ``out`` file, with
+refused. A run with ``keys: false`` sends its writes without their keys (the
+throughput benchmark's: SDPaxos orders every command, and a key costs bytes at
+every node). Every operation is recorded when the run names an ``out`` file, with
 its invoke and complete times in microseconds of ``time.monotonic()`` from the
 origin the parent gives (the same clock in every process of this machine).
 
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import json
 import math
 import os
@@ -107,12 +110,46 @@ class _Session:
         self.uid = uid
 
 
-class _Client:
-    __slots__ = ("free", "index", "stream")
+#: An operation as the loader issues it: (kind, key, payload).
+OpTuple = tuple[str, bytes, bytes]
 
-    def __init__(self, index: int, stream: OpStream) -> None:
+
+def op_source(workload: Workload, stream: int) -> Callable[[], OpTuple]:
+    """Client ``stream``'s operations: :class:`bench.workloads.OpStream`'s, as tuples.
+
+    A workload of writes only, each on a key of its own (no reads, no
+    conflicts: the throughput benchmark's), draws nothing at random that
+    changes an operation: its keys and payloads are spelled here without
+    OpStream's two draws and its ``Op`` per operation, the same ones (a test
+    compares them). Why: at 10^5 commands a second on a shared 2-core machine
+    the load generator's CPU is taken from the nodes it measures, and
+    ``OpStream.next`` was a third of it.
+    """
+    w = workload
+    if w.read_pct == 0 and w.conflict_pct == 0 and w.keys == "conflict":
+        count = itertools.count(1)
+        size = w.payload_bytes
+
+        def plain() -> OpTuple:
+            n = next(count)
+            return "write", b"u%d-%d" % (stream, n), (b"s%dn%d" % (stream, n)).ljust(size, b".")
+
+        return plain
+    ops = OpStream(workload, stream)
+
+    def drawn() -> OpTuple:
+        op = ops.next()
+        return op.kind, op.key, op.payload
+
+    return drawn
+
+
+class _Client:
+    __slots__ = ("free", "index", "next_op")
+
+    def __init__(self, index: int, next_op: Callable[[], OpTuple]) -> None:
         self.index = index
-        self.stream = stream
+        self.next_op = next_op
         self.free: list[_Session] = []
 
 
@@ -143,7 +180,7 @@ class Load(asyncio.Protocol):
         self.clients: list[_Client] = []
         if spec is not None:
             workload = Workload(**spec["workload"])
-            self.clients = [_Client(i, OpStream(workload, i)) for i in spec["clients"]]
+            self.clients = [_Client(i, op_source(workload, i)) for i in spec["clients"]]
         self.closed = self.spec.get("mode") == "closed"
         self.read_local = self.spec.get("read_path") == "local"
         end_us = self.spec.get("end_us", 0)
@@ -156,6 +193,9 @@ class Load(asyncio.Protocol):
         #: kept when the run writes them (``out``).
         self.records: list[list[Any]] = []
         self.keep_records = self.spec.get("out") is not None
+        #: Writes name their key (the protocols that order by conflicts need it);
+        #: ``keys: false`` sends none, as a client of SDPaxos alone may.
+        self.send_keys: bool = self.spec.get("keys", True)
         #: request id -> (record, session, client, submit item or None)
         self.pending: dict[int, tuple[list[Any], _Session, _Client, list[Any] | None]] = {}
         self.samples: list[list[Any]] = []
@@ -182,7 +222,10 @@ class Load(asyncio.Protocol):
         if not items and not frames:
             return
         if len(items) == 1 or not self.batch:
-            frames += [self._frame([_SUBMIT, *item]) for item in items]
+            pack, prefix = self._pack, self._prefix
+            for item in items:
+                packed = b"\xc1" + pack([_SUBMIT, *item])
+                frames.append(prefix(len(packed)) + packed)
         elif items:
             # At most MANY_ITEMS_MAX items and _MANY_BYTES_MAX bytes of payload per
             # frame: a node closes a connection that sends a frame over its limit.
@@ -226,25 +269,31 @@ class Load(asyncio.Protocol):
         return _Session(cid, client.index + 1 if self.closed else uid)
 
     def issue(self, client: _Client, now_us: int) -> None:
-        op = client.stream.next()
-        session = self._session(client)
+        kind, key, payload = client.next_op()
+        session = client.free.pop() if client.free else self._session(client)
         self._rid += 1
         rid = self._rid
-        if op.kind == "write":
-            rec = [session.uid, KIND_WRITE, PATH_COMMIT, op.key, now_us, -1]
-            payload = op.payload
-            if op.key == HOT_KEY:
+        if kind == "write":
+            rec = [session.uid, KIND_WRITE, PATH_COMMIT, key, now_us, -1]
+            if key == HOT_KEY:
                 payload = HOT_MARK + payload[1:]
             session.seq += 1
-            item = [rid, session.client_id, session.seq, payload, op.key, 0]
+            item = [
+                rid,
+                session.client_id,
+                session.seq,
+                payload,
+                key if self.send_keys else None,
+                0,
+            ]
             self._items.append(item)
             self.pending[rid] = (rec, session, client, item)
         elif self.read_local:
-            rec = [session.uid, KIND_READ, PATH_LOCAL, op.key, now_us, -1]
-            self._frames.append(self._frame([_READ, rid, op.key, None, False]))
+            rec = [session.uid, KIND_READ, PATH_LOCAL, key, now_us, -1]
+            self._frames.append(self._frame([_READ, rid, key, None, False]))
             self.pending[rid] = (rec, session, client, None)
         else:
-            rec = [session.uid, KIND_READ, PATH_LOG, op.key, now_us, -1]
+            rec = [session.uid, KIND_READ, PATH_LOG, key, now_us, -1]
             self._through_log(rid, rec, session, client)
         if self.keep_records:
             self.records.append(rec)
@@ -591,16 +640,18 @@ class _ClientRun:
         if not self.ended.done():
             self.ended.set_result(None)
 
-    async def session(self, c: Any, stream: OpStream, registered: asyncio.Future[None]) -> None:
+    async def session(
+        self, c: Any, next_op: Callable[[], OpTuple], registered: asyncio.Future[None]
+    ) -> None:
         # The first submit registers the session (Client does it on demand).
-        op = stream.next()
-        await c.submit(op.payload, key=op.key)
+        _, key, payload = next_op()
+        await c.submit(payload, key=key)
         self.completed += 1
         registered.set_result(None)
         await self.go
         while self.running:
-            op = stream.next()
-            await c.submit(op.payload, key=op.key)
+            _, key, payload = next_op()
+            await c.submit(payload, key=key)
             self.completed += 1
 
     async def run(self, clients: list[Any], stdin: StdinWords) -> dict[str, Any]:
@@ -612,7 +663,7 @@ class _ClientRun:
             for index in part["clients"]:
                 fut: asyncio.Future[None] = loop.create_future()
                 registrations.append(fut)
-                tasks.append(loop.create_task(self.session(c, OpStream(workload, index), fut)))
+                tasks.append(loop.create_task(self.session(c, op_source(workload, index), fut)))
         await asyncio.gather(*registrations)
         say("ready")
         await stdin.expect("go")

@@ -5,28 +5,31 @@ What runs
 
 A local cluster (:func:`sdpaxos.runtime.local.make_local_cluster`, TLS on
 unless ``--insecure``) in a temporary directory, and its 3 replicas as real
-processes (``python -m sdpaxos node --config F --id N [--no-fsync]``, the
-default app ``digest``). Once every node answers a status request, sees both
-peers and a sequencer holds its lease, ``--loaders`` load-generator processes
-(this module with ``--loader-child``) open ``--outstanding`` sessions in total,
-spread evenly over the 3 nodes, each session registered through the log like
-the runtime's :class:`~sdpaxos.runtime.client.Client` does. Each session then
-runs a closed loop: one 16-byte command outstanding, the next one sent as soon
-as the node answers READY.
+processes (:class:`bench.cluster.SdpaxosNodes`: ``python -m sdpaxos node
+--config F --id N [--no-fsync]``, the default app ``digest``). Once the
+cluster is up (every node answers a status request and sees both peers, and a
+sequencer holds its lease), ``--loaders`` load-generator processes
+(:mod:`bench.runtime_loader`, the one every ``--engine runtime`` experiment
+uses), each connected to every node, run ``--outstanding`` closed-loop
+clients in total, spread evenly over the 3 nodes: one 16-byte write
+outstanding each (:class:`bench.workloads.OpStream`'s, no conflicts, sent
+without a key: SDPaxos orders every command), the next one sent as soon as the
+node answers READY. A client holds a session id of its
+own choosing (no registration through the log; see the loader).
 
-Two load generators (``--load``):
+Three load generators (``--load``):
 
 * ``raw`` (default): the runtime's client frames
   (:mod:`sdpaxos.runtime.frames`) over one connection per node, no task or
   future per command; the commands that a read of the socket unblocks go out in
-  one write. It is what a lean client costs, so that the nodes, not the
-  generator, are what is measured.
+  one write, one ``SUBMIT`` frame each. It is what a lean client costs, so that
+  the nodes, not the generator, are what is measured.
 * ``client``: :class:`sdpaxos.runtime.client.Client` (one per node), one task
-  per session calling ``submit``.
+  per session calling ``submit`` (its first submit registers the session).
 * ``batch``: the raw loader again, but the commands that one socket read
   unblocks go out as one ``SUBMIT_MANY`` frame, and the node answers each flush
   with one ``REPLY_MANY`` (what :class:`~sdpaxos.runtime.client.Client` does
-  for the submits of one loop turn).
+  for the submits of one loop turn, and what ``--engine runtime`` loads do).
 
 After ``--warmup`` seconds (not measured) the window opens: it lasts
 ``--seconds``, or until ``--commands`` READY replies came in it, whichever is
@@ -38,9 +41,11 @@ invocation (a fresh cluster each), and the table gives their ratio.
 
 Verification (exit status 1 on failure): after the load stops and every
 outstanding command was answered, a linearizable read (``Client.read``) at each
-node returns the ``DigestLog`` count and digest; all three must be equal, and
-the count must equal the commands the generators saw answered (plus nothing
-else: a session's registration is not applied to the state machine).
+node returns the app's count and digest (:func:`digest_of`: the ``digest``
+app's BLAKE2b chain, or :class:`bench.runtime_app.BenchLog`'s sum and chains
+with ``--app bench.runtime_app:BenchLog``); all three must be equal, and the
+count must equal the commands the generators saw answered (plus nothing else:
+a session's registration is not applied to the state machine).
 
 Run ``python -m bench.runtime_throughput --help`` for the knobs.
 """
@@ -57,9 +62,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import SdpaxosNodes, start_loader
+from bench.cluster import SdpaxosNodes, start_loader, stop_loaders
 from bench.runtime_app import QUERY_BYTES, BenchLog, parse_query
-from bench.runtime_procs import ChildLines, cpu_seconds, machine_cpu, stop_processes
+from bench.runtime_procs import ChildLines, cpu_seconds, machine_cpu
 from bench.runtime_procs import split as _split
 from bench.workloads import Workload
 
@@ -165,6 +170,7 @@ def _start_loaders(args: argparse.Namespace, nodes: SdpaxosNodes, label: str) ->
             "end_us": None,
             "drain_s": LOADER_TIMEOUT_S,
             "report_s": REPORT_INTERVAL_S,
+            "keys": False,  # SDPaxos orders every command: no key needed, none sent
         }
         base += count
         run_path = nodes.dir / f"run{i}.json"
@@ -284,9 +290,7 @@ def run_mode(args: argparse.Namespace, fsync: bool, progress: Any) -> ModeResult
             ],
         )
     finally:
-        for ld in loaders:
-            ld.tell("quit")
-        stop_processes([ld.proc for ld in loaders], timeout_s=5.0)
+        stop_loaders(loaders)
         nodes.close()
 
 

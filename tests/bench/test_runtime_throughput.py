@@ -8,7 +8,9 @@ import pytest
 
 from bench import runtime_throughput as rt
 from bench.runtime_app import BenchLog
+from bench.runtime_loader import op_source
 from bench.runtime_throughput import CrcLog
+from bench.workloads import OpStream, Workload
 
 
 def test_cpu_seconds_of_this_process_grows() -> None:
@@ -80,3 +82,18 @@ def test_smallest_run_agrees_and_reports(
     assert len(res["node_cpu_s_per_1000"]) == 3
     assert len(set(res["digests"])) == 1
     assert res["executed"] == [res["answered_total"]] * 3
+
+
+def test_the_loader_s_plain_writes_are_op_stream_s_ops() -> None:
+    """The load generator spells a write-only, conflict-free workload's operations
+    without OpStream's draws (cheaper per command): they must be OpStream's."""
+    for workload in (Workload(payload_bytes=16, seed=1), Workload(payload_bytes=1024, seed=7)):
+        for stream in (0, 17, 2999):
+            ops = OpStream(workload, stream)
+            source = op_source(workload, stream)
+            for _ in range(1000):
+                op = ops.next()
+                assert source() == (op.kind, op.key, op.payload)
+    drawn = Workload(conflict_pct=5.0, read_pct=10.0, seed=3)  # drawn: OpStream's own
+    ops, source = OpStream(drawn, 4), op_source(drawn, 4)
+    assert [source() for _ in range(200)] == [(o.kind, o.key, o.payload) for o in ops.take(200)]
