@@ -120,7 +120,9 @@ def digest_of(value: bytes | None) -> tuple[int, str]:
     (:func:`~bench.runtime_app.parse_query`: count, sum, order and hot chains)."""
     if value is not None and len(value) == QUERY_BYTES:
         count, total, chain, hot = parse_query(value)
-        return count, f"{total:032x}{chain.hex()}{hot.hex()}"
+        # The order chain first: its 61 bits fill the 16 digits a progress line shows.
+        order, hot_order = int.from_bytes(chain, "big"), int.from_bytes(hot, "big")
+        return count, f"{order:016x}{hot_order:016x}{total:032x}"
     if value is None or len(value) != _DIGEST_ANSWER_BYTES:
         raise ValueError(f"not an answer of the digest app or BenchLog: {value!r:.80}")
     return int.from_bytes(value[:8], "big"), value[8:].hex()
