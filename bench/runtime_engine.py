@@ -61,8 +61,8 @@ import msgpack
 
 from bench.cluster import SdpaxosNodes, WrongLeader, start_loader, stop_loaders
 from bench.engines import EngineUnsupported, RunOutput, RunSpec, protocol_status
+from bench.raw_load import KIND_READ, PATH_LOCAL, PATH_LOG
 from bench.runtime_app import parse_query
-from bench.runtime_loader import KIND_READ, PATH_LOCAL, PATH_LOG
 from bench.runtime_procs import (
     ChildLines,
     DutyCycle,

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from bench import runtime_throughput as rt
+from bench.raw_load import op_source
 from bench.runtime_app import BenchLog
-from bench.runtime_loader import op_source
 from bench.runtime_throughput import CrcLog
 from bench.workloads import OpStream, Workload
 
