@@ -206,12 +206,14 @@ def is_up(statuses: Sequence[dict[str, Any] | None], protocol: str, leader: int 
     if protocol not in LEADER_PROTOCOLS:
         return connected
     leading = [k for k, s in enumerate(up) if s.get("is_sequencer") and s.get("has_lease")]
-    if leader is not None:
-        others = [k for k in leading if k != leader]
-        if others:
-            raise WrongLeader(others[0])
-        return connected and leader in leading
-    return connected and bool(leading)
+    if leader is None:
+        return connected and bool(leading)
+    if connected and leader in leading:
+        return True  # another's stale claim beside it is not a lost lead
+    others = [k for k in leading if k != leader]
+    if others:
+        raise WrongLeader(others[0])
+    return False
 
 
 class SdpaxosNodes(Nodes):

@@ -34,6 +34,7 @@ def test_up_is_every_node_answering_seeing_its_peers_and_a_leader_with_its_lease
     with pytest.raises(WrongLeader) as exc:
         is_up(up, "sdpaxos", 2)
     assert exc.value.leader == 0
+    assert is_up([_status(leads=True), _status(), _status(leads=True)], "sdpaxos", 2)
 
 
 def test_a_wait_gives_up_saying_what_is_missing_or_when_its_check_raises() -> None:
