@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import KvNodes
-from bench.pysyncobj_cluster import process_cpu_s
 from bench.redis_benchmark import Address, run_spread
+from bench.runtime_procs import cpu_seconds
 from kvstore.local import make_kv_cluster
 
 #: Outstanding requests, as in the PySyncObj run (clients x pipeline).
@@ -86,7 +86,7 @@ def run_kvstore(
                         f"kv-store fsync {'on' if fsync else 'off'}: {test} -c {clients} "
                         f"-P {pipeline}"
                     )
-                    nodes_before = [process_cpu_s(pid) for pid in cluster.pids if pid is not None]
+                    nodes_before = [cpu_seconds(pid) for pid in cluster.pids if pid is not None]
                     load_before = _children_cpu_s()
                     result = run_spread(
                         [Address(h, p) for h, p in addresses],
@@ -99,7 +99,7 @@ def run_kvstore(
                     )
                     # redis-benchmark's processes are reaped: their CPU is the children's.
                     load_s = _children_cpu_s() - load_before
-                    nodes = [process_cpu_s(pid) for pid in cluster.pids if pid is not None]
+                    nodes = [cpu_seconds(pid) for pid in cluster.pids if pid is not None]
                     nodes_s = sum(nodes) - sum(nodes_before)
                     for name, r in result["results"].items():  # type: ignore[union-attr]
                         rows.append(
