@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from bench.cluster import KvNodes
 from bench.redis_benchmark import Address, run_spread
@@ -101,7 +101,8 @@ def run_kvstore(
                     load_s = _children_cpu_s() - load_before
                     nodes = [cpu_seconds(pid) for pid in cluster.pids if pid is not None]
                     nodes_s = sum(nodes) - sum(nodes_before)
-                    for name, r in result["results"].items():  # type: ignore[union-attr]
+                    merged = cast(dict[str, dict[str, float]], result["results"])
+                    for name, r in merged.items():
                         rows.append(
                             {
                                 "system": f"kv-store (fsync {'on' if fsync else 'off'})",

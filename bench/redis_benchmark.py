@@ -379,11 +379,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.start_redis_server:
         with redis_server() as address:
-            out = run_spread([address], tests, **kwargs)  # type: ignore[arg-type]
+            out = run_spread([address], tests, **kwargs)
     else:
         if not args.addr:
             parser.error("give --addr (repeatable) or --start-redis-server")
-        out = run_spread([Address.parse(a) for a in args.addr], tests, **kwargs)  # type: ignore[arg-type]
+        out = run_spread([Address.parse(a) for a in args.addr], tests, **kwargs)
     print(format_table(out["results"]), file=sys.stderr)  # type: ignore[arg-type]
     text = json.dumps(out, indent=2)
     print(text)
