@@ -51,6 +51,8 @@ _READY, _EXECUTED, _READ_OK, _RETRY = (
     int(rf.Code.READ_OK),
     int(rf.Code.RETRY),
 )
+#: The answers that complete an operation.
+_DONE = frozenset({_READY, _EXECUTED, _READ_OK})
 
 
 class _Session:
@@ -279,14 +281,15 @@ class Load(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         unpack = msgpack.unpackb
+        reply = self._reply
         now_us = self.now_us()
         for payload in self._incoming(data):
             body = unpack(payload[1:], use_list=False)
             if body[0] == _REPLY_MANY:
                 for rid, code, value in body[1]:
-                    self._reply(rid, code, value, now_us)
+                    reply(rid, code, value, now_us)
             else:
-                self._reply(body[1], body[2], body[3], now_us)
+                reply(body[1], body[2], body[3], now_us)
         self._flush()
         if not self.running and not self.pending and not self.drained.done():
             self.drained.set_result(None)
@@ -299,7 +302,7 @@ class Load(asyncio.Protocol):
                 self._sample(value, now_us)
             return
         rec, session, client, item = entry
-        if code in (_READY, _EXECUTED, _READ_OK):
+        if code in _DONE:
             rec[5] = now_us
             self.completed += 1
             client.free.append(session)
