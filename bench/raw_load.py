@@ -83,10 +83,11 @@ def op_source(workload: Workload, stream: int) -> Callable[[], OpTuple]:
     if w.read_pct == 0 and w.conflict_pct == 0 and w.keys == "conflict":
         count = itertools.count(1)
         size = w.payload_bytes
+        key_head, payload_head = b"u%d-" % stream, b"s%dn" % stream
 
         def plain() -> OpTuple:
-            n = next(count)
-            return "write", b"u%d-%d" % (stream, n), (b"s%dn%d" % (stream, n)).ljust(size, b".")
+            n = b"%d" % next(count)
+            return "write", key_head + n, (payload_head + n).ljust(size, b".")
 
         return plain
     ops = OpStream(workload, stream)
@@ -175,12 +176,20 @@ class Load(asyncio.Protocol):
         items, frames = self._items, self._frames
         if not items and not frames:
             return
-        if len(items) == 1 or not self.batch:
+        if not items:
+            pass  # reads and status requests only
+        elif len(items) == 1 or not self.batch:
             pack, prefix = self._pack, self._prefix
             for item in items:
                 packed = b"\xc1" + pack([_SUBMIT, *item])
                 frames.append(prefix(len(packed)) + packed)
-        elif items:
+        elif (
+            len(items) <= rf.MANY_ITEMS_MAX
+            and sum(len(item[3]) + len(item[4] or b"") + _ITEM_OVERHEAD for item in items)
+            <= _MANY_BYTES_MAX
+        ):
+            frames.append(self._frame([_SUBMIT_MANY, items]))
+        else:
             # At most MANY_ITEMS_MAX items and _MANY_BYTES_MAX bytes of payload per
             # frame: a node closes a connection that sends a frame over its limit.
             chunk: list[list[Any]] = []
@@ -231,15 +240,8 @@ class Load(asyncio.Protocol):
             rec = [session.uid, KIND_WRITE, PATH_COMMIT, key, now_us, -1]
             if key == HOT_KEY:
                 payload = HOT_MARK + payload[1:]
-            session.seq += 1
-            item = [
-                rid,
-                session.client_id,
-                session.seq,
-                payload,
-                key if self.send_keys else None,
-                0,
-            ]
+            seq = session.seq = session.seq + 1
+            item = [rid, session.client_id, seq, payload, key if self.send_keys else None, 0]
             self._items.append(item)
             self.pending[rid] = (rec, session, client, item)
         elif self.read_local:

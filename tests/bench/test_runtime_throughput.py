@@ -1,13 +1,17 @@
 """The runtime throughput benchmark in its smallest mode: it runs, the nodes agree, the
 JSON has its keys. Never asserts a rate: that depends on the machine."""
 
+import asyncio
 import json
 import os
+import random
+from typing import Any
 
+import msgpack
 import pytest
 
 from bench import runtime_throughput as rt
-from bench.raw_load import op_source
+from bench.raw_load import Load, op_source
 from bench.runtime_app import BenchLog
 from bench.runtime_throughput import CrcLog
 from bench.workloads import OpStream, Workload
@@ -97,3 +101,49 @@ def test_the_loader_s_plain_writes_are_op_stream_s_ops() -> None:
     drawn = Workload(conflict_pct=5.0, read_pct=10.0, seed=3)  # drawn: OpStream's own
     ops, source = OpStream(drawn, 4), op_source(drawn, 4)
     assert [source() for _ in range(200)] == [(o.kind, o.key, o.payload) for o in ops.take(200)]
+
+
+class _Wire:
+    """A transport that keeps what the loader writes, as decoded frames."""
+
+    def __init__(self) -> None:
+        self.frames: list[Any] = []
+
+    def write(self, data: bytes) -> None:
+        at = 0
+        while at < len(data):
+            size = int.from_bytes(data[at : at + 4], "big")
+            self.frames.append(msgpack.unpackb(data[at + 5 : at + 4 + size]))
+            at += 4 + size
+
+    def is_closing(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_the_raw_loader_sends_submit_many_or_one_submit_each_and_no_empty_batch(
+    batch: bool,
+) -> None:
+    """--load batch: the submits of one flush in one SUBMIT_MANY (14); --load raw:
+    one SUBMIT (10) each; a flush of reads alone sends no empty SUBMIT_MANY (a node
+    closes the connection that sends one)."""
+
+    async def run() -> list[Any]:
+        load = Load(random.Random(1), batch)
+        wire = _Wire()
+        load.transport = wire  # type: ignore[assignment]
+        spec = {"clients": [0, 1, 2], "mode": "closed", "read_path": "local", "end_us": None}
+        load.begin({**spec, "workload": Workload(seed=1).to_json(), "keys": False})
+        for client in load.clients:
+            load.issue(client, 0)
+        load._flush()
+        load.begin({**spec, "workload": Workload(read_pct=100.0, seed=1).to_json()})
+        load.issue(load.clients[0], 0)
+        load._flush()
+        return wire.frames
+
+    frames = asyncio.run(run())
+    kinds = [f[0] for f in frames]
+    assert kinds == ([14, 11] if batch else [10, 10, 10, 11])
+    if batch:
+        assert len(frames[0][1]) == 3 and all(item[4] is None for item in frames[0][1])
