@@ -29,7 +29,10 @@ split evenly over the connections, in order), and issue them
 Each client holds sessions of its own choosing (random 63-bit ids: the
 protocols' sessions never expire here, so a client may pick its id, see
 :mod:`sdpaxos.core.sessions`), one operation outstanding per session; an
-open-loop client opens another session when all of its sessions are busy.
+open-loop client opens another session when all of its sessions are busy. A
+run with ``register: true`` registers one session per client through the log
+before it says ``ready`` (the throughput benchmark's: the nodes' small ids
+cost them less per command).
 Writes wait for READY; reads go through the node's read path (``READ``
 frames) where the engine says the protocol has one at this node, and through
 the log otherwise (a command waiting for EXECUTED), also after the read path
@@ -105,6 +108,8 @@ async def _serve(conn: dict[str, Any]) -> None:
         run_spec = json.loads(Path(rest).read_text())
         for load, part in zip(loads, _parts(run_spec, len(loads)), strict=True):
             load.begin(part)
+        if run_spec.get("register"):
+            await asyncio.gather(*(load.register() for load in loads))
         say("ready")
         t0 = float(await stdin.expect("go"))
         result = await _run(loads, run_spec, t0, stdin)

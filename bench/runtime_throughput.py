@@ -14,8 +14,8 @@ uses), each connected to every node, run ``--outstanding`` closed-loop
 clients in total, spread evenly over the 3 nodes: one 16-byte write
 outstanding each (:class:`bench.workloads.OpStream`'s, no conflicts, sent
 without a key: SDPaxos orders every command), the next one sent as soon as the
-node answers READY. A client holds a session id of its
-own choosing (no registration through the log; see the loader).
+node answers READY. Each client's session is registered through the log
+first, as the runtime's :class:`~sdpaxos.runtime.client.Client` does.
 
 Three load generators (``--load``):
 
@@ -173,6 +173,7 @@ def _start_loaders(args: argparse.Namespace, nodes: SdpaxosNodes, label: str) ->
             "drain_s": LOADER_TIMEOUT_S,
             "report_s": REPORT_INTERVAL_S,
             "keys": False,  # SDPaxos orders every command: no key needed, none sent
+            "register": True,  # sessions registered through the log, as Client does
         }
         base += count
         run_path = nodes.dir / f"run{i}.json"
