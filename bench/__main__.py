@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import RESULTS_ROOT, Context
-from bench.engines import RuntimeEngine
 from bench.experiments.parts import part
+from bench.runtime_engine import RuntimeEngine
 from sdpaxos.profiles import DelayProfile, ProfileError, builtin, load_json
 from sdpaxos.protocols import PROTOCOL_NAMES
 

@@ -19,10 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.engines import ENGINES, Engine, RunOutput, RunSpec, protocol_status
+from bench.engines import Engine, RunOutput, RunSpec, SimEngine, protocol_status
+from bench.runtime_engine import RuntimeEngine
 from bench.workloads import write_history
 from sdpaxos.profiles import DelayProfile
 
+#: The engines by ``--engine`` name. Here, not in :mod:`bench.engines`: the
+#: runtime engine's module imports the engines' shared types, so the registry
+#: that names both must sit above the two, or they would import each other.
+ENGINES: dict[str, Callable[[], Engine]] = {"sim": SimEngine, "runtime": RuntimeEngine}
 #: Where results go when ``--out`` is not given: ``bench/results/<experiment>/``.
 RESULTS_ROOT = Path(__file__).resolve().parent / "results"
 

@@ -3,7 +3,7 @@
 Why engines: the experiments say *what* to measure (regions, clients, faults,
 workload); an engine says *where*: in the simulator's virtual time
 (:class:`SimEngine`) or on real node processes behind the delay emulator
-(:class:`RuntimeEngine`, :mod:`bench.runtime_engine`). Both take a
+(:class:`bench.runtime_engine.RuntimeEngine`). Both take a
 :class:`RunSpec` and return a :class:`RunOutput` holding per-operation records,
 so statistics, tables and histories are computed one way for both. Their one
 difference in what a record means: the simulator measures latency at the
@@ -384,71 +384,8 @@ class SimEngine:
         return out
 
 
-# -- real processes ---------------------------------------------------------------
-
-
-class RuntimeEngine:
-    """Real ``python -m sdpaxos node`` processes on loopback, delayed by the emulator.
-
-    Any protocol, any spec the runtime can run (:func:`bench.runtime_engine.check`
-    says what it cannot, as :class:`EngineUnsupported`): one node process per
-    region, one load-generator process per region with clients, faults as
-    signals (SIGKILL; a SIGSTOP/SIGCONT duty cycle for a slow node). The bulk is
-    in :mod:`bench.runtime_engine`. ``fsync`` is off by default, as in the
-    paper's prototype; ``metrics`` serves each node's ``/metrics`` so that runs
-    report the node-side commit latency too. A cluster is reused by the next
-    spec that fits it: :meth:`close` (or ``with``) ends every process.
-    """
-
-    name = "runtime"
-    #: fsync when the constructor is not told (``python -m bench --fsync`` sets it).
-    fsync_default = False
-
-    def __init__(self, fsync: bool | None = None, metrics: bool = False) -> None:
-        from bench.runtime_engine import RuntimeRunner
-
-        fsync = self.fsync_default if fsync is None else fsync
-        self._runner = RuntimeRunner(fsync=fsync, metrics=metrics)
-
-    @property
-    def fsync(self) -> bool:
-        return self._runner.fsync
-
-    @property
-    def metrics(self) -> bool:
-        return self._runner.metrics
-
-    @metrics.setter
-    def metrics(self, on: bool) -> None:
-        if on != self._runner.metrics:
-            self._runner.close()
-            self._runner.metrics = on
-
-    def check(self, spec: RunSpec) -> None:
-        """Raise :class:`EngineUnsupported` unless this engine can run ``spec``."""
-        from bench.runtime_engine import check
-
-        check(spec)
-
-    def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput:
-        return self._runner.run(spec, progress)
-
-    def close(self) -> None:
-        """End every node process this engine started."""
-        self._runner.close()
-
-    def __enter__(self) -> RuntimeEngine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def close_engine(engine: Engine) -> None:
     """End what ``engine`` holds (the runtime's processes); nothing for the simulator."""
     close = getattr(engine, "close", None)
     if close is not None:
         close()
-
-
-ENGINES: dict[str, Callable[[], Engine]] = {"sim": SimEngine, "runtime": RuntimeEngine}

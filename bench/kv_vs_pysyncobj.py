@@ -35,11 +35,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from bench.pysyncobj_cluster import process_cpu_s
+from bench.cluster import KvNodes
 from bench.redis_benchmark import Address, run_spread
-from kvstore.cluster import ProcessCluster
+from bench.runtime_procs import cpu_seconds
 from kvstore.local import make_kv_cluster
 
 #: Outstanding requests, as in the PySyncObj run (clients x pipeline).
@@ -77,9 +77,8 @@ def run_kvstore(
     rows = []
     with tempfile.TemporaryDirectory(prefix="kv-bench-") as d:
         path = make_kv_cluster(d, 3, profile=None, protocol=PROTOCOL)
-        with ProcessCluster(path, fsync=fsync, bootstrap=True) as cluster:
-            cluster.start_all()
-            cluster.wait_ready()
+        with KvNodes(path, fsync=fsync) as cluster:
+            cluster.start_up()
             addresses = [cluster.redis_address(k) for k in range(3)]
             for clients, pipeline in shapes:
                 for test in tests:
@@ -87,7 +86,7 @@ def run_kvstore(
                         f"kv-store fsync {'on' if fsync else 'off'}: {test} -c {clients} "
                         f"-P {pipeline}"
                     )
-                    nodes_before = [process_cpu_s(p.pid) for p in cluster.procs if p is not None]
+                    nodes_before = [cpu_seconds(pid) for pid in cluster.pids if pid is not None]
                     load_before = _children_cpu_s()
                     result = run_spread(
                         [Address(h, p) for h, p in addresses],
@@ -100,9 +99,10 @@ def run_kvstore(
                     )
                     # redis-benchmark's processes are reaped: their CPU is the children's.
                     load_s = _children_cpu_s() - load_before
-                    nodes = [process_cpu_s(p.pid) for p in cluster.procs if p is not None]
+                    nodes = [cpu_seconds(pid) for pid in cluster.pids if pid is not None]
                     nodes_s = sum(nodes) - sum(nodes_before)
-                    for name, r in result["results"].items():  # type: ignore[union-attr]
+                    merged = cast(dict[str, dict[str, float]], result["results"])
+                    for name, r in merged.items():
                         rows.append(
                             {
                                 "system": f"kv-store (fsync {'on' if fsync else 'off'})",

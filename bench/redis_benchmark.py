@@ -52,9 +52,19 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as ``python bench/redis_benchmark.py`` (bench/README.md)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.cluster import wait_until
+from kvstore.cluster import redis_ping
+
+#: How long a throw-away ``redis-server`` gets to answer PING.
+START_TIMEOUT_S = 10.0
 
 #: CSV column -> key in the parsed result (``redis-benchmark`` 7.x names).
 CSV_COLUMNS: dict[str, str] = {
@@ -276,17 +286,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(host: str, port: int, timeout_s: float = 10.0) -> None:
-    """Block until a TCP connect to ``host:port`` succeeds, or raise TimeoutError."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{host}:{port} did not open in {timeout_s} s") from None
-            time.sleep(0.05)
+def _check_running(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is not None:
+        raise RuntimeError(f"redis-server exited with {proc.returncode}")
 
 
 @contextlib.contextmanager
@@ -316,7 +318,12 @@ def redis_server(executable: str = "redis-server") -> Iterator[Address]:
     log = open(os.path.join(workdir, "redis.log"), "w")  # noqa: SIM115 (closed in finally)
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for_port("127.0.0.1", port)
+        wait_until(
+            lambda: redis_ping("127.0.0.1", port),
+            timeout_s=START_TIMEOUT_S,
+            what=lambda: f"redis-server did not answer PING on 127.0.0.1:{port}",
+            check=lambda: _check_running(proc),
+        )
         yield Address("127.0.0.1", port)
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -372,11 +379,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.start_redis_server:
         with redis_server() as address:
-            out = run_spread([address], tests, **kwargs)  # type: ignore[arg-type]
+            out = run_spread([address], tests, **kwargs)
     else:
         if not args.addr:
             parser.error("give --addr (repeatable) or --start-redis-server")
-        out = run_spread([Address.parse(a) for a in args.addr], tests, **kwargs)  # type: ignore[arg-type]
+        out = run_spread([Address.parse(a) for a in args.addr], tests, **kwargs)
     print(format_table(out["results"]), file=sys.stderr)  # type: ignore[arg-type]
     text = json.dumps(out, indent=2)
     print(text)

@@ -292,7 +292,10 @@ def measure(runner: RuntimeRunner, proto: str, n: int, args: argparse.Namespace)
     if not ops:
         print(f"{proto}, {n} nodes: no run counted", flush=True)
         return {"protocol": proto, "replicas": n, "runs": 0}
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs)
+
     result: dict[str, Any] = {
         "protocol": proto,
         "replicas": n,

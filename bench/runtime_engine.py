@@ -48,10 +48,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -63,28 +59,20 @@ from typing import Any
 
 import msgpack
 
+from bench.cluster import SdpaxosNodes, WrongLeader, start_loader, stop_loaders
 from bench.engines import EngineUnsupported, RunOutput, RunSpec, protocol_status
+from bench.raw_load import KIND_READ, PATH_LOCAL, PATH_LOG
 from bench.runtime_app import parse_query
-from bench.runtime_loader import KIND_READ, PATH_LOCAL, PATH_LOG
 from bench.runtime_procs import (
     ChildLines,
     DutyCycle,
     cpu_seconds_or_nan,
     load_average,
     machine_cpu,
-    spawn,
-    stop_processes,
 )
 from bench.workloads import OpRecord
 from sdpaxos.profiles import BUILTIN, DelayProfile
-from sdpaxos.runtime.local import (
-    LOCAL_CLIENT_CERTS,
-    LOCAL_REPLICAS_MAX,
-    client_tls,
-    free_ports,
-    make_local_cluster,
-    node_configs,
-)
+from sdpaxos.runtime.local import LOCAL_REPLICAS_MAX, make_local_cluster
 
 Progress = Callable[[str], None]
 
@@ -92,8 +80,6 @@ Progress = Callable[[str], None]
 LAN_RTT_MS = 1.0
 #: The app every node runs (see :mod:`bench.runtime_app`).
 APP = "bench.runtime_app:BenchLog"
-#: Processes may take this long to come up (TLS, imports, a leader's lease).
-STARTUP_TIMEOUT_S = 90.0
 #: Starts of a cluster whose leader did not end up where the spec put it.
 START_ATTEMPTS = 5
 #: Loaders may take this long to connect.
@@ -120,8 +106,6 @@ TOTAL_ORDER = frozenset({"sdpaxos", "multipaxos", "mencius"})
 #: view is established (``Establish``, at each follower) and who won it
 #: (``BecomeSequencer``, at the winner only).
 TRACE_EVENTS = ("StragglerSuspect", "StragglerViewChange", "Establish", "BecomeSequencer")
-#: Protocols with a single leader whose lease is awaited before load starts.
-LEADER_PROTOCOLS = frozenset({"sdpaxos", "multipaxos"})
 
 _PATHS = {0: "commit", PATH_LOCAL: "local", PATH_LOG: "log"}
 
@@ -196,15 +180,15 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-class LocalCluster:
-    """Node processes of one cluster in a temporary directory."""
+class LocalCluster(SdpaxosNodes):
+    """The node processes of one :class:`ClusterKey` in a temporary directory
+    (:class:`bench.cluster.SdpaxosNodes`), with each region's load generator
+    and what the runs on it did so far."""
 
-    def __init__(self, key: ClusterKey, progress: Progress | None = None) -> None:
+    def __init__(self, key: ClusterKey) -> None:
         self.key = key
-        self.progress = progress
-        self.root = Path(tempfile.mkdtemp(prefix="sdpaxos-bench-"))
+        root = Path(tempfile.mkdtemp(prefix="sdpaxos-bench-"))
         profile = key.profile
-        self.n = profile.size
         protocol: dict[str, Any] = {
             "name": key.protocol,
             "rtt_ms": [list(row) for row in profile.replica_rtt_ms()],
@@ -215,22 +199,27 @@ class LocalCluster:
             if BUILTIN.get(profile.name) == profile:
                 emulator = {"profile": profile.name}
             else:
-                (self.root / "profile.json").write_text(json.dumps(_profile_json(profile)))
+                (root / "profile.json").write_text(json.dumps(_profile_json(profile)))
                 emulator = {"profile": "profile.json"}
-        self.path = make_local_cluster(
-            self.root,
-            self.n,
+        path = make_local_cluster(
+            root,
+            profile.size,
             regions=list(profile.regions),
             sequencer=key.leader,
             protocol=protocol,
             emulator=emulator,
         )
+        super().__init__(
+            path,
+            app=APP,
+            fsync=key.fsync,
+            metrics=key.metrics,
+            trace_events=TRACE_EVENTS if key.trace else (),
+            own_dir=True,
+        )
+        self.n = self.size
+        self.root = root
         self.emulated = emulator is not None
-        self.configs = node_configs(self.path)
-        self.tls = client_tls(self.path)
-        self.nodes: list[subprocess.Popen[bytes] | None] = [None] * self.n
-        self.metrics_ports = free_ports(self.n) if key.metrics else []
-        self.dead: set[int] = set()
         #: Each region's load generator (:meth:`loader`).
         self.loaders: dict[int, ChildLines] = {}
         #: Commands every node should have executed so far (answered to loaders).
@@ -238,67 +227,9 @@ class LocalCluster:
         self.runs = 0
         self.dirty = False
 
-    # ------------------------------------------------------------ processes
-
-    def start(self) -> None:
-        """Start the nodes; again (up to :data:`START_ATTEMPTS` times) if a node
-        other than the spec's leader took the lead while they came up."""
-        for attempt in range(1, START_ATTEMPTS + 1):
-            try:
-                self._start_once()
-                return
-            except _WrongLeader as exc:
-                stop_processes([p for p in self.nodes if p is not None])
-                self.nodes = [None] * self.n
-                for k in range(self.n):
-                    shutil.rmtree(self.root / f"node{k}", ignore_errors=True)
-                    (self.root / f"node{k}").mkdir()
-                if attempt == START_ATTEMPTS:
-                    raise RuntimeError(
-                        f"{self.key.protocol}: node {exc.leader} kept taking the lead from"
-                        f" node {self.key.leader} while the cluster came up"
-                        f" ({START_ATTEMPTS} attempts)"
-                    ) from None
-                if self.progress is not None:
-                    self.progress(f"runtime: node {exc.leader} took the lead while starting; again")
-
-    def _start_once(self) -> None:
-        cmd = [sys.executable, "-m", "sdpaxos", "node", "--bootstrap", "--config", str(self.path)]
-        cmd += ["--app", APP, "--log-level", "WARNING"]
-        if not self.key.fsync:
-            cmd.append("--no-fsync")
-        if self.key.trace:
-            cmd += ["--trace-events", ",".join(TRACE_EVENTS)]
-        # A Multi-Paxos follower that hears no leader within a lease of its
-        # start runs for election itself. A node dials the peers above its id.
-        # So a leader with the highest id starts first: the others dial it as
-        # they come up. Any other leader starts with the rest: started first, it
-        # would dial peers that are not up yet and back off (up to seconds).
-        first = [self.key.leader] if self.key.leader == self.n - 1 else []
-        for k in first + [k for k in range(self.n) if k not in first]:
-            extra = ["--id", str(k)]
-            if self.metrics_ports:
-                extra += ["--metrics", f"127.0.0.1:{self.metrics_ports[k]}"]
-            with open(self.root / f"node{k}.log", "ab") as log:
-                self.nodes[k] = spawn([*cmd, *extra], stderr=log)
-            if k in first:
-                asyncio.run(self._wait_listening(k))
-        asyncio.run(self._wait_up())
-
-    @property
-    def pids(self) -> list[int | None]:
-        return [p.pid if p is not None else None for p in self.nodes]
-
-    def alive(self) -> list[int]:
-        return [k for k, p in enumerate(self.nodes) if p is not None and p.poll() is None]
-
     def kill(self, k: int) -> None:
-        """SIGKILL node ``k`` (a fault: no cleanup, no flush)."""
-        p = self.nodes[k]
-        if p is not None:
-            with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGKILL)
-        self.dead.add(k)
+        """SIGKILL node ``k`` (a fault); the cluster is not reused after."""
+        super().kill(k)
         self.dirty = True
 
     def loader(self, k: int) -> ChildLines:
@@ -307,29 +238,12 @@ class LocalCluster:
         lines = self.loaders.get(k)
         if lines is not None and not lines.finished.is_set():
             return lines
-        node = self.configs[0].replicas[k]
-        tls = client_tls(self.path, k % LOCAL_CLIENT_CERTS)
-        conn = {
-            "host": node.host,
-            "port": node.port,
-            "tls": None if tls is None else [str(tls.ca), str(tls.cert), str(tls.key)],
-        }
-        spec_path = self.root / f"loader{k}.json"
-        spec_path.write_text(json.dumps(conn))
-        with open(self.root / f"loader{k}.log", "ab") as log:
-            proc = spawn(
-                [sys.executable, "-m", "bench.runtime_loader", str(spec_path)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
-        lines = ChildLines(proc)
+        lines = start_loader(
+            self.loader_conn([k], client_cert=k),
+            self.root / f"loader{k}.json",
+            self.root / f"loader{k}.log",
+        )
         self.loaders[k] = lines
-        if not lines.connected.wait(LOADER_READY_TIMEOUT_S):
-            raise RuntimeError(
-                f"the load generator of node {k} did not connect:\n{self.loader_log(k)}"
-            )
         return lines
 
     def loader_log(self, k: int) -> str:
@@ -337,111 +251,33 @@ class LocalCluster:
         return path.read_text(errors="replace")[-2000:] if path.exists() else "(no log)"
 
     def stop_loaders(self) -> None:
-        for lines in self.loaders.values():
-            lines.tell("quit")
-        stop_processes([lines.proc for lines in self.loaders.values()], timeout_s=5.0)
+        stop_loaders(list(self.loaders.values()))
         self.loaders.clear()
 
     def close(self) -> None:
         self.stop_loaders()
-        stop_processes([p for p in self.nodes if p is not None])
-        self.nodes = [None] * self.n
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def log_tail(self, k: int, lines: int = 15) -> str:
-        path = self.root / f"node{k}.log"
-        if not path.exists():
-            return "(no log)"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-    # ------------------------------------------------------------ talking to nodes
-
-    def _client(self, k: int, timeout_s: float = 2.0) -> Any:
-        from sdpaxos.runtime.client import Client
-
-        r = self.configs[0].replicas[k]
-        return Client([(r.host, r.port)], tls=self.tls, attempt_timeout_s=timeout_s)
-
-    async def status(self, k: int, timeout_s: float = 2.0) -> dict[str, Any] | None:
-        c = self._client(k, timeout_s)
-        try:
-            st: dict[str, Any] = await c.status(timeout_s)
-            return st
-        except Exception:
-            return None
-        finally:
-            await c.close()
-
-    def _check_exits(self) -> None:
-        for k, p in enumerate(self.nodes):
-            if p is not None and p.poll() is not None and k not in self.dead:
-                raise RuntimeError(f"node {k} exited with {p.returncode}:\n{self.log_tail(k)}")
-
-    async def _wait_listening(self, k: int) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while await self.status(k, 1.0) is None:
-            self._check_exits()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"node {k} did not answer within {STARTUP_TIMEOUT_S:g} s")
-            await asyncio.sleep(0.05)
-
-    async def _wait_up(self) -> None:
-        """Every node answers and sees every peer; a leader protocol's leader holds its lease.
-
-        Raises :class:`_WrongLeader` when another node holds the lead.
-        """
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        leader = self.key.leader
-        while True:
-            self._check_exits()
-            statuses = [await self.status(k, 1.0) for k in range(self.n)]
-            if all(s is not None for s in statuses):
-                up = [s for s in statuses if s is not None]
-                connected = all(all(p["connected"] for p in s["peers"]) for s in up)
-                led = self.key.protocol not in LEADER_PROTOCOLS or bool(
-                    up[leader].get("is_sequencer") and up[leader].get("has_lease")
-                )
-                if connected and led:
-                    return
-                if self.key.protocol in LEADER_PROTOCOLS:
-                    for k, st in enumerate(up):
-                        if k != leader and st.get("is_sequencer") and st.get("has_lease"):
-                            raise _WrongLeader(k)
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"cluster not up after {STARTUP_TIMEOUT_S:g} s: {statuses}")
-            await asyncio.sleep(0.1)
+        super().close()
 
     async def digests(self, nodes: list[int]) -> dict[int, tuple[int, int, bytes, bytes] | None]:
         """Each node's ``BenchLog`` answer (a stale read: what it executed so far)."""
         out: dict[int, tuple[int, int, bytes, bytes] | None] = {}
         for k in nodes:
-            c = self._client(k, 2.0)
+            value = await self.query(k, stale=True)
             try:
-                value = await c.read(None, stale=True, timeout_s=2.0)
                 out[k] = parse_query(value) if value is not None else None
-            except Exception:
+            except ValueError:
                 out[k] = None
-            finally:
-                await c.close()
         return out
 
     def commit_histograms(self) -> dict[int, tuple[float, float]]:
         """Each live node's ``sdpaxos_commit_latency_seconds`` (sum, count)."""
-        from bench.runtime_latency import commit_histogram
-
         out: dict[int, tuple[float, float]] = {}
         for k in self.alive():
             try:
-                out[k] = commit_histogram(self.metrics_ports[k])
+                out[k] = self.commit_histogram(k)
             except OSError:
                 continue
         return out
-
-
-class _WrongLeader(Exception):
-    def __init__(self, leader: int) -> None:
-        super().__init__(f"node {leader} leads")
-        self.leader = leader
 
 
 def _plain(value: Any) -> Any:
@@ -519,17 +355,17 @@ class RuntimeRunner:
             self.close()
         if self.cluster is not None:
             try:
-                asyncio.run(self.cluster._wait_up())
+                self.cluster.wait_up(key.leader)  # still up, the same node leading
                 return self.cluster
-            except _WrongLeader as exc:  # the lead moved in an earlier run: start afresh
+            except WrongLeader as exc:  # the lead moved in an earlier run: start afresh
                 if progress is not None:
                     progress(f"runtime: node {exc.leader} leads now; a fresh cluster")
                 self.close()
         started = time.perf_counter()
-        cluster = LocalCluster(key, progress)
+        cluster = LocalCluster(key)
         _LIVE.add(cluster)
         self.cluster = cluster
-        cluster.start()
+        cluster.start_up(key.leader, attempts=START_ATTEMPTS, progress=progress)
         self.clusters_started += 1
         if progress is not None:
             where = "emulated " + spec.profile.name if cluster.emulated else "LAN, no emulator"
@@ -742,8 +578,9 @@ class RuntimeRunner:
             extra["killed"] = sorted(cluster.dead)
         if spec.sample_ms is not None:
             out.leader_samples = believed_leaders(samples, regions, spec.sample_ms)
-        for k, p in enumerate(cluster.nodes):
-            if p is not None and p.poll() is not None and k not in cluster.dead:
+        for k in cluster.exited():
+            p = cluster.procs[k]
+            if p is not None:
                 cluster.dirty = True
                 problems.append(
                     f"node {k} exited with {p.returncode} during the run:\n{cluster.log_tail(k)}"
@@ -888,6 +725,62 @@ def describe_latency() -> str:
         " reading its answer, so the loopback hop, TLS and the client's own work are"
         " included (the simulator and the paper's formula measure at the replica)."
     )
+
+
+class RuntimeEngine:
+    """The ``runtime`` engine: real ``python -m sdpaxos node`` processes on loopback,
+    delayed by the emulator (:class:`bench.engines.Engine`'s other half beside the
+    simulator's :class:`~bench.engines.SimEngine`).
+
+    Any protocol, any spec the runtime can run (:func:`check` says what it
+    cannot, as :class:`EngineUnsupported`): one node process per region, one
+    load-generator process per region with clients, faults as signals (SIGKILL;
+    a SIGSTOP/SIGCONT duty cycle for a slow node). ``fsync`` is off by default,
+    as in the paper's prototype; ``metrics`` serves each node's ``/metrics`` so
+    that runs report the node-side commit latency too. A cluster is reused by
+    the next spec that fits it: :meth:`close` (or ``with``) ends every process.
+    It lives here, not in :mod:`bench.engines`, so that the engines' shared
+    types are imported one way only (this module imports them).
+    """
+
+    name = "runtime"
+    #: fsync when the constructor is not told (``python -m bench --fsync`` sets it).
+    fsync_default = False
+
+    def __init__(self, fsync: bool | None = None, metrics: bool = False) -> None:
+        fsync = self.fsync_default if fsync is None else fsync
+        self._runner = RuntimeRunner(fsync=fsync, metrics=metrics)
+
+    @property
+    def fsync(self) -> bool:
+        return self._runner.fsync
+
+    @property
+    def metrics(self) -> bool:
+        return self._runner.metrics
+
+    @metrics.setter
+    def metrics(self, on: bool) -> None:
+        if on != self._runner.metrics:
+            self._runner.close()
+            self._runner.metrics = on
+
+    def check(self, spec: RunSpec) -> None:
+        """Raise :class:`EngineUnsupported` unless this engine can run ``spec``."""
+        check(spec)
+
+    def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput:
+        return self._runner.run(spec, progress)
+
+    def close(self) -> None:
+        """End every node process this engine started."""
+        self._runner.close()
+
+    def __enter__(self) -> RuntimeEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def run_spec(spec: RunSpec, progress: Progress | None = None, **kw: Any) -> RunOutput:

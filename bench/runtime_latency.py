@@ -49,81 +49,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from bench import paper
-from bench.runtime_procs import spawn, stop_processes
+from bench.cluster import SdpaxosNodes
 from sdpaxos.profiles import builtin
 from sdpaxos.runtime.client import Client
-from sdpaxos.runtime.local import client_tls, free_ports, make_local_cluster, node_configs
 
 #: The bar, shared with ``python -m bench latency``: each region within 5 % of
 #: SDPaxos's formula for the profile (:func:`formula_ms`).
 TOLERANCE = paper.FORMULA_TOLERANCE
-STARTUP_TIMEOUT_S = 60.0
 
 
-async def _wait_up(path: Path, replicas: int) -> None:
-    cfg = node_configs(path)[0]
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    for r in cfg.replicas:
-        while True:
-            c = Client([(r.host, r.port)], tls=client_tls(path), attempt_timeout_s=1.0)
-            try:
-                st = await c.status(1.0)
-                if st.get("sequencer") is not None:
-                    break
-            except (TimeoutError, OSError, ConnectionError):
-                pass
-            finally:
-                await c.close()
-            if time.monotonic() > deadline:
-                raise SystemExit(f"node {r.id} did not come up")
-            await asyncio.sleep(0.1)
-
-
-def commit_histogram(metrics_port: int) -> tuple[float, float]:
-    """(sum of seconds, count) of a node's commit-latency histogram."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    total = count = 0.0
-    for family in text_string_to_metric_families(text):
-        if family.name == "sdpaxos_commit_latency_seconds":
-            for sample in family.samples:
-                if sample.name.endswith("_sum"):
-                    total = sample.value
-                elif sample.name.endswith("_count"):
-                    count = sample.value
-    return total, count
-
-
-async def ask_each_node(
-    path: Path, replicas: int, ask: Callable[[Client], Awaitable[Any]]
-) -> list[Any]:
-    """``ask(client)`` of each of the first ``replicas`` nodes, in node order,
-    each on a connection of its own (closed after)."""
-    out = []
-    for r in node_configs(path)[0].replicas[:replicas]:
-        c = Client([(r.host, r.port)], tls=client_tls(path), attempt_timeout_s=2.0)
-        try:
-            out.append(await ask(c))
-        finally:
-            await c.close()
-    return out
-
-
-async def emulator_delivery(path: Path, replicas: int) -> list[dict[str, Any]]:
+async def emulator_delivery(nodes: SdpaxosNodes) -> list[dict[str, Any]]:
     """Each node's emulator delivery counters (admin ``emulator``, key ``delivery``):
     how late the frames it held were handled, its alarm's lead and what waiting
     it out cost."""
@@ -131,7 +75,7 @@ async def emulator_delivery(path: Path, replicas: int) -> list[dict[str, Any]]:
     async def delivery(c: Client) -> Any:
         return (await c.admin("emulator"))["delivery"]
 
-    return await ask_each_node(path, replicas, delivery)
+    return await nodes.each(delivery)
 
 
 def delivery_summary(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
@@ -162,7 +106,7 @@ def delivery_summary(before: list[dict[str, Any]], after: list[dict[str, Any]]) 
 IO_SHOWN = ("turns", "messages_in")
 
 
-async def node_readings(path: Path, replicas: int) -> list[dict[str, dict[str, float]]]:
+async def node_readings(nodes: SdpaxosNodes) -> list[dict[str, dict[str, float]]]:
     """Each node's ``{"stages": NodeStatus.stages_s, "io": the IO_SHOWN of
     NodeStatus.io}``, in node order (one status request per node)."""
 
@@ -171,7 +115,7 @@ async def node_readings(path: Path, replicas: int) -> list[dict[str, dict[str, f
         io = st["io"]
         return {"stages": dict(st["stages_s"]), "io": {k: float(io[k]) for k in IO_SHOWN}}
 
-    return await ask_each_node(path, replicas, reading)
+    return await nodes.each(reading)
 
 
 def per_command(
@@ -191,28 +135,26 @@ def per_command(
 
 
 async def _region(
-    path: Path, k: int, warmup: int, commands: int, metrics_port: int
+    nodes: SdpaxosNodes, k: int, warmup: int, commands: int
 ) -> tuple[list[float], float, list[dict[str, float]], list[dict[str, float]]]:
     """The client's latencies (ms), the node's mean commit latency (ms),
     every node's microseconds per command in each stage of its loop, and
     every node's :data:`IO_SHOWN` counters per command."""
-    cfg = node_configs(path)[0]
-    r = cfg.replicas[k]
-    n = len(cfg.replicas)
-    client = Client([(r.host, r.port)], tls=client_tls(path))
+    r = nodes.configs[0].replicas[k]
+    client = Client([(r.host, r.port)], tls=nodes.tls)
     try:
         for j in range(warmup):
             await client.submit(b"w%d-%d" % (k, j), timeout_s=30)
-        before_readings = await node_readings(path, n)
-        before = await asyncio.to_thread(commit_histogram, metrics_port)
+        before_readings = await node_readings(nodes)
+        before = await asyncio.to_thread(nodes.commit_histogram, k)
         samples = []
         for j in range(commands):
             started = time.perf_counter()
             await client.submit(b"m%d-%d" % (k, j), timeout_s=30)
             samples.append((time.perf_counter() - started) * 1000)
             print(f"\r  region {r.region}: {j + 1}/{commands}", end="", file=sys.stderr)
-        after = await asyncio.to_thread(commit_histogram, metrics_port)
-        last = await node_readings(path, n)
+        after = await asyncio.to_thread(nodes.commit_histogram, k)
+        last = await node_readings(nodes)
 
         def part(readings: list[dict[str, dict[str, float]]], name: str) -> list[dict[str, float]]:
             return [reading[name] for reading in readings]
@@ -226,53 +168,31 @@ async def _region(
         await client.close()
 
 
-@contextlib.contextmanager
-def local_nodes(profile_name: str, fsync: bool) -> Iterator[tuple[Path, list[int]]]:
-    """One node process per region of the profile (sequencer in CA), stopped on
-    every exit path (:func:`bench.runtime_procs.stop_processes`; they die with
-    this process too); yields the cluster's config path and each node's metrics
-    port. Callers wait for the nodes with :func:`_wait_up`. (``python -m bench
-    latency --engine runtime`` runs every protocol under load on
-    :mod:`bench.runtime_engine` instead.)"""
+def latency_cluster(profile_name: str, fsync: bool) -> SdpaxosNodes:
+    """One node process per region of the profile (sequencer in its first
+    region, CA on the paper's), the emulator delaying their links, metrics on,
+    not started yet; :meth:`~bench.cluster.SdpaxosNodes.close` deletes the
+    directory. (``python -m bench latency --engine runtime`` runs every
+    protocol under load on :mod:`bench.runtime_engine` instead.)"""
     profile = builtin(profile_name)
-    regions = list(profile.regions)
-    n = len(regions)
-    with tempfile.TemporaryDirectory(prefix="sdpaxos-lat-") as d:
-        path = make_local_cluster(
-            d,
-            n,
-            regions=regions,
-            sequencer=0,
-            emulator={"profile": profile_name},
-            protocol={"rtt_ms": [list(row) for row in profile.replica_rtt_ms()]},
-        )
-        cmd = [
-            sys.executable,
-            "-m",
-            "sdpaxos",
-            "node",
-            "--bootstrap",
-            "--config",
-            str(path),
-            "--log-level",
-            "WARNING",
-        ]
-        if not fsync:
-            cmd.append("--no-fsync")
-        metrics_ports = free_ports(n)
-        procs = [
-            spawn([*cmd, "--id", str(k), "--metrics", f"127.0.0.1:{metrics_ports[k]}"])
-            for k in range(n)
-        ]
-        try:
-            yield path, metrics_ports
-        finally:
-            stop_processes(procs)
+    return SdpaxosNodes.create(
+        tempfile.mkdtemp(prefix="sdpaxos-lat-"),
+        profile.size,
+        cluster={
+            "regions": list(profile.regions),
+            "sequencer": 0,
+            "emulator": {"profile": profile_name},
+            "protocol": {"rtt_ms": [list(row) for row in profile.replica_rtt_ms()]},
+        },
+        fsync=fsync,
+        metrics=True,
+        own_dir=True,
+    )
 
 
 def formula_ms(profile_name: str) -> dict[str, float] | None:
     """SDPaxos's formula on a built-in profile with the sequencer in its first
-    region, as :func:`local_nodes` places it (``sdpaxos_commit_ms``), or None
+    region, as :func:`latency_cluster` places it (``sdpaxos_commit_ms``), or None
     where there is none (more than five regions)."""
     return paper.formula_ms(builtin(profile_name), 0)
 
@@ -305,23 +225,23 @@ def region_rows(
 def run(profile_name: str, commands: int, warmup: int, fsync: bool) -> dict[str, Any]:
     regions = list(builtin(profile_name).regions)
     n = len(regions)
-    with local_nodes(profile_name, fsync) as (path, metrics_ports):
+    with latency_cluster(profile_name, fsync) as nodes:
+        nodes.start_up()
 
         async def main() -> tuple[
             list[tuple[list[float], float, list[dict[str, float]], list[dict[str, float]]]],
             dict[str, Any],
             float,
         ]:
-            await _wait_up(path, n)
-            before = await emulator_delivery(path, n)
+            before = await emulator_delivery(nodes)
             started = time.monotonic()
             # One region at a time: "light load" means nothing else in flight.
             out = []
             for k in range(n):
-                out.append(await _region(path, k, warmup, commands, metrics_ports[k]))
+                out.append(await _region(nodes, k, warmup, commands))
             print(file=sys.stderr)
             seconds = time.monotonic() - started
-            return out, delivery_summary(before, await emulator_delivery(path, n)), seconds
+            return out, delivery_summary(before, await emulator_delivery(nodes)), seconds
 
         samples, delivery, seconds = asyncio.run(main())
         delivery["spin_ms_per_s_per_node"] = round(delivery.pop("spin_us") / 1000 / seconds / n, 2)

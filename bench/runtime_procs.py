@@ -1,6 +1,7 @@
 """Processes for the runtime benchmarks: start them, measure them, slow them, end them.
 
-Why a module of its own: :mod:`bench.runtime_throughput` (SDPaxos throughput),
+Why a module of its own: :mod:`bench.cluster` (every benchmark's node processes),
+:mod:`bench.runtime_throughput` (SDPaxos throughput),
 :mod:`bench.runtime_engine` (``python -m bench <experiment> --engine runtime``)
 and their load generators (:mod:`bench.runtime_loader`) start node and loader
 processes the same way, read their CPU the same way and must end them on every

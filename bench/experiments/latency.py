@@ -33,15 +33,8 @@ from typing import Any
 
 from bench import paper
 from bench.common import Context, md_table, save_plot, write_history_file, write_results
-from bench.engines import (
-    Clients,
-    EngineUnsupported,
-    RunOutput,
-    RunSpec,
-    RuntimeEngine,
-    close_engine,
-)
-from bench.runtime_engine import describe_latency
+from bench.engines import Clients, EngineUnsupported, RunOutput, RunSpec, close_engine
+from bench.runtime_engine import RuntimeEngine, describe_latency
 from bench.workloads import Workload, summarize
 from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile
 

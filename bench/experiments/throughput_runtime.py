@@ -35,7 +35,8 @@ from typing import Any
 
 from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
-from bench.engines import Clients, RunSpec, RuntimeEngine, close_engine
+from bench.engines import Clients, RunSpec, close_engine
+from bench.runtime_engine import RuntimeEngine
 from bench.workloads import Workload
 from sdpaxos.profiles import uniform
 

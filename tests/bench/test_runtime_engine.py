@@ -18,9 +18,9 @@ import pytest
 
 from bench import __main__ as cli
 from bench.common import Context
-from bench.engines import Clients, EngineUnsupported, RunOutput, RunSpec, RuntimeEngine
+from bench.engines import Clients, EngineUnsupported, RunOutput, RunSpec
 from bench.runtime_app import HOT_MARK, BenchLog, parse_query
-from bench.runtime_engine import agree, believed_leaders, check, read_path
+from bench.runtime_engine import RuntimeEngine, agree, believed_leaders, check, read_path
 from bench.runtime_procs import DutyCycle, cpu_seconds, cpu_seconds_fine, stop_processes
 from bench.workloads import HOT_KEY, Workload
 from sdpaxos.profiles import uniform
