@@ -43,7 +43,7 @@ import dataclasses
 import os
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from bench import paper
 from bench.common import Context, md_table, save_plot, write_results
@@ -310,7 +310,8 @@ def _median(runs: list[RoundResult]) -> RoundResult:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _ok(cell: dict[str, Any] | None) -> bool:
+def _ok(cell: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
+    """Whether ``cell`` ran and passed its checks (then it is a cell, not None)."""
     return cell is not None and cell.get("status") == "ok"
 
 
