@@ -31,7 +31,7 @@ from bench.runtime_app import HOT_MARK
 from bench.workloads import HOT_KEY, OpStream, Workload
 from sdpaxos.runtime import frames as rf
 
-#: Operation kinds and paths in the records file (see :func:`bench.runtime_engine`).
+#: Operation kinds and paths in the records file (read back by :mod:`bench.runtime_runner`).
 KIND_WRITE, KIND_READ = 0, 1
 PATH_COMMIT, PATH_LOCAL, PATH_LOG = 0, 1, 2
 #: A command the node refused for now (queue full) is sent again after this long.

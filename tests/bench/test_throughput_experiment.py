@@ -13,7 +13,7 @@ import pytest
 from bench import __main__ as cli
 from bench import paper
 from bench.common import Context
-from bench.experiments import throughput
+from bench.experiments import throughput, throughput_cells
 from bench.rounds import NIC_MBPS_DEFAULT, ProtocolWorkers
 
 TINY = throughput.Settings(
@@ -151,22 +151,22 @@ def test_the_cells_a_ratio_compares_run_next_to_each_other(
         round(a / b, 2)
         for a, b in zip(sd["capacity_runs_per_s"], ep["capacity_runs_per_s"], strict=True)
     ]
-    assert throughput._pass_ratios(sd, ep) == expected
-    assert throughput._median_or_none(expected) == round(sum(expected) / 2, 2)
-    assert throughput._pass_ratios(sd, {**ep, "capacity_runs_per_s": [1.0]}) == []
-    assert throughput._median_or_none([]) is None
+    assert throughput_cells.pass_ratios_of(sd, ep) == expected
+    assert throughput_cells.median_or_none(expected) == round(sum(expected) / 2, 2)
+    assert throughput_cells.pass_ratios_of(sd, {**ep, "capacity_runs_per_s": [1.0]}) == []
+    assert throughput_cells.median_or_none([]) is None
     # The bar over EPaxos at 3 replicas, 16 B, 5 %: those pass ratios, in pass order.
     (bar,) = [b for b in result["bars"] if b["over"] == "EPaxos" and b["replicas"] == 3]
     assert bar["cpu_pass_ratios"] == expected
-    assert bar["cpu_paired"] == throughput._median_or_none(expected)
+    assert bar["cpu_paired"] == throughput_cells.median_or_none(expected)
 
 
 def test_pass_ratios_pair_runs_of_the_same_pass_not_sorted_ones() -> None:
     sd = {"status": "ok", "capacity_runs_per_s": [100.0, 300.0, 200.0]}
     other = {"status": "ok", "capacity_runs_per_s": [200.0, 100.0, 100.0]}
-    assert throughput._pass_ratios(sd, other) == [0.5, 3.0, 2.0]
-    assert throughput._median_or_none(throughput._pass_ratios(sd, other)) == 2.0
-    assert throughput._pass_ratios({**sd, "status": "FAILED: x"}, other) == []
+    assert throughput_cells.pass_ratios_of(sd, other) == [0.5, 3.0, 2.0]
+    assert throughput_cells.median_or_none(throughput_cells.pass_ratios_of(sd, other)) == 2.0
+    assert throughput_cells.pass_ratios_of({**sd, "status": "FAILED: x"}, other) == []
 
 
 def test_a_bar_carries_its_pass_ratios_in_pass_order_and_their_median() -> None:
@@ -186,7 +186,9 @@ def test_a_bar_carries_its_pass_ratios_in_pass_order_and_their_median() -> None:
         ("SDPaxos", "sdpaxos", 3, 16, 0.0, 5.0): sd,
         ("EPaxos", "epaxos", 3, 16, 0.0, 5.0): ep,
     }
-    (bar,) = [b for b in throughput._bars(cells) if b["over"] == "EPaxos" and b["replicas"] == 3]
+    (bar,) = [
+        b for b in throughput_cells.bar_rows(cells) if b["over"] == "EPaxos" and b["replicas"] == 3
+    ]
     assert bar["cpu_pass_ratios"] == [3.0, 1.0, 2.0]
     assert bar["cpu_paired"] == 2.0
 
@@ -219,7 +221,7 @@ def test_bar_passes_rerun_each_bars_two_cells_back_to_back(
     assert len(cells[("sdpaxos", 0.0)]["capacity_runs_per_s"]) == tiny.repeats
     (bar,) = [b for b in result["bars"] if b["over"] == "EPaxos" and b["replicas"] == 3]
     assert len(bar["cpu_pass_ratios"]) == runs
-    assert bar["cpu_paired"] == throughput._median_or_none(bar["cpu_pass_ratios"])
+    assert bar["cpu_paired"] == throughput_cells.median_or_none(bar["cpu_pass_ratios"])
     md = (tmp_path / "results.md").read_text()
     assert "then 2 more of the bars' cells" in md
 
