@@ -142,6 +142,17 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def plots_and_skipped(ctx: Context) -> list[str]:
+    """The last lines of an experiment's ``results.md``: its plots, then what it
+    did not run and why (nothing for an empty list)."""
+    lines: list[str] = []
+    for plot in ctx.plots:
+        lines += [f"![{plot}]({plot})", ""]
+    if ctx.skipped:
+        lines += ["## Not run", ""] + [f"- {p}: {why}" for p, why in ctx.skipped.items()] + [""]
+    return lines
+
+
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
     """A Markdown pipe table; ``align`` is one letter per column (``l`` or ``r``, default r
     except the first)."""

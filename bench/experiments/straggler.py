@@ -42,7 +42,7 @@ import dataclasses
 from typing import Any
 
 from bench import paper
-from bench.common import Context, md_table, write_results
+from bench.common import Context, md_table, plots_and_skipped, write_results
 from bench.experiments.straggler_runtime import run_runtime, views_won, won_back
 from bench.experiments.straggler_sim import (
     BIN_MS,
@@ -217,8 +217,4 @@ def _markdown(
             f"The paper: detected within {paper.STRAGGLER_DETECTION_S:g} s (closed loop).",
             "",
         ]
-    for plot in ctx.plots:
-        lines += [f"![{plot}]({plot})", ""]
-    if ctx.skipped:
-        lines += ["## Not run", ""] + [f"- {p}: {why}" for p, why in ctx.skipped.items()] + [""]
-    return "\n".join(lines)
+    return "\n".join(lines + plots_and_skipped(ctx))

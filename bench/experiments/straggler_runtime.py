@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import paper
-from bench.common import Context, md_table, write_results
+from bench.common import Context, md_table, plots_and_skipped, write_results
 from bench.engines import Clients, RunSpec, close_engine
 from bench.experiments.straggler_sim import BIN_MS, SLOW_FACTOR, new_row, plot_detection
 from bench.workloads import Workload
@@ -448,8 +448,4 @@ def _runtime_markdown(
             f"The paper: detected within {paper.STRAGGLER_DETECTION_S:g} s.",
             "",
         ]
-    for plot in ctx.plots:
-        lines += [f"![{plot}]({plot})", ""]
-    if ctx.skipped:
-        lines += ["## Not run", ""] + [f"- {p}: {why}" for p, why in ctx.skipped.items()] + [""]
-    return "\n".join(lines)
+    return "\n".join(lines + plots_and_skipped(ctx))

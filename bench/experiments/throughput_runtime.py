@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import paper
-from bench.common import Context, md_table, save_plot, write_results
+from bench.common import Context, md_table, plots_and_skipped, save_plot, write_results
 from bench.engines import Clients, RunSpec, close_engine
 from bench.runtime_engine import RuntimeEngine
 from bench.workloads import Workload
@@ -399,11 +399,7 @@ def _markdown(
     ]
     if moved:
         lines += ["## The lead moved", "", *moved, ""]
-    for plot in ctx.plots:
-        lines += [f"![{plot}]({plot})", ""]
-    if ctx.skipped:
-        lines += ["## Not run", ""] + [f"- {p}: {why}" for p, why in ctx.skipped.items()] + [""]
-    return "\n".join(lines)
+    return "\n".join(lines + plots_and_skipped(ctx))
 
 
 def _row(
