@@ -378,10 +378,21 @@ async def _serve_clients(conn: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    usage = "usage: python -m bench.runtime_loader CONN.json (started by the bench harness)"
+    if args in (["-h"], ["--help"]):
+        print(usage)
+        return 0
     if len(args) != 1:
-        print("usage: python -m bench.runtime_loader CONN.json", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
-    conn = json.loads(Path(args[0]).read_text())
+    try:
+        conn = json.loads(Path(args[0]).read_text())
+    except (OSError, ValueError) as exc:
+        print(f"python -m bench.runtime_loader: cannot read {args[0]}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(conn, dict):
+        print(f"python -m bench.runtime_loader: {args[0]} is not a JSON object", file=sys.stderr)
+        return 2
     client = conn.get("load") == "client"
     # The runtime's Client asserts an asyncio.Transport, which uvloop's is not.
     serve, fast = (_serve_clients, False) if client else (_serve, True)
