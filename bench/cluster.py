@@ -248,7 +248,11 @@ class SdpaxosNodes(Nodes):
         self.trace_events = tuple(trace_events)
         self.profile = profile
         self.log_level = log_level
-        self.metrics_ports: list[int] = free_ports(self.size) if metrics else []
+        #: Free now and none of the cluster's peer ports (a port drawn free
+        #: apart from them could be one, and that node would not start).
+        taken = {r.port for r in self.configs[0].replicas}
+        drawn = free_ports(self.size + len(taken)) if metrics else []
+        self.metrics_ports: list[int] = [p for p in drawn if p not in taken][: self.size]
 
     @classmethod
     def create(cls, root: Path | str, replicas: int, *, cluster: dict[str, Any], **kw: Any) -> Self:

@@ -47,12 +47,22 @@ def make_kv_cluster(
         regions = list(delays.regions[:replicas])
         emulator = {"profile": profile}
         protocol.setdefault("rtt_ms", [list(r) for r in delays.subset(regions).replica_rtt_ms()])
-    ports = list(redis_ports) if redis_ports is not None else free_ports(replicas, host)
+    # The peer ports and the Redis ports are drawn in one call, so that no
+    # Redis port is also a peer's: two calls each find ports free *now*, and
+    # the second could hand out a port the first did (a cluster file the
+    # config then refuses: "same as the replica's own (peer) address").
+    if redis_ports is not None:
+        ports = list(redis_ports)
+        peer_ports = [p for p in free_ports(replicas + len(ports), host) if p not in ports]
+    else:
+        drawn = free_ports(2 * replicas, host)
+        ports, peer_ports = drawn[replicas:], drawn[:replicas]
     if len(ports) != replicas:
         raise ValueError(f"{len(ports)} Redis ports for {replicas} replicas")
     path = make_local_cluster(
         directory,
         replicas,
+        ports=peer_ports[:replicas],
         insecure=insecure,
         regions=regions,
         sequencer=sequencer,

@@ -81,3 +81,20 @@ def test_a_node_that_dies_while_the_cluster_starts_is_reported_with_its_log(
         nodes.start_up()
     assert "no_such_module" in str(exc.value)
     assert not (tmp_path / "c").exists()
+
+
+def test_metrics_ports_are_never_the_clusters_peer_ports(tmp_path: Path, monkeypatch) -> None:
+    """Ports are free when drawn, not reserved: a draw after the cluster file's
+    may return a peer's port, and that node's metrics server could not bind."""
+    import sdpaxos.runtime.local
+    from sdpaxos.runtime.local import make_local_cluster
+
+    path = make_local_cluster(tmp_path, 3, insecure=True)
+    peers = [r.port for r in sdpaxos.runtime.local.node_configs(path)[0].replicas]
+
+    def peers_first(count: int, host: str = "127.0.0.1") -> list[int]:
+        return (peers + [40000 + k for k in range(count)])[:count]  # an unlucky draw
+
+    monkeypatch.setattr(sdpaxos.runtime.local, "free_ports", peers_first)
+    nodes = SdpaxosNodes(path, metrics=True)
+    assert len(nodes.metrics_ports) == 3 and not set(nodes.metrics_ports) & set(peers)

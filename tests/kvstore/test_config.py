@@ -65,3 +65,23 @@ def test_redis_tls_needs_the_cluster_certificates(tmp_path):
     raw["kvstore"]["tls"] = True
     with pytest.raises(ConfigError, match=r"kvstore\.tls: needs the"):
         parse_kv_config(raw, base_dir=path.parent, node_id=0)
+
+
+def test_make_kv_cluster_never_gives_a_redis_port_that_is_also_a_peer_port(tmp_path, monkeypatch):
+    """The ports are free when drawn, not reserved: two draws may return the
+    same port. The kv-store's Redis ports and the nodes' peer ports are one
+    draw, so a cluster file never names one port twice (a CI run once got
+    "kvstore.redis[2]: same as the replica's own (peer) address")."""
+    import kvstore.local
+    import sdpaxos.runtime.local
+
+    def same_ports_each_call(count: int, host: str = "127.0.0.1") -> list[int]:
+        return [20000 + k for k in range(count)]  # what two unlucky draws look like
+
+    monkeypatch.setattr(kvstore.local, "free_ports", same_ports_each_call)
+    monkeypatch.setattr(sdpaxos.runtime.local, "free_ports", same_ports_each_call)
+    path = kvstore.local.make_kv_cluster(tmp_path, 3, profile=None)
+    configs = [load_kv_config(path, k) for k in range(3)]
+    redis = {c.redis_address[1] for c in configs}
+    peers = {c.node.replicas[k].port for k, c in enumerate(configs)}
+    assert len(redis) == 3 and len(peers) == 3 and not redis & peers
