@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from bench.runtime_procs import ChildLines, spawn, stop_processes
+from sdpaxos.protocols import protocol as protocol_entry
 
 T = TypeVar("T")
 Progress = Callable[[str], None]
@@ -49,8 +50,6 @@ Progress = Callable[[str], None]
 STARTUP_TIMEOUT_S = 90.0
 #: How often a wait asks again.
 POLL_INTERVAL_S = 0.1
-#: Protocols with a single leader whose lease is awaited before load starts.
-LEADER_PROTOCOLS = frozenset({"sdpaxos", "multipaxos"})
 #: A load generator may take this long to connect.
 LOADER_CONNECT_TIMEOUT_S = 60.0
 
@@ -194,8 +193,9 @@ class Nodes:
 def is_up(statuses: Sequence[dict[str, Any] | None], protocol: str, leader: int | None) -> bool:
     """Are these nodes' statuses (in node order, None: no answer) a cluster that is up?
 
-    Every node answered and sees every peer connected; in a protocol of
-    :data:`LEADER_PROTOCOLS`, a node holds the lead with its lease: node
+    Every node answered and sees every peer connected; in a protocol whose
+    replicas elect a leader with a lease (``Capabilities.leader_lease``), a
+    node holds the lead with its lease: node
     ``leader``, or any when it is None. Raises :class:`WrongLeader` when
     another node than ``leader`` holds it.
     """
@@ -203,7 +203,7 @@ def is_up(statuses: Sequence[dict[str, Any] | None], protocol: str, leader: int 
         return False
     up = [s for s in statuses if s is not None]
     connected = all(all(p["connected"] for p in s["peers"]) for s in up)
-    if protocol not in LEADER_PROTOCOLS:
+    if not protocol_entry(protocol).capabilities.leader_lease:
         return connected
     leading = [k for k, s in enumerate(up) if s.get("is_sequencer") and s.get("has_lease")]
     if leader is None:

@@ -150,6 +150,11 @@ class Capabilities:
     sender_field: Literal["src", "sender"] = "src"
     #: The core calls a tracer (``tla/README.md``'s events) when given one.
     tracer: bool = False
+    #: One replica leads and holds a lease (SDPaxos's sequencer, Multi-Paxos's
+    #: leader): its status says ``is_sequencer`` and ``has_lease``, and a
+    #: cluster serves at full speed once it holds them (what a benchmark waits
+    #: for, and what a failover kills). Mencius and EPaxos have no such replica.
+    leader_lease: bool = False
 
 
 class ProtocolError(ValueError):
@@ -222,7 +227,7 @@ _BASELINE_MODULES = {
 #: Each baseline's capabilities and counters (the modules cannot import this one).
 _BASELINE_ENTRIES: dict[str, tuple[Capabilities, CounterNames]] = {
     "multipaxos": (
-        Capabilities(),
+        Capabilities(leader_lease=True),
         CounterNames("elections_started", None, "commands_executed"),
     ),
     "mencius": (
@@ -316,6 +321,7 @@ def protocol(name: str) -> ProtocolSpec:
                 sequencer_transfer=True,
                 reads_at_every_replica=True,
                 tracer=True,
+                leader_lease=True,
             ),
             counters=CounterNames("view_changes_started", "c_recoveries_started", "commands_ready"),
             encode_batch=_sdpaxos_codec.encode_batch,

@@ -25,9 +25,8 @@ from bench.common import Context, md_table, save_plot, write_history_file, write
 from bench.engines import Clients, RunOutput, RunSpec, close_engine
 from bench.workloads import Workload
 from sdpaxos.profiles import PAPER3
+from sdpaxos.protocols import protocol
 
-#: Protocols with a leader to kill.
-LEADER_PROTOCOLS = ("sdpaxos", "multipaxos")
 TITLES = {"sdpaxos": "SDPaxos", "multipaxos": "Multi-Paxos"}
 BIN_MS = 100
 HEARTBEAT_MS = 500.0
@@ -71,8 +70,8 @@ def _run(ctx: Context, engine: Any) -> int:
     outputs: list[RunOutput] = []
     failures: list[str] = []
     for proto in ctx.protocols:
-        if proto not in LEADER_PROTOCOLS:
-            continue
+        if not protocol(proto).capabilities.leader_lease:
+            continue  # no leader to kill
         why = ctx.status(proto)
         if why:
             runs[proto] = {"status": why}
