@@ -65,7 +65,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,20 +92,25 @@ def _parts(spec: dict[str, Any], ways: int) -> list[dict[str, Any]]:
     return out
 
 
+async def _runs(stdin: StdinWords) -> AsyncIterator[dict[str, Any]]:
+    """The runs the parent asks for (``run FILE``: the run's spec in FILE), one
+    after another, until it says ``quit`` or ``stop``; other words are ignored."""
+    while True:
+        line = await stdin.queue.get()
+        word, _, rest = line.partition(" ")
+        if word in ("quit", "stop"):
+            return
+        if word == "run":
+            yield json.loads(Path(rest).read_text())
+
+
 async def _serve(conn: dict[str, Any]) -> None:
     """Connect once; then run what the parent asks (``run FILE``), one run after another,
     until ``quit`` (or the end of input, or a lost connection)."""
     loads = await connect(conn)
     stdin = StdinWords()
     say("connected")
-    while True:
-        line = await stdin.queue.get()
-        word, _, rest = line.partition(" ")
-        if word != "run":
-            if word in ("quit", "stop"):
-                break
-            continue
-        run_spec = json.loads(Path(rest).read_text())
+    async for run_spec in _runs(stdin):
         for load, part in zip(loads, _parts(run_spec, len(loads)), strict=True):
             load.begin(part)
         if run_spec.get("register"):
@@ -363,14 +368,8 @@ async def _serve_clients(conn: dict[str, Any]) -> None:
     clients = [Client([(host, port)], tls=tls) for host, port in conn["nodes"]]
     stdin = StdinWords()
     say("connected")
-    while True:
-        line = await stdin.queue.get()
-        word, _, rest = line.partition(" ")
-        if word != "run":
-            if word in ("quit", "stop"):
-                break
-            continue
-        result = await LoadClientRun(json.loads(Path(rest).read_text())).run(clients, stdin)
+    async for run_spec in _runs(stdin):
+        result = await LoadClientRun(run_spec).run(clients, stdin)
         say("done " + json.dumps(result))
     for c in clients:
         await c.close()

@@ -52,6 +52,7 @@ from bench.experiments.straggler_sim import (
     QUICK,
     SLOW_FACTOR,
     Settings,
+    fig9a_cells,
     ms_cell,
     new_row,
     plot_detection,
@@ -153,10 +154,7 @@ def _markdown(
     ]
     table = []
     for row in rows:
-        fig = paper.FIG9A_16B.get(row["protocol"], {})
-        paper_cells = [
-            f"{fig[c][0]:g}K ({fig[c][1]:+.1f}%)" if c in fig else "-" for c in ("leader", "other")
-        ]
+        paper_cells = fig9a_cells(row["protocol"])
         if row["status"] != "ok":
             table.append([row["column"], row["status"].split(" (")[0], "", "", *paper_cells])
             continue

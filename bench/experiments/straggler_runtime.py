@@ -15,7 +15,13 @@ from typing import Any
 from bench import paper
 from bench.common import Context, md_table, plots_and_skipped, write_results
 from bench.engines import Clients, RunSpec, close_engine
-from bench.experiments.straggler_sim import BIN_MS, SLOW_FACTOR, new_row, plot_detection
+from bench.experiments.straggler_sim import (
+    BIN_MS,
+    SLOW_FACTOR,
+    fig9a_cells,
+    new_row,
+    plot_detection,
+)
 from bench.workloads import Workload
 from sdpaxos.profiles import uniform
 
@@ -326,10 +332,7 @@ def _runtime_markdown(
     ]
     table = []
     for row in rows:
-        fig = paper.FIG9A_16B.get(row["protocol"], {})
-        paper_cells = [
-            f"{fig[c][0]:g}K ({fig[c][1]:+.1f}%)" if c in fig else "-" for c in ("leader", "other")
-        ]
+        paper_cells = fig9a_cells(row["protocol"])
         if row["status"] not in ("ok", "FAILED") or "none" not in row:
             table.append([row["column"], row["status"].split(" (")[0], "", "", *paper_cells])
             continue

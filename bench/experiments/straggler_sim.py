@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from bench import paper
 from bench.common import Context, save_plot
 from bench.rounds import lease_overrides
 from sdpaxos.core.ready import ReplyKind
@@ -261,3 +262,11 @@ def plot_detection(ctx: Context, detection: dict[str, Any], name: str) -> None:
         ax.legend(fontsize=8)
 
     save_plot(ctx, name, draw)
+
+
+def fig9a_cells(protocol: str) -> list[str]:
+    """The paper's Fig. 9(a) beside a row, for both engines' tables: throughput
+    (thousand req/s) and change with the straggler at the leader, then at another
+    replica; "-" where the paper has no bar."""
+    fig = paper.FIG9A_16B.get(protocol, {})
+    return [f"{fig[c][0]:g}K ({fig[c][1]:+.1f}%)" if c in fig else "-" for c in ("leader", "other")]
