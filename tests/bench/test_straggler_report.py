@@ -28,3 +28,12 @@ def test_the_slowed_sequencer_winning_after_its_deposition_is_won_back() -> None
     assert won_back(won, 2, 1620.0)
     assert not won_back(won, 2, 2500.0)  # it won before the straggler view change
     assert not won_back([(2214.0, 0)], 2, 1620.0)
+
+
+def test_both_tables_show_fig9a_beside_a_row_and_a_dash_where_the_paper_has_no_bar() -> None:
+    from bench.experiments.straggler_sim import fig9a_cells
+
+    assert fig9a_cells("sdpaxos") == ["88K (-28.2%)", "98K (-20.0%)"]
+    assert fig9a_cells("multipaxos") == ["24K (-67.2%)", "-"]
+    assert fig9a_cells("epaxos") == ["-", "71K (-21.7%)"]
+    assert fig9a_cells("nosuch") == ["-", "-"]
