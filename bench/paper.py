@@ -6,23 +6,11 @@ figures (approximate, "≈"), and several experiments and the report show them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sdpaxos.profiles import (
     FORMULA_REPLICAS_MAX,
-    PAPER3,
-    PAPER5,
     DelayProfile,
     sdpaxos_commit_ms,
 )
-
-#: SDPaxos light-load commit latency per region (ms), sequencer in CA, from the
-#: formulas of the paper's section 3.2 and Table 1 (``docs/protocol.md`` section
-#: 5.6): paper3 CA 20, OR 20, OH 52; paper5 CA 52, OR 68, OH 68, IRE 139, SEL 146
-#: (``tests/sim/test_latency.py`` pins these numbers).
-FORMULA_MS: dict[str, dict[str, float]] = {
-    p.name: sdpaxos_commit_ms(p, p.index("CA")) for p in (PAPER3, PAPER5)
-}
 
 
 def formula_ms(profile: DelayProfile, sequencer: int) -> dict[str, float] | None:
@@ -90,14 +78,6 @@ FIG11_FLAT_K: dict[str, dict[tuple[int, int], float]] = {
     "epaxos": {(3, 16): 92, (5, 16): 92, (3, 1024): 69, (5, 1024): 68},
     "multipaxos": {(3, 16): 75, (5, 16): 57, (3, 1024): 19, (5, 1024): 11},
 }
-
-#: The throughput ratios the issue sets as the bar (SDPaxos over the other).
-PAPER_RATIOS: list[dict[str, Any]] = [
-    {"over": "multipaxos", "replicas": 5, "payload_bytes": 16, "conflict_pct": 0, "ratio": 2.1},
-    {"over": "multipaxos", "replicas": 5, "payload_bytes": 1024, "conflict_pct": 0, "ratio": 6.1},
-    {"over": "epaxos", "replicas": 5, "payload_bytes": 16, "conflict_pct": 5, "ratio": 1.7},
-    {"over": "epaxos", "replicas": 3, "payload_bytes": 16, "conflict_pct": 5, "ratio": 1.7},
-]
 
 #: Fig. 9(a), 3 replicas, 16 B writes: throughput (thousand req/s) with one
 #: straggler and the reduction from no straggler. "leader" is the sequencer for

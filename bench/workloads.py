@@ -31,7 +31,7 @@ import json
 import math
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -186,9 +186,6 @@ class OpStream:
             key = self._last_write_key
         return Op(kind, key, payload)
 
-    def take(self, count: int) -> list[Op]:
-        return [self.next() for _ in range(count)]
-
 
 def arrivals_us(
     rate_per_s: float, start_us: int, end_us: int, *, poisson: bool, rng: random.Random
@@ -236,10 +233,6 @@ class OpRecord:
     complete_us: int | None = None
     path: str = "commit"
     value: str = ""
-
-    @property
-    def latency_ms(self) -> float | None:
-        return None if self.complete_us is None else (self.complete_us - self.invoke_us) / 1000
 
 
 def history_lines(records: Sequence[OpRecord]) -> Iterator[str]:
@@ -324,23 +317,6 @@ class Summary:
         }
 
 
-@dataclass(slots=True)
-class Window:
-    """The measured part of a run: operations invoked in ``[start_us, end_us)``.
-
-    Why invoke time: an operation invoked during warm-up is excluded even if it
-    completes later, and one invoked in the window counts even if it completes
-    after it (open-loop latency must not drop the slow ones).
-    """
-
-    start_us: int
-    end_us: int
-    records: list[OpRecord] = field(default_factory=list)
-
-    def select(self, records: Sequence[OpRecord]) -> list[OpRecord]:
-        return [r for r in records if self.start_us <= r.invoke_us < self.end_us]
-
-
 def summarize(
     records: Sequence[OpRecord], regions: Sequence[str], kind: OpKind
 ) -> dict[str, Summary]:
@@ -350,10 +326,3 @@ def summarize(
         if rec.kind == kind and rec.complete_us is not None and rec.region in out:
             out[rec.region].append((rec.complete_us - rec.invoke_us) / 1000)
     return {r: Summary.of(v) for r, v in out.items()}
-
-
-def completed_between(records: Sequence[OpRecord], start_us: int, end_us: int) -> int:
-    """Operations that completed in ``[start_us, end_us)``: the throughput count."""
-    return sum(
-        1 for r in records if r.complete_us is not None and start_us <= r.complete_us < end_us
-    )
