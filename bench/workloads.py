@@ -186,6 +186,10 @@ class OpStream:
             key = self._last_write_key
         return Op(kind, key, payload)
 
+    def take(self, count: int) -> list[Op]:
+        """The next ``count`` operations (the tests read a stream so)."""
+        return [self.next() for _ in range(count)]
+
 
 def arrivals_us(
     rate_per_s: float, start_us: int, end_us: int, *, poisson: bool, rng: random.Random
