@@ -16,7 +16,6 @@ from sdpaxos.core.messages import CAccept, CAck, CCommit, CPrepare, CPromise, Ne
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import CPromised, OAccepted
 from sdpaxos.core.types import (
-    NO_CL,
     Ballot,
     CIndex,
     Command,
@@ -213,7 +212,7 @@ class Acceptor:
         ack = OAck(s.me, view, olog.acc_upto)
         s.out.send(seq, ack)
         if s.n >= 7 and values:
-            for owner in sorted({o for o, _ in values if o not in (seq, s.me, NO_CL)}):
+            for owner in sorted({o for o, _ in values if o >= 0 and o not in (seq, s.me)}):
                 s.out.send(owner, ack)
 
     def accept_o_from(self, start: Slot, values: tuple[OValue, ...]) -> None:

@@ -64,7 +64,7 @@ class Progress:
     ask peers and when to recover a C-instance.
     """
 
-    __slots__ = ("blocked", "blocked_ms", "count", "dirty", "in_slot", "moved_ms", "slot")
+    __slots__ = ("blocked", "blocked_ms", "count", "dirty", "in_slot", "moved_ms", "slot", "stop")
 
     def __init__(self, replicas: int) -> None:
         self.slot = Slot(0)
@@ -79,6 +79,9 @@ class Progress:
         #: an installed snapshot clears it).
         self.blocked: tuple[ReplicaId, CIndex] | None = None
         self.blocked_ms = 0.0
+        #: The slot of the executed stop, once execution reached it: the epoch
+        #: is over and nothing after it runs (``docs/membership.md``).
+        self.stop: Slot | None = None
 
     def executed_end(self) -> Slot:
         """Slots below this are executed here, at least in part (final)."""
@@ -103,6 +106,7 @@ class Context:
         "prox",
         "rng",
         "stats",
+        "stop_wanted",
         "views",
     )
 
@@ -129,6 +133,9 @@ class Context:
         #: How many of our own C-instances the safe prefix orders (the learner
         #: writes it; the command leader, elections and straggler detection read it).
         self.own_ordered = 0
+        #: A membership change is pending in the executed state: the sequencer
+        #: allocates the stop (``Replica.request_stop``; ``docs/membership.md``).
+        self.stop_wanted = False
 
     def advance_clock(self, now_ms: float) -> None:
         """The driver's time now: :attr:`now_ms` follows it, never backwards."""

@@ -18,7 +18,7 @@ from sdpaxos.core.context import Context
 from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.ready import Executed, Reply, ReplyKind
 from sdpaxos.core.sessions import Outcome, Sessions
-from sdpaxos.core.types import NO_CL, CIndex, Command, ReplicaId, Slot
+from sdpaxos.core.types import STOP, CIndex, Command, ReplicaId, Slot
 
 
 class Executor:
@@ -60,7 +60,16 @@ class Executor:
         expired_before = sessions.expired
         while slot < limit and committed[slot - b]:
             owner = owners[slot - b]
-            if owner != NO_CL:
+            if owner == STOP:
+                # The epoch ends here: nothing after the stop runs in it
+                # (docs/membership.md section 3.2). Whoever drives the epochs
+                # (sdpaxos.core.member) reads ``progress.stop`` and starts the next.
+                if progress.stop is None:
+                    progress.stop = Slot(slot)
+                    if s.out.tracer is not None:
+                        s.out.trace("ExecuteStop", slot=slot)
+                break
+            if owner >= 0:
                 count = counts[slot - b]
                 log = logs[owner]
                 while in_slot < count:

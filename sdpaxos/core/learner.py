@@ -17,7 +17,7 @@ from sdpaxos.core.olog import NOT_ESTABLISHED
 from sdpaxos.core.quorum import majority_prefix, two_acceptor_prefix, uses_two_acceptor_rule
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import OAccepted
-from sdpaxos.core.types import NO_CL, CIndex, OCommitEntry, OValue, ReplicaId, Slot, View
+from sdpaxos.core.types import STOP, CIndex, OCommitEntry, OValue, ReplicaId, Slot, View
 
 
 class Learner:
@@ -39,6 +39,9 @@ class Learner:
         self.asked_upto: tuple[Slot, int] = (Slot(0), 0)
         #: The last request asked for all it could (``learn_c_max``): more is missing.
         self.asked_full = False
+        #: The slot after a stop this view's safe prefix reached: nothing beyond
+        #: it is in this epoch's order (``docs/membership.md`` section 3.2).
+        self.stop_cap: Slot | None = None
 
     def reset(self) -> None:
         """Learner state is per view: recount from what is known now."""
@@ -49,6 +52,7 @@ class Learner:
         # Slots below the snapshot are chosen and order base_count[me] of ours.
         self.safe_upto = olog.base
         self.own_scan = olog.base
+        self.stop_cap = None
         s.own_ordered = olog.base_count[s.me]
         olog.acked_dirty = True
 
@@ -87,10 +91,11 @@ class Learner:
             # commit what we know. Slots known committed are majority-accepted.
             safe = max(min(quorum, acked[me]), olog.committed_prefix(s.progress.slot))
         safe = min(safe, olog.advance_known(s.progress.slot, views.view))
+        if self.stop_cap is not None:
+            safe = min(safe, self.stop_cap)
         if safe <= self.safe_upto:
             return
         previous = self.safe_upto
-        self.safe_upto = safe
         owners, counts, ballots, committed = (
             olog.owner,
             olog.count,
@@ -102,12 +107,24 @@ class Learner:
         out = self.commit_out
         b = olog.base
         for i in range(max(self.own_scan, b) - b, safe - b):
-            if owners[i] == me:
+            owner = owners[i]
+            if owner == me:
                 own += counts[i]
                 if not committed[i]:
                     committed[i] = True
                     olog.cballot[i] = ballots[i]
                     out.append(OCommitEntry(Slot(i + b), ballots[i], me, counts[i]))
+            elif owner == STOP:
+                # Nothing after the stop is in this epoch's order. The stop is
+                # committed by the majority rule only, so only the sequencer
+                # (which uses it at every N) commits and announces it.
+                safe = self.stop_cap = Slot(i + b + 1)
+                if views.is_sequencer and not committed[i]:
+                    committed[i] = True
+                    olog.cballot[i] = ballots[i]
+                    out.append(OCommitEntry(Slot(i + b), ballots[i], STOP, 0))
+                break
+        self.safe_upto = safe
         self.own_scan = safe
         learned = False
         if views.is_sequencer:
@@ -274,7 +291,7 @@ class Learner:
         upto = (slot, s.progress.in_slot)
         while k_slot < len(owners) and committed[k_slot] and len(wanted) < cap:
             owner = owners[k_slot]
-            if owner != NO_CL:
+            if owner >= 0:  # no-cl and the stop order nothing
                 for j in range(skip, counts[k_slot]):
                     k = next_k[owner]
                     next_k[owner] = k + 1

@@ -160,7 +160,7 @@ class OLog:
         covered = list(self.base_count)
         b = self.base
         for owner, count in zip(self.owner[: end - b], self.count[: end - b], strict=True):
-            if owner != NO_CL:
+            if owner >= 0:  # no-cl and the stop order nothing
                 covered[owner] += count
         return covered
 

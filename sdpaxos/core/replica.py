@@ -293,6 +293,44 @@ class Replica:
             raise LocalProtocolError("client_id 0 has no session: propose under a session")
         self._queue(command, wait)
 
+    def request_stop(self) -> None:
+        """A membership change is pending in the executed state: end this epoch.
+
+        The sequencer of an established view allocates the stop after what it was
+        asked to order; a replica that becomes sequencer later does the same
+        (``docs/membership.md`` section 3.1). Idempotent; only
+        :class:`~sdpaxos.core.member.Member` calls it.
+        """
+        self.ctx.stop_wanted = True
+
+    @property
+    def stopped_at(self) -> Slot | None:
+        """The slot of the stop, once this replica executed it: the epoch is over."""
+        return self.ctx.progress.stop
+
+    def unfinished(self) -> list[tuple[Command, Wait]]:
+        """The epoch is over: every own command not executed, to propose in the next.
+
+        Own C-instances the executed log ran are answered first (READY where
+        nobody waits for execution), as when a snapshot covers them; the others,
+        and the queue, are abandoned here (nothing of this epoch after its stop
+        runs) and returned with what their clients wait for.
+        """
+        leader = self.command_leader
+        leader.forget_below(tuple(self.ctx.progress.count))
+        waiters = leader.exec_waiters
+        commands = [c for batch in leader.inflight.values() for c in batch]
+        commands.extend(leader.proposals)
+        leader.inflight.clear()
+        leader.proposals.clear()
+        return [
+            (c, Wait.EXECUTED if (c.client_id, c.seq) in waiters else Wait.READY) for c in commands
+        ]
+
+    def dump_sessions(self) -> tuple[Any, ...]:
+        """The exactly-once table as a snapshot carries it (an epoch's base snapshot)."""
+        return self.executor.dump_sessions()
+
     def request_snapshot(self) -> None:
         """Take a snapshot at the next executed slot boundary (the driver decides
         when, e.g. by the size of its log). It compacts once a majority executed
@@ -351,7 +389,9 @@ class Replica:
         if leader.proposals and views.sequencer is not None:
             leader.start_c_instances()
         seq = self.sequencer_role
-        if views.is_sequencer and (seq.want_upto or seq.resend):
+        if views.is_sequencer and (
+            seq.want_upto or seq.resend or (s.stop_wanted and seq.stop_slot is None)
+        ):
             seq.allocate()
         if s.olog.acked_dirty:
             self.learner.advance_safe_prefix()

@@ -25,7 +25,7 @@ from sdpaxos.core.olog import NOT_ESTABLISHED
 from sdpaxos.core.quorum import majority_prefix
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import OAccepted
-from sdpaxos.core.types import Command, OValue, ReplicaId, Slot, keys_of
+from sdpaxos.core.types import STOP, STOP_VALUE, Command, OValue, ReplicaId, Slot, keys_of
 
 #: When the history table outgrows ``history_keys_max`` it evicts down to this
 #: fraction below the limit (``limit // 8`` keys more), in one pass.
@@ -77,6 +77,9 @@ class Sequencer:
         #: Per replica: the highest executed prefix its lease grants reported
         #: (facts that never go stale: an executed slot stays recorded there).
         self.executed_of: list[Slot] = [Slot(0)] * n
+        #: The stop in this view's log, once allocated or rebuilt: nothing is
+        #: allocated after it (``docs/membership.md`` section 3.2).
+        self.stop_slot: Slot | None = None
 
     # ------------------------------------------------------------ allocation
 
@@ -125,6 +128,10 @@ class Sequencer:
         new allocations overwrite (they stay in the durable records too).
         """
         s = self.s
+        if self.stop_slot is not None:
+            self.want_upto.clear()  # the epoch is over: its leaders propose again in the next
+            self.flush_resend()
+            return
         olog = s.olog
         cfg = s.config
         start = olog.acc_upto
@@ -147,6 +154,12 @@ class Sequencer:
                 end += 1
             new_owners.add(owner)
         self.want_upto.clear()
+        if s.stop_wanted and self.rebuild is None:
+            # A membership change is pending: the stop goes after what was wanted.
+            self.stop_slot = Slot(end)
+            allocated.append(STOP_VALUE)
+            end += 1
+            new_owners.add(STOP)
         if allocated:
             olog.grow(end)
             owners, counts, ballots, committed = (
@@ -170,22 +183,38 @@ class Sequencer:
             s.stats.o_instances_allocated += len(values)
             if s.out.tracer is not None:
                 s.out.trace("AllocateO", start=start, values=values)
+                if self.stop_slot is not None and self.stop_slot >= start:
+                    s.out.trace("AllocateStop", slot=self.stop_slot)
             olog.acc_upto = Slot(end)
             olog.heard_upto = max(olog.heard_upto, olog.acc_upto)
             olog.advance_known(s.progress.slot, view)
             olog.acked[s.me] = olog.acc_upto
             olog.acked_dirty = True
+        for owner in new_owners:
+            self.resend.update(self.o_accept_targets(owner))
+        self.flush_resend()
+
+    def flush_resend(self) -> None:
+        """Send every peer marked for it what it has not been sent."""
         recipients = self.resend
         self.resend = set()
-        for owner in new_owners:
-            recipients.update(self.o_accept_targets(owner))
         for p in sorted(recipients):
             self.send_o_accepts(p)
 
+    def allocate_stop(self) -> None:
+        """A membership change is pending (``Replica.request_stop``): allocate the
+        stop now if this replica sequences an established view without one."""
+        if self.s.views.is_sequencer and self.stop_slot is None and self.rebuild is None:
+            self.allocate()
+
     def o_accept_targets(self, owner: ReplicaId) -> tuple[ReplicaId, ...]:
-        """Who receives the O-accept for ``owner``'s new O-instance (paper section 4)."""
+        """Who receives the O-accept for ``owner``'s new O-instance (paper section 4).
+
+        The stop goes where the sequencer's own O-instances go: it is committed
+        by the majority rule at every N (``docs/membership.md`` section 3.1).
+        """
         s = self.s
-        if owner == s.me:
+        if owner == s.me or owner == STOP:
             return s.prox.c_quorum  # the sequencer's own: its nearest majority
         if not s.config.thrifty:
             return tuple(s.prox.near)
@@ -296,7 +325,18 @@ class Sequencer:
     def start_view(self, start: Slot, end: Slot) -> None:
         """We won: sequence from the rebuilt range ``[start, end)`` on, from nothing."""
         s = self.s
-        self.covered = s.olog.coverage(end, s.n)
+        olog = s.olog
+        self.covered = olog.coverage(end, s.n)
+        # A rebuilt range ends at its first stop (view_change drops what follows).
+        b = olog.base
+        self.stop_slot = next(
+            (
+                Slot(i + b)
+                for i in range(max(start, b) - b, min(end - b, len(olog.owner)))
+                if olog.owner[i] == STOP
+            ),
+            None,
+        )
         self.want_upto.clear()
         self.sent_upto = [NOT_ESTABLISHED] * s.n
         self.rebuild = (start, end)
@@ -432,6 +472,7 @@ class Sequencer:
         return (
             s.views.is_sequencer
             and self.rebuild is None
+            and self.stop_slot is None  # the lease ends with the epoch (membership.md 4.5)
             and s.views.handing_over is None
             and s.now_ms < self.lease_valid_until_ms
         )

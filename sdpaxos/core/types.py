@@ -37,6 +37,15 @@ OValue: TypeAlias = tuple[ReplicaId, int]
 
 NO_CL_VALUE: OValue = (NO_CL, 0)
 
+#: Owner value of the O-instance that ends an epoch (``docs/membership.md``
+#: section 3): the stop orders no C-instance, nothing after it runs in its epoch,
+#: and the next epoch starts at the slot after it. Every owner below 0 orders
+#: nothing: code that counts C-instances tests ``owner >= 0``.
+STOP = ReplicaId(-2)
+
+#: The stop's O-value (Stoppable Paxos's stop command).
+STOP_VALUE: OValue = (STOP, 0)
+
 #: Ballots are ``round * BALLOT_STRIDE + replica``, unique per replica. The owner
 #: of a C-log proposes at round 0, so recovery (round >= 1) always outranks it.
 BALLOT_STRIDE = 256

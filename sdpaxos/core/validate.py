@@ -42,7 +42,7 @@ from sdpaxos.core.messages import (
     VRequest,
 )
 from sdpaxos.core.olog import NOT_ESTABLISHED
-from sdpaxos.core.types import NO_CL, OValue, Slot, View, ballot_round
+from sdpaxos.core.types import NO_CL, STOP, OValue, Slot, View, ballot_round
 
 
 def c_instance(s: Context, owner: object, index: object) -> None:
@@ -58,9 +58,9 @@ def o_value(s: Context, value: object) -> None:
     if not isinstance(value, tuple) or len(value) != 2:
         raise PeerMessageError(f"bad O-value {value!r}")
     owner, count = value
-    if owner == NO_CL:
+    if owner in (NO_CL, STOP):
         if count != 0:
-            raise PeerMessageError(f"no-cl with count {count!r}")
+            raise PeerMessageError(f"{'no-cl' if owner == NO_CL else 'stop'} with count {count!r}")
         return
     if type(owner) is not int or not 0 <= owner < s.n:
         raise PeerMessageError(f"bad O-value owner {owner!r}")

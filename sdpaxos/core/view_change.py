@@ -49,6 +49,7 @@ from sdpaxos.core.types import (
     NO_CL_VALUE,
     REPLICA_0,
     SLOT_0,
+    STOP,
     VIEW_0,
     OValue,
     ReplicaId,
@@ -138,6 +139,11 @@ def rebuild_assignment_log(
             values, stray = _infer_untraceable(values, m, need, covered_before[m])
             alarms += stray
 
+    # A range ends at its first stop: nothing after it belongs to this epoch
+    # (docs/membership.md section 3.3; a chosen stop is never behind a hole).
+    stop = next((i for i, v in enumerate(values) if v is not None and v[0] == STOP), None)
+    if stop is not None:
+        del values[stop + 1 :]
     while values and values[-1] is None:
         values.pop()
     return Rebuilt([NO_CL_VALUE if v is None else v for v in values], old_seq, inferred, alarms)
