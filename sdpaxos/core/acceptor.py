@@ -13,6 +13,7 @@ from sdpaxos.core.clog import NO_BALLOT, CInstance
 from sdpaxos.core.context import Context
 from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.messages import CAccept, CAck, CCommit, CPrepare, CPromise, NewView, OAccept, OAck
+from sdpaxos.core.quorum import leader_and_sequencer_suffice
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import CPromised, OAccepted
 from sdpaxos.core.types import (
@@ -32,6 +33,9 @@ class Acceptor:
     def __init__(self, ctx: Context, reactions: Reactions) -> None:
         self.s = ctx
         self.r = reactions
+        #: O-ACKs also go to the owners of the slots an O-accept carries (N = 4,
+        #: 6, 7 and up: the leader needs a majority, not just the sequencer).
+        self.acks_to_owners = not leader_and_sequencer_suffice(ctx.n)
 
     # ------------------------------------------------------------ C-instances
 
@@ -211,7 +215,7 @@ class Acceptor:
         # and it retransmits from what each acceptor acknowledged.
         ack = OAck(s.me, view, olog.acc_upto)
         s.out.send(seq, ack)
-        if s.n >= 7 and values:
+        if self.acks_to_owners and values:
             for owner in sorted({o for o, _ in values if o >= 0 and o not in (seq, s.me)}):
                 s.out.send(owner, ack)
 

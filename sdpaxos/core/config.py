@@ -48,7 +48,11 @@ class ClusterConfig:
     """Static configuration shared by every replica of one cluster.
 
     Attributes:
-        replicas: number of replicas N; ids are ``0 .. N-1``. N must be odd (N = 2F+1).
+        replicas: number of replicas N; ids are ``0 .. N-1``. A cluster tolerates
+            ``(N - 1) // 2`` crashed replicas; an even N (4, 6) tolerates no more
+            than N - 1 would, and commits in 1.5 round trips
+            (``docs/membership.md`` section 5): the sizes a cluster passes
+            through while it changes membership one replica at a time.
         sequencer: the sequencer of view 0.
         thrifty: send accepts only to the nearest majority (paper section 4);
             otherwise to every peer.
@@ -210,8 +214,8 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         n = self.replicas
-        if not isinstance(n, int) or n < 1 or n % 2 == 0:
-            raise ConfigError(f"replicas must be an odd number >= 1 (N = 2F+1), got {n!r}")
+        if type(n) is not int or n < 1:
+            raise ConfigError(f"replicas must be a whole number >= 1, got {n!r}")
         if n > REPLICAS_MAX:
             raise ConfigError(f"at most {REPLICAS_MAX} replicas, got {n}")
         if type(self.sequencer) is not int or not 0 <= self.sequencer < n:

@@ -31,12 +31,17 @@ class Executor:
         exec_waiters: set[tuple[int, int]],
         *,
         observe: bool,
+        slot_offset: int = 0,
     ) -> None:
         self.s = ctx
         self.sm = state_machine
         #: The command leader's clients waiting for execution (shared, not copied).
         self.exec_waiters = exec_waiters
         self.observe = observe
+        #: Added to a slot wherever it leaves the replica (sessions, ``Executed``):
+        #: an epoch's slots are numbered from 0, the global log's go on from the
+        #: slot after the previous epoch's stop (``docs/membership.md`` section 4.3).
+        self.slot_offset = slot_offset
         #: Per client session: its last executed seq, that command's result, its last slot.
         cfg = ctx.config
         self.sessions = Sessions(cfg.session_lifetime_slots, cfg.sessions_max)
@@ -85,11 +90,11 @@ class Executor:
                             progress.blocked_ms = s.now_ms
                         s.stats.sessions_expired += sessions.expired - expired_before
                         return
-                    self.apply(Slot(slot), owner, k, inst.commands or ())
+                    self.apply(Slot(slot + self.slot_offset), owner, k, inst.commands or ())
                     exec_count[owner] = k + 1
                     in_slot += 1
             if expiring:
-                sessions.slot_executed(slot)
+                sessions.slot_executed(slot + self.slot_offset)
             slot += 1
             in_slot = 0
         progress.slot, progress.in_slot = Slot(slot), in_slot

@@ -40,3 +40,11 @@ def two_acceptor_prefix(acked: Sequence[Slot], me: ReplicaId, sequencer: Replica
 def uses_two_acceptor_rule(replicas: int, me: ReplicaId, sequencer: ReplicaId) -> bool:
     """Does the N = 5 two-acceptor rule decide ``me``'s safe prefix?"""
     return replicas == 5 and sequencer != me
+
+
+def leader_and_sequencer_suffice(replicas: int) -> bool:
+    """Can a non-sequencer's O-instance be settled by its leader and the sequencer
+    alone? With N <= 3 they are a majority; with N = 5 the two-acceptor rule says
+    so. Otherwise (N = 4, 6, 7 and up: ``docs/membership.md`` section 5) a
+    majority must accept it, and its O-ACKs must reach the leader: 1.5 round trips."""
+    return replicas == 5 or majority(replicas) <= 2

@@ -31,12 +31,17 @@ class ReplyKind(IntEnum):
     that waited for execution when its command reached execution with no live
     session for its ``client_id`` (``ClusterConfig.session_lifetime_slots``):
     the command was not applied, ``result`` is ``None``, and the client must
-    register a new session. It is never a state machine result.
+    register a new session. It is never a state machine result. ``NOT_MEMBER``
+    answers a command its node cannot carry into the next epoch.
     """
 
     READY = Wait.READY.value
     EXECUTED = Wait.EXECUTED.value
     SESSION_EXPIRED = 2
+    #: This node is no member of the epoch that now runs (it was removed, or
+    #: is a learner): the command was not applied through it, and the client
+    #: should send it to a member (``docs/membership.md`` section 4.1).
+    NOT_MEMBER = 3
 
 
 class Reply(NamedTuple):
@@ -109,6 +114,10 @@ class Ready:
             executed that far). Its slot says neither: a snapshot captured
             earlier and taken in a batch that executes later slots is at or
             below the batch's first executed slot, like an installed one.
+        epoch_base: a new epoch starts here (``docs/membership.md`` section 4.3):
+            make this snapshot the whole of storage (``Storage.start_epoch``),
+            after ``persist`` and before the messages, which belong to the new
+            epoch; only :class:`~sdpaxos.core.member.Member` sets it.
     """
 
     persist: list[Record] = field(default_factory=list)
@@ -118,6 +127,7 @@ class Ready:
     reads: list[ReadResult] = field(default_factory=list)
     snapshot: Snapshot | None = None
     snapshot_installed: bool = False
+    epoch_base: Snapshot | None = None
 
     def __bool__(self) -> bool:
         return bool(
@@ -127,4 +137,5 @@ class Ready:
             or self.executed
             or self.reads
             or self.snapshot is not None
+            or self.epoch_base is not None
         )

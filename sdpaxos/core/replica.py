@@ -84,7 +84,7 @@ from sdpaxos.core.sequencer import Sequencer
 from sdpaxos.core.snapshots import Snapshots
 from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.straggler import Straggler
-from sdpaxos.core.types import Command, ReplicaId, Slot, View, Wait
+from sdpaxos.core.types import CIndex, Command, ReplicaId, Slot, View, Wait
 from sdpaxos.core.views import ViewPhase
 
 __all__ = ["NOT_ESTABLISHED", "Replica", "StateMachine", "Stats", "Status", "Tracer"]
@@ -151,6 +151,9 @@ class Replica:
         snapshot: the newest durable snapshot of that incarnation, if any
             (``Storage.load_snapshot``): the restart starts from it and replays
             the records above it (section 16.4).
+        slot_offset: the global slot of this replica's slot 0: an epoch of a
+            changing membership numbers its slots from 0 (``docs/membership.md``);
+            sessions and :attr:`Ready.executed` see global slots.
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class Replica:
         tracer: Tracer | None = None,
         records: list[Record] | None = None,
         snapshot: Snapshot | None = None,
+        slot_offset: int = 0,
     ) -> None:
         if not isinstance(config, ClusterConfig):
             raise LocalProtocolError("config must be a ClusterConfig")
@@ -182,7 +186,11 @@ class Replica:
         self.sequencer_role = Sequencer(ctx, router)
         self.learner = Learner(ctx, router)
         self.executor = Executor(
-            ctx, state_machine, self.command_leader.exec_waiters, observe=observe
+            ctx,
+            state_machine,
+            self.command_leader.exec_waiters,
+            observe=observe,
+            slot_offset=slot_offset,
         )
         self.election = Election(ctx, router)
         self.recovery = Recovery(ctx, router)
@@ -330,6 +338,34 @@ class Replica:
     def dump_sessions(self) -> tuple[Any, ...]:
         """The exactly-once table as a snapshot carries it (an epoch's base snapshot)."""
         return self.executor.dump_sessions()
+
+    def abandon_reads(self) -> None:
+        """The epoch is over: every pending read is refused (asked again, or
+        served through the log, in the next; ``docs/membership.md`` section 4.5)."""
+        reads = self.reads
+        for read_id in list(reads.pending):
+            reads.refuse(read_id)
+        reads.pending.clear()
+
+    def capture_state(self) -> Snapshot | None:
+        """The executed state now, as a snapshot for a node outside the epoch (a
+        learner), if execution is at a slot boundary; never installed by a member."""
+        progress = self.ctx.progress
+        if progress.in_slot:
+            return None
+        return Snapshot(
+            progress.slot,
+            tuple(progress.count),
+            tuple(c - 1 for c in progress.count),
+            CIndex(0),
+            self.executor.dump_sessions(),
+            self.executor.sm.snapshot(),
+        )
+
+    def begin_epoch(self, sessions: tuple[Any, ...]) -> None:
+        """A fresh epoch's replica goes on from the previous epoch's executed state:
+        its exactly-once table (the caller restored the application)."""
+        self.executor.load_sessions(sessions)
 
     def request_snapshot(self) -> None:
         """Take a snapshot at the next executed slot boundary (the driver decides

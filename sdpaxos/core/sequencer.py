@@ -22,7 +22,7 @@ import math
 from sdpaxos.core.context import Context
 from sdpaxos.core.messages import CRequest, Heartbeat, LeaseGrant, NewView, OAccept, OAck
 from sdpaxos.core.olog import NOT_ESTABLISHED
-from sdpaxos.core.quorum import majority_prefix
+from sdpaxos.core.quorum import leader_and_sequencer_suffice, majority_prefix
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import OAccepted
 from sdpaxos.core.types import STOP, STOP_VALUE, Command, OValue, ReplicaId, Slot, keys_of
@@ -218,7 +218,7 @@ class Sequencer:
             return s.prox.c_quorum  # the sequencer's own: its nearest majority
         if not s.config.thrifty:
             return tuple(s.prox.near)
-        if s.n <= 5:
+        if leader_and_sequencer_suffice(s.n):
             return (owner,)  # "only sent to the command leader"
         extra = [p for p in s.prox.near if p != owner][: s.majority - 2]
         return (owner, *extra)

@@ -194,6 +194,28 @@ class _Reader:
         raise PeerMessageError(f"snapshot holds an unknown tag {tag}")
 
 
+def pack_value(value: object) -> bytes:
+    """``value`` (None, bools, ints, bytes and tuples of them) in the snapshot's
+    encoding: what an application state that the core builds (the membership)
+    is stored and sent as."""
+    out = bytearray()
+    _pack(out, value, 0)
+    return bytes(out)
+
+
+def unpack_value(data: bytes) -> object:
+    """The value :func:`pack_value` made ``data`` from.
+
+    Raises:
+        PeerMessageError: ``data`` is not one well-formed value.
+    """
+    reader = _Reader(data)
+    value = reader.value(0)
+    if reader.pos != len(data):
+        raise PeerMessageError("packed value has bytes after its end")
+    return value
+
+
 def encode_snapshot(snapshot: Snapshot) -> bytes:
     """The bytes a snapshot travels (in chunks) and is stored as (never a pickle)."""
     out = bytearray()
@@ -326,6 +348,11 @@ class Storage(Protocol):
     def load_snapshot(self) -> Snapshot | None:
         """The newest snapshot saved, if any."""
 
+    def start_epoch(self, snapshot: Snapshot) -> None:
+        """A new epoch (``docs/membership.md`` section 4.3): make ``snapshot`` the
+        newest snapshot and forget every record, atomically, before returning
+        (a crash leaves either the old epoch whole or the new one)."""
+
 
 class MemoryStorage:
     """In-memory :class:`Storage` for the simulator and tests.
@@ -354,6 +381,10 @@ class MemoryStorage:
 
     def load_snapshot(self) -> Snapshot | None:
         return self._snapshot
+
+    def start_epoch(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._records = []
 
     def __len__(self) -> int:
         return len(self._records)

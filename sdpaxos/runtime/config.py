@@ -256,6 +256,14 @@ def parse_config(
             f"expected up to {CLUSTER_NAME_CHARS_MAX} letters, digits, '.', '_' or '-' "
             f"(starting with a letter or digit), got {cluster_name!r}",
         )
+    if len(replicas) % 2 == 0:
+        # An even size tolerates no more crashes than one replica fewer, and
+        # commits in 1.5 round trips: a cluster only passes through one while it
+        # changes membership one replica at a time (docs/membership.md section 5).
+        raise fail(
+            "cluster",
+            f"replicas must be an odd number to start a cluster (N = 2F+1), got {len(replicas)}",
+        )
     try:
         cluster_config = ClusterConfig(
             replicas=len(replicas), sequencer=ReplicaId(sequencer), **protocol

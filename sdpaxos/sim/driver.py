@@ -99,6 +99,8 @@ def carry_out(replica: int, ready: Ready, storage: Storage, outlet: Outlet) -> b
         outlet.persisted(replica, ready.persist)
     if ready.snapshot is not None:
         storage.save_snapshot(ready.snapshot)
+    if ready.epoch_base is not None:
+        storage.start_epoch(ready.epoch_base)
     died = outlet.send(replica, ready.messages)
     snapshot = ready.snapshot
     # A batch holds at most one snapshot: an installed one comes before the
