@@ -123,6 +123,7 @@ class Learner:
                     committed[i] = True
                     olog.cballot[i] = ballots[i]
                     out.append(OCommitEntry(Slot(i + b), ballots[i], STOP, 0))
+                    s.progress.dirty = True
                 break
         self.safe_upto = safe
         self.own_scan = safe

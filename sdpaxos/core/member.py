@@ -307,7 +307,11 @@ class Member:
         learn_ms = self.protocol.learn_ms
         if fetch is not None and now_ms - fetch.asked_ms >= learn_ms:
             self.fetch = None  # the source went quiet: pull from another
-        if self.fetch is None and now_ms - self.last_pull_ms >= learn_ms:
+        if (
+            self.role in (Role.LEARNER, Role.WAITING)
+            and self.fetch is None
+            and now_ms - self.last_pull_ms >= learn_ms
+        ):
             self._pull(self._pull_source())
 
     def ready(self) -> Ready:
@@ -491,10 +495,30 @@ class Member:
         elif isinstance(m, StateChunk):
             self._take_chunk(m)
         elif isinstance(m, EpochNotice):
-            if m.epoch > self.epoch or self.role is Role.WAITING:
-                self._pull(m.src)
+            self._take_notice(m)
         else:
             raise PeerMessageError(f"not a member message: {type(m).__name__}")
+
+    def _take_notice(self, m: EpochNotice) -> None:
+        """A peer runs epoch ``m.epoch``: fetch its state if this node belongs there."""
+        membership = Membership.unpacked(unpack_value(m.membership))
+        if membership.epoch != m.epoch:
+            raise PeerMessageError("notice's membership is of another epoch")
+        if self.replica is not None:
+            if m.epoch > self.epoch:
+                self._pull(m.src)  # a late member: take the newer epoch's state
+            return
+        if self.id in membership.learner_ids and (m.epoch, 1) > (self.epoch, 0):
+            self._pull(m.src)
+        elif self.role is Role.LEARNER and m.epoch > self.epoch:
+            self._pull(m.src)  # promoted, or removed: the state says which
+        elif not self.has_state and m.epoch >= self.epoch:
+            # Nothing of ours to keep consistent: just know the membership.
+            self.machine.membership = membership
+            if self.id in membership.ids:
+                self.role = Role.LOST
+            elif self.id in membership.learner_ids:
+                self._pull(m.src)
 
     def _step_epoch(self, m: EpochMessage, now_ms: float) -> None:
         epoch = self.epoch
@@ -549,12 +573,20 @@ class Member:
         epoch = self.epoch
         if m.src in membership.learner_ids:
             self.learner_have[m.src] = m.have
+        elif m.src not in membership.ids:
+            # A waiting node (or a removed one): it needs the membership, not the state.
+            notice = EpochNotice(self.id, epoch, _pack_membership(membership))
+            self.out.messages.append((ReplicaId(m.src), cast(Message, notice)))
+            return
         serving = self.serving
         if m.offset and serving is not None and (epoch, m.slot) == serving[:2]:
             slot, data, offset = serving[1], serving[2], m.offset
         else:
             newest = self.newest[1] if self.newest is not None else None
-            live = replica.capture_state() if m.src not in membership.ids else None
+            # A late member installs what this epoch's replicas took (its base,
+            # or a snapshot taken since); anyone else gets the state now.
+            late_member = m.src in membership.ids and 0 <= m.epoch < epoch
+            live = None if late_member else replica.capture_state()
             snap = live or newest
             if snap is None:
                 return  # epoch 0 mid-slot, no snapshot yet: the next pull gets one

@@ -161,20 +161,41 @@ class MemberNet:
 
     # ------------------------------------------------------------- time
 
+    def deliver_one(self) -> None:
+        """Deliver the oldest message in flight (lost if a link or node is down)."""
+        src, dst, msg = self.pending.pop(0)
+        if src in self.down or dst in self.down or (src, dst) in self.cut:
+            return
+        node = self.nodes.get(dst)
+        if node is None:
+            return
+        self.delivered.append((src, dst, msg))
+        node.step(msg, self.now_ms)
+        self.flush(dst)
+
     def deliver_all(self, limit: int = 100_000) -> int:
         count = 0
         while self.pending and count < limit:
-            src, dst, msg = self.pending.pop(0)
+            self.deliver_one()
             count += 1
-            if src in self.down or dst in self.down or (src, dst) in self.cut:
-                continue
-            node = self.nodes.get(dst)
-            if node is None:
-                continue
-            self.delivered.append((src, dst, msg))
-            node.step(msg, self.now_ms)
-            self.flush(dst)
         return count
+
+    def deliver_until(self, done: Callable[[], bool], ms: float = 10_000.0) -> bool:
+        """Deliver one message at a time, ticking when none is in flight, until
+        ``done()`` holds right after a delivery (or ``ms`` pass)."""
+        end = self.now_ms + ms
+        while self.now_ms < end:
+            if done():
+                return True
+            if self.pending:
+                self.deliver_one()
+            else:
+                self.now_ms += self.protocol.tick_ms
+                for node_id, node in self.nodes.items():
+                    if node_id not in self.down:
+                        node.tick(self.now_ms)
+                        self.flush(node_id)
+        return done()
 
     def step_round(self) -> None:
         """Deliver everything in flight, then one tick everywhere."""
