@@ -25,7 +25,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import TypeAlias, cast
+from typing import cast
 
 from sdpaxos.core.app import StateMachine, Tracer
 from sdpaxos.core.config import ClusterConfig
@@ -36,10 +36,18 @@ from sdpaxos.core.membership import (
     Membership,
     MembershipOp,
     encode_op,
+    snapshot_membership,
     split_state,
 )
-from sdpaxos.core.messages import Message
-from sdpaxos.core.ready import ReadResult, Ready, Reply, ReplyKind
+from sdpaxos.core.messages import (
+    EpochMessage,
+    EpochNotice,
+    MemberMessage,
+    Message,
+    StateChunk,
+    StatePull,
+)
+from sdpaxos.core.ready import Ready, Reply, ReplyKind
 from sdpaxos.core.replica import Replica
 from sdpaxos.core.storage import (
     Record,
@@ -74,54 +82,6 @@ class Role(Enum):
     LOST = "lost"
 
 
-@dataclass(frozen=True, slots=True)
-class EpochMessage:
-    """A core message of epoch ``epoch`` from node ``src`` (its ``msg.src`` is a position)."""
-
-    epoch: int
-    src: int
-    msg: Message
-
-
-@dataclass(frozen=True, slots=True)
-class EpochNotice:
-    """``src`` runs epoch ``epoch``, whose membership is ``membership`` (packed)."""
-
-    src: int
-    epoch: int
-    membership: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class StatePull:
-    """Send me part of your newest snapshot: epoch ``epoch``'s local slot ``slot``
-    (-1: whatever is newest) from byte ``offset``. ``have``: the global slot this
-    node's state reaches (a learner's lag is measured from it)."""
-
-    src: int
-    epoch: int
-    have: int
-    slot: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class StateChunk:
-    """Bytes ``offset ..`` of the snapshot at local slot ``slot`` of epoch ``epoch``
-    (``total`` bytes in all); ``executed``: the global slot the sender executed."""
-
-    src: int
-    epoch: int
-    slot: int
-    executed: int
-    offset: int
-    total: int
-    data: bytes
-
-
-MemberMessage: TypeAlias = EpochMessage | EpochNotice | StatePull | StateChunk
-
-
 @dataclass(slots=True)
 class _Fetch:
     src: int
@@ -130,18 +90,6 @@ class _Fetch:
     total: int
     data: bytearray
     asked_ms: float
-
-
-def snapshot_membership(data: bytes) -> Membership:
-    """The membership inside an encoded snapshot of a :class:`MemberMachine`.
-
-    Raises:
-        PeerMessageError: malformed.
-    """
-    value = unpack_value(data)
-    if not isinstance(value, tuple) or len(value) != 7 or not isinstance(value[6], bytes):
-        raise PeerMessageError("snapshot has an unknown layout")
-    return split_state(value[6])[0]
 
 
 class Member:
@@ -331,7 +279,8 @@ class Member:
         if r.stopped_at is not None:
             self._end_epoch(r, rd)
         rd.messages = self._wrap(rd.messages, epoch, ids)
-        return _merged(rd, out)
+        rd.absorb(out)
+        return rd
 
     # ------------------------------------------------------------ epochs
 
@@ -394,7 +343,7 @@ class Member:
         base = self.membership.base + stop + 1
         unfinished = old.unfinished()
         old.abandon_reads()
-        _append(rd, old.ready())
+        rd.absorb(old.ready())
         sessions = old.dump_sessions()
         self.machine.next_epoch(base)
         membership = self.membership
@@ -442,7 +391,7 @@ class Member:
             old.abandon_reads()
             last = old.ready()
             last.messages = self._wrap(last.messages, self.epoch, self.membership.ids)
-            _append(self.out, last)
+            self.out.absorb(last)
         self.machine.restore(snap.app)
         self.members_executed = max(self.members_executed, membership.base + snap.slot)
         if self.tracer is not None:
@@ -536,7 +485,7 @@ class Member:
                 if len(self.noticed) >= NOTICED_PEERS_MAX:
                     self.noticed.pop(next(iter(self.noticed)))
                 self.noticed[m.src] = now_ms
-                packed = _pack_membership(self.membership)
+                packed = pack_value(self.membership.packed())
                 notice = EpochNotice(self.id, epoch, packed)
                 self.out.messages.append((ReplicaId(m.src), cast(Message, notice)))
         elif m.epoch > epoch and self.fetch is None:
@@ -575,7 +524,7 @@ class Member:
             self.learner_have[m.src] = m.have
         elif m.src not in membership.ids:
             # A waiting node (or a removed one): it needs the membership, not the state.
-            notice = EpochNotice(self.id, epoch, _pack_membership(membership))
+            notice = EpochNotice(self.id, epoch, pack_value(membership.packed()))
             self.out.messages.append((ReplicaId(m.src), cast(Message, notice)))
             return
         serving = self.serving
@@ -631,30 +580,6 @@ class Member:
         self._install(m.epoch, bytes(fetch.data))
 
 
-def _pack_membership(membership: Membership) -> bytes:
-    return pack_value(membership.packed())
-
-
-def _append(into: Ready, more: Ready) -> None:
-    into.persist.extend(more.persist)
-    into.messages.extend(more.messages)
-    into.replies.extend(more.replies)
-    into.executed.extend(more.executed)
-    into.reads.extend(more.reads)
-    if into.snapshot is None and more.snapshot is not None:
-        into.snapshot = more.snapshot
-        into.snapshot_installed = more.snapshot_installed
-
-
-def _merged(rd: Ready, extra: Ready) -> Ready:
-    """The replica's batch and this layer's, in one (this layer's messages last)."""
-    if extra:
-        _append(rd, extra)
-        if extra.epoch_base is not None:
-            rd.epoch_base = extra.epoch_base
-    return rd
-
-
 __all__ = [
     "LEARNER_LAG_SLOTS_MAX",
     "EpochMessage",
@@ -662,7 +587,6 @@ __all__ = [
     "Member",
     "MemberMessage",
     "NotMemberError",
-    "ReadResult",
     "Role",
     "StateChunk",
     "StatePull",

@@ -461,3 +461,15 @@ def split_state(data: bytes) -> tuple[Membership, bytes]:
     if not isinstance(value, tuple) or len(value) != 2 or not isinstance(value[1], bytes):
         raise PeerMessageError("member state has an unknown layout")
     return (Membership.unpacked(value[0]), value[1])
+
+
+def snapshot_membership(data: bytes) -> Membership:
+    """The membership inside an encoded snapshot of a :class:`MemberMachine`.
+
+    Raises:
+        PeerMessageError: malformed.
+    """
+    value = unpack_value(data)
+    if not isinstance(value, tuple) or len(value) != 7 or not isinstance(value[6], bytes):
+        raise PeerMessageError("snapshot has an unknown layout")
+    return split_state(value[6])[0]

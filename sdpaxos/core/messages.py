@@ -482,3 +482,56 @@ MESSAGE_TYPES: tuple[type, ...] = (
     RRequestBatch,
     RReplyBatch,
 )
+
+
+# ------------------------------------------------------------ membership envelopes
+# Between :class:`~sdpaxos.core.member.Member` nodes (docs/membership.md): never
+# handed to a Replica, so not part of :data:`Message`. ``src`` is a node id here.
+
+
+@dataclass(frozen=True, slots=True)
+class EpochMessage:
+    """A core message of epoch ``epoch`` from node ``src`` (its ``msg.src`` is a position)."""
+
+    epoch: int
+    src: int
+    msg: Message
+
+
+@dataclass(frozen=True, slots=True)
+class EpochNotice:
+    """``src`` runs epoch ``epoch``, whose membership is ``membership`` (packed)."""
+
+    src: int
+    epoch: int
+    membership: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StatePull:
+    """Send me part of your newest snapshot: epoch ``epoch``'s local slot ``slot``
+    (-1: whatever is newest) from byte ``offset``. ``have``: the global slot this
+    node's state reaches (a learner's lag is measured from it)."""
+
+    src: int
+    epoch: int
+    have: int
+    slot: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateChunk:
+    """Bytes ``offset ..`` of the snapshot at local slot ``slot`` of epoch ``epoch``
+    (``total`` bytes in all); ``executed``: the global slot the sender executed."""
+
+    src: int
+    epoch: int
+    slot: int
+    executed: int
+    offset: int
+    total: int
+    data: bytes
+
+
+MemberMessage: TypeAlias = EpochMessage | EpochNotice | StatePull | StateChunk

@@ -14,6 +14,8 @@ The driver loop, once (every driver does exactly this)::
 Steps 2 and 3 may run in any order relative to each other, never before 1.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
@@ -128,6 +130,21 @@ class Ready:
     snapshot: Snapshot | None = None
     snapshot_installed: bool = False
     epoch_base: Snapshot | None = None
+
+    def absorb(self, more: Ready) -> None:
+        """Append ``more``'s effects after this batch's (one snapshot at most: a
+        second one is dropped, as a newer one replaces it anyway; used by
+        :class:`~sdpaxos.core.member.Member` to hand over one batch per call)."""
+        self.persist.extend(more.persist)
+        self.messages.extend(more.messages)
+        self.replies.extend(more.replies)
+        self.executed.extend(more.executed)
+        self.reads.extend(more.reads)
+        if self.snapshot is None and more.snapshot is not None:
+            self.snapshot = more.snapshot
+            self.snapshot_installed = more.snapshot_installed
+        if more.epoch_base is not None:
+            self.epoch_base = more.epoch_base
 
     def __bool__(self) -> bool:
         return bool(
