@@ -514,9 +514,14 @@ class Member:
     def _answer_pull(self, m: StatePull) -> None:
         """Serve a node outside this epoch: a member of it that is late gets the
         newest snapshot this epoch's replica took (or its base); a learner or a
-        waiting node gets the state now, so that its lag stays small."""
+        waiting node gets the state now, so that its lag stays small.
+
+        A node without a replica (removed, or a learner) serves what it holds:
+        a removed node may be the only one left that executed the stop, and a
+        late member of the next epoch needs exactly that base.
+        """
         replica = self.replica
-        if replica is None:
+        if replica is None and (self.newest is None or not self.has_state):
             return
         membership = self.membership
         epoch = self.epoch
@@ -535,7 +540,7 @@ class Member:
             # A late member installs what this epoch's replicas took (its base,
             # or a snapshot taken since); anyone else gets the state now.
             late_member = m.src in membership.ids and 0 <= m.epoch < epoch
-            live = None if late_member else replica.capture_state()
+            live = None if late_member or replica is None else replica.capture_state()
             snap = live or newest
             if snap is None:
                 return  # epoch 0 mid-slot, no snapshot yet: the next pull gets one

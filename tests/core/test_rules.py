@@ -427,7 +427,7 @@ def test_propose_rejects_non_commands() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"replicas": 4},
+        {"replicas": 3.0},  # (an even N is allowed: a membership passes through 4 and 6)
         {"replicas": 0},
         {"replicas": 3, "sequencer": 3},
         {"replicas": 3, "c_batch_max": 0},
