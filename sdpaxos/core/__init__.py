@@ -23,6 +23,15 @@ from sdpaxos.core.errors import (
     Overloaded,
     PeerMessageError,
 )
+from sdpaxos.core.member import Member, NotMemberError, Role
+from sdpaxos.core.membership import (
+    MemberMachine,
+    Membership,
+    MembershipOp,
+    NodeInfo,
+    OpKind,
+    decode_result,
+)
 from sdpaxos.core.messages import (
     CAccept,
     CAck,
@@ -45,10 +54,12 @@ from sdpaxos.core.ready import Executed, ReadResult, Ready, Reply, ReplyKind
 from sdpaxos.core.replica import Replica, StateMachine
 from sdpaxos.core.sessions import Sessions, decode_session_id, registration
 from sdpaxos.core.storage import CAccepted, MemoryStorage, OAccepted, Record, Storage
-from sdpaxos.core.types import NO_CL, Command, OValue, Wait
+from sdpaxos.core.types import NO_CL, STOP, STOP_VALUE, Command, OValue, Wait
 
 __all__ = [
     "NO_CL",
+    "STOP",
+    "STOP_VALUE",
     "CAccept",
     "CAccepted",
     "CAck",
@@ -61,13 +72,20 @@ __all__ = [
     "InvariantViolation",
     "LearnRequest",
     "LocalProtocolError",
+    "Member",
+    "MemberMachine",
+    "Membership",
+    "MembershipOp",
     "MemoryStorage",
     "Message",
+    "NodeInfo",
+    "NotMemberError",
     "OAccept",
     "OAccepted",
     "OAck",
     "OCommit",
     "OValue",
+    "OpKind",
     "Overloaded",
     "PeerMessageError",
     "RReply",
@@ -80,6 +98,7 @@ __all__ = [
     "Replica",
     "Reply",
     "ReplyKind",
+    "Role",
     "SequencerHandover",
     "Sessions",
     "StateMachine",
@@ -87,6 +106,7 @@ __all__ = [
     "StragglerPoll",
     "StragglerVote",
     "Wait",
+    "decode_result",
     "decode_session_id",
     "registration",
 ]

@@ -134,7 +134,7 @@ class Context:
         #: writes it; the command leader, elections and straggler detection read it).
         self.own_ordered = 0
         #: A membership change is pending in the executed state: the sequencer
-        #: allocates the stop (``Replica.request_stop``; ``docs/membership.md``).
+        #: allocates the stop (``sdpaxos.core.epochs.request_stop``; ``docs/membership.md``).
         self.stop_wanted = False
 
     def advance_clock(self, now_ms: float) -> None:

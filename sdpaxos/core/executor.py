@@ -31,7 +31,7 @@ class Executor:
         exec_waiters: set[tuple[int, int]],
         *,
         observe: bool,
-        slot_offset: int = 0,
+        offset: int = 0,
     ) -> None:
         self.s = ctx
         self.sm = state_machine
@@ -41,7 +41,7 @@ class Executor:
         #: Added to a slot wherever it leaves the replica (sessions, ``Executed``):
         #: an epoch's slots are numbered from 0, the global log's go on from the
         #: slot after the previous epoch's stop (``docs/membership.md`` section 4.3).
-        self.slot_offset = slot_offset
+        self.slot_offset = offset
         #: Per client session: its last executed seq, that command's result, its last slot.
         cfg = ctx.config
         self.sessions = Sessions(cfg.session_lifetime_slots, cfg.sessions_max)
@@ -69,10 +69,7 @@ class Executor:
                 # The epoch ends here: nothing after the stop runs in it
                 # (docs/membership.md section 3.2). Whoever drives the epochs
                 # (sdpaxos.core.member) reads ``progress.stop`` and starts the next.
-                if progress.stop is None:
-                    progress.stop = Slot(slot)
-                    if s.out.tracer is not None:
-                        s.out.trace("ExecuteStop", slot=slot)
+                progress.stop = Slot(slot)
                 break
             if owner >= 0:
                 count = counts[slot - b]

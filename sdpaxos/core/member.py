@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import cast
 
+from sdpaxos.core import epochs
 from sdpaxos.core.app import StateMachine, Tracer
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, PeerMessageError
@@ -271,12 +272,12 @@ class Member:
             return out
         if self.membership.pending is not None and not self.stop_requested:
             self.stop_requested = True
-            r.request_stop()
+            epochs.request_stop(r)
         epoch, ids = self.epoch, self.membership.ids
         rd = r.ready()
         if rd.snapshot is not None:
             self.newest = (epoch, rd.snapshot)
-        if r.stopped_at is not None:
+        if epochs.stopped_at(r) is not None:
             self._end_epoch(r, rd)
         rd.messages = self._wrap(rd.messages, epoch, ids)
         rd.absorb(out)
@@ -327,7 +328,7 @@ class Member:
         self.machine.membership = membership
         replica = self._build(membership)
         if sessions is not None:
-            replica.begin_epoch(sessions)
+            epochs.begin_epoch(replica, sessions)
         self.replica = replica
 
     def _settle_outside(self, membership: Membership, snapshot: Snapshot) -> None:
@@ -338,13 +339,13 @@ class Member:
 
     def _end_epoch(self, old: Replica, rd: Ready) -> None:
         """``old`` executed the stop: start the next epoch from the state there."""
-        stop = old.stopped_at
+        stop = epochs.stopped_at(old)
         assert stop is not None
         base = self.membership.base + stop + 1
-        unfinished = old.unfinished()
-        old.abandon_reads()
+        unfinished = epochs.unfinished(old)
+        epochs.abandon_reads(old)
         rd.absorb(old.ready())
-        sessions = old.dump_sessions()
+        sessions = epochs.dump_sessions(old)
         self.machine.next_epoch(base)
         membership = self.membership
         n = len(membership.members)
@@ -386,9 +387,9 @@ class Member:
             self.machine.membership = membership
             return
         old = self.replica
-        unfinished = old.unfinished() if old is not None else []
+        unfinished = epochs.unfinished(old) if old is not None else []
         if old is not None:
-            old.abandon_reads()
+            epochs.abandon_reads(old)
             last = old.ready()
             last.messages = self._wrap(last.messages, self.epoch, self.membership.ids)
             self.out.absorb(last)
@@ -540,7 +541,7 @@ class Member:
             # A late member installs what this epoch's replicas took (its base,
             # or a snapshot taken since); anyone else gets the state now.
             late_member = m.src in membership.ids and 0 <= m.epoch < epoch
-            live = None if late_member or replica is None else replica.capture_state()
+            live = None if late_member or replica is None else epochs.capture_state(replica)
             snap = live or newest
             if snap is None:
                 return  # epoch 0 mid-slot, no snapshot yet: the next pull gets one

@@ -84,7 +84,7 @@ from sdpaxos.core.sequencer import Sequencer
 from sdpaxos.core.snapshots import Snapshots
 from sdpaxos.core.storage import Record, Snapshot
 from sdpaxos.core.straggler import Straggler
-from sdpaxos.core.types import CIndex, Command, ReplicaId, Slot, View, Wait
+from sdpaxos.core.types import Command, ReplicaId, Slot, View, Wait
 from sdpaxos.core.views import ViewPhase
 
 __all__ = ["NOT_ESTABLISHED", "Replica", "StateMachine", "Stats", "Status", "Tracer"]
@@ -185,13 +185,8 @@ class Replica:
         self.acceptor = Acceptor(ctx, router)
         self.sequencer_role = Sequencer(ctx, router)
         self.learner = Learner(ctx, router)
-        self.executor = Executor(
-            ctx,
-            state_machine,
-            self.command_leader.exec_waiters,
-            observe=observe,
-            slot_offset=slot_offset,
-        )
+        waiters = self.command_leader.exec_waiters
+        self.executor = Executor(ctx, state_machine, waiters, observe=observe, offset=slot_offset)
         self.election = Election(ctx, router)
         self.recovery = Recovery(ctx, router)
         self.reads = Reads(ctx, router)
@@ -301,72 +296,6 @@ class Replica:
             raise LocalProtocolError("client_id 0 has no session: propose under a session")
         self._queue(command, wait)
 
-    def request_stop(self) -> None:
-        """A membership change is pending in the executed state: end this epoch.
-
-        The sequencer of an established view allocates the stop after what it was
-        asked to order; a replica that becomes sequencer later does the same
-        (``docs/membership.md`` section 3.1). Idempotent; only
-        :class:`~sdpaxos.core.member.Member` calls it.
-        """
-        self.ctx.stop_wanted = True
-
-    @property
-    def stopped_at(self) -> Slot | None:
-        """The slot of the stop, once this replica executed it: the epoch is over."""
-        return self.ctx.progress.stop
-
-    def unfinished(self) -> list[tuple[Command, Wait]]:
-        """The epoch is over: every own command not executed, to propose in the next.
-
-        Own C-instances the executed log ran are answered first (READY where
-        nobody waits for execution), as when a snapshot covers them; the others,
-        and the queue, are abandoned here (nothing of this epoch after its stop
-        runs) and returned with what their clients wait for.
-        """
-        leader = self.command_leader
-        leader.forget_below(tuple(self.ctx.progress.count))
-        waiters = leader.exec_waiters
-        commands = [c for batch in leader.inflight.values() for c in batch]
-        commands.extend(leader.proposals)
-        leader.inflight.clear()
-        leader.proposals.clear()
-        return [
-            (c, Wait.EXECUTED if (c.client_id, c.seq) in waiters else Wait.READY) for c in commands
-        ]
-
-    def dump_sessions(self) -> tuple[Any, ...]:
-        """The exactly-once table as a snapshot carries it (an epoch's base snapshot)."""
-        return self.executor.dump_sessions()
-
-    def abandon_reads(self) -> None:
-        """The epoch is over: every pending read is refused (asked again, or
-        served through the log, in the next; ``docs/membership.md`` section 4.5)."""
-        reads = self.reads
-        for read_id in list(reads.pending):
-            reads.refuse(read_id)
-        reads.pending.clear()
-
-    def capture_state(self) -> Snapshot | None:
-        """The executed state now, as a snapshot for a node outside the epoch (a
-        learner), if execution is at a slot boundary; never installed by a member."""
-        progress = self.ctx.progress
-        if progress.in_slot:
-            return None
-        return Snapshot(
-            progress.slot,
-            tuple(progress.count),
-            tuple(c - 1 for c in progress.count),
-            CIndex(0),
-            self.executor.dump_sessions(),
-            self.executor.sm.snapshot(),
-        )
-
-    def begin_epoch(self, sessions: tuple[Any, ...]) -> None:
-        """A fresh epoch's replica goes on from the previous epoch's executed state:
-        its exactly-once table (the caller restored the application)."""
-        self.executor.load_sessions(sessions)
-
     def request_snapshot(self) -> None:
         """Take a snapshot at the next executed slot boundary (the driver decides
         when, e.g. by the size of its log). It compacts once a majority executed
@@ -425,9 +354,7 @@ class Replica:
         if leader.proposals and views.sequencer is not None:
             leader.start_c_instances()
         seq = self.sequencer_role
-        if views.is_sequencer and (
-            seq.want_upto or seq.resend or (s.stop_wanted and seq.stop_slot is None)
-        ):
+        if views.is_sequencer and (seq.want_upto or seq.resend or seq.stop_due()):
             seq.allocate()
         if s.olog.acked_dirty:
             self.learner.advance_safe_prefix()

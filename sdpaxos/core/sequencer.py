@@ -201,11 +201,9 @@ class Sequencer:
         for p in sorted(recipients):
             self.send_o_accepts(p)
 
-    def allocate_stop(self) -> None:
-        """A membership change is pending (``Replica.request_stop``): allocate the
-        stop now if this replica sequences an established view without one."""
-        if self.s.views.is_sequencer and self.stop_slot is None and self.rebuild is None:
-            self.allocate()
+    def stop_due(self) -> bool:
+        """A membership change is pending and this view's log has no stop yet."""
+        return self.s.stop_wanted and self.stop_slot is None
 
     def o_accept_targets(self, owner: ReplicaId) -> tuple[ReplicaId, ...]:
         """Who receives the O-accept for ``owner``'s new O-instance (paper section 4).

@@ -1,0 +1,84 @@
+"""Where an epoch ends and the next begins, on one epoch's :class:`Replica`.
+
+:class:`~sdpaxos.core.member.Member` calls these when the replica executed the
+stop (``docs/membership.md`` section 4): what its own clients still wait for,
+the state to carry over, and the state a node outside the epoch may fetch. They
+reach into the replica's roles; kept out of the replica, whose facade only routes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sdpaxos.core.replica import Replica
+from sdpaxos.core.storage import Snapshot
+from sdpaxos.core.types import CIndex, Command, Slot, Wait
+
+
+def request_stop(replica: Replica) -> None:
+    """A membership change is pending in the executed state: end this epoch.
+
+    The sequencer of an established view allocates the stop after what it was
+    asked to order at its next ``ready()``; a replica that becomes sequencer
+    later does the same (``docs/membership.md`` section 3.1). Idempotent.
+    """
+    replica.ctx.stop_wanted = True
+
+
+def stopped_at(replica: Replica) -> Slot | None:
+    """The slot of the stop, once ``replica`` executed it: the epoch is over."""
+    return replica.ctx.progress.stop
+
+
+def unfinished(replica: Replica) -> list[tuple[Command, Wait]]:
+    """The epoch is over: every own command not executed, to propose in the next.
+
+    Own C-instances the executed log ran are answered first (READY where
+    nobody waits for execution), as when a snapshot covers them; the others,
+    and the queue, are abandoned here (nothing of this epoch after its stop
+    runs) and returned with what their clients wait for.
+    """
+    leader = replica.command_leader
+    leader.forget_below(tuple(replica.ctx.progress.count))
+    waiters = leader.exec_waiters
+    commands = [c for batch in leader.inflight.values() for c in batch]
+    commands.extend(leader.proposals)
+    leader.inflight.clear()
+    leader.proposals.clear()
+    return [(c, Wait.EXECUTED if (c.client_id, c.seq) in waiters else Wait.READY) for c in commands]
+
+
+def dump_sessions(replica: Replica) -> tuple[Any, ...]:
+    """The exactly-once table as a snapshot carries it (an epoch's base snapshot)."""
+    return replica.executor.dump_sessions()
+
+
+def abandon_reads(replica: Replica) -> None:
+    """The epoch is over: every pending read is refused (asked again, or
+    served through the log, in the next; ``docs/membership.md`` section 4.5)."""
+    reads = replica.reads
+    for read_id in list(reads.pending):
+        reads.refuse(read_id)
+    reads.pending.clear()
+
+
+def capture_state(replica: Replica) -> Snapshot | None:
+    """The executed state now, as a snapshot for a node outside the epoch (a
+    learner), if execution is at a slot boundary; never installed by a member."""
+    progress = replica.ctx.progress
+    if progress.in_slot:
+        return None
+    return Snapshot(
+        progress.slot,
+        tuple(progress.count),
+        tuple(c - 1 for c in progress.count),
+        CIndex(0),
+        replica.executor.dump_sessions(),
+        replica.executor.sm.snapshot(),
+    )
+
+
+def begin_epoch(replica: Replica, sessions: tuple[Any, ...]) -> None:
+    """A fresh epoch's replica goes on from the previous epoch's executed state:
+    its exactly-once table (the caller restored the application)."""
+    replica.executor.load_sessions(sessions)
