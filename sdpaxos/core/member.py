@@ -268,7 +268,10 @@ class Member:
         r = self.replica
         out = self.out
         self.out = Ready()
-        if r is None:
+        if r is None or out.epoch_base is not None:
+            # A base installed since the last batch goes alone: the driver makes
+            # it the whole of storage after the batch's records, so the new
+            # epoch's records must come in the next batch, or it would forget them.
             return out
         if self.membership.pending is not None and not self.stop_requested:
             self.stop_requested = True
@@ -526,7 +529,9 @@ class Member:
             return
         membership = self.membership
         epoch = self.epoch
-        if m.src in membership.learner_ids:
+        if m.src in membership.learner_ids and m.epoch >= 0:
+            # Only a learner that holds state has a lag (one with none is not
+            # caught up at slot 0: promoted, it could only be Role.LOST).
             self.learner_have[m.src] = m.have
         elif m.src not in membership.ids:
             # A waiting node (or a removed one): it needs the membership, not the state.
