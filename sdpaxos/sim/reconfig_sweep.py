@@ -43,8 +43,10 @@ from sdpaxos.sim.reconfig import CHANGE_MS_MAX, ReconfigInjector
 
 __all__ = ["ReconfigReport", "ReconfigRun", "run_reconfig", "sweep_reconfig"]
 
-#: Commands per run, over all clients.
-COMMANDS_DEFAULT = 120
+#: Commands per member of epoch 0 (the runs' load is this times the member count).
+COMMANDS_DEFAULT = 40
+#: Snapshot chunk size when compaction is on (several chunks per transfer).
+SNAPSHOT_CHUNK_BYTES = 512
 CLIENTS = 4
 CLIENT_RETRY_MS = 1_500.0
 #: Longest the change phase runs (the injector also gives up on a stuck change).
@@ -64,10 +66,14 @@ TRACEBACK_LINES_MAX = 8
 Progress = Callable[[str], None]
 
 
-def replay_command(seed: int, replicas: int, commands: int) -> str:
+def replay_command(
+    seed: int, replicas: int, commands: int, snapshot_slots: int | None = None
+) -> str:
     cmd = f"python -m sdpaxos.sim --sweep 1 --faults reconfig --replicas {replicas} --seed {seed}"
     if commands != COMMANDS_DEFAULT:
         cmd += f" --commands {commands}"
+    if snapshot_slots is not None:
+        cmd += f" --snapshot-slots {snapshot_slots}"
     return cmd
 
 
@@ -177,17 +183,32 @@ def run_reconfig(
     commands: int = COMMANDS_DEFAULT,
     cluster_hook: Callable[[MemberCluster, ReconfigInjector], None] | None = None,
     injector_args: dict[str, Any] | None = None,
+    snapshot_slots: int | None = None,
 ) -> ReconfigRun:
     """One run with seeded membership changes; never raises for a protocol failure.
 
     ``cluster_hook`` sees the cluster and the injector before anything runs;
     ``injector_args`` are passed to :class:`ReconfigInjector` (``changes``,
-    ``shapes``, ``hits``) to aim a run at one scenario.
+    ``shapes``, ``hits``) to aim a run at one scenario. ``commands``: per
+    member of epoch 0. ``snapshot_slots``: compaction on, a snapshot every that
+    many slots.
     """
     chooser = SeededChooser(random.Random(seed))
     network = _network(chooser)
-    cluster = MemberCluster(replicas, chooser, sequencer=chooser.below(replicas), network=network)
-    per_client = max(1, commands // CLIENTS)
+    overrides: dict[str, Any] = {}
+    if snapshot_slots is not None:
+        overrides = {
+            "snapshot_slots_min": snapshot_slots,
+            "snapshot_chunk_bytes": SNAPSHOT_CHUNK_BYTES,
+        }
+    cluster = MemberCluster(
+        replicas,
+        chooser,
+        sequencer=chooser.below(replicas),
+        network=network,
+        config_overrides=overrides,
+    )
+    per_client = max(1, commands * replicas // CLIENTS)
     clients = MemberClients(cluster, CLIENTS, per_client, retry_ms=CLIENT_RETRY_MS)
     injector = ReconfigInjector(cluster, **(injector_args or {}))
     clients.think_ms = LOAD_MS_PER_CHANGE * injector.planned / per_client
@@ -222,7 +243,7 @@ def run_reconfig(
         ok=kind == "ok",
         kind=kind,
         verdict=verdict,
-        replay=replay_command(seed, replicas, commands),
+        replay=replay_command(seed, replicas, commands, snapshot_slots),
         counts=dict(injector.counts),
         epoch=newest.epoch,
         members=newest.ids,
@@ -346,6 +367,7 @@ def sweep_reconfig(
     replicas: Sequence[int],
     commands: int = COMMANDS_DEFAULT,
     progress: Progress | None = None,
+    snapshot_slots: int | None = None,
 ) -> ReconfigReport:
     """Runs ``seed .. seed+runs-1``; run ``k`` starts with ``replicas[k % len(replicas)]``."""
     if runs < 0 or not replicas:
@@ -353,7 +375,7 @@ def sweep_reconfig(
     report = ReconfigReport(seed=seed, replicas=list(replicas), commands=commands)
     for k in range(runs):
         n = replicas[k % len(replicas)]
-        run = run_reconfig(seed + k, n, commands=commands)
+        run = run_reconfig(seed + k, n, commands=commands, snapshot_slots=snapshot_slots)
         report.runs.append(run)
         if progress is not None:
             status = "ok" if run.ok else f"VIOLATION ({run.kind})"
