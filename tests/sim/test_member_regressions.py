@@ -1,0 +1,197 @@
+"""Core bugs the reconfig sweep found, each replayed on the explicit harness.
+
+Each test drives :class:`~sdpaxos.sim.members.MemberNet` (the real core,
+explicit delivery) into the interleaving the sweep hit, then asserts what
+``docs/membership.md`` promises. They are marked ``xfail(strict=True)`` while
+the core is not fixed: the failure is the finding (its message says what is
+wrong), and once the core is fixed the test passes, strict xfail turns that into
+a failure, and the marker must go.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sdpaxos.core.member import EpochMessage, Role, StateChunk
+from sdpaxos.core.membership import MembershipOp, NodeInfo, OpKind
+from sdpaxos.core.storage import CAccepted
+from sdpaxos.core.types import Command, Wait
+from sdpaxos.sim.members import MemberNet
+
+#: Delivery rounds a test runs at most while it waits for one event.
+ROUNDS_MAX = 3_000
+
+
+def add_learner(net: MemberNet, at: int, node: int, op_id: int) -> None:
+    net.add_node(node)
+    verdict = net.change(at, MembershipOp(OpKind.ADD_LEARNER, node=NodeInfo(node), op_id=op_id))
+    assert verdict == (True, f"node {node} is a learner")
+
+
+def deliver_until(net: MemberNet, done: object) -> None:
+    """Deliver one message (or tick everyone once) at a time until ``done()``:
+    finer than ``step_round``, so a test can stop right after one batch."""
+    for _ in range(ROUNDS_MAX):
+        while net.pending:
+            src, dst, msg = net.pending.pop(0)
+            if src in net.down or dst in net.down or (src, dst) in net.cut:
+                continue
+            net.nodes[dst].step(msg, net.now_ms)
+            net.flush(dst)
+            if done():  # type: ignore[operator]
+                return
+        net.now_ms += net.protocol.tick_ms
+        for node_id, node in net.nodes.items():
+            if node_id not in net.down:
+                node.tick(net.now_ms)
+                net.flush(node_id)
+                if done():  # type: ignore[operator]
+                    return
+    raise AssertionError("the awaited event never happened")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: Member.learner_lag counts a learner with no state as at slot 0",
+)
+def test_a_learner_reported_caught_up_is_promoted_into_a_working_member() -> None:
+    """Sweep seed 2002 (N = 3, ``--faults reconfig``, before the injector's
+    workaround): the operator's rule of ``docs/membership.md`` section 2 (promote
+    once ``learner_lag`` is at most ``learner_lag_slots_max``) promoted a node
+    that had installed nothing; it became ``Role.LOST`` for good, a member short.
+
+    Here: node 3 is added as a learner and pulls, but every chunk to it is lost.
+    Its pulls say ``have=0`` (and epoch -1: no state); the members record that
+    as a learner at slot 0, so a young cluster reports a lag of a few slots.
+    """
+    net = MemberNet.build(3)
+    add_learner(net, 0, 3, op_id=1)
+    net.cut |= {(i, 3) for i in (0, 1, 2)}  # pulls leave node 3; no chunk reaches it
+    net.settle(1_000)
+    lags = {i: net.nodes[i].learner_lag(3) for i in (0, 1, 2)}
+    heard = [i for i, lag in lags.items() if lag is not None]
+    assert heard and not net.nodes[3].has_state  # the interleaving happened
+    at = heard[0]
+    lag = lags[at]
+    assert lag is not None and lag <= net.nodes[at].learner_lag_slots_max
+    # The operator follows the documented rule: the learner is caught up, promote it.
+    assert net.change(at, MembershipOp(OpKind.PROMOTE, target=3, op_id=2))[0]
+    net.heal()
+    net.settle(3_000)
+    assert net.nodes[3].role is Role.MEMBER, (
+        f"BUG: learner_lag({3}) at node {at} said {lag} slots (within"
+        f" learner_lag_slots_max) for a learner that held no state; once promoted it is"
+        f" {net.nodes[3].role.value}, and epoch {net.nodes[0].epoch} is a member short for good"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: the batch that installs an epoch's base forgets the new epoch's records",
+)
+def test_records_of_the_batch_that_installs_an_epoch_base_stay_durable() -> None:
+    """A member that was cut off while its peers switched epochs installs the new
+    epoch's base from a peer (``Member._install``) and proposes its unfinished
+    command again in the new epoch, in the same ``ready()`` batch: the batch
+    persists the new C-instance's ``CAccepted`` and carries ``epoch_base``, and
+    the driver (``carry_out``: persist, then ``start_epoch``) then forgets every
+    record, that one included, before the C-accepts leave.
+
+    Consequence, replayed: node 2 crashes right after that batch, restarts from
+    the base with no record of C-instance (2, 0), and gives the same instance,
+    at the same ballot, to its next command: peers accepted two values for one
+    C-instance at one ballot (the first was chosen: every peer accepted it).
+    """
+    net = MemberNet.build(3)
+    add_learner(net, 0, 3, op_id=1)
+    net.settle(1_000)
+    assert net.nodes[3].has_state
+    net.partition({2}, {0, 1, 3})
+    x = net.propose(2, 7, b"x", Wait.READY)
+    net.settle(100)
+    assert net.change(0, MembershipOp(OpKind.PROMOTE, target=3, op_id=2))[0]
+    net.settle(500)
+    assert net.nodes[2].epoch == 0
+    net.heal()
+    deliver_until(net, lambda: net.nodes[2].epoch == 1)
+    carried = [r for r in net.storages[2].load() if isinstance(r, CAccepted) and x in r.commands]
+    # What node 2 sent in that batch reaches its peers; then it crashes.
+    net.cut |= {(i, 2) for i in (0, 1, 3)}
+    net.deliver_all()
+    net.crash(2)
+    net.heal()
+    net.restart(2)
+    y = net.propose(2, 8, b"y", Wait.READY)
+    net.settle(3_000)
+    accepted: dict[tuple[int, int, int], set[tuple[Command, ...]]] = {}
+    for i in (0, 1, 3):
+        for r in net.storages[i].load():
+            if isinstance(r, CAccepted) and r.owner == net.nodes[2].membership.position(2):
+                accepted.setdefault((r.owner, r.index, r.ballot), set()).add(r.commands)
+    twice = {k: v for k, v in accepted.items() if len(v) > 1}
+    assert carried and not twice, (
+        f"BUG: node 2's CAccepted of {x} in epoch 1 was not durable after the batch that"
+        f" installed the epoch's base (records kept: {carried}); after a crash it reused the"
+        f" C-instance for {y}: peers accepted two values at one (owner, index, ballot): {twice}"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: a removed node keeps pulling the state from members forever",
+)
+def test_a_removed_node_stops_sending() -> None:
+    """``docs/membership.md`` section 4.6: a removed replica, once told it was
+    removed, "stops sending and says so in its status". It says so
+    (``Role.REMOVED``) but pulls the newest state from a member every
+    ``learn_ms`` for the rest of its life, and members answer each pull with the
+    whole state (found by the reconfig sweep's counters: a removed node's
+    ``StatePull`` every ``learn_ms``)."""
+    net = MemberNet.build(4)
+    verdict = net.change(0, MembershipOp(OpKind.REMOVE, target=3, op_id=1))
+    assert verdict[0]
+    net.settle(2_000)
+    assert net.nodes[3].role is Role.REMOVED
+    for k in range(20):  # the members keep working: their state moves on
+        net.propose(k % 3, 7, b"w%d" % k, Wait.READY)
+        net.settle(100)
+    start = len(net.delivered)
+    net.settle(3_000)
+    sent = [type(m).__name__ for src, _, m in net.delivered[start:] if src == 3]
+    chunks = sum(1 for _, dst, m in net.delivered[start:] if dst == 3 and isinstance(m, StateChunk))
+    assert not sent, (
+        f"BUG: removed node 3 sent {len(sent)} messages in 3 s after it knew it was removed"
+        f" ({sorted(set(sent))}), and members sent it {chunks} state chunks"
+    )
+
+
+def test_a_removed_node_that_restarts_in_its_old_epoch_never_counts() -> None:
+    """The zombie scenario on the explicit harness (passes: the core drops it).
+    Node 3 is crashed as soon as it executed its own removal (before the stop),
+    restarted from its storage once the others run epoch 1: it wakes up a member
+    of epoch 0 and sends epoch-0 messages; the members drop every one (their
+    ``dropped`` counter says so), never step them, and tell it the epoch, after
+    which it knows it was removed."""
+    net = MemberNet.build(4)
+    removal = MembershipOp(OpKind.REMOVE, target=3, op_id=1)
+    net.nodes[0].propose_change(removal, 99, 1)
+    net.flush(0)
+    deliver_until(net, lambda: net.nodes[3].membership.pending is not None)
+    net.crash(3)
+    net.settle(2_000)
+    assert [net.nodes[i].epoch for i in (0, 1, 2)] == [1, 1, 1]
+    dropped = {i: net.nodes[i].dropped for i in (0, 1, 2)}
+    start = len(net.delivered)
+    net.restart(3)
+    assert net.nodes[3].epoch == 0 and net.nodes[3].role is Role.MEMBER
+    net.settle(2_000)
+    from_zombie = [
+        (dst, m)
+        for src, dst, m in net.delivered[start:]
+        if src == 3 and isinstance(m, EpochMessage) and m.epoch == 0
+    ]
+    assert from_zombie, "the restarted node sent nothing in its old epoch"
+    grew = sum(net.nodes[i].dropped - dropped[i] for i in (0, 1, 2))
+    assert grew >= len(from_zombie)
+    assert net.nodes[3].role is Role.REMOVED and net.nodes[3].epoch == 1
+    assert all(net.nodes[i].epoch == 1 for i in (0, 1, 2))
