@@ -24,9 +24,10 @@ What the checker sees, and why it is enough across epochs:
   through that node, so it is no READY; the client retries at a member, with
   the same ``(client_id, seq)``, and the session table keeps it exactly-once.
 
-The checker's vote counting (one value per C- or O-instance) is left out: an
-instance is named by (epoch, position, index) and the records do not carry the
-epoch; the execution checks above judge what was chosen.
+One value per C- or O-instance is judged per epoch (an instance is named by
+epoch, position and index; the records do not carry the epoch): a batch's
+records go to that epoch's vote checker, by the node's position, except the
+batch that starts an epoch, which may hold records of both (left out).
 
 Messages travel as objects (no codec: ``EpochMessage`` and the state transfer
 messages are the core's own dataclasses, frozen).
@@ -170,6 +171,10 @@ class MemberCluster:
         self.epoch_started: dict[tuple[int, int], int] = {}
         #: The global slot each epoch starts at (every node must agree).
         self.epoch_bases: dict[int, int] = {0: 0}
+        #: Per epoch: one value per instance, from the records (by position).
+        self.vote_checkers: dict[int, Checker] = {}
+        #: ``(node, epoch, global slot)`` each time a node starts an epoch (or installs one).
+        self.epoch_listeners: list[Callable[[int, int, int], None]] = []
         #: Stops a node persisted as accepted while it was the sequencer: (node, epoch).
         self.stops_allocated: list[tuple[int, int]] = []
         self.not_member_replies = 0
@@ -381,6 +386,13 @@ class MemberCluster:
         raise RuntimeError(f"node {node_id} produced effects {READY_ROUNDS_MAX} times in a row")
 
     def _carry_out(self, node_id: int, node: Member, rd: Ready) -> None:
+        position = node.membership.position(node_id)
+        if rd.persist and rd.epoch_base is None and node.replica is not None:
+            assert position is not None
+            votes = self.vote_checkers.get(node.epoch)
+            if votes is None:
+                votes = self.vote_checkers[node.epoch] = Checker(len(node.membership.members))
+            votes.persisted(position, rd.persist)
         carry_out(node_id, rd, self.storages[node_id], self._outlet)
         base = rd.epoch_base
         if base is not None:
@@ -395,6 +407,8 @@ class MemberCluster:
                     f"node {node_id} started epoch {epoch} at global slot {slot}, where"
                     f" another node started it at {agreed}: the stop is not agreed"
                 )
+            for listener in self.epoch_listeners:
+                listener(node_id, epoch, slot)
 
     def _send(self, src: int, batch: Sequence[tuple[int, Any]]) -> None:
         groups: dict[int, list[Any]] = {}

@@ -16,13 +16,20 @@ other, through the operator's session (:class:`~sdpaxos.sim.member_workload.Chan
 * ``replace``: a fresh learner, caught up, takes a non-sequencer member's place;
 * ``replace-seq``: the same for the sequencer's node.
 
-and, one time in two, an :class:`Hit` aimed at the change:
+and, one time in two (every time if ``hits`` leaves ``none`` out), a
+:class:`Hit` aimed at the change:
 
 * ``crash``: crash a member (the sequencer, the node the change was proposed at,
   the node leaving, or another, drawn) the moment it has *executed* the change,
   i.e. between the change's execution and the stop; restarted 0.3 .. 3 s later;
 * ``partition``: isolate the sequencer the moment it has allocated the stop
   (its own acceptance of ``STOP_VALUE`` is durable), healed 0.5 .. 3 s later;
+  one time in two it is also crashed the moment it then starts the new epoch
+  (from a peer's base snapshot, its unfinished commands proposed again in the
+  same batch), and restarted 0.3 .. 3 s later;
+* ``switch``: crash the k-th node (k drawn) to start the new epoch, the moment
+  it starts it (a late one starts it from a peer's base snapshot, with its
+  unfinished commands proposed again in the same batch); restarted 0.3 .. 3 s later;
 * ``zombie`` (remove and replace only): crash the leaving node when it has
   executed the change, before it could execute the stop; restart it from its
   storage once every other member switched: it wakes up a member of the old
@@ -91,6 +98,7 @@ class Hit(StrEnum):
     NONE = "none"
     CRASH = "crash"
     PARTITION = "partition"
+    SWITCH = "switch"
     ZOMBIE = "zombie"
 
 
@@ -146,7 +154,10 @@ class ReconfigInjector:
         self._armed: tuple[Change, str, int] | None = None  # change, trigger, victim
         self._cut: set[int] = set()
         self._zombie: int | None = None
+        #: A cut-off sequencer to crash when it starts the change's epoch: (node, epoch).
+        self._crash_on_switch: tuple[Change, int] | None = None
         cluster.executed_listeners.append(self._on_executed)
+        cluster.epoch_listeners.append(self._on_epoch)
         cluster.persist_listeners.append(self._on_persisted)
 
     # -- driving --------------------------------------------------------------
@@ -175,8 +186,14 @@ class ReconfigInjector:
             self.finished = True
             return
         shape = pick(self.chooser, shapes)
-        hits = [h for h in self.hits if h is not Hit.ZOMBIE or shape is not Shape.ADD]
-        hit = Hit.NONE if self.chooser.below(2) == 0 or not hits else pick(self.chooser, hits)
+        # With NONE among the hits, half of the changes go unhit; without, every one is hit.
+        hits = [
+            h
+            for h in self.hits
+            if h is not Hit.NONE and (h is not Hit.ZOMBIE or shape is not Shape.ADD)
+        ]
+        spare = Hit.NONE in self.hits and self.chooser.below(2) == 0
+        hit = Hit.NONE if spare or not hits else pick(self.chooser, hits)
         change = Change(shape, hit)
         self.changes.append(change)
         self._current = change
@@ -338,6 +355,9 @@ class ReconfigInjector:
             return
         if change.hit is Hit.PARTITION:
             self._armed = (change, "stop", -1)
+        elif change.hit is Hit.SWITCH:
+            size = len(old_ids) + (1 if change.shape is Shape.ADD else 0)
+            self._armed = (change, "switch", 1 + self.chooser.below(size))
         elif change.hit is Hit.ZOMBIE:
             self._armed = (change, "executed", change.target)
         else:
@@ -409,6 +429,8 @@ class ReconfigInjector:
         self.cluster.network.isolate(node_id)
         self._cut.add(node_id)
         self._hit(change, f"isolate sequencer {node_id} after it allocated the stop")
+        if self.chooser.below(2) == 1:
+            self._crash_on_switch = (change, node_id)
         delay_us = between(self.chooser, CUT_MS_MIN, CUT_MS_MAX) * 1000
         self.cluster.call_after(delay_us, lambda: self._heal(node_id))
 
@@ -418,6 +440,33 @@ class ReconfigInjector:
             if other != node_id:
                 self.cluster.network.unblock(node_id, other)
         self._log(f"heal node {node_id}")
+
+    def _on_epoch(self, node_id: int, epoch: int, slot: int) -> None:
+        current = self._armed
+        if current is not None and current[1] == "switch" and epoch == current[0].epoch:
+            change, k = current[0], current[2]
+            started = sum(1 for (_, e) in self.cluster.epoch_started if e == epoch)
+            if started >= k:
+                self._armed = None
+                if self._room(self.cluster.newest().ids, node_id):
+                    self._crash_on_switch = (change, node_id)
+        armed = self._crash_on_switch
+        if armed is None or armed[1] != node_id or epoch < armed[0].epoch:
+            return
+        self._crash_on_switch = None
+        change = armed[0]
+
+        def crash() -> None:
+            self.cluster.crash(node_id)
+            self._count("hit-crash-on-switch")
+            what = f"crash node {node_id} as it started epoch {epoch} (global slot {slot})"
+            change.hits.append(what)
+            self._log(what)
+            delay_us = between(self.chooser, RESTART_MS_MIN, RESTART_MS_MAX) * 1000
+            self.cluster.call_after(delay_us, lambda: self._restart(node_id))
+
+        change.interrupted = True
+        self.cluster.call_after(0, crash)
 
     def _hit(self, change: Change, what: str) -> None:
         change.interrupted = True
