@@ -124,3 +124,24 @@ def test_long_reconfig_sweep() -> None:
     report = sweep_reconfig(500, seed=20_000, replicas=[3, 5])
     assert report.ok, report.table()
     assert report.summary()["all"]["changes_made"] > 500
+
+
+#: Seeds of the long sweep that break real-time order (a linearizability
+#: violation): a node cut off during a change installs the new epoch's base
+#: from a peer, proposes its unfinished commands again in the same batch, and
+#: crashes right after; ``start_epoch`` had forgotten that batch's records, so
+#: the restarted node gives the same C-instance (same ballot) to a new command,
+#: which executes at the slot the sequencer had already given that C-instance,
+#: ahead of a command that was READY before it was proposed. Replayed on the
+#: explicit harness by ``test_records_of_the_batch_that_installs_an_epoch_base_stay_durable``.
+PINNED_SEEDS = [(20017, 5), (20192, 3), (20209, 5), (20326, 3)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: the batch that installs an epoch's base forgets the new epoch's records",
+)
+@pytest.mark.parametrize(("seed", "replicas"), PINNED_SEEDS)
+def test_pinned_seeds(seed: int, replicas: int) -> None:
+    run = run_reconfig(seed, replicas)
+    assert run.ok, f"BUG ({run.kind}): {run.verdict.splitlines()[0]}\nreplay: {run.replay}"
