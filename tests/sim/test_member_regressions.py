@@ -68,20 +68,25 @@ def test_a_learner_reported_caught_up_is_promoted_into_a_working_member() -> Non
     add_learner(net, 0, 3, op_id=1)
     net.cut |= {(i, 3) for i in (0, 1, 2)}  # pulls leave node 3; no chunk reaches it
     net.settle(1_000)
-    lags = {i: net.nodes[i].learner_lag(3) for i in (0, 1, 2)}
-    heard = [i for i, lag in lags.items() if lag is not None]
-    assert heard and not net.nodes[3].has_state  # the interleaving happened
-    at = heard[0]
-    lag = lags[at]
-    assert lag is not None and lag <= net.nodes[at].learner_lag_slots_max
-    # The operator follows the documented rule: the learner is caught up, promote it.
-    assert net.change(at, MembershipOp(OpKind.PROMOTE, target=3, op_id=2))[0]
-    net.heal()
-    net.settle(3_000)
-    assert net.nodes[3].role is Role.MEMBER, (
-        f"BUG: learner_lag({3}) at node {at} said {lag} slots (within"
+    assert not net.nodes[3].has_state  # the interleaving happened: it installed nothing
+    reported = {
+        i: lag
+        for i in (0, 1, 2)
+        if (lag := net.nodes[i].learner_lag(3)) is not None
+        and lag <= net.nodes[i].learner_lag_slots_max
+    }
+    role = net.nodes[3].role
+    if reported:
+        # The operator follows the documented rule: the learner is caught up, promote it.
+        at = min(reported)
+        assert net.change(at, MembershipOp(OpKind.PROMOTE, target=3, op_id=2))[0]
+        net.heal()
+        net.settle(3_000)
+        role = net.nodes[3].role
+    assert not reported, (
+        f"BUG: learner_lag(3) reported {reported} slots (node: lag, within"
         f" learner_lag_slots_max) for a learner that held no state; once promoted it is"
-        f" {net.nodes[3].role.value}, and epoch {net.nodes[0].epoch} is a member short for good"
+        f" {role.value}, and epoch {net.nodes[0].epoch} is a member short for good"
     )
 
 
@@ -129,7 +134,7 @@ def test_records_of_the_batch_that_installs_an_epoch_base_stay_durable() -> None
             if isinstance(r, CAccepted) and r.owner == net.nodes[2].membership.position(2):
                 accepted.setdefault((r.owner, r.index, r.ballot), set()).add(r.commands)
     twice = {k: v for k, v in accepted.items() if len(v) > 1}
-    assert carried and not twice, (
+    assert not twice, (
         f"BUG: node 2's CAccepted of {x} in epoch 1 was not durable after the batch that"
         f" installed the epoch's base (records kept: {carried}); after a crash it reused the"
         f" C-instance for {y}: peers accepted two values at one (owner, index, ballot): {twice}"
@@ -144,9 +149,17 @@ def test_a_removed_node_stops_sending() -> None:
     """``docs/membership.md`` section 4.6: a removed replica, once told it was
     removed, "stops sending and says so in its status". It says so
     (``Role.REMOVED``) but pulls the newest state from a member every
-    ``learn_ms`` for the rest of its life, and members answer each pull with the
-    whole state (found by the reconfig sweep's counters: a removed node's
-    ``StatePull`` every ``learn_ms``)."""
+    ``learn_ms`` for the rest of its life, and a member whose state moved on
+    answers a pull with the whole state (in the simulator, with clients
+    writing, members sent a removed node 33 chunks in 10 s).
+
+    Each of the three tests above passes with a one-line trial fix of
+    ``sdpaxos/core/member.py`` (not committed: the core is the lead's), which
+    is how their failure was checked to be the bug and not the test: record a
+    learner's ``have`` only from a pull of a node that holds state
+    (``m.epoch >= 0``); return the batch that carries ``epoch_base`` alone, the
+    new epoch's replica's effects in the next ``ready()``; no pulls in ``tick``
+    once ``Role.REMOVED``."""
     net = MemberNet.build(4)
     verdict = net.change(0, MembershipOp(OpKind.REMOVE, target=3, op_id=1))
     assert verdict[0]
