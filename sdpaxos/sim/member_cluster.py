@@ -20,6 +20,9 @@ What the checker sees, and why it is enough across epochs:
 * an epoch's base (``Ready.epoch_base``) and every installed snapshot as "this
   node holds every slot below global slot s" (the snapshot's membership says
   the epoch's base, so the global slot is exact);
+* reads (:meth:`MemberCluster.read`), each judged for freshness when a node
+  answers it ``ok``: the lease belongs to an epoch, and a read is served by the
+  epoch that ordered every write READY before it, or a later one;
 * replies, except ``NOT_MEMBER``: that one says the command was *not* carried
   through that node, so it is no READY; the client retries at a member, with
   the same ``(client_id, seq)``, and the session table keeps it exactly-once.
@@ -178,6 +181,11 @@ class MemberCluster:
         #: Stops a node persisted as accepted while it was the sequencer: (node, epoch).
         self.stops_allocated: list[tuple[int, int]] = []
         self.not_member_replies = 0
+        #: Read ids handed out so far (unique for the run).
+        self.read_ids = 0
+        #: Reads answered ``ok`` (each judged for freshness) and not ``ok``.
+        self.reads_ok = 0
+        self.reads_refused = 0
         for node_id in range(replicas):
             self.start_node(node_id, bootstrap=True)
 
@@ -220,8 +228,17 @@ class MemberCluster:
 
     # -- nodes ----------------------------------------------------------------
 
-    def start_node(self, node_id: int, *, bootstrap: bool = False) -> None:
-        """Start ``node_id`` from its storage (empty for a new node: it waits)."""
+    def start_node(self, node_id: int, *, bootstrap: bool = False, config: str = "current") -> None:
+        """Start ``node_id`` from its storage (empty for a new node: it waits).
+
+        ``config``: the member list a new node's config file names, where it
+        asks for the membership: ``"current"`` (what an operator writes for a
+        node added later: the newest members) or ``"initial"`` (epoch 0's list;
+        once every id of it is retired, such a node never finds a member: see
+        ``tests/sim/test_member_regressions.py``). A node with storage, or one
+        of epoch 0, always gets epoch 0's list (the core reads its epoch from
+        its storage).
+        """
         if not 0 <= node_id < NODES_MAX:
             raise ValueError(f"node ids are 0..{NODES_MAX - 1}, got {node_id}")
         if self.nodes.get(node_id) is not None:
@@ -231,13 +248,18 @@ class MemberCluster:
         incarnation = self._incarnation.get(node_id, -1) + 1
         self._incarnation[node_id] = incarnation
         rtt_us = self.rtt_ms
+        initial = self.initial
+        fresh = snapshot is None and not storage.load() and node_id not in initial.ids
+        if fresh and config == "current":
+            newest = self.newest()
+            initial = Membership.initial(newest.members, newest.sequencer_position)
 
         def rtt(a: int, b: int) -> float | None:
             return 0.0 if a == b else rtt_us
 
         self.nodes[node_id] = Member(
             node_id,
-            self.initial,
+            initial,
             DigestRegister(),
             protocol=self.protocol,
             rng=derive_rng(self.chooser),
@@ -312,6 +334,19 @@ class MemberCluster:
         """An operator asks ``node_id`` for membership change ``op``."""
         command = Command(client_id, seq, encode_op(op))
         self.scheduler.after(CLIENT_HOP_US, _Propose(node_id, command, Wait.EXECUTED, op))
+
+    def read(self, node_id: int, key: bytes | None) -> bool:
+        """A client asks ``node_id`` for a linearizable read of ``key`` (one client
+        hop later); False if the node is down or no member (nothing was asked)."""
+        node = self.nodes.get(node_id)
+        if node is None or node.replica is None:
+            return False
+        self.read_ids += 1
+        read_id = self.read_ids
+        self.checker.read_issued(node_id, read_id, key)
+        node.read(read_id, key, self.now_ms)
+        self._drain(node_id)
+        return True
 
     # -- internals ------------------------------------------------------------
 
@@ -471,5 +506,10 @@ class _Outlet(Outlet):
                 listener(replica, reply, c.now_us)
 
     def reads(self, replica: int, results: list[ReadResult]) -> None:
+        c = self._c
         for result in results:
-            self._c.checker.read_served(replica, result)
+            c.checker.read_served(replica, result)
+            if result.ok:
+                c.reads_ok += 1
+            else:
+                c.reads_refused += 1

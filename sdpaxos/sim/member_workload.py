@@ -13,7 +13,10 @@ real client learns from any node) for a member, and moves on when:
   at another member.
 
 A retry resends the same ``(client_id, seq)``: the session table makes it
-exactly-once, which the checker verifies.
+exactly-once, which the checker verifies. With ``reads`` (the default) each
+READY write is followed by a linearizable read of a key (or of everything) at
+the writer's node or another member, judged for freshness by the checker; a
+not-``ok`` answer (fall back to the log) is only counted.
 
 :class:`ChangeClient` is the operator: one membership command at a time, sent
 and retried the same way until its verdict (an EXECUTED reply) comes back.
@@ -61,6 +64,7 @@ class MemberClients:
         retry_ms: float = 1_500.0,
         keys: tuple[bytes, ...] = (b"k0", b"k1", b"k2"),
         think_ms: float = 0.0,
+        reads: bool = True,
     ) -> None:
         if not 1 <= clients <= CLIENTS_MAX:
             raise ValueError(f"clients must be in 1..{CLIENTS_MAX}, got {clients}")
@@ -69,6 +73,7 @@ class MemberClients:
         self.retry_us = round(retry_ms * 1000)
         self.keys = keys
         self.think_ms = think_ms
+        self.reads = reads
         self.clients = {i: _Client(i) for i in range(1, clients + 1)}
         self.completed = 0
         self.total = clients * commands
@@ -126,6 +131,14 @@ class MemberClients:
             lambda: self._send(client) if client.attempt == attempt else None,
         )
 
+    def _read(self, client: _Client, seq: int) -> None:
+        """Read what was just written (or everything), at the writer's node or
+        another member: right after a write, and often right across a switch."""
+        draw = self.cluster.chooser.below(len(self.keys) + 1)
+        key = self.keys[draw] if draw < len(self.keys) else None
+        node = client.node if self.cluster.chooser.below(2) == 0 else self._pick(-1)
+        self.cluster.read(node, key)
+
     def _on_refused(self, node: int, command: Command) -> None:
         client = self.clients.get(command.client_id)
         if client is None or client.outstanding != command or client.node != node:
@@ -147,6 +160,8 @@ class MemberClients:
         client.outstanding = None
         client.attempt += 1  # any pending timeout is stale now
         self.completed += 1
+        if self.reads:
+            self._read(client, reply.seq)
         think_us = round(self.think_ms * 1000)
         delay_us = self.cluster.chooser.below(2 * think_us + 1) if think_us > 0 else 0
         self.cluster.call_after(delay_us, lambda: self._next(client))

@@ -23,7 +23,10 @@ and, one time in two (every time if ``hits`` leaves ``none`` out), a
   the node leaving, or another, drawn) the moment it has *executed* the change,
   i.e. between the change's execution and the stop; restarted 0.3 .. 3 s later;
 * ``partition``: isolate the sequencer the moment it has allocated the stop
-  (its own acceptance of ``STOP_VALUE`` is durable), healed 0.5 .. 3 s later;
+  (its own acceptance of ``STOP_VALUE`` is durable) or, one time in two, the
+  moment it has executed the change (before it could allocate the stop: the
+  others elect a new sequencer of the old epoch, which allocates it); healed
+  0.5 .. 3 s later;
   one time in two it is also crashed the moment it then starts the new epoch
   (from a peer's base snapshot, its unfinished commands proposed again in the
   same batch), and restarted 0.3 .. 3 s later;
@@ -354,7 +357,11 @@ class ReconfigInjector:
         if change.hit is Hit.NONE:
             return
         if change.hit is Hit.PARTITION:
-            self._armed = (change, "stop", -1)
+            sequencer = self.cluster.sequencer()
+            if sequencer is not None and self.chooser.below(2) == 0:
+                self._armed = (change, "executed-cut", sequencer)
+            else:  # armed on the next stop (those allocated so far are old)
+                self._armed = (change, "stop", len(self.cluster.stops_allocated))
         elif change.hit is Hit.SWITCH:
             size = len(old_ids) + (1 if change.shape is Shape.ADD else 0)
             self._armed = (change, "switch", 1 + self.chooser.below(size))
@@ -377,7 +384,7 @@ class ReconfigInjector:
 
     def _on_executed(self, node_id: int, entries: list[Executed]) -> None:
         armed = self._armed
-        if armed is None or armed[1] != "executed" or node_id != armed[2]:
+        if armed is None or armed[1] not in ("executed", "executed-cut") or node_id != armed[2]:
             return
         change = armed[0]
         ids = {(self.operator.client_id, self.operator.seq)}
@@ -388,9 +395,14 @@ class ReconfigInjector:
             self._armed = None
             self._log(f"hit {change.hit.value} skipped: no room to take node {node_id} down")
             return
+        cut = armed[1] == "executed-cut"
         self._armed = None
-        # After this batch is carried out (the crash is between execution and stop).
-        self.cluster.call_after(0, lambda: self._crash(change, node_id))
+        # After this batch is carried out (the hit is between execution and stop).
+        if cut:
+            what = "after it executed the change"
+            self.cluster.call_after(0, lambda: self._isolate(change, node_id, what))
+        else:
+            self.cluster.call_after(0, lambda: self._crash(change, node_id))
 
     def _crash(self, change: Change, node_id: int) -> None:
         self.cluster.crash(node_id)
@@ -415,7 +427,7 @@ class ReconfigInjector:
         if armed is None or armed[1] != "stop":
             return
         allocated = self.cluster.stops_allocated
-        if not allocated or allocated[-1][0] != node_id:
+        if len(allocated) <= armed[2] or allocated[-1][0] != node_id:
             return
         change = armed[0]
         if not self._room(self.cluster.newest().ids, node_id):
@@ -423,12 +435,13 @@ class ReconfigInjector:
             self._log(f"hit partition skipped: no room to cut node {node_id} off")
             return
         self._armed = None
-        self.cluster.call_after(0, lambda: self._isolate(change, node_id))
+        what = "after it allocated the stop"
+        self.cluster.call_after(0, lambda: self._isolate(change, node_id, what))
 
-    def _isolate(self, change: Change, node_id: int) -> None:
+    def _isolate(self, change: Change, node_id: int, what: str) -> None:
         self.cluster.network.isolate(node_id)
         self._cut.add(node_id)
-        self._hit(change, f"isolate sequencer {node_id} after it allocated the stop")
+        self._hit(change, f"isolate sequencer {node_id} {what}")
         if self.chooser.below(2) == 1:
             self._crash_on_switch = (change, node_id)
         delay_us = between(self.chooser, CUT_MS_MIN, CUT_MS_MAX) * 1000

@@ -3,7 +3,8 @@
 One run (:func:`run_reconfig`) is a function of ``(seed, replicas, commands)``:
 a :class:`~sdpaxos.sim.member_cluster.MemberCluster` of ``replicas`` members,
 closed-loop clients (:data:`CLIENTS` of them, retrying at members, after
-``NOT_MEMBER`` too), a network drawn per run (loss, duplication, jitter, FIFO
+``NOT_MEMBER`` too; a linearizable read after each READY write, checked for
+freshness), a network drawn per run (loss, duplication, jitter, FIFO
 or not), and a :class:`~sdpaxos.sim.reconfig.ReconfigInjector` playing its
 changes with their hits. When the injector is done (or :data:`CHANGES_MS_MAX`
 passed), every hit ends (links healed, crashed nodes restarted, the network
@@ -94,6 +95,8 @@ class ReconfigRun:
     dropped: int
     from_outsiders: int
     not_member: int
+    reads_ok: int
+    reads_refused: int
     virtual_ms: float
     events: int
     commands_ready: int
@@ -123,6 +126,7 @@ class ReconfigRun:
             "dropped": self.dropped,
             "from_outsiders": self.from_outsiders,
             "not_member": self.not_member,
+            "reads": {"ok": self.reads_ok, "refused": self.reads_refused},
             "virtual_ms": round(self.virtual_ms, 3),
             "events": self.events,
             "commands": {"ready": self.commands_ready, "total": self.commands_total},
@@ -251,6 +255,8 @@ def run_reconfig(
         dropped=cluster.dropped_total(),
         from_outsiders=cluster.from_outsiders,
         not_member=clients.not_member,
+        reads_ok=cluster.reads_ok,
+        reads_refused=cluster.reads_refused,
         virtual_ms=cluster.now_us / 1000,
         events=cluster.events_processed,
         commands_ready=clients.completed,
@@ -311,7 +317,7 @@ class ReconfigReport:
         lines.append(
             f"{'replicas':<9}{'runs':>6}{'failed':>8}{'made':>6}{'interr':>8}{'refused':>8}"
             f"{'stuck':>7}{'max ep':>8}{'crashes':>9}{'zombies':>9}{'outsider':>10}"
-            f"{'dropped':>9}{'not-mem':>9}{'mean virt s':>13}"
+            f"{'dropped':>9}{'not-mem':>9}{'reads ok':>9}{'refused':>8}{'mean virt s':>13}"
         )
         summary = self.summary()
         for name, s in [*summary["by_replicas"].items(), ("all", summary["all"])]:
@@ -320,6 +326,7 @@ class ReconfigReport:
                 f"{s['changes_interrupted']:>8}{s['changes_refused']:>8}{s['changes_stuck']:>7}"
                 f"{s['epoch_max']:>8}{s['crashes']:>9}{s['zombies']:>9}"
                 f"{s['from_outsiders']:>10}{s['dropped']:>9}{s['not_member']:>9}"
+                f"{s['reads_ok']:>9}{s['reads_refused']:>8}"
                 f"{s['mean_virtual_ms'] / 1000:>13.2f}"
             )
         lines.append("")
@@ -329,7 +336,8 @@ class ReconfigReport:
             " stuck: not made in time (a liveness failure); max ep: highest final epoch;"
             " zombies: removed nodes restarted in their old epoch; outsider: epoch messages"
             " members got from non-members; dropped: messages members dropped (other epoch or"
-            " non-member); not-mem: client commands answered NOT_MEMBER or refused"
+            " non-member); not-mem: client commands answered NOT_MEMBER or refused; reads ok:"
+            " reads answered ok, each checked for freshness; refused: reads answered not ok"
         )
         lines.append("")
         totals = summary["all"]["counts"]
@@ -356,6 +364,8 @@ def _summarise(runs: Sequence[ReconfigRun]) -> dict[str, Any]:
         "from_outsiders": sum(r.from_outsiders for r in runs),
         "dropped": sum(r.dropped for r in runs),
         "not_member": sum(r.not_member for r in runs),
+        "reads_ok": sum(r.reads_ok for r in runs),
+        "reads_refused": sum(r.reads_refused for r in runs),
         "mean_virtual_ms": statistics.fmean(r.virtual_ms for r in runs) if runs else 0.0,
     }
 

@@ -18,7 +18,7 @@ from sdpaxos.sim.reconfig import Hit, ReconfigInjector, Shape
 from sdpaxos.sim.reconfig_sweep import ReconfigRun, run_reconfig, sweep_reconfig
 
 #: Seeds of the CI sweep (fixed: a run is a function of its seed).
-CI_SEED = 3000
+CI_SEED = 4000
 CI_RUNS = 8
 
 
@@ -51,7 +51,8 @@ def test_a_short_reconfig_sweep_passes_every_checker_and_makes_changes() -> None
     assert all(run.epoch >= 1 and run.changes_made == run.epoch for run in report.runs)
     assert total["not_member"] > 0  # clients were sent away by removed nodes, and retried
     counts = total["counts"]
-    for name in ("hit-crash", "hit-partition", "shape-remove-seq", "shape-replace-seq"):
+    names = ("hit-crash", "hit-partition", "hit-zombie")
+    for name in (*names, "hit-crash-on-switch", "shape-remove-seq", "shape-replace-seq"):
         assert counts.get(name, 0) > 0, name
     assert "made" in report.table() and "interr" in report.table()
 
@@ -78,7 +79,7 @@ def test_a_crash_between_a_changes_execution_and_its_stop() -> None:
 
 
 def test_the_sequencer_partitioned_right_after_it_allocated_the_stop() -> None:
-    run, cluster, injector = aimed(3, 3, tuple(Shape), (Hit.PARTITION,), changes=2)
+    run, cluster, injector = aimed(2, 3, tuple(Shape), (Hit.PARTITION,), changes=2)
     assert run.counts.get("hit-partition", 0) == 2
     assert all(change.made and change.interrupted for change in injector.changes)
     assert cluster.stops_allocated  # the trigger: a sequencer's durable stop
@@ -106,7 +107,7 @@ def test_a_removed_node_that_keeps_talking_is_dropped_and_learns_it_was_removed(
 
 
 def test_the_cli_runs_a_reconfig_sweep(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--sweep", "2", "--faults", "reconfig", "--replicas", "3", "--seed", "5", "--quiet"]
+    argv = ["--sweep", "2", "--faults", "reconfig", "--replicas", "3", "--seed", "1", "--quiet"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "violations: none" in out and "made" in out and "interr" in out
@@ -126,24 +127,16 @@ def test_long_reconfig_sweep() -> None:
     assert report.summary()["all"]["changes_made"] > 500
 
 
-#: Seeds of the long sweep (all eight of its failures) that break real-time order (a linearizability
-#: violation): a node cut off during a change installs the new epoch's base
-#: from a peer, proposes its unfinished commands again in the same batch, and
-#: crashes right after; ``start_epoch`` had forgotten that batch's records, so
-#: the restarted node gives the same C-instance (same ballot) to a new command,
+#: Seeds of the long sweep (500 from 20000) that break real-time order (a
+#: linearizability violation): a node that installs the new epoch's base from a
+#: peer proposes its unfinished commands again in the same batch, and crashes
+#: right after; ``start_epoch`` had forgotten that batch's records, so the
+#: restarted node gives the same C-instance (same ballot) to a new command,
 #: which executes at the slot the sequencer had already given that C-instance,
 #: ahead of a command that was READY before it was proposed. Replayed on the
-#: explicit harness by ``test_records_of_the_batch_that_installs_an_epoch_base_stay_durable``.
-PINNED_SEEDS = [
-    (20017, 5),
-    (20192, 3),
-    (20209, 5),
-    (20326, 3),
-    (20354, 3),
-    (20359, 5),
-    (20374, 3),
-    (20433, 5),
-]
+#: explicit harness by ``test_records_of_the_batch_that_installs_an_epoch_base_stay_durable``;
+#: each passes with that test's trial fix.
+PINNED_SEEDS = [(20059, 5), (20087, 5), (20133, 5), (20285, 5), (20438, 3), (20462, 3)]
 
 
 @pytest.mark.xfail(
@@ -153,4 +146,27 @@ PINNED_SEEDS = [
 @pytest.mark.parametrize(("seed", "replicas"), PINNED_SEEDS)
 def test_pinned_seeds(seed: int, replicas: int) -> None:
     run = run_reconfig(seed, replicas)
+    assert run.ok, f"BUG ({run.kind}): {run.verdict.splitlines()[0]}\nreplay: {run.replay}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: a majority of the old epoch deadlocks once the node that executed"
+    " the stop left, and a removed node does not hand out the new epoch's base",
+)
+def test_pinned_seed_stop_executed_only_by_the_leaving_node() -> None:
+    """Long-sweep seed 20000 (N = 3), a liveness failure. Epoch 2 is [4, 1, 3],
+    sequencer 4; ``REPLACE 1 by 5`` executes; 4 is cut off right after it
+    executed the change. 1 and 3 elect 1 (view 1), 1 allocates and commits the
+    stop with 3, executes it and leaves (it is replaced): for epoch 2 it is a
+    crashed replica for good. 3 has not executed the stop (it lacks 1's last
+    C-instances and recovers them forever); once healed, 4 still leads view 0
+    and ignores every higher V-request ("never vote ourselves out",
+    ``Election.handle_v_request``) while 3 defers its vote for the sequencer it
+    distrusted: 3 and 4, a majority, never elect again. The way out would be
+    the new epoch's base, which only 1 holds, but a node without a replica
+    answers no ``StatePull`` (``Member._answer_pull``) and 3 and 4 are told of
+    epoch 3 only by 1. Passes with a trial fix in which a node without a
+    replica serves its newest snapshot to a node of an older epoch."""
+    run = run_reconfig(20000, 3)
     assert run.ok, f"BUG ({run.kind}): {run.verdict.splitlines()[0]}\nreplay: {run.replay}"
