@@ -208,3 +208,38 @@ def test_a_removed_node_that_restarts_in_its_old_epoch_never_counts() -> None:
     assert grew >= len(from_zombie)
     assert net.nodes[3].role is Role.REMOVED and net.nodes[3].epoch == 1
     assert all(net.nodes[i].epoch == 1 for i in (0, 1, 2))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: a new node finds no member once every id of its config is retired",
+)
+def test_a_new_node_joins_after_every_node_of_epoch_0_was_replaced() -> None:
+    """Found by the reconfig sweep (a fresh node stayed ``waiting`` for good and
+    its ``add`` never finished). A node on empty storage asks the members of
+    its config (``initial``: epoch 0's list) for the membership. Once 0, 1 and 2
+    were all replaced, those nodes are alive but removed: they hold the newest
+    membership, yet a node without a replica answers no ``StatePull`` and the
+    ``EpochNotice`` it could send names no one the waiting node asks next. The
+    simulator now starts new nodes with the current member list (what an
+    operator would write); this test keeps epoch 0's."""
+    net = MemberNet.build(3)
+    for k, old in enumerate((0, 1, 2)):
+        new = 3 + k
+        # Propose at a member that stays (the newest node is one).
+        at = new - 1 if k else 1
+        add_learner(net, at, new, op_id=2 * k + 1)
+        net.settle(1_000)
+        verdict = net.change(
+            at, MembershipOp(OpKind.REPLACE, target=old, node=NodeInfo(new), op_id=2 * k + 2)
+        )
+        assert verdict[0], verdict
+        net.settle(1_000)
+    assert [net.nodes[i].role for i in (0, 1, 2)] == [Role.REMOVED] * 3
+    assert sorted(net.nodes[3].membership.ids) == [3, 4, 5]
+    add_learner(net, 3, 6, op_id=7)
+    net.settle(3_000)
+    assert net.nodes[6].role is Role.LEARNER and net.nodes[6].has_state, (
+        f"BUG: node 6, added as a learner, is {net.nodes[6].role.value} after 3 s: it asks"
+        " only epoch 0's members (all removed), which answer nothing"
+    )
