@@ -289,9 +289,15 @@ class MemberCluster:
         self.checker.crashed(node_id)
 
     def restart(self, node_id: int) -> None:
+        """Rebuild a crashed node from its storage. A node of epoch 0 whose
+        storage is still empty (it crashed before it made anything durable) is
+        started as it first was (``--bootstrap``): it promised nothing, and
+        without it would wait to be added, then say it lost its state."""
         if node_id in self.nodes and self.nodes[node_id] is None:
             self.restarts += 1
-            self.start_node(node_id, bootstrap=False)
+            storage = self.storages[node_id]
+            empty = storage.load_snapshot() is None and not storage.load()
+            self.start_node(node_id, bootstrap=empty and node_id in self.initial.ids)
 
     def alive(self, node_id: int) -> bool:
         return self.nodes.get(node_id) is not None
