@@ -136,7 +136,11 @@ def test_long_reconfig_sweep() -> None:
 #: ahead of a command that was READY before it was proposed. Replayed on the
 #: explicit harness by ``test_records_of_the_batch_that_installs_an_epoch_base_stay_durable``;
 #: each passes with that test's trial fix.
-PINNED_SEEDS = [(20059, 5), (20087, 5), (20133, 5), (20285, 5), (20438, 3), (20462, 3)]
+PINNED_SEEDS = [
+    *((20059, 5), (20087, 5), (20133, 5), (20285, 5), (20438, 3), (20462, 3)),
+    # The CLI's default seeds (--sweep 200 --faults reconfig --seed 1): its six failures.
+    *((5, 3), (10, 5), (77, 3), (126, 5), (168, 5), (181, 3)),
+]
 
 
 @pytest.mark.xfail(
@@ -154,7 +158,14 @@ def test_pinned_seeds(seed: int, replicas: int) -> None:
     reason="core bug: a majority of the old epoch deadlocks once the node that executed"
     " the stop left, and a removed node does not hand out the new epoch's base",
 )
-def test_pinned_seed_stop_executed_only_by_the_leaving_node() -> None:
+@pytest.mark.parametrize(
+    ("seed", "snapshot_slots"),
+    # (11, 3): the same deadlock with compaction on (``--snapshot-slots 3``).
+    [(20000, None), (11, 3)],
+)
+def test_pinned_seed_stop_executed_only_by_the_leaving_node(
+    seed: int, snapshot_slots: int | None
+) -> None:
     """Long-sweep seed 20000 (N = 3), a liveness failure. Epoch 2 is [4, 1, 3],
     sequencer 4; ``REPLACE 1 by 5`` executes; 4 is cut off right after it
     executed the change. 1 and 3 elect 1 (view 1), 1 allocates and commits the
@@ -168,5 +179,5 @@ def test_pinned_seed_stop_executed_only_by_the_leaving_node() -> None:
     answers no ``StatePull`` (``Member._answer_pull``) and 3 and 4 are told of
     epoch 3 only by 1. Passes with a trial fix in which a node without a
     replica serves its newest snapshot to a node of an older epoch."""
-    run = run_reconfig(20000, 3)
+    run = run_reconfig(seed, 3, snapshot_slots=snapshot_slots)
     assert run.ok, f"BUG ({run.kind}): {run.verdict.splitlines()[0]}\nreplay: {run.replay}"
