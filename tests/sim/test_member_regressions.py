@@ -10,10 +10,13 @@ a failure, and the marker must go.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from sdpaxos.core.member import EpochMessage, Role, StateChunk
 from sdpaxos.core.membership import MembershipOp, NodeInfo, OpKind
+from sdpaxos.core.messages import OCommit, VRequest
 from sdpaxos.core.storage import CAccepted
 from sdpaxos.core.types import Command, Wait
 from sdpaxos.sim.members import MemberNet
@@ -243,4 +246,75 @@ def test_a_new_node_joins_after_every_node_of_epoch_0_was_replaced() -> None:
     assert net.nodes[6].role is Role.LEARNER and net.nodes[6].has_state, (
         f"BUG: node 6, added as a learner, is {net.nodes[6].role.value} after 3 s: it asks"
         " only epoch 0's members (all removed), which answer nothing"
+    )
+
+
+def _deliver_unless(
+    net: MemberNet, drop: Callable[[int, int, object], bool], done: Callable[[], bool]
+) -> bool:
+    """Like :func:`deliver_until`, but messages ``drop(src, dst, msg)`` are lost;
+    False if ``done()`` never held within :data:`ROUNDS_MAX` rounds."""
+    for _ in range(ROUNDS_MAX):
+        while net.pending:
+            src, dst, msg = net.pending.pop(0)
+            if src in net.down or dst in net.down or (src, dst) in net.cut or drop(src, dst, msg):
+                continue
+            net.nodes[dst].step(msg, net.now_ms)
+            net.flush(dst)
+            if done():
+                return True
+        net.now_ms += net.protocol.tick_ms
+        for node_id, node in net.nodes.items():
+            if node_id not in net.down:
+                node.tick(net.now_ms)
+                net.flush(node_id)
+                if done():
+                    return True
+    return done()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: a sequencer that commits only the stop does not run its executor",
+)
+def test_a_new_sequencer_executes_the_stop_it_committed_while_idle() -> None:
+    """Found while replaying the reconfig sweep's deadlock (seed 20000): 3
+    members, sequencer 0; ``REPLACE 1 by 3`` executes; 0 is cut off at once, so
+    1 and 2 elect 1 (2's V-requests are lost, so 1 wins), whose rebuilt range
+    holds 0's stop. 1 commits the stop (``Learner.advance_safe_prefix``, the
+    ``STOP`` branch) but marks no progress, so its executor never runs: with no
+    other command arriving, 1 sits for 30 s with the stop committed and not
+    executed (``o_safe_upto`` past ``executed_slots``). (2's O-commits from 1
+    are lost here, so that 2 switching cannot pull 1 along by its epoch-1
+    messages.) Passes with ``s.progress.dirty = True`` where that branch commits."""
+    net = MemberNet.build(3)
+    add_learner(net, 0, 3, op_id=1)
+    net.settle(1_000)
+    for k in range(5):
+        net.propose(k % 3, 7, b"w%d" % k, Wait.READY)
+        net.settle(50)
+    seq = net.next_seq[99] = net.next_seq.get(99, 0) + 1
+    replace = MembershipOp(OpKind.REPLACE, target=1, node=NodeInfo(3), op_id=2)
+    net.nodes[0].propose_change(replace, 99, seq)
+    net.flush(0)
+
+    def none(src: int, dst: int, msg: object) -> bool:
+        return False
+
+    assert _deliver_unless(net, none, lambda: net.nodes[0].membership.pending is not None)
+    net.partition({0}, {1, 2, 3})
+
+    def lost(src: int, dst: int, msg: object) -> bool:
+        inner = msg.msg if isinstance(msg, EpochMessage) else None
+        return (src == 2 and isinstance(inner, VRequest)) or (
+            src == 1 and dst == 2 and isinstance(inner, OCommit)
+        )
+
+    switched = _deliver_unless(net, lost, lambda: net.nodes[1].epoch == 1)
+    replica = net.nodes[1].replica
+    status = replica.status() if replica is not None else None
+    assert switched, (
+        f"BUG: node 1, sequencer of view {status.view if status else '?'}, committed the"
+        f" stop (safe up to {status.o_safe_upto if status else '?'}) but executed only"
+        f" {status.executed_slots if status else '?'} slots in {ROUNDS_MAX} idle rounds"
     )
