@@ -61,7 +61,7 @@ from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot,
 from sdpaxos.sim.faults import FaultKind, parse_faults
 from sdpaxos.sim.network import NetworkConfig
 from sdpaxos.sim.reconfig import MEMBERS_MAX
-from sdpaxos.sim.reconfig_sweep import sweep_reconfig
+from sdpaxos.sim.reconfig_sweep import run_cli
 from sdpaxos.sim.run import RunResult, run_closed_loop
 from sdpaxos.sim.sweep import COMMANDS_DEFAULT, sweep
 from sdpaxos.sim.workload import CLIENTS_PER_REGION_MAX
@@ -552,16 +552,7 @@ def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if reconfig:  # membership changes: Member nodes (sdpaxos.sim.reconfig_sweep)
         if max(counts) > MEMBERS_MAX:
             _refuse(parser, "--replicas", f"with --faults reconfig, at most {MEMBERS_MAX}")
-        rc = sweep_reconfig(
-            args.sweep,
-            seed=args.seed,
-            replicas=counts,
-            commands=commands,
-            progress=None if args.quiet else _progress,
-            snapshot_slots=args.snapshot_slots,
-        )
-        print(json.dumps(rc.to_json(), indent=2) if args.json else rc.table())
-        return 0 if rc.ok else 1
+        return run_cli(args, counts, commands, None if args.quiet else _progress)
     report = sweep(
         args.sweep,
         seed=args.seed,

@@ -26,6 +26,8 @@ made in time is a liveness violation too.
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
 import statistics
 import traceback
@@ -42,7 +44,7 @@ from sdpaxos.sim.member_workload import MemberClients
 from sdpaxos.sim.network import NetworkConfig
 from sdpaxos.sim.reconfig import CHANGE_MS_MAX, ReconfigInjector
 
-__all__ = ["ReconfigReport", "ReconfigRun", "run_reconfig", "sweep_reconfig"]
+__all__ = ["ReconfigReport", "ReconfigRun", "run_cli", "run_reconfig", "sweep_reconfig"]
 
 #: Commands per member of epoch 0 (the runs' load is this times the member count).
 COMMANDS_DEFAULT = 40
@@ -397,3 +399,21 @@ def sweep_reconfig(
             if not run.ok:
                 progress(f"    replay: {run.replay}")
     return report
+
+
+def run_cli(
+    args: argparse.Namespace, counts: list[int], commands: int, progress: Progress | None
+) -> int:
+    """``python -m sdpaxos.sim --sweep N --faults reconfig``: the sweep, then its
+    table (or ``--json``); exit status 1 if any run failed. (Here, not in
+    ``sdpaxos.sim.__main__``, to keep that module from growing.)"""
+    report = sweep_reconfig(
+        args.sweep,
+        seed=args.seed,
+        replicas=counts,
+        commands=commands,
+        progress=progress,
+        snapshot_slots=args.snapshot_slots,
+    )
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.table())
+    return 0 if report.ok else 1
