@@ -70,8 +70,9 @@ def test_the_sequencers_node_is_removed_and_another_orders() -> None:
 
 
 def test_a_crash_between_a_changes_execution_and_its_stop() -> None:
-    run, _, injector = aimed(2, 3, tuple(Shape), (Hit.CRASH,), changes=2)
+    run, cluster, injector = aimed(2, 3, tuple(Shape), (Hit.CRASH,), changes=2)
     assert run.counts.get("hit-crash", 0) == 2
+    assert cluster.crashes >= 2 and cluster.restarts >= 2  # really down, and back
     for change in injector.changes:
         assert change.made and change.interrupted
         assert any("after it executed the change" in hit for hit in change.hits)
@@ -83,6 +84,7 @@ def test_the_sequencer_partitioned_right_after_it_allocated_the_stop() -> None:
     assert run.counts.get("hit-partition", 0) == 2
     assert all(change.made and change.interrupted for change in injector.changes)
     assert cluster.stops_allocated  # the trigger: a sequencer's durable stop
+    assert cluster.network.totals().cut > 0  # messages were really lost on the cut links
     assert run.epoch == 2
 
 
