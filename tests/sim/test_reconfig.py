@@ -50,6 +50,8 @@ def test_a_short_reconfig_sweep_passes_every_checker_and_makes_changes() -> None
     assert total["changes_interrupted"] > 0
     assert all(run.epoch >= 1 and run.changes_made == run.epoch for run in report.runs)
     assert total["not_member"] > 0  # clients were sent away by removed nodes, and retried
+    assert total["reads_ok"] > 0  # reads served (and judged fresh) across the changes
+    assert total["from_outsiders"] > 0 and total["dropped"] > 0
     counts = total["counts"]
     names = ("hit-crash", "hit-partition", "hit-zombie")
     for name in (*names, "hit-crash-on-switch", "shape-remove-seq", "shape-replace-seq"):
