@@ -312,7 +312,7 @@ class ReconfigInjector:
 
     def _refused(self, change: Change, message: str) -> None:
         self._count("changes-refused")
-        change.message = message
+        change.applied, change.message = False, message
         self._current = None
         self._armed = None
         self.start()

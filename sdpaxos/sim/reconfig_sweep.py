@@ -163,11 +163,12 @@ def _check_end(cluster: MemberCluster, clients: MemberClients, injector: Reconfi
             f"only {clients.completed} of {clients.total} client commands were READY"
             f" {DRAIN_MS} ms after every hit ended"
         )
-    stuck = [c for c in injector.changes if c.applied and not c.made]
+    # Applied but never made, or a learner that never caught up: both stuck.
+    stuck = [c for c in injector.changes if c.applied is not False and not c.made]
     if stuck:
         raise LivenessViolation(
-            f"change {stuck[0].shape.value} (epoch {stuck[0].epoch}) was applied but not"
-            f" made: {stuck[0].message}"
+            f"change {stuck[0].shape.value} (epoch {stuck[0].epoch}) was not made:"
+            f" {stuck[0].message or 'the run ended first'}"
         )
     for node in cluster.live():
         if node.id in newest.ids and node.membership != newest:
