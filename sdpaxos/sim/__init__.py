@@ -9,6 +9,13 @@ Two smaller drivers live here too: :mod:`sdpaxos.sim.driver`, the in-memory
 driver step every in-process cluster shares (a ``Ready`` batch carried out
 records first, then messages, then answers), and :mod:`sdpaxos.sim.explicit`,
 explicit delivery for protocol transcripts written message by message.
+
+Membership changes run on :class:`~sdpaxos.core.member.Member` nodes instead
+of bare replicas: :mod:`sdpaxos.sim.member_cluster` (the seeded cluster, node
+ids, a node set that grows), :mod:`sdpaxos.sim.member_workload` (clients that
+retry at members), :mod:`sdpaxos.sim.reconfig` (the ``reconfig`` fault) and
+:mod:`sdpaxos.sim.reconfig_sweep` (``--sweep N --faults reconfig``);
+:mod:`sdpaxos.sim.members` is their explicit-delivery harness.
 """
 
 from sdpaxos.profiles import PAPER3, PAPER5, DelayProfile, ProfileError

@@ -20,7 +20,10 @@ Modes:
   counts, used in turn; ``--faults`` is ``all``, ``none`` or a comma list of
   crash, restart, pause, slow, partition, oneway, drop, dup, reorder, and the
   faults aimed at recovery: droptype, point, handover, churn, anyorder, drift,
-  elsewhere, straggler, limits (see :mod:`sdpaxos.sim.faults`). Every run also
+  elsewhere, straggler, limits (see :mod:`sdpaxos.sim.faults`); or ``reconfig``
+  alone: membership changes under crashes and partitions
+  (:mod:`sdpaxos.sim.reconfig_sweep`; the table counts changes made and
+  interrupted). Every run also
   issues linearizable reads, checked for freshness. Progress goes to stderr; at
   the end, the violations (each with the command line that replays it) and a
   summary table (view changes, hand-overs, C-recoveries, reads checked and ok,
@@ -57,6 +60,8 @@ from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.sim.failover import KILL_MS, PlotUnavailable, failover_sweep, plot, run_failover
 from sdpaxos.sim.faults import FaultKind, parse_faults
 from sdpaxos.sim.network import NetworkConfig
+from sdpaxos.sim.reconfig import MEMBERS_MAX
+from sdpaxos.sim.reconfig_sweep import run_cli
 from sdpaxos.sim.run import RunResult, run_closed_loop
 from sdpaxos.sim.sweep import COMMANDS_DEFAULT, sweep
 from sdpaxos.sim.workload import CLIENTS_PER_REGION_MAX
@@ -340,7 +345,9 @@ def _parser() -> argparse.ArgumentParser:
     sweeps.add_argument(
         "--faults",
         help="all (the default), none, or a comma list of: "
-        + ", ".join(k.value for k in FaultKind),
+        + ", ".join(k.value for k in FaultKind)
+        + "; or reconfig alone: membership changes (add, remove, replace, the sequencer's"
+        " node) hit by crashes and partitions, on Member nodes",
     )
     sweeps.add_argument(
         "--snapshot-slots",
@@ -536,11 +543,16 @@ def _faults(text: str | None, parser: argparse.ArgumentParser) -> frozenset[Faul
 
 
 def _main_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    faults = _faults(args.faults, parser)
+    reconfig = (args.faults or "").strip().lower() == "reconfig"
+    faults = frozenset() if reconfig else _faults(args.faults, parser)
     commands = COMMANDS_DEFAULT if args.commands is None else args.commands
     if commands < 1:
         _refuse(parser, "--commands", f"with --sweep, expected a whole number >= 1, got {commands}")
     counts = _replica_counts(args.replicas, parser)
+    if reconfig:  # membership changes: Member nodes (sdpaxos.sim.reconfig_sweep)
+        if max(counts) > MEMBERS_MAX:
+            _refuse(parser, "--replicas", f"with --faults reconfig, at most {MEMBERS_MAX}")
+        return run_cli(args, counts, commands, None if args.quiet else _progress)
     report = sweep(
         args.sweep,
         seed=args.seed,
