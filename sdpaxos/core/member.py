@@ -102,11 +102,9 @@ class Member:
         app: the application state machine.
         protocol: the protocol's settings; ``replicas``, ``sequencer`` and
             ``rtt_ms`` are set per epoch from the membership.
-        snapshot, records: what this node's storage holds (``Storage``): the
-            newest epoch's snapshot and the records after it.
-        bootstrap: the first start of a new cluster: with empty storage, join
-            epoch 0 as a member. Without it, empty storage means a new node,
-            which waits to be added.
+        snapshot, records: what this node's storage holds (the newest epoch's).
+        bootstrap: a new cluster's first start: with empty storage, join epoch 0
+            as a member (without it, empty storage is a new node: it waits).
         rtt_ms: configured round trip between two node ids, if known.
         learner_lag_slots_max: a learner counts as caught up within this many slots.
     """
@@ -145,14 +143,13 @@ class Member:
         self.state_slot = 0
         #: Effects of this layer, handed over with the replica's at ``ready()``.
         self.out = Ready()
-        self.now_ms = 0.0
-        self.fetch: _Fetch | None = None
+        self.now_ms, self.fetch = 0.0, cast(_Fetch | None, None)
         self.last_pull_ms = -float("inf")
         #: Node ids to pull from when no member is known to be ahead.
         self.seeds = initial.ids
-        #: Members: per learner, the global slot it reported and when.
+        #: Members: per learner, the global slot it reported.
         self.learner_have: dict[int, int] = {}
-        #: Best known executed slot of the members (a learner's lag is measured to it).
+        #: A learner: the highest slot a member said it executed.
         self.members_executed = 0
         self.noticed: dict[int, float] = {}
         self.stop_requested = False
@@ -397,7 +394,6 @@ class Member:
             last.messages = self._wrap(last.messages, self.epoch, self.membership.ids)
             self.out.absorb(last)
         self.machine.restore(snap.app)
-        self.members_executed = max(self.members_executed, membership.base + snap.slot)
         if self.tracer is not None:
             self.tracer("InstallEpoch", ReplicaId(self.id), {"epoch": epoch, "slot": snap.slot})
         if position is None:
@@ -529,12 +525,14 @@ class Member:
             return
         membership = self.membership
         epoch = self.epoch
-        if m.src in membership.learner_ids and m.epoch >= 0:
-            # Only a learner that holds state has a lag (one with none is not
-            # caught up at slot 0: promoted, it could only be Role.LOST).
-            self.learner_have[m.src] = m.have
-        elif m.src not in membership.ids:
-            # A waiting node (or a removed one): it needs the membership, not the state.
+        if m.src in membership.learner_ids:
+            if m.epoch >= 0:
+                # Only a learner that holds state has a lag (one with none is not
+                # caught up at slot 0: promoted, it could only be Role.LOST).
+                self.learner_have[m.src] = m.have
+        elif m.src not in membership.ids and not 0 <= m.epoch < epoch:
+            # A waiting node needs the membership, not the state. (A node of an
+            # older epoch gets the base below: it learns it was removed by it.)
             notice = EpochNotice(self.id, epoch, pack_value(membership.packed()))
             self.out.messages.append((ReplicaId(m.src), cast(Message, notice)))
             return
@@ -545,8 +543,8 @@ class Member:
             newest = self.newest[1] if self.newest is not None else None
             # A late member installs what this epoch's replicas took (its base,
             # or a snapshot taken since); anyone else gets the state now.
-            late_member = m.src in membership.ids and 0 <= m.epoch < epoch
-            live = None if late_member or replica is None else epochs.capture_state(replica)
+            late = 0 <= m.epoch < epoch
+            live = None if late or replica is None else epochs.capture_state(replica)
             snap = live or newest
             if snap is None:
                 return  # epoch 0 mid-slot, no snapshot yet: the next pull gets one
@@ -554,16 +552,8 @@ class Member:
             self.serving = (epoch, slot, data)
         if m.epoch == epoch and membership.base + slot <= m.have:
             return  # nothing newer to give
-        size = self.protocol.snapshot_chunk_bytes
-        chunk = StateChunk(
-            self.id,
-            epoch,
-            slot,
-            self.executed_upto,
-            offset,
-            len(data),
-            data[offset : offset + size],
-        )
+        part = data[offset : offset + self.protocol.snapshot_chunk_bytes]
+        chunk = StateChunk(self.id, epoch, slot, self.executed_upto, offset, len(data), part)
         self.out.messages.append((ReplicaId(m.src), cast(Message, chunk)))
 
     def _take_chunk(self, m: StateChunk) -> None:
@@ -573,12 +563,8 @@ class Member:
         fetch = self.fetch
         if m.offset == 0:
             fetch = self.fetch = _Fetch(m.src, m.epoch, m.slot, m.total, bytearray(), self.now_ms)
-        if fetch is None or (fetch.src, fetch.epoch, fetch.slot, fetch.total) != (
-            m.src,
-            m.epoch,
-            m.slot,
-            m.total,
-        ):
+        same = (m.src, m.epoch, m.slot, m.total)
+        if fetch is None or (fetch.src, fetch.epoch, fetch.slot, fetch.total) != same:
             return
         if m.offset != len(fetch.data) or len(fetch.data) + len(m.data) > m.total:
             return

@@ -13,6 +13,9 @@ can be started that is not a member (:meth:`MemberNet.add_node`).
     >>> net.add_node(3)
     >>> net.change(0, MembershipOp(OpKind.ADD_LEARNER, node=NodeInfo(3), op_id=1))
     (True, 'node 3 is a learner')
+    >>> net.settle(600)  # the learner fetches the state: it may be promoted once it holds some
+    >>> net.nodes[3].role.value, net.nodes[3].has_state
+    ('learner', True)
     >>> net.change(0, MembershipOp(OpKind.REPLACE, target=2, node=NodeInfo(3), op_id=2))
     (True, 'epoch 1 will have members [0, 1, 3] (sequencer 0)')
     >>> net.settle()

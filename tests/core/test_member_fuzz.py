@@ -1,10 +1,8 @@
 """The membership any-order fuzzer (``tests/core/member_fuzz.py``): a CI-sized
-run, determinism, and the seeds it found failing (strict xfail while the core
-bug is open).
-
-Every pinned seed passes with a trial fix of the epoch-base batch (the batch
-that carries ``Ready.epoch_base`` returned alone, the new epoch's replica's
-effects in the next ``ready()``); see ``tests/sim/test_member_regressions.py``,
+run, determinism, and the seeds it found failing, which pass since the fix of
+the epoch-base batch (the batch that carries ``Ready.epoch_base`` goes alone,
+the new epoch's replica's effects in the next ``ready()``); see
+``tests/sim/test_member_regressions.py``,
 ``test_records_of_the_batch_that_installs_an_epoch_base_stay_durable``.
 """
 
@@ -53,10 +51,6 @@ def test_a_run_is_a_function_of_its_seed() -> None:
     assert a.trace == b.trace and a.counts == b.counts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: the batch that installs an epoch's base forgets the new epoch's records",
-)
 @pytest.mark.parametrize(("n", "seed"), FAILING_SEEDS)
 def test_failing_seed(n: int, seed: int) -> None:
     MemberFuzz(n, seed, CI_STEPS).run()

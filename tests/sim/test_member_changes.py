@@ -315,3 +315,12 @@ def test_a_leader_counts_nothing_after_a_stop_as_ready() -> None:
     net.deliver_all()
     assert net.ready_ids(1) == []
     assert net.replicas[1].ctx.olog.owner[:2] == [STOP, 1]  # it did accept the values
+
+
+def test_the_harness_docstring_runs() -> None:
+    import doctest
+
+    import sdpaxos.sim.members
+
+    result = doctest.testmod(sdpaxos.sim.members, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

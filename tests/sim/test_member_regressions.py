@@ -2,17 +2,13 @@
 
 Each test drives :class:`~sdpaxos.sim.members.MemberNet` (the real core,
 explicit delivery) into the interleaving the sweep hit, then asserts what
-``docs/membership.md`` promises. They are marked ``xfail(strict=True)`` while
-the core is not fixed: the failure is the finding (its message says what is
-wrong), and once the core is fixed the test passes, strict xfail turns that into
-a failure, and the marker must go.
+``docs/membership.md`` promises. Each failed on the core as it was when the
+sweep found it (its message says what went wrong) and passes since the fix.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import pytest
 
 from sdpaxos.core.member import EpochMessage, Role, StateChunk
 from sdpaxos.core.membership import MembershipOp, NodeInfo, OpKind
@@ -53,10 +49,6 @@ def deliver_until(net: MemberNet, done: object) -> None:
     raise AssertionError("the awaited event never happened")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: Member.learner_lag counts a learner with no state as at slot 0",
-)
 def test_a_learner_reported_caught_up_is_promoted_into_a_working_member() -> None:
     """Sweep seed 2002 (N = 3, ``--faults reconfig``, before the injector's
     workaround): the operator's rule of ``docs/membership.md`` section 2 (promote
@@ -93,10 +85,6 @@ def test_a_learner_reported_caught_up_is_promoted_into_a_working_member() -> Non
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: the batch that installs an epoch's base forgets the new epoch's records",
-)
 def test_records_of_the_batch_that_installs_an_epoch_base_stay_durable() -> None:
     """A member that was cut off while its peers switched epochs installs the new
     epoch's base from a peer (``Member._install``) and proposes its unfinished
@@ -144,10 +132,6 @@ def test_records_of_the_batch_that_installs_an_epoch_base_stay_durable() -> None
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a removed node keeps pulling the state from members forever",
-)
 def test_a_removed_node_stops_sending() -> None:
     """``docs/membership.md`` section 4.6: a removed replica, once told it was
     removed, "stops sending and says so in its status". It says so
@@ -214,10 +198,6 @@ def test_a_removed_node_that_restarts_in_its_old_epoch_never_counts() -> None:
     assert all(net.nodes[i].epoch == 1 for i in (0, 1, 2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a new node finds no member once every id of its config is retired",
-)
 def test_a_new_node_joins_after_every_node_of_epoch_0_was_replaced() -> None:
     """Found by the reconfig sweep (a fresh node stayed ``waiting`` for good and
     its ``add`` never finished). A node on empty storage asks the members of
@@ -273,10 +253,6 @@ def _deliver_unless(
     return done()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a sequencer that commits only the stop does not run its executor",
-)
 def test_a_new_sequencer_executes_the_stop_it_committed_while_idle() -> None:
     """Found while replaying the reconfig sweep's deadlock (seed 20000): 3
     members, sequencer 0; ``REPLACE 1 by 3`` executes; 0 is cut off at once, so

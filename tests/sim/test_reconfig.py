@@ -147,21 +147,12 @@ PINNED_SEEDS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: the batch that installs an epoch's base forgets the new epoch's records",
-)
 @pytest.mark.parametrize(("seed", "replicas"), PINNED_SEEDS)
 def test_pinned_seeds(seed: int, replicas: int) -> None:
     run = run_reconfig(seed, replicas)
     assert run.ok, f"BUG ({run.kind}): {run.verdict.splitlines()[0]}\nreplay: {run.replay}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a majority of the old epoch deadlocks once the node that executed"
-    " the stop left, and a removed node does not hand out the new epoch's base",
-)
 @pytest.mark.parametrize(
     ("seed", "snapshot_slots"),
     # (11, 3): the same deadlock with compaction on (``--snapshot-slots 3``).
