@@ -12,7 +12,7 @@ from typing import Any
 
 from sdpaxos.core.replica import Replica
 from sdpaxos.core.storage import Snapshot
-from sdpaxos.core.types import CIndex, Command, Slot, Wait
+from sdpaxos.core.types import CIndex, Command, ReplicaId, Slot, Wait
 
 
 def request_stop(replica: Replica) -> None:
@@ -82,3 +82,13 @@ def begin_epoch(replica: Replica, sessions: tuple[Any, ...]) -> None:
     """A fresh epoch's replica goes on from the previous epoch's executed state:
     its exactly-once table (the caller restored the application)."""
     replica.executor.load_sessions(sessions)
+
+
+def suspect_joiners(replica: Replica, ids: tuple[int, ...], before: set[int]) -> None:
+    """Members of the new epoch that were not members of the last (node ``ids`` by
+    position; ``before``: the last epoch's) hold no base yet: leave them out of
+    thrifty quorums until they are heard from, or the first commands of the
+    epoch would wait ``retransmit_ms`` for them."""
+    for position, node in enumerate(ids):
+        if node not in before:
+            replica.ctx.prox.suspect(ReplicaId(position))

@@ -21,6 +21,7 @@ Pure like the rest of the core: no I/O, no clock, randomness only from ``rng``.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -128,9 +129,7 @@ class Member:
         self.id = node_id
         self.protocol = protocol
         self.rng = rng if rng is not None else random.Random(node_id)
-        self.observe = observe
-        self.tracer = tracer
-        self.rtt_ms = rtt_ms
+        self.observe, self.tracer, self.rtt_ms = observe, tracer, rtt_ms
         self.learner_lag_slots_max = learner_lag_slots_max
         self.machine = MemberMachine(app, initial)
         self.replica: Replica | None = None
@@ -143,15 +142,14 @@ class Member:
         self.state_slot = 0
         #: Effects of this layer, handed over with the replica's at ``ready()``.
         self.out = Ready()
-        self.now_ms, self.fetch = 0.0, cast(_Fetch | None, None)
-        self.last_pull_ms = -float("inf")
+        self.now_ms, self.fetch, self.last_pull_ms = 0.0, cast(_Fetch | None, None), -math.inf
         #: Node ids to pull from when no member is known to be ahead.
         self.seeds = initial.ids
         #: Members: per learner, the global slot it reported.
         self.learner_have: dict[int, int] = {}
         #: A learner: the highest slot a member said it executed.
         self.members_executed = 0
-        self.noticed: dict[int, float] = {}
+        self.noticed: dict[int, float] = {}  # peer -> when last told of our epoch
         self.stop_requested = False
         #: The snapshot being served in chunks: (epoch, local slot, bytes).
         self.serving: tuple[int, int, bytes] | None = None
@@ -281,6 +279,8 @@ class Member:
             self._end_epoch(r, rd)
         rd.messages = self._wrap(rd.messages, epoch, ids)
         rd.absorb(out)
+        rd.absorb(self.out)  # what the end of an epoch added (notices, refusals)
+        self.out = Ready()
         return rd
 
     # ------------------------------------------------------------ epochs
@@ -346,8 +346,15 @@ class Member:
         epochs.abandon_reads(old)
         rd.absorb(old.ready())
         sessions = epochs.dump_sessions(old)
+        before = set(self.membership.ids)
         self.machine.next_epoch(base)
         membership = self.membership
+        # A joiner holds no base yet: tell it now, not at its next pull (the new
+        # epoch's quorums may need it; its pull would come up to learn_ms late).
+        packed = pack_value(membership.packed())
+        for joiner in set(membership.ids) - before - {self.id}:
+            notice = EpochNotice(self.id, membership.epoch, packed)
+            self.out.messages.append((ReplicaId(joiner), cast(Message, notice)))
         n = len(membership.members)
         snap = Snapshot(Slot(0), (0,) * n, (-1,) * n, CIndex(0), sessions, self.machine.snapshot())
         rd.epoch_base = snap
@@ -356,6 +363,8 @@ class Member:
             self.tracer("StartEpoch", ReplicaId(self.id), {"epoch": membership.epoch, "slot": base})
         if membership.position(self.id) is not None:
             self._start_member(membership, sessions)
+            assert self.replica is not None
+            epochs.suspect_joiners(self.replica, membership.ids, before)
             self._carry(unfinished)
         else:
             self._settle_outside(membership, snap)

@@ -255,7 +255,8 @@ class Membership:
         elif self.sequencer in ids:
             sequencer = self.sequencer
         else:
-            sequencer = ids[0]
+            # A member that stays: a joiner must fetch the base before it can act.
+            sequencer = next((i for i in ids if i in self.ids), ids[0])
         pending = Pending(members, sequencer, retire, op.op_id)
         return (
             replace(done, pending=pending),

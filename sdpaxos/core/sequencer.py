@@ -218,7 +218,9 @@ class Sequencer:
             return tuple(s.prox.near)
         if leader_and_sequencer_suffice(s.n):
             return (owner,)  # "only sent to the command leader"
-        extra = [p for p in s.prox.near if p != owner][: s.majority - 2]
+        prox = s.prox
+        live = [p for p in prox.near if p != owner and p not in prox.suspected]
+        extra = (live or [p for p in prox.near if p != owner])[: s.majority - 2]
         return (owner, *extra)
 
     def rewind_sent(self, peer: ReplicaId, acked: Slot) -> None:
