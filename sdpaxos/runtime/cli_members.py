@@ -15,6 +15,7 @@ takes long is not resent by the client (its attempt timeout is the change's).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from sdpaxos.runtime.config import NodeConfig, TlsFiles
 __all__ = [
     "CHANGE_COMMANDS",
     "add_change_arguments",
+    "admin_answer",
     "change_request",
     "membership_lines",
     "run_change",
@@ -191,3 +193,16 @@ def extra_nodes(config: NodeConfig, rows: Sequence[dict[str, Any]]) -> list[tupl
             if type(node_id) is int and node_id not in listed and sep and port.isdigit():
                 found[node_id] = (host.strip("[]"), int(port))
     return [(k, h, p) for k, (h, p) in sorted(found.items())]
+
+
+def admin_answer(operation: str, value: Any) -> str:
+    """What a node answered, whole: for a partition (or heal) the links it now
+    blocks, else the answer's JSON."""
+    if (
+        operation == "partition"
+        and isinstance(value, dict)
+        and isinstance(value.get("links"), dict)
+    ):
+        blocked = sorted(int(j) for j, link in value["links"].items() if link.get("blocked"))
+        return f"blocks links to {', '.join(map(str, blocked))}" if blocked else "blocks no link"
+    return json.dumps(value, default=str, sort_keys=True)
