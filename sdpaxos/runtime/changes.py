@@ -308,10 +308,16 @@ class Operations:
         """Wait until ``node`` is connected (dialled at its address, or dialling
         us), its certificate naming its id when the cluster runs TLS."""
         host, _, port = node.address.rpartition(":")
+        refusals = self.peers.refusals
+        refusals.pop(node.id, None)
         self.peers.update({node.id: (host.strip("[]"), int(port))}, True)
         while not self.peers.is_connected(node.id):
+            why = refusals.get(node.id)
+            if why is not None and "certificate" in why:
+                raise ChangeRefused(
+                    f"node {node.id} at {node.address} is refused: {why}; membership unchanged"
+                )
             if _now() > deadline:
-                why = self.peers.refusals.get(node.id)
                 raise ChangeRefused(
                     f"node {node.id} is not connected at {node.address}"
                     + (f" ({why})" if why else " (is it running?)")

@@ -89,3 +89,39 @@ def test_add_remove_and_bad_input_through_the_embedding_api(tmp_path: Path) -> N
                 await new.stop()
 
     asyncio.run(main())
+
+
+def test_a_second_change_and_a_change_that_leaves_too_few_live_members_are_refused(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with in_process(tmp_path, 3, PayloadLog) as (path, nodes):
+            await nodes[0].submit(b"x", wait="executed", timeout_s=20)
+            new, address = _new_node(path, 3)
+            await new.start()
+            try:
+                adding = asyncio.ensure_future(nodes[0].add_replica(3, address, "R3"))
+                await asyncio.sleep(0)  # the add is under way at node 0
+                with pytest.raises(ChangeRefused, match="add-replica 3 is in progress"):
+                    await nodes[0].remove_replica(1)
+                added = await adding
+                assert _ids(added) == [0, 1, 2, 3]
+                # Nodes 2 and 3 down: removing 1 would leave {0, 2, 3} with
+                # one live member, fewer than a majority of four (three).
+                await nodes[2].stop()
+                await new.stop()
+                await eventually(
+                    lambda: (
+                        not nodes[0].peers.is_connected(2)  # type: ignore[union-attr]
+                        and not nodes[0].peers.is_connected(3)
+                    ),  # type: ignore[union-attr]
+                    what="node 0 sees 2 and 3 down",
+                )
+                with pytest.raises(ChangeRefused, match=r"fewer than a majority.*down: \[2, 3\]"):
+                    await nodes[0].remove_replica(1)
+                st = nodes[0].status()
+                assert (st.epoch, [m["id"] for m in st.members]) == (1, [0, 1, 2, 3])
+            finally:
+                await new.stop()
+
+    asyncio.run(main())

@@ -8,7 +8,9 @@ remove-replica | replace-replica``, ``python -m sdpaxos certs --node``):
 - bad input (a member added again, a non-member removed, a bad address) is
   refused with a message that says why, and the membership is unchanged;
 - a removed member says so and refuses clients clearly;
-- a member SIGKILLed is replaced by a fresh node, and the cluster serves on.
+- a member SIGKILLed that lost its data says so when restarted, and is
+  replaced by a fresh node; the cluster serves on;
+- a new node whose certificate names another id is refused.
 
 TLS is on (the cluster's CA issues the new nodes' certificates).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -180,6 +183,17 @@ def test_a_killed_member_is_replaced_by_a_fresh_node_and_serving_continues(
     async def main() -> None:
         await _up(cluster)
         await _write(cluster, b"before")
+        done = cluster.admin("snapshot")  # what a node that lost its data learns from
+        assert done.returncode == 0, done
+        cluster.kill(2)
+        # Node 2 lost its disk: restarted on an empty directory, it is a
+        # member that forgot its promises; it says so and takes no part.
+        shutil.rmtree(cluster.root / "node2")
+        cluster.start(2)
+        await cluster.until(2, lambda s: s.get("role", "").startswith("lost"), "node 2 lost")
+        st = await cluster.status(2)
+        assert st is not None
+        assert st["role"] == "lost its data: replace it with replace-replica", st["role"]
         cluster.kill(2)
         address = cluster.start_new(4)
         await cluster.until(4, lambda s: s.get("role") is not None, "node 4 up")
@@ -196,5 +210,36 @@ def test_a_killed_member_is_replaced_by_a_fresh_node_and_serving_continues(
         # A second replace of the dead id: it is no member any more.
         done = cluster.admin("replace-replica", "2", "5", "--address", address, "--region", "R5")
         assert done.returncode == 1 and "node 2 is not a member" in done.stderr, done
+
+    asyncio.run(main())
+
+
+def test_a_new_node_whose_certificate_names_another_id_is_refused(
+    cluster: MemberCluster,
+) -> None:
+    async def main() -> None:
+        await _up(cluster)
+        certs = cluster.root / "certs"
+        assert cluster.certs(5).returncode == 0
+        # Node 3's files hold node 5's certificate and key.
+        for suffix in (".pem", ".key"):
+            shutil.copy(certs / f"node5{suffix}", certs / f"node3{suffix}")
+        (port,) = free_ports(1)
+        address = f"127.0.0.1:{port}"
+        cmd = [
+            *("node", "--config", str(cluster.path), "--id", "3", "--app", cluster.app),
+            *("--address", address, "--region", "R3", "--no-fsync"),
+        ]
+        log = open(cluster.root / "node3.log", "ab")  # noqa: SIM115 - the child holds it
+        cluster.procs[3] = subprocess.Popen(
+            [sys.executable, "-m", "sdpaxos", *cmd], stdout=log, stderr=log, env=os.environ.copy()
+        )
+        log.close()
+        done = cluster.admin("add-replica", "3", "--address", address, "--region", "R3")
+        assert done.returncode == 1, done
+        assert "certificate says ('node', 5)" in done.stderr, done.stderr
+        assert "membership unchanged" in done.stderr
+        st = await cluster.until(0, lambda s: True, "status")
+        assert (st["epoch"], _members(st), list(st["learners"])) == (0, [0, 1, 2], [])
 
     asyncio.run(main())
