@@ -35,15 +35,17 @@ it holds a replica's promises, so it is adopted, and its identity is written
 from the configuration. An identity file replaces the protocol file.
 
 **A changing membership** (``docs/membership.md`` section 7; a protocol with
-``Capabilities.membership``): a node started on an empty directory without
-``--bootstrap`` is a **new node**. It starts, but as one that votes and
-accepts nothing: its identity file says ``"new": true``, and it waits to be
-added as a learner (``admin add-replica`` or ``replace-replica``). A node that
-lost its data is such a node too: it comes back under a new id through
-``replace-replica`` (its old id, restarted on an empty directory, would be a
-member that forgot its promises: the core says it lost its data and keeps it
-out). The config file's replica list stays the *initial* membership, which the
-identity records; the running membership is in the log's snapshots.
+``Capabilities.membership``): a node whose id is not in the config file's
+list, started on an empty directory, is a **new node**. It starts, but as one
+that votes and accepts nothing: its identity file says ``"new": true``, and it
+waits to be added as a learner (``admin add-replica`` or ``replace-replica``).
+An id of the file's list on an empty directory is still refused without
+``--bootstrap``: that node took part from the start and lost its data, and ids
+are never reused; it comes back under a new id through ``replace-replica``.
+(An added node that lost its data starts as a new node, and the core says it
+lost its data: it never votes.) The config file's replica list stays the
+*initial* membership, which the identity records; the running membership is
+in the log's snapshots.
 
 Blocking I/O: the node calls :func:`open_data_dir` from its log thread.
 """
@@ -241,6 +243,7 @@ def open_data_dir(
     """
     data_dir = config.data_dir
     replicas: int | None = None if joins else len(config.replicas)
+    joins = joins and not config.initial_member
     if joins and not bootstrap and not data_dir.exists():
         data_dir.mkdir(parents=True)
     who = f"node {config.node_id}"
