@@ -154,8 +154,8 @@ class MemberReplica:
         if command.payload.startswith(MEMBERSHIP_PREFIX):
             key = (command.client_id, command.seq)
             if key in self._allowed:
+                replica.propose(command, Wait.EXECUTED)  # may raise Overloaded: kept
                 self._allowed.discard(key)
-                replica.propose(command, Wait.EXECUTED)
                 return
         self.member.propose(command, wait)
 

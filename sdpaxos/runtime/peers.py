@@ -464,7 +464,11 @@ class Peers:
         # The emulator's times are on time.monotonic(), not on the loop's clock,
         # which under uvloop counts whole milliseconds (see sdpaxos.runtime.delivery).
         now_s = _monotonic()
-        at_ms = emulator.schedule(peer.id, sum(map(len, out)), now_s * 1000.0)
+        try:
+            at_ms = emulator.schedule(peer.id, sum(map(len, out)), now_s * 1000.0)
+        except ValueError:  # a node added since: its links are not emulated
+            conn.flush()
+            return
         at_s = now_s if at_ms is None else at_ms / 1000.0
         if at_ms is None or at_s - now_s > rf.DUE_AHEAD_S_MAX:
             # Cut by a partition, or queued behind a bandwidth cap for longer

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from sdpaxos.core.membership import MEMBERSHIP_PREFIX
 from sdpaxos.runtime.apps import PayloadLog
 from sdpaxos.runtime.certs import issue_node_cert
 from sdpaxos.runtime.changes import ChangeRefused
+from sdpaxos.runtime.client import Client, ClientError
 from sdpaxos.runtime.config import load_config
 from sdpaxos.runtime.errors import NotMember
-from sdpaxos.runtime.local import free_ports
+from sdpaxos.runtime.local import client_tls, free_ports
 from sdpaxos.runtime.node import Node
 
 from .helpers import eventually, in_process
@@ -53,6 +55,14 @@ def test_add_remove_and_bad_input_through_the_embedding_api(tmp_path: Path) -> N
                     await nodes[0].add_replica(3, "no-port", "R3")
                 with pytest.raises(ChangeRefused, match="no member"):
                     await new.add_replica(4, "127.0.0.1:2", "R4")
+                # A client cannot send a membership change of its own.
+                forged = MEMBERSHIP_PREFIX + b"anything"
+                with pytest.raises(ValueError, match="membership prefix"):
+                    await nodes[0].submit(forged)
+                r0 = nodes[0].config.me
+                async with Client([(r0.host, r0.port)], tls=client_tls(path)) as client:
+                    with pytest.raises(ClientError, match="membership prefix"):
+                        await client.submit(forged, timeout_s=10)
                 st = nodes[0].status()
                 assert (st.epoch, [m["id"] for m in st.members], st.learners) == (
                     epoch,
