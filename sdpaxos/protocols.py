@@ -155,6 +155,12 @@ class Capabilities:
     #: cluster serves at full speed once it holds them (what a benchmark waits
     #: for, and what a failover kills). Mencius and EPaxos have no such replica.
     leader_lease: bool = False
+    #: The runtime runs the protocol's replicas as members of a changing
+    #: membership (:class:`sdpaxos.core.member.Member`: one replica per epoch,
+    #: learners, add/remove/replace; ``docs/membership.md``), and its peers
+    #: exchange member messages (:mod:`sdpaxos.wire.members`). The baselines
+    #: keep their fixed set of replicas.
+    membership: bool = False
 
 
 class ProtocolError(ValueError):
@@ -322,6 +328,7 @@ def protocol(name: str) -> ProtocolSpec:
                 reads_at_every_replica=True,
                 tracer=True,
                 leader_lease=True,
+                membership=True,
             ),
             counters=CounterNames("view_changes_started", "c_recoveries_started", "commands_ready"),
             encode_batch=_sdpaxos_codec.encode_batch,

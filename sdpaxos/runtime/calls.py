@@ -15,11 +15,12 @@ import asyncio
 import random
 
 from sdpaxos.core.config import ClusterConfig
+from sdpaxos.core.membership import MEMBERSHIP_PREFIX
 from sdpaxos.core.ready import Reply, ReplyKind
 from sdpaxos.core.sessions import decode_session_id, registration
 from sdpaxos.core.types import Command, Wait
 from sdpaxos.runtime.driver import READ_TIMEOUT_S, Driver, Waiter
-from sdpaxos.runtime.errors import NodeError, SessionBusy, SessionExpired, WaitName
+from sdpaxos.runtime.errors import NodeError, NotMember, SessionBusy, SessionExpired, WaitName
 from sdpaxos.runtime.frames import COMMAND_BYTES_MAX
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.status import clock_ms, observe_latency
@@ -87,6 +88,8 @@ def check_payload(payload: object) -> None:
         raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
     if len(payload) > COMMAND_BYTES_MAX:
         raise ValueError(f"payload of {len(payload)} bytes exceeds {COMMAND_BYTES_MAX}")
+    if payload.startswith(MEMBERSHIP_PREFIX):
+        raise ValueError("payloads may not start with the membership prefix (changes' own)")
 
 
 class _Futures:
@@ -127,8 +130,13 @@ class _Nowaits:
                 future.set_exception(NodeError("the node stopped before the command was answered"))
             return
         calls = self.calls
-        observe_latency(calls.metrics, reply.kind, started_ms)
         session.busy = False
+        if reply.kind == ReplyKind.NOT_MEMBER:
+            if not future.done():
+                refusal = calls.driver.refusal()
+                future.set_exception(NotMember(refusal or "this node is no member"))
+            return
+        observe_latency(calls.metrics, reply.kind, started_ms)
         if reply.kind == ReplyKind.SESSION_EXPIRED:
             if not future.done():
                 future.set_exception(
@@ -179,6 +187,8 @@ class Calls:
             return await future
 
         reply = await asyncio.wait_for(enqueue(), timeout_s)
+        if reply.kind == ReplyKind.NOT_MEMBER:
+            raise NotMember(driver.refusal() or "this node is no member of the running epoch")
         observe_latency(self.metrics, reply.kind, started)
         return reply
 
@@ -244,6 +254,9 @@ class Calls:
         self, key: bytes | None, request: bytes | None, timeout_s: float = READ_TIMEOUT_S
     ) -> asyncio.Future[bytes | None]:
         driver = self.check_running()
+        refusal = driver.refusal()
+        if refusal is not None:
+            raise NotMember(refusal)
         future: asyncio.Future[bytes | None] = driver.loop.create_future()
 
         def done(ok: bool, value: bytes | None) -> None:
@@ -265,6 +278,9 @@ class Calls:
         self, key: bytes | None, request: bytes | None, timeout_s: float = READ_TIMEOUT_S
     ) -> bytes | None:
         driver = self.check_running()
+        refusal = driver.refusal()
+        if refusal is not None:
+            raise NotMember(refusal)
         future: asyncio.Future[tuple[bool, bytes | None]] = driver.loop.create_future()
 
         def done(ok: bool, value: bytes | None) -> None:

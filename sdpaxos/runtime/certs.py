@@ -1,6 +1,6 @@
 """Certificates for mutual TLS: a cluster CA, and a certificate per node and client.
 
-``python -m sdpaxos.runtime.certs --out certs --nodes 3 --clients 1`` writes::
+``python -m sdpaxos certs --out certs --nodes 3 --clients 1`` writes::
 
     certs/ca.pem  certs/ca.key                 the cluster CA (keep ca.key offline)
     certs/node0.pem certs/node0.key ...        one per replica
@@ -10,6 +10,10 @@ A node's identity is in its certificate: the subject's common name is
 ``node<N>`` (``client<N>`` for clients), which the transport checks against the
 ``src`` of every message. Keys are ECDSA P-256; private keys are written with
 mode 0600. Nothing is downloaded and nothing leaves the machine.
+
+``python -m sdpaxos certs --out certs --node 3`` adds ``certs/node3.pem`` and
+``certs/node3.key`` for a node to be added to the cluster (``admin
+add-replica``), signed by the CA already in ``certs``.
 
 A directory that already holds one of the files is refused unless ``--force``
 (``force=True``): replacing a cluster's CA silently locks every node that
@@ -32,10 +36,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from sdpaxos.core.membership import NODE_ID_MAX
 from sdpaxos.core.types import REPLICAS_MAX
 from sdpaxos.runtime.tls import CLIENT_PREFIX, NODE_PREFIX, identity_of
 
-__all__ = ["check_host", "identity_of", "make_cluster_certs"]
+__all__ = ["check_host", "identity_of", "issue_node_cert", "make_cluster_certs"]
 
 #: How long the generated certificates are valid.
 VALIDITY_DAYS = 3650
@@ -170,30 +175,88 @@ def make_cluster_certs(
     written[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_key(written[1], ca_key)
     for who in people:
-        key = _key()
-        is_node = who.startswith(NODE_PREFIX)
-        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
-        if is_node:
-            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(who))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start)
-            .not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        )
-        if is_node:
-            builder = builder.add_extension(_san(hosts), critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        pem, key_path = directory / f"{who}.pem", directory / f"{who}.key"
-        pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        _write_key(key_path, key)
-        written += [pem, key_path]
+        written += _issue(directory, who, ca_key, ca_name, start, end, hosts)
     return written
+
+
+def _issue(
+    directory: Path,
+    who: str,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_name: x509.Name,
+    start: datetime.datetime,
+    end: datetime.datetime,
+    hosts: Sequence[str],
+) -> list[Path]:
+    """Write ``who``'s certificate (signed by the CA) and key; the two paths."""
+    key = _key()
+    is_node = who.startswith(NODE_PREFIX)
+    usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+    if is_node:
+        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(who))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    )
+    if is_node:
+        builder = builder.add_extension(_san(hosts), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    pem, key_path = directory / f"{who}.pem", directory / f"{who}.key"
+    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_path, key)
+    return [pem, key_path]
+
+
+def issue_node_cert(
+    directory: Path | str,
+    node_id: int,
+    hosts: Sequence[str] = ("localhost", "127.0.0.1", "::1"),
+    now: datetime.datetime | None = None,
+    *,
+    force: bool = False,
+) -> list[Path]:
+    """A certificate and key for node ``node_id`` (a node to be added to a
+    changing membership), signed by the CA already in ``directory``
+    (``ca.pem``, ``ca.key``). Refuses (:class:`ValueError`, nothing written) a
+    bad id or host, a missing or unreadable CA, and files already there
+    unless ``force``."""
+    if type(node_id) is not int or not 0 <= node_id <= NODE_ID_MAX:
+        raise ValueError(f"node id must be in 0..{NODE_ID_MAX}, got {node_id!r}")
+    if not hosts:
+        raise ValueError("need at least one host for the node certificate")
+    for host in hosts:
+        check_host(host)
+    directory = Path(directory)
+    try:
+        ca_cert = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
+        ca_key = serialization.load_pem_private_key(
+            (directory / "ca.key").read_bytes(), password=None
+        )
+    except FileNotFoundError as exc:
+        raise ValueError(
+            f"{exc.filename}: no such file: the CA (ca.pem, ca.key) must be in {directory}"
+        ) from None
+    except ValueError as exc:
+        raise ValueError(f"the CA in {directory} cannot be read: {exc}") from None
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{directory / 'ca.key'} is not an ECDSA key of this tool's")
+    who = f"{NODE_PREFIX}{node_id}"
+    if not force:
+        for suffix in (".pem", ".key"):
+            if (directory / (who + suffix)).exists():
+                raise FileExistsError(
+                    f"{directory / (who + suffix)} exists: refusing to replace it (--force does)"
+                )
+    start = (now or datetime.datetime.now(datetime.UTC)) - datetime.timedelta(minutes=5)
+    end = start + datetime.timedelta(days=VALIDITY_DAYS)
+    return _issue(directory, who, ca_key, ca_cert.subject, start, end, hosts)
 
 
 def _host(text: str) -> str:
@@ -232,10 +295,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         " default localhost, 127.0.0.1, ::1)",
     )
     p.add_argument("--force", action="store_true", help="replace the CA and keys already in --out")
+    p.add_argument(
+        "--node",
+        type=bounded_int(0, NODE_ID_MAX),
+        default=None,
+        metavar="ID",
+        help="only a certificate for node ID (one to be added), from the CA already in --out",
+    )
     args = p.parse_args(argv)
     hosts = args.hosts or ["localhost", "127.0.0.1", "::1"]
     try:
-        written = make_cluster_certs(args.out, args.nodes, args.clients, hosts, force=args.force)
+        if args.node is not None:
+            written = issue_node_cert(args.out, args.node, hosts, force=args.force)
+        else:
+            written = make_cluster_certs(
+                args.out, args.nodes, args.clients, hosts, force=args.force
+            )
     except (ValueError, OSError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2

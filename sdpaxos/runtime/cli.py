@@ -1,15 +1,17 @@
 """``python -m sdpaxos node | local | status | admin``: run and inspect nodes.
 
-* ``node --config cluster.toml --id N [--bootstrap]``: one replica, until
-  SIGINT or SIGTERM. ``--bootstrap`` only when the cluster is brand new: a node
-  refuses an empty data directory without it (:mod:`sdpaxos.runtime.datadir`).
+* ``node --config cluster.toml --id N [--bootstrap] [--address H:P --region R]``:
+  one replica, until SIGINT or SIGTERM. ``--bootstrap`` only when the cluster
+  is brand new (:mod:`sdpaxos.runtime.datadir`); without it, an empty data
+  directory makes a new node, which waits to be added (SDPaxos).
 * ``local --replicas 3 --profile paper3``: a whole cluster on this machine, as
   separate processes (certificates made on the fly); prints where each node
   listens and keeps its data; stops them all on Ctrl-C.
 * ``status --config cluster.toml [--json]``: every node's status as a table.
 * ``admin --config cluster.toml partition "0,1|2" | heal | snapshot |
-  transfer-sequencer T``: change a running cluster (partitions go through each
-  node's delay emulator).
+  transfer-sequencer T | add-replica ID --address H:P --region R |
+  remove-replica ID | replace-replica OLD NEW --address H:P --region R``:
+  change a running cluster (:mod:`sdpaxos.runtime.cli_members`).
 
 Only these commands configure logging (the library never does): one line per
 event, with the node's id and view.
@@ -41,6 +43,16 @@ from sdpaxos.core.errors import ConfigError
 from sdpaxos.profiles import ProfileError, builtin
 from sdpaxos.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES
 from sdpaxos.runtime.apps import APPS, load_app
+from sdpaxos.runtime.cli_members import (
+    CHANGE_COMMANDS,
+    add_change_arguments,
+    admin_answer,
+    change_request,
+    extra_nodes,
+    membership_lines,
+    run_change,
+    statuses_of,
+)
 from sdpaxos.runtime.cliargs import (
     GC_GEN0_DEFAULT,
     LOG_LEVELS,
@@ -141,7 +153,9 @@ def cluster_client_tls(config: NodeConfig, client: int) -> TlsFiles | None:
 
 def _cmd_node(args: argparse.Namespace) -> int:
     try:
-        config = load_cluster_file(args.config, args.id, kvstore_ok=False)
+        config = load_cluster_file(
+            args.config, args.id, kvstore_ok=False, address=args.address, region=args.region
+        )
         app = load_app(args.app)
         check_before_start(config, args)
     except (ConfigError, ValueError) as exc:
@@ -403,11 +417,13 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         "snapshot",
         "log MB",
         "rtt ms (peers)",
+        "epoch",
+        "role",
     ]
     lines = [head]
     for s in rows:
         if "down" in s:
-            lines.append([str(s["id"]), s["address"], "-", "down", "", "", "", "", "", "", ""])
+            lines.append([str(s["id"]), s["address"], "-", "down", *[""] * (len(head) - 4)])
             continue
         peers = s.get("peers", [])
         lags = [p["lag_slots"] for p in peers if p.get("lag_slots") is not None]
@@ -428,6 +444,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
                 _cell(s["snapshot_slot"]),
                 f"{s['log_bytes'] / 1e6:.1f}",
                 rtts,
+                _cell(s.get("epoch")),
+                _cell(s.get("role")),
             ]
         )
     widths = [max(len(row[k]) for row in lines) for k in range(len(head))]
@@ -443,10 +461,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     rows = run_loop(statuses(config, args.client, args.timeout))
+    more = extra_nodes(config, rows)  # added nodes the file does not list
+    tls = cluster_client_tls(config, args.client)
+    rows += run_loop(statuses_of(more, tls, args.timeout)) if more else []
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
-        print(format_table(rows))
+        print("\n".join([format_table(rows), *membership_lines(rows)]))
     return 0 if all("down" not in r for r in rows) else 1
 
 
@@ -461,13 +482,25 @@ def _cmd_admin(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+    tls = cluster_client_tls(config, args.client)
+    if args.operation in CHANGE_COMMANDS:
+        try:
+            request = change_request(args.operation, args.argument, args)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        change = CHANGE_COMMANDS[args.operation]
+        return run_loop(run_change(config, tls, change, request, args.id, args.timeout))
     if args.id is not None and not 0 <= args.id < len(config.replicas):
         print(
             f"error: --id {args.id}: not a replica in 0..{len(config.replicas) - 1}",
             file=sys.stderr,
         )
         return 2
-    op, arg = args.operation, args.argument
+    if len(args.argument) > 1:
+        print(f"error: {args.operation} takes one argument at most", file=sys.stderr)
+        return 2
+    op, arg = args.operation, (args.argument[0] if args.argument else None)
     argument: Any = None
     if op == "partition":
         if arg is None:
@@ -489,10 +522,10 @@ def _cmd_admin(args: argparse.Namespace) -> int:
         status = 0
         for k in targets:
             r = config.replicas[k]
-            c = Client([(r.host, r.port)], tls=cluster_client_tls(config, args.client))
+            c = Client([(r.host, r.port)], tls=tls)
             try:
                 value = await c.admin(operation, argument, STATUS_TIMEOUT_S)
-                print(f"node {k}: ok {_admin_answer(operation, value)}")
+                print(f"node {k}: ok {admin_answer(operation, value)}")
             except (ClientError, TimeoutError, OSError) as exc:
                 print(f"node {k}: {exc}")
                 status = 1
@@ -501,19 +534,6 @@ def _cmd_admin(args: argparse.Namespace) -> int:
         return status
 
     return run_loop(run())
-
-
-def _admin_answer(operation: str, value: Any) -> str:
-    """What a node answered, whole: for a partition (or heal) the links it now
-    blocks, else the answer's JSON."""
-    if (
-        operation == "partition"
-        and isinstance(value, dict)
-        and isinstance(value.get("links"), dict)
-    ):
-        blocked = sorted(int(j) for j, link in value["links"].items() if link.get("blocked"))
-        return f"blocks links to {', '.join(map(str, blocked))}" if blocked else "blocks no link"
-    return json.dumps(value, default=str, sort_keys=True)
 
 
 # ------------------------------------------------------------------- main
@@ -535,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         " with a tracer; e.g. StragglerSuspect,StragglerViewChange; the names are"
         " tla/README.md's)",
     )
+    n.add_argument("--address", default=None, help="HOST:PORT of a node not in the file's list")
+    n.add_argument("--region", default=None, help="the region of a node not in the file's list")
     n.set_defaults(func=_cmd_node)
 
     loc = sub.add_parser("local", help="a cluster of node processes on this machine")
@@ -560,12 +582,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     st.add_argument("--timeout", type=positive_seconds, default=STATUS_TIMEOUT_S)
     st.set_defaults(func=_cmd_status)
 
-    ad = sub.add_parser("admin", help="partition, heal, snapshot, transfer-sequencer")
+    ad = sub.add_parser("admin", help="partition, heal, snapshot, transfer-sequencer, *-replica")
     ad.add_argument("--config", required=True, help="the cluster's file (a kv-store's too)")
     ad.add_argument("--id", type=int, default=None, help="one node (default: every node)")
     ad.add_argument("--client", type=bounded_int(0), default=0)
-    ad.add_argument("operation", choices=["partition", "heal", "snapshot", "transfer-sequencer"])
-    ad.add_argument("argument", nargs="?", default=None, help='e.g. "0,1|2", or a replica id')
+    ops = ["partition", "heal", "snapshot", "transfer-sequencer", *CHANGE_COMMANDS]
+    ad.add_argument("operation", choices=ops)
+    ad.add_argument("argument", nargs="*", default=[], help='e.g. "0,1|2", or node ids')
+    add_change_arguments(ad)
     ad.set_defaults(func=_cmd_admin)
 
     args = p.parse_args(argv)

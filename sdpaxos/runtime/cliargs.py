@@ -52,6 +52,7 @@ TRACE_EVENT_NAMES = frozenset(
         "AbandonCRecovery",
         "AbandonViewChange",
         "AllocateO",
+        "AllocateStop",
         "AskRange",
         "BecomeSequencer",
         "CommitC",
@@ -59,6 +60,7 @@ TRACE_EVENT_NAMES = frozenset(
         "DeferVote",
         "Establish",
         "Execute",
+        "ExecuteStop",
         "FetchSnapshot",
         "FutureView",
         "HandleCAccept",
@@ -167,7 +169,14 @@ def trace_event_names(text: str) -> list[str]:
     return names
 
 
-def load_cluster_file(path: Path | str, node_id: int | None, *, kvstore_ok: bool) -> NodeConfig:
+def load_cluster_file(
+    path: Path | str,
+    node_id: int | None,
+    *,
+    kvstore_ok: bool,
+    address: str | None = None,
+    region: str | None = None,
+) -> NodeConfig:
     """The runtime's view of a cluster file. A kv-store's file (a ``[kvstore]``
     section) serves ``status`` and ``admin`` too, which talk to the nodes' peer
     ports only (``kvstore_ok``); ``node`` refuses it, naming ``kvstore serve``."""
@@ -178,7 +187,14 @@ def load_cluster_file(path: Path | str, node_id: int | None, *, kvstore_ok: bool
                 f"{path}: a kv-store's file (it has [kvstore]): run its nodes with kvstore serve"
             )
         raw = {k: v for k, v in raw.items() if k != "kvstore"}
-    return parse_config(raw, base_dir=Path(path).parent, node_id=node_id, source=str(path))
+    return parse_config(
+        raw,
+        base_dir=Path(path).parent,
+        node_id=node_id,
+        source=str(path),
+        listen_at=address,
+        region_of_node=region,
+    )
 
 
 def add_node_arguments(p: argparse.ArgumentParser, *, log_level: str = "INFO") -> None:

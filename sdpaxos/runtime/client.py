@@ -297,9 +297,14 @@ class Client:
                 if conn is not None:
                     self._drop(conn)
             else:
-                if reply.code != rf.Code.RETRY:
+                if reply.code == rf.Code.NOT_MEMBER and len(self.addresses) > 1:
+                    # Not applied through that node: ask another (a member).
+                    self.retries += 1
+                    self._drop(conn)
+                elif reply.code != rf.Code.RETRY:
                     return reply
-                self.retries += 1
+                else:
+                    self.retries += 1
             await asyncio.sleep(self._rng.uniform(0, backoff))
             backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
 
@@ -397,5 +402,5 @@ class Client:
 
 
 def _check(reply: rf.Reply) -> None:
-    if reply.code == rf.Code.ERROR:
+    if reply.code in (rf.Code.ERROR, rf.Code.NOT_MEMBER):
         raise ClientError(str(reply.value))

@@ -21,17 +21,21 @@ it drains to half of that.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sdpaxos.core.errors import LocalProtocolError
+from sdpaxos.core.membership import MEMBERSHIP_PREFIX
 from sdpaxos.core.ready import Reply, ReplyKind
 from sdpaxos.core.sessions import encode_session_id
 from sdpaxos.core.types import Command, Wait
 from sdpaxos.runtime import frames as rf
 from sdpaxos.runtime.driver import READ_TIMEOUT_S, DriverPort
+from sdpaxos.runtime.errors import NodeError
 from sdpaxos.runtime.metrics import Metrics
 from sdpaxos.runtime.status import Tally, clock_ms, count_rejected, observe_latency
 from sdpaxos.runtime.transport import Connection
@@ -47,6 +51,8 @@ _perf = time.perf_counter
 #: Requests one client connection may have waiting before the node stops reading it.
 CLIENT_REQUESTS_PENDING_MAX = 8192
 #: Why a proposal was refused with RETRY.
+logger = logging.getLogger(__name__)
+
 OVERLOADED = "overloaded: the proposal queue is full"
 
 # The client path runs once per command: enum members read through their class
@@ -58,8 +64,17 @@ _CODE_OF_KIND = {
     ReplyKind.READY: rf.Code.READY,
     ReplyKind.EXECUTED: rf.Code.EXECUTED,
     ReplyKind.SESSION_EXPIRED: rf.Code.SESSION_EXPIRED,
+    ReplyKind.NOT_MEMBER: rf.Code.NOT_MEMBER,
 }
+#: What a client is told with :attr:`~sdpaxos.runtime.frames.Code.NOT_MEMBER`
+#: when the core refused a command (the node's own words are in its status).
+NOT_MEMBER_TEXT = (
+    "this node is no member of the epoch that runs (it waits to be added, is a learner, "
+    "or was removed): the command was not applied; send it to a member"
+)
 _EXPIRED_CODE = rf.Code.SESSION_EXPIRED
+#: Why a command whose payload starts with the membership prefix is refused.
+RESERVED_TEXT = "payloads may not start with the membership prefix (membership changes' own)"
 #: A client request's start time when no metrics were kept as it came in.
 _NOT_TIMED = -1.0
 _new = tuple.__new__
@@ -79,7 +94,7 @@ class Clients:
         metrics: Metrics | None,
         rng: random.Random,
         status: Callable[[], dict[str, Any]],
-        admin: Callable[[str, Any], dict[str, Any]],
+        admin: Callable[[str, Any], dict[str, Any] | Awaitable[dict[str, Any]]],
     ) -> None:
         self.id = node_id
         self.driver = driver
@@ -93,6 +108,8 @@ class Clients:
         self._status = status
         self._admin = admin
         self.connections: set[Connection] = set()
+        #: Admin operations that answer later (membership changes), until done.
+        self._tasks: set[asyncio.Future[Any]] = set()
         #: Connections with answers gathered this turn (written by :meth:`flush`).
         self.dirty: set[Connection] = set()
 
@@ -106,7 +123,12 @@ class Clients:
         kind = reply.kind
         if started_ms != _NOT_TIMED:
             observe_latency(self.metrics, kind, started_ms)
-        self.answer(conn, request_id, _CODE_OF_KIND.get(kind, _EXPIRED_CODE), reply.result)
+        code = _CODE_OF_KIND.get(kind, _EXPIRED_CODE)
+        if code == rf.Code.NOT_MEMBER:
+            refusal = self.driver.refusal()
+            self.answer(conn, request_id, code, refusal or NOT_MEMBER_TEXT)
+            return
+        self.answer(conn, request_id, code, reply.result)
 
     # ------------------------------------------------------------ connections
 
@@ -213,7 +235,12 @@ class Clients:
         proposed = False
         for item in items:
             request_id, client_id, seq, payload, key, wait_code = item
-            if client_id == 0 or seq == 0 or (client_id, seq) in waiting:
+            if (
+                client_id == 0
+                or seq == 0
+                or (client_id, seq) in waiting
+                or payload.startswith(MEMBERSHIP_PREFIX)
+            ):
                 self._submit(conn, item)
                 continue
             if propose_new(
@@ -231,6 +258,9 @@ class Clients:
         request_id, client_id, seq, payload, key, wait_code = f
         if client_id == 0:
             self.answer(conn, request_id, rf.Code.ERROR, "client_id 0: open a session first")
+            return
+        if payload.startswith(MEMBERSHIP_PREFIX):
+            self.answer(conn, request_id, rf.Code.ERROR, RESERVED_TEXT)
             return
         if seq == 0:
             if payload:
@@ -258,6 +288,10 @@ class Clients:
                 self.answer(conn, rid, rf.Code.RETRY, "no linearizable read in time")
 
         driver = self.driver
+        refusal = driver.refusal()
+        if refusal is not None:
+            self.answer(conn, rid, rf.Code.NOT_MEMBER, refusal)
+            return
         if f.stale:
             done(True, driver.query(f.key, f.request))
             return
@@ -269,7 +303,27 @@ class Clients:
         except (ValueError, LocalProtocolError) as exc:
             self.answer(conn, f.request_id, rf.Code.ERROR, str(exc))
             return
+        if not isinstance(value, dict):
+            # One that takes long (a membership change): answered when it is done.
+            task = asyncio.ensure_future(value)
+            self._tasks.add(task)
+            task.add_done_callback(lambda t: self._admin_done(conn, f.request_id, t))
+            return
         self.answer(conn, f.request_id, rf.Code.OK, value)
+
+    def _admin_done(self, conn: Connection, request_id: int, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            self.answer(conn, request_id, rf.Code.ERROR, "cancelled: the node stopped")
+            return
+        exc = task.exception()
+        if exc is None:
+            self.answer(conn, request_id, rf.Code.OK, task.result())
+        elif isinstance(exc, ValueError | LocalProtocolError | NodeError | TimeoutError):
+            self.answer(conn, request_id, rf.Code.ERROR, str(exc) or type(exc).__name__)
+        else:
+            logger.error("admin request failed: %r", exc)
+            self.answer(conn, request_id, rf.Code.ERROR, f"internal error: {exc!r}")
 
     # ------------------------------------------------------------------ answers
 

@@ -22,6 +22,14 @@ is a setting the operator believes in and does not have. A file looks like::
     [node]
     id = 1                      # or given on the command line
     data_dir = "/var/lib/sdpaxos/node1"
+    # address = "10.0.0.4:7000" # a node that is not in the replica list (one to
+    # region = "CA"             # be added: membership change) says where it listens
+
+The replica list is the *initial* membership (epoch 0). With a protocol that
+can change its membership (``Capabilities.membership``), a node may have an
+id that is not in it: it then needs ``[node] address`` (or ``--address`` on
+the command line), starts on an empty data directory as a node waiting to be
+added, and joins through ``admin add-replica`` or ``replace-replica``.
 
     [tls]
     ca = "certs/ca.pem"
@@ -62,9 +70,11 @@ from typing import Any
 
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import ConfigError
+from sdpaxos.core.membership import NODE_ID_MAX
 from sdpaxos.core.types import ReplicaId
 from sdpaxos.profiles import DelayProfile, ProfileError, builtin, load_json
 from sdpaxos.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES
+from sdpaxos.protocols import protocol as protocol_of
 from sdpaxos.runtime.emulator import EmulatorSettings, profile_row_ms
 
 __all__ = [
@@ -99,7 +109,7 @@ CLUSTER_NAME_DEFAULT = "sdpaxos-cluster"
 CLUSTER_NAME_CHARS_MAX = 64
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _REPLICA_KEYS = frozenset({"id", "address", "region"})
-_NODE_KEYS = frozenset({"id", "data_dir"})
+_NODE_KEYS = frozenset({"id", "data_dir", "address", "region"})
 _TLS_KEYS = frozenset({"ca", "cert", "key", "insecure"})
 
 
@@ -148,10 +158,20 @@ class NodeConfig:
     protocol: str = DEFAULT_PROTOCOL
     #: The cluster's name (``[cluster] name``), recorded in its data directories.
     cluster_name: str = CLUSTER_NAME_DEFAULT
+    #: Where this node listens when it is not one of :attr:`replicas` (a node
+    #: to be added to a changing membership: ``[node] address``).
+    node_address: ReplicaAddress | None = None
 
     @property
     def me(self) -> ReplicaAddress:
+        if self.node_address is not None:
+            return self.node_address
         return self.replicas[self.node_id]
+
+    @property
+    def initial_member(self) -> bool:
+        """Is this node one of the config file's replicas (epoch 0's members)?"""
+        return 0 <= self.node_id < len(self.replicas)
 
 
 def read_toml(path: Path | str) -> dict[str, Any]:
@@ -165,10 +185,24 @@ def read_toml(path: Path | str) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
 
 
-def load_config(path: Path | str, node_id: int | None = None) -> NodeConfig:
-    """Read and check the TOML file at ``path``; ``node_id`` overrides ``[node] id``."""
+def load_config(
+    path: Path | str,
+    node_id: int | None = None,
+    *,
+    address: str | None = None,
+    region: str | None = None,
+) -> NodeConfig:
+    """Read and check the TOML file at ``path``; ``node_id`` overrides ``[node]
+    id``, ``address`` and ``region`` override ``[node] address`` and ``region``."""
     path = Path(path)
-    return parse_config(read_toml(path), base_dir=path.parent, node_id=node_id, source=str(path))
+    return parse_config(
+        read_toml(path),
+        base_dir=path.parent,
+        node_id=node_id,
+        source=str(path),
+        listen_at=address,
+        region_of_node=region,
+    )
 
 
 def parse_config(
@@ -177,6 +211,8 @@ def parse_config(
     base_dir: Path | str = ".",
     node_id: int | None = None,
     source: str = "config",
+    listen_at: str | None = None,
+    region_of_node: str | None = None,
 ) -> NodeConfig:
     """Check a parsed TOML document (see the module docstring for its shape)."""
     base = Path(base_dir)
@@ -275,8 +311,37 @@ def parse_config(
 
     node = table(top.get("node", {}), "node", _NODE_KEYS)
     me = node_id if node_id is not None else node.get("id")
-    if type(me) is not int or not 0 <= me < len(replicas):
-        raise fail("node.id", f"expected a replica id in 0..{len(replicas) - 1}, got {me!r}")
+    own_address = listen_at if listen_at is not None else node.get("address")
+    node_address: ReplicaAddress | None = None
+    changes = protocol_of(protocol_name).capabilities.membership
+    if type(me) is int and changes and own_address is not None:
+        # A node outside the initial list (or one that says where it listens).
+        if not 0 <= me <= NODE_ID_MAX:
+            raise fail("node.id", f"expected a node id in 0..{NODE_ID_MAX}, got {me!r}")
+        if not isinstance(own_address, str):
+            raise fail("node.address", "expected host:port")
+        host, sep, port_text = own_address.rpartition(":")
+        if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise fail("node.address", f"expected host:port, got {own_address!r}")
+        own_region = region_of_node if region_of_node is not None else node.get("region", f"R{me}")
+        if not isinstance(own_region, str):
+            raise fail("node.region", "expected a string")
+        node_address = ReplicaAddress(ReplicaId(me), host.strip("[]"), int(port_text), own_region)
+        if me < len(replicas):
+            listed = replicas[me]
+            if (listed.host, listed.port) != (node_address.host, node_address.port):
+                raise fail(
+                    "node.address",
+                    f"node {me} is in the replica list at {listed.host}:{listed.port}",
+                )
+            node_address = None
+        else:
+            for r in replicas:
+                if (r.host, r.port) == (node_address.host, node_address.port):
+                    raise fail("node.address", f"same as replica {r.id}'s")
+    elif type(me) is not int or not 0 <= me < len(replicas):
+        hint = " (a node to be added needs [node] address or --address)" if changes else ""
+        raise fail("node.id", f"expected a replica id in 0..{len(replicas) - 1}, got {me!r}{hint}")
     data_dir = node.get("data_dir", f"data/node{me}")
     if not isinstance(data_dir, str) or not data_dir:
         raise fail("node.data_dir", "expected a directory path")
@@ -315,6 +380,7 @@ def parse_config(
         emulator,
         protocol_name,
         cluster_name,
+        node_address,
     )
 
 

@@ -34,6 +34,19 @@ earlier version (which kept only the protocol's name, in :data:`PROTOCOL_FILE`):
 it holds a replica's promises, so it is adopted, and its identity is written
 from the configuration. An identity file replaces the protocol file.
 
+**A changing membership** (``docs/membership.md`` section 7; a protocol with
+``Capabilities.membership``): a node whose id is not in the config file's
+list, started on an empty directory, is a **new node**. It starts, but as one
+that votes and accepts nothing: its identity file says ``"new": true``, and it
+waits to be added as a learner (``admin add-replica`` or ``replace-replica``).
+An id of the file's list on an empty directory is still refused without
+``--bootstrap``: that node took part from the start and lost its data, and ids
+are never reused; it comes back under a new id through ``replace-replica``.
+(An added node that lost its data starts as a new node, and the core says it
+lost its data: it never votes.) The config file's replica list stays the
+*initial* membership, which the identity records; the running membership is
+in the log's snapshots.
+
 Blocking I/O: the node calls :func:`open_data_dir` from its log thread.
 """
 
@@ -56,6 +69,7 @@ __all__ = [
     "IDENTITY_FORMAT",
     "PROTOCOL_FILE",
     "identity_of",
+    "is_new_node",
     "open_data_dir",
     "read_identity",
 ]
@@ -87,9 +101,20 @@ def _refuse(message: str) -> NoReturn:
     raise NodeError(message)
 
 
-def identity_of(config: NodeConfig) -> dict[str, Any]:
-    """The identity a data directory of ``config``'s node records."""
+def is_new_node(data_dir: Path) -> bool:
+    """Was ``data_dir`` first opened by a node that was not bootstrapping (a
+    node of a changing membership waiting to be added)? Such a node never joins
+    epoch 0 as a member, whatever its storage holds (nothing, until added)."""
+    found = read_identity(data_dir)
+    return found is not None and found.get("new") is True
+
+
+def identity_of(config: NodeConfig, *, new: bool = False) -> dict[str, Any]:
+    """The identity a data directory of ``config``'s node records (``new``: a
+    node that did not bootstrap, waiting to be added to a changing membership)."""
+    extra = {"new": True} if new else {}
     return {
+        **extra,
         "format": IDENTITY_FORMAT,
         "cluster": config.cluster_name,
         "protocol": config.protocol,
@@ -163,7 +188,8 @@ def _check(data_dir: Path, found: dict[str, Any], config: NodeConfig) -> None:
         _refuse(
             f"{where} is of a cluster of {len(theirs)} replicas, the file has {len(ours)}: "
             f"a replica's records mean nothing in another membership "
-            f"(membership change is not supported yet); {fix}"
+            f"(the file's list is the initial membership and never changes: change it with "
+            f"admin add-replica, remove-replica, replace-replica); {fix}"
         )
     for (tid, tregion), (oid, oregion) in zip(theirs, ours, strict=True):
         if tid != oid or tregion != oregion:
@@ -178,12 +204,12 @@ def _check(data_dir: Path, found: dict[str, Any], config: NodeConfig) -> None:
         )
 
 
-def _write_identity(data_dir: Path, config: NodeConfig, fsync: bool) -> None:
+def _write_identity(data_dir: Path, config: NodeConfig, fsync: bool, new: bool = False) -> None:
     """Write the identity file atomically: a temporary file made durable, then
     renamed over (a crash leaves the old state or the new, never half a file)."""
     tmp = data_dir / (IDENTITY_FILE + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(identity_of(config), f, indent=1)
+        json.dump(identity_of(config, new=new), f, indent=1)
         f.write("\n")
         if fsync:
             f.flush()
@@ -206,14 +232,20 @@ def open_data_dir(
     fsync: bool = True,
     records: RecordCodec | None = None,
     bootstrap: bool = False,
+    joins: bool = False,
 ) -> DurableLog:
     """The durable log of ``config.data_dir``, once it is sure to be this node's.
 
     Refuses (:class:`~sdpaxos.runtime.errors.NodeError`, changing nothing) an
-    empty directory unless ``bootstrap``, and a directory whose identity
-    disagrees with ``config``; see the module docstring.
+    empty directory unless ``bootstrap`` or ``joins`` (a changing membership:
+    the node starts as a new node, :func:`is_new_node`), and a directory whose
+    identity disagrees with ``config``; see the module docstring.
     """
     data_dir = config.data_dir
+    replicas: int | None = None if joins else len(config.replicas)
+    joins = joins and not config.initial_member
+    if joins and not bootstrap and not data_dir.exists():
+        data_dir.mkdir(parents=True)
     who = f"node {config.node_id}"
     if data_dir.exists() and not data_dir.is_dir():
         _refuse(f"its data directory {data_dir} is not a directory")
@@ -222,7 +254,7 @@ def open_data_dir(
         _check(data_dir, found, config)
         if bootstrap:
             logger.info("%s: --bootstrap ignored: %s already holds its data", who, data_dir)
-        return DurableLog(data_dir, len(config.replicas), fsync=fsync, records=records)
+        return DurableLog(data_dir, replicas, fsync=fsync, records=records)
     if not data_dir.is_dir() and not bootstrap:
         _refuse(
             f"refusing to start: its data directory {data_dir} does not exist, and "
@@ -232,7 +264,7 @@ def open_data_dir(
         legacy: str | None = (data_dir / PROTOCOL_FILE).read_text().strip()
     except FileNotFoundError:
         legacy = None
-    log = DurableLog(data_dir, len(config.replicas), fsync=fsync, records=records)
+    log = DurableLog(data_dir, replicas, fsync=fsync, records=records)
     try:
         if log.load() or log.load_snapshot() is not None:
             # An earlier version's directory: its protocol is the file's, or SDPaxos's
@@ -247,6 +279,18 @@ def open_data_dir(
                 data_dir,
                 config.cluster_name,
                 len(config.replicas),
+            )
+            return log
+        if not bootstrap and joins:
+            _write_identity(data_dir, config, fsync, new=True)
+            logger.warning(
+                "%s: %s is empty and this node is not bootstrapping: it starts as a new "
+                "node, votes and accepts nothing, and waits to be added as a learner "
+                "(admin add-replica %d, or replace-replica OLD %d)",
+                who,
+                data_dir,
+                config.node_id,
+                config.node_id,
             )
             return log
         if not bootstrap:

@@ -129,6 +129,7 @@ class DriverPort(Protocol):
         self, key: bytes | None, request: bytes | None, deadline_ms: float, done: ReadDone
     ) -> None: ...
     def query(self, key: bytes | None, request: bytes | None) -> bytes | None: ...
+    def refusal(self) -> str | None: ...
 
 
 class _Held:
@@ -167,8 +168,10 @@ class Driver:
         tick_ms: float,
         propose_queue_max: int,
         snapshot_log_bytes: int | None,
+        refusal: Callable[[], str | None] | None = None,
     ) -> None:
         self.replica = replica
+        self._refusal = refusal
         self.log = log
         self.spec = spec
         self.loop = loop
@@ -194,6 +197,11 @@ class Driver:
         self._durable_seq = 0
         self._unsaved: list[Record] = []
         self._unsaved_snapshot: Snapshot | None = None
+        #: An epoch's base to start after the unsaved records (membership
+        #: change), and what later batches persist in the new epoch meanwhile.
+        self._unsaved_epoch: Snapshot | None = None
+        self._after_epoch: list[Record] = []
+        self._after_epoch_snapshot: Snapshot | None = None
         self._writing = False
         self._held: deque[_Held] = deque()
         #: Messages released this turn, by destination (sent at its end).
@@ -280,10 +288,21 @@ class Driver:
         self.outlet.send_out(out)
 
     def _carry_out(self, rd: Ready) -> None:
-        if rd.persist or rd.snapshot is not None:
-            self._unsaved.extend(rd.persist)
-            if rd.snapshot is not None:
-                self._unsaved_snapshot = rd.snapshot
+        if rd.persist or rd.snapshot is not None or rd.epoch_base is not None:
+            if self._unsaved_epoch is not None:
+                # After an epoch's base, in the same write: the new epoch's own.
+                self._after_epoch.extend(rd.persist)
+                if rd.snapshot is not None:
+                    self._after_epoch_snapshot = rd.snapshot
+            else:
+                self._unsaved.extend(rd.persist)
+                if rd.snapshot is not None:
+                    self._unsaved_snapshot = rd.snapshot
+            if rd.epoch_base is not None:
+                # A newer epoch: the base replaces whatever came between (it
+                # would forget those records anyway), in the write's order.
+                self._unsaved_epoch = rd.epoch_base
+                self._after_epoch, self._after_epoch_snapshot = [], None
             self._records_seq += 1
             if not self._writing:
                 self._start_write()
@@ -299,9 +318,15 @@ class Driver:
     def _start_write(self) -> None:
         records, snapshot = self._unsaved, self._unsaved_snapshot
         self._unsaved, self._unsaved_snapshot = [], None
+        epoch = self._unsaved_epoch
+        if epoch is not None:
+            after = (epoch, self._after_epoch, self._after_epoch_snapshot)
+            self._unsaved_epoch, self._after_epoch, self._after_epoch_snapshot = None, [], None
+        else:
+            after = None
         seq = self._records_seq
         self._writing = True
-        if self.inline_writes and not self.log.fsync and snapshot is None:
+        if self.inline_writes and not self.log.fsync and snapshot is None and after is None:
             # Without fsync an append is a buffered write of microseconds: the
             # hand-off to the log thread and back would cost more than it saves.
             future: asyncio.Future[tuple[float, int]] = self.loop.create_future()
@@ -311,11 +336,23 @@ class Driver:
                 future.set_exception(exc)
             self._written(future, seq, len(records), inline=True)
             return
-        future = self.loop.run_in_executor(self.io, self._write, records, snapshot)
-        future.add_done_callback(lambda f: self._written(f, seq, len(records)))
+        count = len(records) + (len(after[1]) if after is not None else 0)
+        if after is None:
+            future = self.loop.run_in_executor(self.io, self._write, records, snapshot)
+        else:
+            future = self.loop.run_in_executor(self.io, self._write, records, snapshot, after)
+        future.add_done_callback(lambda f: self._written(f, seq, count))
 
-    def _write(self, records: list[Record], snapshot: Snapshot | None) -> tuple[float, int]:
-        """On the log thread: append (one fsync), then the snapshot.
+    def _write(
+        self,
+        records: list[Record],
+        snapshot: Snapshot | None,
+        after: tuple[Snapshot, list[Record], Snapshot | None] | None = None,
+    ) -> tuple[float, int]:
+        """On the log thread: append (one fsync), then the snapshot; then, when
+        an epoch ended, start the next one from its base (``docs/membership.md``
+        section 4.3: after the old epoch's records, before anything of the new
+        one leaves) and append the new epoch's records after it.
 
         Returns the seconds it took and the bytes appended."""
         log = self.log
@@ -323,6 +360,12 @@ class Driver:
         nbytes = log.append(records) if records else 0
         if snapshot is not None:
             log.save_snapshot(snapshot)
+        if after is not None:
+            base, more, more_snapshot = after
+            log.start_epoch(base)
+            nbytes += log.append(more) if more else 0
+            if more_snapshot is not None:
+                log.save_snapshot(more_snapshot)
         return time.perf_counter() - started, nbytes
 
     def _written(
@@ -353,7 +396,8 @@ class Driver:
         while held and held[0].need <= seq:
             h = held.popleft()
             self._release(h.messages, h.replies, h.reads)
-        if (self._unsaved or self._unsaved_snapshot is not None) and self.running:
+        unsaved = self._unsaved or self._unsaved_snapshot is not None
+        if (unsaved or self._unsaved_epoch is not None) and self.running:
             self._start_write()
         if not inline:
             # On its own loop turn (the log thread's write is done): timed
@@ -447,6 +491,11 @@ class Driver:
             return False
         self.waiting[(cmd.client_id, cmd.seq)] = [waiter]
         return True
+
+    def refusal(self) -> str | None:
+        """Why this node serves no commands or reads now (None: it does): a
+        node of a changing membership that is no member of the running epoch."""
+        return self._refusal() if self._refusal is not None else None
 
     def query(self, key: bytes | None, request: bytes | None) -> bytes | None:
         """The state machine's answer to a read (None if it has no ``query``)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["ClientError", "NodeError", "SessionBusy", "SessionExpired", "WaitName"]
+__all__ = ["ClientError", "NodeError", "NotMember", "SessionBusy", "SessionExpired", "WaitName"]
 
 #: When a submit returns: once the command is ordered and committed
 #: (``"ready"``: its place in the log is fixed, nothing is returned), or once
@@ -22,6 +22,13 @@ WaitName = Literal["ready", "executed"]
 
 class NodeError(Exception):
     """The node cannot serve: not started, stopped, or its log failed."""
+
+
+class NotMember(NodeError):
+    """This node is no member of the epoch that runs (it waits to be added, is
+    a learner, or was removed): it takes no commands and serves no reads. The
+    message says what it is and who the members are; send the request to one.
+    The command was not applied through this node."""
 
 
 class SessionBusy(NodeError):

@@ -118,6 +118,10 @@ class Code(IntEnum):
     RETRY = 5
     #: Refused for good: ``value`` is a message saying why.
     ERROR = 6
+    #: SUBMIT or READ refused: this node is no member of the epoch that runs
+    #: (it waits to be added, is a learner, or was removed; membership change).
+    #: The command was not applied through it: ask a member (``value`` says why).
+    NOT_MEMBER = 7
 
 
 #: Longest protocol name a hello may carry.

@@ -25,6 +25,13 @@ the log. Why each piece:
   older segments are removed. A crash in between leaves old records next to the
   snapshot; a restart replays them harmlessly (below the snapshot they are
   skipped, above it they repeat what the kept copies say).
+- **Epochs** (membership change, ``docs/membership.md`` section 4.3):
+  :meth:`DurableLog.start_epoch` makes a base snapshot the newest and forgets
+  every record. Its commit point is one rename: the snapshot file is written
+  with a marker naming the first segment that belongs to it (:data:`_EPOCH_MAGIC`),
+  and an open ignores (and removes) every segment below that mark. A crash
+  before the rename leaves the old epoch whole; after it, the new one, with no
+  old record, however far the removal of the old segments got.
 
 Blocking I/O by design: the asyncio runtime calls it from a worker thread so
 that the event loop never waits on the disk.
@@ -45,6 +52,7 @@ from sdpaxos.core.storage import (
     covered_records,
     decode_snapshot,
     encode_snapshot,
+    unpack_value,
 )
 from sdpaxos.wire.codec import CodecError
 from sdpaxos.wire.records import RecordCodec, decode_record, encode_record
@@ -61,6 +69,10 @@ SNAPSHOT_FILE = "snapshot"
 _SNAPSHOT_TMP = "snapshot.tmp"
 _HEADER = struct.Struct(">II")
 _SEGMENT_PREFIX, _SEGMENT_SUFFIX = "seg-", ".log"
+#: A snapshot file that starts with this is followed by the number of the first
+#: segment that belongs to it (8 bytes, big-endian), then the framed snapshot.
+_EPOCH_MAGIC = b"SDPEPOCH"
+_FIRST = struct.Struct(">Q")
 
 
 class LogCorrupted(Exception):
@@ -93,14 +105,16 @@ class DurableLog:
     def __init__(
         self,
         directory: Path | str,
-        replicas: int,
+        replicas: int | None,
         *,
         segment_bytes_max: int = SEGMENT_BYTES_MAX,
         fsync: bool = True,
         records: RecordCodec | None = None,
     ) -> None:
         """``records``: the codec of a protocol with records of its own
-        (default: SDPaxos's, :func:`~sdpaxos.wire.records.encode_record`)."""
+        (default: SDPaxos's, :func:`~sdpaxos.wire.records.encode_record`).
+        ``replicas``: the cluster's size, which a snapshot must match; None when
+        it changes between epochs (each snapshot then says its own)."""
         if segment_bytes_max < 1:
             raise ValueError(f"segment_bytes_max must be >= 1, got {segment_bytes_max}")
         self.directory = Path(directory)
@@ -120,6 +134,8 @@ class DurableLog:
         self.log_bytes = 0
         #: Size of the snapshot file (0 without one).
         self.snapshot_bytes = 0
+        #: The first segment of the newest epoch (0: no epoch started here).
+        self._first_segment = 0
         self._open()
 
     # ---------------------------------------------------------------- reading
@@ -141,6 +157,12 @@ class DurableLog:
             self._snapshot = self._read_snapshot(snap_path)
             self.snapshot_bytes = snap_path.stat().st_size
         numbers = self._segments()
+        first = self._first_segment
+        if first:
+            # Segments of an older epoch that a crash left behind its start.
+            for number in [n for n in numbers if n < first]:
+                (self.directory / _segment_name(number)).unlink()
+            numbers = [n for n in numbers if n >= first]
         for k, number in enumerate(numbers):
             path = self.directory / _segment_name(number)
             records, end, torn = self._read_segment(path, last=k == len(numbers) - 1)
@@ -155,6 +177,11 @@ class DurableLog:
 
     def _read_snapshot(self, path: Path) -> Snapshot:
         data = path.read_bytes()
+        if data.startswith(_EPOCH_MAGIC):
+            if len(data) < len(_EPOCH_MAGIC) + _FIRST.size:
+                raise LogCorrupted(f"{path} is too short to be a snapshot")
+            (self._first_segment,) = _FIRST.unpack_from(data, len(_EPOCH_MAGIC))
+            data = data[len(_EPOCH_MAGIC) + _FIRST.size :]
         if len(data) < _HEADER.size:
             raise LogCorrupted(f"{path} is too short to be a snapshot")
         size, crc = _HEADER.unpack_from(data)
@@ -162,7 +189,14 @@ class DurableLog:
         if len(payload) != size or crc32c.crc32c(payload) != crc:
             raise LogCorrupted(f"{path} fails its checksum")
         try:
-            return decode_snapshot(payload, self.replicas)
+            replicas = self.replicas
+            if replicas is None:
+                value = unpack_value(payload)
+                if not isinstance(value, tuple) or len(value) < 3:
+                    raise ValueError("not a snapshot")
+                executed = value[2]
+                replicas = len(executed) if isinstance(executed, tuple) else -1
+            return decode_snapshot(payload, replicas)
         except Exception as exc:
             raise LogCorrupted(f"{path} does not decode: {exc}") from exc
 
@@ -257,18 +291,7 @@ class DurableLog:
         """Write ``snapshot`` crash-safely, then keep only the records it does not cover."""
         if self._snapshot is not None and snapshot.slot <= self._snapshot.slot:
             return
-        payload = encode_snapshot(snapshot)
-        tmp = self.directory / _SNAPSHOT_TMP
-        with open(tmp, "wb") as f:
-            f.write(_frame(payload))
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, self.directory / SNAPSHOT_FILE)
-        if self.fsync:
-            _fsync_dir(self.directory)
-        self._snapshot = snapshot
-        self.snapshot_bytes = _HEADER.size + len(payload)
+        self._write_snapshot(snapshot, self._first_segment)
         kept = covered_records(self._records, snapshot)
         old = self._segments()
         self._rotate(0)
@@ -280,10 +303,49 @@ class DurableLog:
         if self.fsync:
             _fsync_dir(self.directory)
 
+    def _write_snapshot(self, snapshot: Snapshot, first_segment: int) -> None:
+        """Write the snapshot file crash-safely (a temporary file made durable,
+        then renamed over), with the epoch's first segment when there is one."""
+        data = _frame(encode_snapshot(snapshot))
+        if first_segment:
+            data = _EPOCH_MAGIC + _FIRST.pack(first_segment) + data
+        tmp = self.directory / _SNAPSHOT_TMP
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, self.directory / SNAPSHOT_FILE)
+        if self.fsync:
+            _fsync_dir(self.directory)
+        self._snapshot = snapshot
+        self._first_segment = first_segment
+        self.snapshot_bytes = len(data)
+
+    def start_epoch(self, snapshot: Snapshot) -> None:
+        """A new epoch: ``snapshot`` (its base) becomes the newest snapshot and
+        every record is forgotten, atomically (the rename of the snapshot file,
+        which names the epoch's first segment, is the commit point)."""
+        old = self._segments()
+        first = max([*old, self._segment[0] if self._segment is not None else 0]) + 1
+        self._write_snapshot(snapshot, first)
+        # Committed: from here a crash restarts in the new epoch, whatever of
+        # the old segments is still on disk (an open removes them).
+        if self._segment is not None and self._segment[1] >= 0:
+            os.close(self._segment[1])
+        self._segment = (first - 1, -1, 0)
+        self._records = []
+        self.log_bytes = 0
+        self._rotate(0)
+        for number in old:
+            (self.directory / _segment_name(number)).unlink(missing_ok=True)
+        if self.fsync:
+            _fsync_dir(self.directory)
+
     def _rotate(self, first_bytes: int) -> None:
         """Start a new segment, preallocated, and make its name durable."""
         number = (self._segment[0] + 1) if self._segment is not None else 1
-        if self._segment is not None:
+        if self._segment is not None and self._segment[1] >= 0:
             os.close(self._segment[1])
         path = self.directory / _segment_name(number)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -295,7 +357,7 @@ class DurableLog:
         self._segment = (number, fd, 0)
 
     def close(self) -> None:
-        if self._segment is not None:
+        if self._segment is not None and self._segment[1] >= 0:
             os.close(self._segment[1])
             self._segment = (self._segment[0], -1, self._segment[2])
 

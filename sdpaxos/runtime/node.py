@@ -24,11 +24,10 @@ Peers and clients reach the driver only through its port
 driver reaches them through this node (:meth:`Node.send_out`). What differs
 between protocols is declared in :mod:`sdpaxos.protocols`, never tested here.
 
-**Exactly-once**: :meth:`Node.submit` numbers commands within a session
-(``client_id``, ``seq``); the core executes each ``(client_id, seq)`` once and
-answers a retry with the first result. Remote clients
-(:mod:`sdpaxos.runtime.client`) keep their session across reconnects and
-resubmit the same ``(client_id, seq)``.
+**Exactly-once**: commands are numbered ``(client_id, seq)`` within a session;
+the core executes each once and answers a retry with the first result (remote
+clients resubmit the same pair across reconnects). Membership changes:
+:meth:`Node.add_replica` and :mod:`sdpaxos.runtime.changes`.
 """
 
 from __future__ import annotations
@@ -40,19 +39,21 @@ import logging
 import os
 import random
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Awaitable, Collection
 from typing import Any
 
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.messages import Message
 from sdpaxos.core.types import ReplicaId
 from sdpaxos.protocols import CoreReplica, ProtocolError, ProtocolSpec, protocol
+from sdpaxos.runtime.admin import run_admin
 from sdpaxos.runtime.calls import Calls, Session, check_payload, wait_of
+from sdpaxos.runtime.changes import CHANGE_TIMEOUT_S, ChangeRefused, Changes, Operations
 from sdpaxos.runtime.clients import Clients
 from sdpaxos.runtime.config import NodeConfig
 from sdpaxos.runtime.datadir import open_data_dir
 from sdpaxos.runtime.driver import READ_TIMEOUT_S, Driver
-from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
+from sdpaxos.runtime.emulator import LinkEmulator
 from sdpaxos.runtime.errors import NodeError, SessionExpired, WaitName
 from sdpaxos.runtime.frames import Hello, Kind
 from sdpaxos.runtime.log import DurableLog
@@ -67,6 +68,7 @@ from sdpaxos.runtime.status import (
     clock_ms,
     count_rejected,
     counters_of,
+    report_metrics,
 )
 from sdpaxos.runtime.tls import server_context
 from sdpaxos.runtime.transport import Connection
@@ -75,6 +77,7 @@ from sdpaxos.wire.records import RecordCodec
 __all__ = [
     "IO_COUNTERS",
     "STAGES",
+    "ChangeRefused",
     "Node",
     "NodeError",
     "NodeStatus",
@@ -140,7 +143,7 @@ class Node:
         self._rng = rng if rng is not None else random.Random(os.urandom(16))
         self.state_machine = state_machine
         self.fsync = fsync
-        if emulator is None and config.emulator is not None:
+        if emulator is None and config.emulator is not None and config.initial_member:
             emulator = LinkEmulator.from_profile(
                 config.node_id,
                 config.emulator.profile,
@@ -176,6 +179,10 @@ class Node:
         #: Submits and reads of this process (made at start).
         self.calls: Calls | None = None
         self._ready_reported = 0
+        #: The member, when the protocol's membership can change (else None).
+        self.changes: Changes | None = None
+        #: add/remove/replace-replica (a changing membership, once started).
+        self.operations: Operations | None = None
 
     # --------------------------------------------------------------- lifecycle
 
@@ -198,11 +205,16 @@ class Node:
         cfg = self.config
         spec = self.protocol
         record_codec = RecordCodec(spec.record_types) if spec.record_types else None
+        joins = spec.capabilities.membership
         try:
             log = await loop.run_in_executor(
                 io,
                 lambda: open_data_dir(
-                    cfg, fsync=self.fsync, records=record_codec, bootstrap=self.bootstrap
+                    cfg,
+                    fsync=self.fsync,
+                    records=record_codec,
+                    bootstrap=self.bootstrap,
+                    joins=joins,
                 ),
             )
         except BaseException:
@@ -224,6 +236,7 @@ class Node:
             tick_ms=cfg.cluster.tick_ms,
             propose_queue_max=cfg.cluster.propose_queue_max,
             snapshot_log_bytes=self.snapshot_log_bytes,
+            refusal=self.changes.member.refusal if self.changes is not None else None,
         )
         rng = self._rng
         self.calls = Calls(driver, cfg.cluster, rng, self.metrics)
@@ -268,6 +281,9 @@ class Node:
         self._running = True
         driver.running = True
         peers.start(loop)
+        if self.changes is not None:
+            self.changes.follow(peers)
+            self.operations = Operations(self.changes, self.calls, peers, rng)
         driver.start()
         logger.info("node %d: listening on %s:%d", self.id, host, self.bound_port)
 
@@ -278,6 +294,11 @@ class Node:
         snapshot = log.load_snapshot()
         rng = random.Random(self._rng.getrandbits(64))
         tracer = self._keep_event if self._trace_events and spec.capabilities.tracer else None
+        if spec.capabilities.membership:
+            self.changes = changes = Changes.start(
+                cfg, self.state_machine, records, snapshot, rng, tracer
+            )
+            return changes.member
         try:
             replica = spec.start_replica(
                 cfg.cluster, self.id, self.state_machine, rng, records, snapshot, tracer
@@ -331,6 +352,9 @@ class Node:
         command's wait, and a write to a peer on the same machine can wake that
         peer and lose this CPU to it), then the peers' messages."""
         assert self.clients is not None and self.peers is not None
+        changes = self.changes
+        if changes is not None and changes.changed():
+            changes.follow(self.peers)
         self.clients.flush()
         if out:
             self.peers.send(out)
@@ -406,49 +430,42 @@ class Node:
 
     @property
     def reads_at_every_replica(self) -> bool:
-        """Does :meth:`read` serve a linearizable read at every replica?
-
-        Only SDPaxos's does (the sequencer's lease). Multi-Paxos answers at its
-        leader only, Mencius nowhere: elsewhere :meth:`read` retries until its
-        timeout. There, read through the log: submit a command that the state
-        machine answers without changing anything (the kv-store does).
-        """
+        """Does :meth:`read` serve a linearizable read at every replica? Only
+        SDPaxos's does (the sequencer's lease); elsewhere :meth:`read` retries
+        until its timeout: read through the log (a command that changes nothing)."""
         return self.protocol.capabilities.reads_at_every_replica
 
     # ------------------------------------------------------------------ admin
 
-    def admin(self, operation: str, argument: Any) -> dict[str, Any]:
-        """Operations for operators and tests: ``snapshot``, ``transfer_sequencer``
-        (argument: a replica id), ``partition`` (argument: a spec like ``"0,1|2"``,
-        or nil to heal), ``emulator`` (its counters)."""
-        driver = self.driver
-        if driver is None:
-            raise ValueError("node not started")
-        if operation == "snapshot":
-            driver.request_snapshot()
-            return {"requested": True}
-        if operation == "transfer_sequencer":
-            if not self.protocol.capabilities.sequencer_transfer:
-                raise ValueError(f"{self.protocol.title} has no sequencer to transfer")
-            if type(argument) is not int:
-                raise ValueError("transfer_sequencer needs a replica id")
-            self.protocol.transfer_sequencer(driver.replica, ReplicaId(argument))
-            driver.kick()
-            return {"target": argument}
-        if operation in ("partition", "emulator"):
-            emulator = self.emulator
-            if emulator is None:
-                raise ValueError("this node runs without the delay emulator")
-            if operation == "partition":
-                if argument is None:
-                    emulator.heal()
-                else:
-                    if type(argument) is not str:
-                        raise ValueError("partition needs a spec string like '0,1|2'")
-                    emulator.partition(parse_partition(argument, self.config.cluster.replicas))
-            assert self.peers is not None
-            return self.peers.emulator_json()
-        raise ValueError(f"unknown admin operation {operation!r}")
+    def admin(self, operation: str, argument: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """Operations for operators and tests (:func:`sdpaxos.runtime.admin.run_admin`
+        says which); the membership changes answer later (an awaitable)."""
+        return run_admin(self, operation, argument)
+
+    async def add_replica(
+        self, node_id: int, address: str, region: str, *, timeout_s: float = CHANGE_TIMEOUT_S
+    ) -> dict[str, Any]:
+        """Add node ``node_id`` (at ``host:port``) as a learner, then, caught up,
+        as a member; the new membership once the epoch switched here, or
+        :class:`ChangeRefused` saying why not (nothing changed). Also
+        :meth:`remove_replica` and :meth:`replace_replica` (one change: the
+        cluster is never a member short)."""
+        return await self._operations().add_replica(node_id, address, region, timeout_s)
+
+    async def remove_replica(
+        self, node_id: int, *, timeout_s: float = CHANGE_TIMEOUT_S
+    ) -> dict[str, Any]:
+        return await self._operations().remove_replica(node_id, timeout_s)
+
+    async def replace_replica(
+        self, old: int, new: int, address: str, region: str, *, timeout_s: float = CHANGE_TIMEOUT_S
+    ) -> dict[str, Any]:
+        return await self._operations().replace_replica(old, new, address, region, timeout_s)
+
+    def _operations(self) -> Operations:
+        if self.operations is None:
+            raise NodeError(f"no membership changes: {self.protocol.title}, or not running")
+        return self.operations
 
     # ------------------------------------------------------------ public API
 
@@ -565,6 +582,7 @@ class Node:
             events=tuple(self.events),
             io=dict(tally.io),
             stages_s=dict(tally.stages_s),
+            **(self.changes.status_fields() if self.changes is not None else {}),
         )
 
     def _keep_event(self, event: str, me: ReplicaId, fields: dict[str, Any]) -> None:
@@ -576,23 +594,6 @@ class Node:
         metrics = self.metrics
         if metrics is None or self.driver is None:
             return
-        st = self.status()
-        counts = st.stats
-        names = self.protocol.counters
-        # A protocol without a counter reports 0; its nearest counters stand in
-        # for SDPaxos's (sdpaxos.protocols.CounterNames).
-        metrics.update_from_status(
-            view=st.view or 0,
-            executed_slot=st.executed_upto or 0,
-            is_sequencer=bool(st.is_sequencer),
-            log_bytes=st.log_bytes,
-            snapshot_bytes=st.snapshot_bytes,
-            view_changes=counts.get(names.view_changes, 0) if names.view_changes else 0,
-            c_recoveries=counts.get(names.recoveries, 0) if names.recoveries else 0,
-            stages_s=st.stages_s,
+        self._ready_reported = report_metrics(
+            metrics, self.status(), self.protocol.counters, self._ready_reported
         )
-        for p in st.peers:
-            metrics.set_peer_queue(p.id, 0, p.queue_bytes)
-        ready = counts.get(names.ready, 0)
-        metrics.commands_committed(ready - self._ready_reported)
-        self._ready_reported = ready

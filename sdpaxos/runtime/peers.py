@@ -17,6 +17,14 @@ Connections: a node dials the peers with higher ids and keeps those
 connections up (reconnecting with jittered exponential backoff); the peers
 with lower ids dial it. A dialled or accepted connection is a peer's only once
 its hello (and, with TLS, its certificate) names that peer and this protocol.
+
+A changing membership (``Capabilities.membership``): peers are node ids, and
+the set follows the membership (:meth:`Peers.update`: its members and learners,
+at the addresses it lists, besides the config file's replicas, the seeds). A
+hello from any node id is taken (with TLS, only if its certificate names that
+id): a node waiting to be added dials the members, which do not know it yet.
+A node that is no member dials every node it knows, not only higher ids (the
+members do not dial a node they do not know).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from sdpaxos.runtime.tls import client_context
 from sdpaxos.runtime.transport import SEND_BUFFER_BYTES_MAX, Connection
 from sdpaxos.wire.codec import MESSAGES_PER_BATCH_MAX, VERSION, CodecError, PackedMessages
 from sdpaxos.wire.framing import frame
+from sdpaxos.wire.members import MemberCodec
 
 __all__ = [
     "DIAL_TIMEOUT_S",
@@ -75,6 +84,9 @@ DIAL_TIMEOUT_S = 5.0
 _DIAL_CHECK_S = 0.05
 #: A pong answering a ping older than this (or from the future) is a lie.
 _PONG_RTT_MS_MAX = 3_600_000.0
+#: Most peers a node keeps (a changing membership adds any node whose hello
+#: names it; seven members, four learners and the seeds fit many times over).
+PEERS_MAX = 256
 #: A codec's ``encode_batch``: messages for one peer, and the send's packed messages.
 EncodeBatch = Callable[[list[Any], PackedMessages], bytes]
 
@@ -82,10 +94,12 @@ EncodeBatch = Callable[[list[Any], PackedMessages], bytes]
 class _Peer:
     """Per-peer state: its connection, its measurements, the frames to it the emulator delayed."""
 
-    __slots__ = ("conn", "dial_task", "executed", "frames_delayed", "id", "rtt_ms")
+    __slots__ = ("address", "conn", "dial_task", "executed", "frames_delayed", "id", "rtt_ms")
 
-    def __init__(self, peer_id: int) -> None:
+    def __init__(self, peer_id: int, address: tuple[str, int] | None = None) -> None:
         self.id = peer_id
+        #: Where it listens (None: not known, it dials us).
+        self.address = address
         self.conn: Connection | None = None
         self.rtt_ms: float | None = None
         self.executed: int | None = None
@@ -118,10 +132,22 @@ class Peers:
         self.rng = rng
         self.encode_batch: EncodeBatch = spec.batch_encoder()
         self.decode_batch: Callable[[bytes], list[Any]] = spec.batch_decoder()
+        if spec.capabilities.membership:
+            # Member messages: each epoch's core messages in their envelopes.
+            member_codec = MemberCodec(spec.codec)
+            self.encode_batch = member_codec.encode_batch
+            self.decode_batch = member_codec.decode_batch
         self.sender_field = spec.capabilities.sender_field
         self.peers: dict[int, _Peer] = {
-            r.id: _Peer(r.id) for r in config.replicas if r.id != config.node_id
+            r.id: _Peer(r.id, (r.host, r.port)) for r in config.replicas if r.id != config.node_id
         }
+        #: Peers may join and leave (a changing membership): see :meth:`update`.
+        self.changing = spec.capabilities.membership
+        #: Is this node a member of the running epoch (else it dials every peer)?
+        self.member = config.initial_member
+        #: Why the last connection that claimed to be each node was refused
+        #: (an operator adding that node reads it).
+        self.refusals: dict[int, str] = {}
         #: Peers' frames held until the delay emulator says they are due (made
         #: by :meth:`start` when the emulator is configured; a node without it
         #: refuses a DUE mark).
@@ -143,8 +169,7 @@ class Peers:
                 self.deliver_held, lambda wake: make_alarm(loop, wake), HELD_BYTES_MAX
             )
         for peer in self.peers.values():
-            if peer.id > self.id:
-                peer.dial_task = loop.create_task(self._dial(peer))
+            self._maybe_dial(peer)
         self._ping_timer = loop.call_later(PING_INTERVAL_S, self._on_ping)
 
     async def stop(self) -> None:
@@ -168,10 +193,38 @@ class Peers:
 
     # ------------------------------------------------------------ connections
 
+    def _maybe_dial(self, peer: _Peer) -> None:
+        """Start dialling ``peer`` if this node is the one to (see the module docstring)."""
+        loop = self._loop
+        if loop is None or peer.dial_task is not None or peer.address is None:
+            return
+        if peer.id > self.id or (self.changing and not self.member):
+            peer.dial_task = loop.create_task(self._dial(peer))
+
+    def update(self, nodes: dict[int, tuple[str, int]], member: bool) -> None:
+        """The membership changed: ``nodes`` (its members and learners, by id,
+        with where they listen) are peers, and ``member`` says whether this node
+        is a member now. Peers are never forgotten (a removed node still hears
+        that it was removed); new ones are dialled by the usual rule."""
+        self.member = member
+        for node_id, address in nodes.items():
+            if node_id == self.id:
+                continue
+            peer = self.peers.get(node_id)
+            if peer is None:
+                peer = self.peers[node_id] = _Peer(node_id, address)
+            elif peer.address is None:
+                peer.address = address
+            self._maybe_dial(peer)
+        if not member:
+            for peer in self.peers.values():
+                self._maybe_dial(peer)
+
     async def _dial(self, peer: _Peer) -> None:
         """Keep one connection to ``peer`` open (we dial peers with higher ids)."""
         cfg = self.config
-        address = cfg.replicas[peer.id]
+        assert peer.address is not None
+        host, port = peer.address
         ssl_ctx = client_context(cfg.tls) if cfg.tls is not None else None
         loop = asyncio.get_running_loop()
         backoff = RECONNECT_BACKOFF_MIN_S
@@ -186,10 +239,10 @@ class Peers:
                 await asyncio.wait_for(
                     loop.create_connection(
                         lambda: Connection(self, hello, peer.id),
-                        address.host,
-                        address.port,
+                        host,
+                        port,
                         ssl=ssl_ctx,
-                        server_hostname=address.host if ssl_ctx is not None else None,
+                        server_hostname=host if ssl_ctx is not None else None,
                     ),
                     DIAL_TIMEOUT_S,
                 )
@@ -200,12 +253,27 @@ class Peers:
             await asyncio.sleep(self.rng.uniform(0, backoff))
             backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX_S)
 
+    def connected_ids(self) -> set[int]:
+        """The peers connected now (the failure detector's live set)."""
+        return {p.id for p in self.peers.values() if p.conn is not None and p.conn.open}
+
+    def is_connected(self, node_id: int) -> bool:
+        peer = self.peers.get(node_id)
+        return peer is not None and peer.conn is not None and peer.conn.open
+
+    def _refused(self, node_id: int, conn: Connection, reason: str) -> None:
+        if len(self.refusals) < PEERS_MAX or node_id in self.refusals:
+            self.refusals[node_id] = reason
+        self.reject(conn, reason)
+
     def dialed(self, conn: Connection) -> bool:
         peer = self.peers.get(conn.peer_id)
         if peer is None or not self.driver.running:
             return False
         if self.config.tls is not None and conn.identity != ("node", peer.id):
-            self.reject(conn, f"dialled node {peer.id}, certificate says {conn.identity}")
+            self._refused(
+                peer.id, conn, f"dialled node {peer.id}, certificate says {conn.identity}"
+            )
             return False
         conn.kind = rf.Kind.NODE
         self._peer_up(peer, conn)
@@ -215,11 +283,21 @@ class Peers:
         """A node's hello on an accepted connection: take it if it is a peer,
         its certificate says so, and it runs this node's protocol."""
         peer = self.peers.get(hello.id)
+        if peer is None and self.changing and hello.id != self.id and len(self.peers) < PEERS_MAX:
+            # A node this one does not know yet (one waiting to be added, a
+            # learner not heard of): taken once its certificate says who it is.
+            if self.config.tls is not None and identity != ("node", hello.id):
+                reason = f"hello says node {hello.id}, certificate says {identity}"
+                self._refused(hello.id, conn, reason)
+                return False
+            peer = self.peers[hello.id] = _Peer(hello.id)
         if peer is None:
             self.reject(conn, f"hello from node {hello.id}, not a peer of node {self.id}")
             return False
         if self.config.tls is not None and identity != ("node", hello.id):
-            self.reject(conn, f"hello says node {hello.id}, certificate says {identity}")
+            self._refused(
+                hello.id, conn, f"hello says node {hello.id}, certificate says {identity}"
+            )
             return False
         theirs = hello.protocol or DEFAULT_PROTOCOL
         if theirs != self.spec.name:
@@ -386,7 +464,11 @@ class Peers:
         # The emulator's times are on time.monotonic(), not on the loop's clock,
         # which under uvloop counts whole milliseconds (see sdpaxos.runtime.delivery).
         now_s = _monotonic()
-        at_ms = emulator.schedule(peer.id, sum(map(len, out)), now_s * 1000.0)
+        try:
+            at_ms = emulator.schedule(peer.id, sum(map(len, out)), now_s * 1000.0)
+        except ValueError:  # a node added since: its links are not emulated
+            conn.flush()
+            return
         at_s = now_s if at_ms is None else at_ms / 1000.0
         if at_ms is None or at_s - now_s > rf.DUE_AHEAD_S_MAX:
             # Cut by a partition, or queued behind a bandwidth cap for longer

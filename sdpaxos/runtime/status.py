@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdpaxos.core.ready import ReplyKind
-from sdpaxos.protocols import DEFAULT_PROTOCOL
+from sdpaxos.protocols import DEFAULT_PROTOCOL, CounterNames
 from sdpaxos.runtime.metrics import Metrics
 
 #: Refused frames and connections are logged under the node's name (one line
@@ -125,6 +125,19 @@ class NodeStatus:
     #: command in flight is the loop's own work (TLS, system calls, waking
     #: up) and the network's: ``bench.runtime_latency`` shows both.
     stages_s: dict[str, float] = field(default_factory=dict)
+    #: A changing membership (None and empty for a protocol whose replicas are
+    #: fixed): the epoch this node runs; what it is, in words ("member",
+    #: "learner, lag N slots", "waiting to be added as a learner", "removed",
+    #: "lost its data: replace it with replace-replica"); the members ``{id,
+    #: address, region}`` in position order; the learners, each with
+    #: ``lag_slots`` as this node sees it (a member measures it: None
+    #: elsewhere, or before the learner asked for state); the member list of
+    #: the change waiting for its stop (None: no change in progress).
+    epoch: int | None = None
+    role: str | None = None
+    members: tuple[dict[str, Any], ...] = ()
+    learners: tuple[dict[str, Any], ...] = ()
+    pending: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -172,7 +185,10 @@ def observe_latency(metrics: Metrics | None, kind: ReplyKind, started_ms: float)
 
 
 def counters_of(stats: object) -> dict[str, int]:
-    """A core's counters by name (a dataclass of ints; nothing otherwise)."""
+    """A core's counters by name (a dataclass of ints, or a dict of them as a
+    member's replicas summed over the epochs; nothing otherwise)."""
+    if isinstance(stats, dict):
+        return {k: v for k, v in stats.items() if type(v) is int}
     if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
         return {k: v for k, v in dataclasses.asdict(stats).items() if type(v) is int}
     return {}
@@ -200,3 +216,27 @@ def reject_reason(reason: str) -> str:
     if "hello" in text or "certificate" in text:
         return "identity"
     return "malformed"
+
+
+def report_metrics(
+    metrics: Metrics, st: NodeStatus, names: CounterNames, ready_reported: int
+) -> int:
+    """Refresh ``metrics`` from a node's status; returns the ready count
+    reported now (the next call counts from it). A protocol without a counter
+    reports 0; its nearest counters stand in for SDPaxos's (:class:`CounterNames`)."""
+    counts = st.stats
+    metrics.update_from_status(
+        view=st.view or 0,
+        executed_slot=st.executed_upto or 0,
+        is_sequencer=bool(st.is_sequencer),
+        log_bytes=st.log_bytes,
+        snapshot_bytes=st.snapshot_bytes,
+        view_changes=counts.get(names.view_changes, 0) if names.view_changes else 0,
+        c_recoveries=counts.get(names.recoveries, 0) if names.recoveries else 0,
+        stages_s=st.stages_s,
+    )
+    for p in st.peers:
+        metrics.set_peer_queue(p.id, 0, p.queue_bytes)
+    ready = counts.get(names.ready, 0)
+    metrics.commands_committed(max(0, ready - ready_reported))
+    return ready

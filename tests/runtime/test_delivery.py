@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sdpaxos.core.member import EpochMessage
 from sdpaxos.core.messages import Heartbeat
 from sdpaxos.protocols import protocol
 from sdpaxos.runtime import delivery
@@ -728,5 +729,5 @@ def test_a_turn_answers_its_clients_before_it_writes_to_peers(tmp_path, monkeypa
         node_configs(make_local_cluster(tmp_path / "n", 3, insecure=True))[0], PayloadLog()
     )
     whole.peers, whole.clients = peers, clients
-    whole.send_out({1: [Heartbeat(0, 0, 0, 0, 0)]})
+    whole.send_out({1: [EpochMessage(0, 0, Heartbeat(0, 0, 0, 0, 0))]})  # type: ignore[dict-item]
     assert order == ["client", "peer"] and client.out and conn.out

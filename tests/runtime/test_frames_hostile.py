@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from sdpaxos.core.member import EpochMessage
 from sdpaxos.core.messages import MESSAGE_TYPES, Heartbeat, RRequest
 from sdpaxos.core.replica import Replica
 from sdpaxos.runtime import frames as rf
@@ -32,8 +33,12 @@ from sdpaxos.runtime.node import Node
 from sdpaxos.runtime.tls import client_context
 from sdpaxos.testing import Fuzzer, Verdict, fuzz, fuzz_local, fuzzer, judge, judging
 from sdpaxos.testing.fuzz import _in_library
-from sdpaxos.wire.codec import FRAME_BYTES_MAX, VERSION, encode_batch
+from sdpaxos.wire.codec import FRAME_BYTES_MAX, VERSION, MessageCodec
 from sdpaxos.wire.framing import frame
+from sdpaxos.wire.members import MemberCodec
+
+#: SDPaxos nodes exchange member messages (each core message in its epoch's envelope).
+MEMBER_CODEC = MemberCodec(MessageCodec(MESSAGE_TYPES))
 
 #: How long the node may take to close a connection it must refuse.
 CLOSE_S = 5.0
@@ -263,13 +268,15 @@ def test_wrong_src_batch_is_dropped_before_any_message_is_stepped(
             await client.submit(b"before", timeout_s=20.0)
             before = node.frames_rejected
             hello = _hello(rf.Kind.NODE, 2)
-            closed, _ = await _send(_address(path), ctx, hello + frame(encode_batch([good, liar])))
+            batch = MEMBER_CODEC.encode_batch([EpochMessage(0, 2, good), EpochMessage(0, 1, liar)])
+            closed, _ = await _send(_address(path), ctx, hello + frame(batch))
             assert closed
             assert node.frames_rejected == before + 1
             assert stepped == [], "a message of the refused batch was stepped"
             await _still_serving(path, node, client)
             # Control: the same message alone is stepped (so the check above can fail).
-            data = hello + frame(encode_batch([good])) + b"\x00\x00"  # then a truncated frame
+            alone = MEMBER_CODEC.encode_batch([EpochMessage(0, 2, good)])
+            data = hello + frame(alone) + b"\x00\x00"  # then a truncated frame
             await _send(_address(path), ctx, data, close=True)
             await _until(lambda: stepped == [good], "the good message stepped")
 

@@ -248,8 +248,9 @@ def test_data_of_a_three_node_cluster_is_refused_under_a_five_node_file(tmp_path
         assert errors == [
             f"error: node {k} did not start: data directory {data} is of a cluster of 3 "
             "replicas, the file has 5: a replica's records mean nothing in another membership "
-            "(membership change is not supported yet); start it under its own cluster's file, "
-            "or give this node its own data_dir"
+            "(the file's list is the initial membership and never changes: change it with "
+            "admin add-replica, remove-replica, replace-replica); start it under its own "
+            "cluster's file, or give this node its own data_dir"
         ], done.stderr
         assert "Traceback" not in done.stderr
         assert {p.name: p.read_bytes() for p in data.iterdir()} == before

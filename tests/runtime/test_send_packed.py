@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sdpaxos.core.member import EpochMessage
 from sdpaxos.core.messages import CAccept, OAck
 from sdpaxos.core.types import Command
 from sdpaxos.protocols import protocol
@@ -21,7 +22,8 @@ from sdpaxos.runtime import peers as peers_mod
 from sdpaxos.runtime.local import make_local_cluster, node_configs
 from sdpaxos.runtime.peers import Peers
 from sdpaxos.runtime.status import Tally
-from sdpaxos.wire.codec import FRAME_BYTES_MAX, decode_batch, encode_batch
+from sdpaxos.wire.codec import FRAME_BYTES_MAX, MessageCodec, decode_batch, encode_batch
+from sdpaxos.wire.members import MemberCodec
 from tests.unit.test_codec_packed import count_conversions
 
 
@@ -37,6 +39,14 @@ class _Conn:
 
     def flush(self) -> None:
         pass
+
+
+#: SDPaxos nodes send member messages: each core message in its epoch's envelope.
+MEMBER_CODEC = MemberCodec(protocol("sdpaxos").codec)
+
+
+def _env(message: Any) -> EpochMessage:
+    return EpochMessage(0, 0, message)
 
 
 def _accept(commands: int = 250, payload_bytes: int = 16) -> CAccept:
@@ -78,20 +88,30 @@ def test_a_broadcast_is_packed_once_and_every_peer_gets_the_same_bytes(
     monkeypatch.setattr(node, "encode_batch", encode)
     accept = _accept()
     acks = [OAck(0, 0, peer) for peer in range(1, 5)]
-    node.send({peer: [accept, acks[peer - 1]] for peer in range(1, 5)})
+    # Each peer's envelope is its own; the message inside is the same object.
+    sent = {peer: [_env(accept), _env(acks[peer - 1])] for peer in range(1, 5)}
+    node.send(sent)
     assert len(calls) == 4 and len({packed for _, packed in calls}) == 1
     for peer, conn in enumerate(conns, start=1):
-        assert conn.out == [encode_batch([accept, acks[peer - 1]])]
-        assert decode_batch(conn.out[0]) == [accept, acks[peer - 1]]
+        assert conn.out == [MEMBER_CODEC.encode_batch(sent[peer])]
+        assert MEMBER_CODEC.decode_batch(conn.out[0]) == sent[peer]
 
 
 def test_the_accept_is_converted_once_for_four_peers(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node, conns = _node(tmp_path)
-    seen = count_conversions(monkeypatch)
+    seen: list[object] = []
+    real = MessageCodec._message_bytes
+
+    def message_bytes(self: MessageCodec, msg: Any) -> bytes:
+        seen.append(msg)
+        return real(self, msg)
+
+    # Inside the envelopes, the protocol's codec packs each message.
+    monkeypatch.setattr(MessageCodec, "_message_bytes", message_bytes)
     accept = _accept()
-    node.send({peer: [accept] for peer in range(1, 5)})
+    node.send({peer: [_env(accept)] for peer in range(1, 5)})
     assert seen == [accept]
     assert all(len(conn.out) == 1 for conn in conns)
 
