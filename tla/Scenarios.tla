@@ -245,4 +245,59 @@ SnapshotVote == <<
     EM("HandleOAccept", 0, [src |-> 2]), EM("HandleCAccept", 0, [src |-> 2]),
     EM("HandleCAck", 2, [src |-> 0]), E("CommitO", 2), E("Execute", 2) >>
 
+(* Membership change (docs/membership.md), N = 4 nodes, epochs {0,1,2}    *)
+(* then {1,2,3} (Replace3: R3 replaces the sequencer R0; R1 is view 0's    *)
+(* sequencer of epoch 1).                                                  *)
+(*                                                                         *)
+(* The old epoch decides after its stop: the sequencer R0 allocates the    *)
+(* STOP at slot 0, then (with MutOldEpochStillDecides) R1's command c1 at  *)
+(* slot 1, and R1's counting goes past the STOP: c1 is READY at slot 1 in  *)
+(* epoch 0.  R1 and R2 execute the STOP and start epoch 1 at slot 1; c2,   *)
+(* proposed after c1 was READY, is ordered at slot 1 there and executed    *)
+(* first, and c1 never executes.                                           *)
+OldEpochStillDecides == <<
+    E("AllocateStop", 0), [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAck", 1, [src |-> 0]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], [a |-> "SendOAccept", r |-> 0, p |-> [start |-> 0]],
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Ready", 1), E("CommitO", 0),
+    EM("HandleOCommit", 2, [slot |-> 0]), [a |-> "StartEpoch", r |-> 2, p |-> [epoch |-> 1, slot |-> 1]],
+    EM("HandleOCommit", 1, [slot |-> 0]), [a |-> "StartEpoch", r |-> 1, p |-> [epoch |-> 1, slot |-> 1]],
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    [a |-> "SendOAccept", r |-> 1, p |-> [start |-> 1]], EM("HandleOAccept", 2, [src |-> 1]),
+    EM("HandleCAccept", 2, [src |-> 1]), EM("HandleCAck", 1, [src |-> 2]), E("CommitO", 1),
+    E("Execute", 1) >>
+
+(* A learner counted: R3, a member of epoch 1 only, accepts R1's C-accept   *)
+(* of epoch 0, and (with MutLearnerCounted) R1 counts its C-ACK: c1 is      *)
+(* "chosen" by R1 and R3.  R1 executes it at slot 0; R2 recovers the        *)
+(* C-instance with R0 (members, neither accepted it) and chooses a no-op.  *)
+LearnerCounted == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 3, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 3]), E("SendCRequest", 1), E("HandleCRequest", 0),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Execute", 1),
+    EM("HandleOCommit", 2, [slot |-> 0]), E("StartCRecovery", 2),
+    EM("HandleCPrepare", 0, [src |-> 2]), EM("HandleCPromise", 2, [src |-> 0]),
+    EM("HandleCAccept", 0, [src |-> 2]), EM("HandleCAck", 2, [src |-> 0, b |-> 6]),
+    E("Execute", 2) >>
+
+(* A removed replica's vote counted: epoch 0 stops at slot 0 (R0's STOP,    *)
+(* accepted by R0 and R1).  R0, R1 and R2 execute it; R0 is removed; R3     *)
+(* installs epoch 1's base from R1.  In epoch 1, R0 still accepts R1's      *)
+(* C-accept and (with MutRemovedVoteCounted) R1 counts its C-ACK: c1 is     *)
+(* "chosen" by R1 and R0, and R1 executes it at slot 1.  R2 recovers the   *)
+(* C-instance with R3 (members, neither accepted it): a no-op at slot 1.   *)
+RemovedVoteCounted == <<
+    E("AllocateStop", 0), E("SendOAccept", 0), EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 0),
+    E("StartEpoch", 0), EM("HandleOCommit", 1, [slot |-> 0]), E("StartEpoch", 1),
+    EM("HandleOCommit", 2, [slot |-> 0]), E("StartEpoch", 2),
+    [a |-> "InstallEpoch", r |-> 3, p |-> [src |-> 1, epoch |-> 1, slot |-> 1]],
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 0, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 0]), [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    E("SendOAccept", 1), EM("HandleOAccept", 2, [src |-> 1]), E("CommitO", 1), E("Execute", 1),
+    EM("HandleOCommit", 2, [slot |-> 1]), E("StartCRecovery", 2),
+    EM("HandleCPrepare", 3, [src |-> 2]), EM("HandleCPromise", 2, [src |-> 3]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAck", 2, [src |-> 3, b |-> 6]),
+    E("Execute", 2) >>
+
 =============================================================================

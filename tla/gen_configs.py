@@ -38,6 +38,9 @@ MUTATIONS = [
     "MutRecoveryIgnoresPromise",
     "MutRangeFromOwnOFrom",
     "MutCompactedLooksEmpty",
+    "MutOldEpochStillDecides",
+    "MutLearnerCounted",
+    "MutRemovedVoteCounted",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -284,6 +287,49 @@ SCENARIOS: dict[str, Scenario] = {
         CAcceptors="{0}",
         Compactors="{1}",
     ),
+    "OldEpochStillDecides": Scenario(
+        "MutOldEpochStillDecides",
+        "LinearizableOrder",
+        5,
+        "Membership: the old epoch orders and answers READY after its STOP (the"
+        " sequencer allocates past it, the command leader counts past it).",
+        N=4,
+        EpochMembers="Replace3",
+        MaxCmds=2,
+        MaxSlot=2,
+        Proposers="{1}",
+        Learners="{1,2}",
+        CAcceptors="{0,2}",
+    ),
+    "LearnerCounted": Scenario(
+        "MutLearnerCounted",
+        "ExecPrefixAgreement",
+        3,
+        "Membership: a learner's (a later epoch's member's) C-ACK counts in an epoch"
+        " it is no member of.",
+        N=4,
+        EpochMembers="Replace3",
+        Outsiders="OutsidersAct",
+        Proposers="{1}",
+        Recoverers="{2}",
+        Learners="{1,2}",
+        CAcceptors="{0,3}",
+        CRequests="TRUE",
+    ),
+    "RemovedVoteCounted": Scenario(
+        "MutRemovedVoteCounted",
+        "ExecPrefixAgreement",
+        13,
+        "Membership: a removed replica's C-ACK of the epoch after its removal counts.",
+        N=4,
+        EpochMembers="Replace3",
+        Outsiders="OutsidersAct",
+        MaxSlot=2,
+        Proposers="{1}",
+        Recoverers="{2}",
+        Learners="{0,1,2}",
+        CAcceptors="{0,3}",
+    ),
 }
 
 #: Breadth-first configurations: name -> (comment, directive extras, constants).
@@ -390,6 +436,25 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             Installers="{2}",
         ),
     ),
+    "MC3change": (
+        "N = 4 nodes, a membership change {0,1,2} -> {1,2,3} (R3 replaces the sequencer R0):"
+        " R0 allocates the STOP, members execute it or install epoch 1's base, R1 (the new"
+        " sequencer) may crash and restart in the middle; R1's one command lands in either"
+        " epoch (or is abandoned at the stop and proposed again in epoch 1).",
+        "",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxCmds=1,
+            MaxSlot=2,
+            MaxCrashes=1,
+            MaxMsgs=14,
+            Proposers="{1}",
+            Crashable="{1}",
+            Learners="{0,1,2}",
+            CAcceptors="{0,2}",
+        ),
+    ),
     "MC3two": (
         "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
         " long",
@@ -408,8 +473,8 @@ ALL_ROLES_3 = "{0,1,2}"
 ALL_ROLES_5 = "{0,1,2,3,4}"
 
 
-def _everything(n: int) -> dict[str, object]:
-    roles = ALL_ROLES_3 if n == 3 else ALL_ROLES_5
+def _everything(n: int, **more: object) -> dict[str, object]:
+    roles = "{" + ",".join(str(i) for i in range(n)) + "}"
     return dict(
         N=n,
         MaxCmds=3,
@@ -438,6 +503,7 @@ def _everything(n: int) -> dict[str, object]:
         Heartbeats="TRUE",
         Compactors=roles,
         Installers=roles,
+        **more,
     )
 
 
@@ -453,6 +519,28 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
         "N = 5, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
         60,
         _everything(5),
+    ),
+    "SIM3change": (
+        "N = 4 nodes, everything on across a membership change {0,1,2} -> {1,2,3}"
+        " (R3 replaces the sequencer R0): 3 commands, 3 views per epoch, 2 crashes, reads,"
+        " recovery, hand-overs, snapshots; learners and removed replicas keep taking steps"
+        " (their messages are dropped).",
+        30,
+        _everything(4, EpochMembers="Replace3", Outsiders="OutsidersAct"),
+    ),
+    "SIM5change": (
+        "N = 5, everything on across a membership change {0,1,2,3,4} -> {2,3,4} (the"
+        " sequencer R0 and R1 removed; the N = 5 rules in epoch 0, the majority rule in"
+        " epoch 1); removed replicas keep taking steps.",
+        30,
+        _everything(5, EpochMembers="Shrink5to3", Outsiders="OutsidersAct"),
+    ),
+    "SIM3to5": (
+        "N = 5, everything on across a membership change {0,1,2} -> {0,1,2,3,4} (two"
+        " learners promoted at one stop; the N = 5 rules in epoch 1); learners keep"
+        " taking steps. Long run.",
+        "60 long",
+        _everything(5, EpochMembers="Grow3to5", Outsiders="OutsidersAct"),
     ),
     "SIM3snap": (
         "N = 3, snapshots in a smaller scope than SIM3 (so that a majority executes"
@@ -510,9 +598,16 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
 }
 
 
+#: Definitions of SDPaxos.tla a configuration may override (``name <- definition``):
+#: EpochMembers (default << 0..N-1 >>: no membership change) and Outsiders
+#: (default FALSE; OutsidersAct: replicas that are no members still take steps).
+OVERRIDES = ("EpochMembers", "Outsiders")
+
+
 def _constants(consts: dict[str, object], on: str = "") -> list[str]:
     lines = ["CONSTANTS"]
-    lines += [f"    {k} = {v}" for k, v in consts.items()]
+    lines += [f"    {k} = {v}" for k, v in consts.items() if k not in OVERRIDES]
+    lines += [f"    {k} <- {v}" for k, v in consts.items() if k in OVERRIDES]
     lines += [f"    {m} = {'TRUE' if m == on else 'FALSE'}" for m in MUTATIONS]
     return lines
 
