@@ -110,7 +110,7 @@ Seq0   == 0                        \* the configured sequencer of view 0 of epoc
 \* (docs/membership.md 3.1 step 1; the model fixes it per epoch).
 Seq0Of(e) == IF Seq0 \in Mem(e) THEN Seq0 ELSE CHOOSE x \in Mem(e) : \A y \in Mem(e) : x =< y
 
-ASSUME /\ NEp >= 1 /\ \A e \in Epochs : Mem(e) \subseteq R /\ Size(e) \in {3, 4, 5}
+ASSUME /\ NEp >= 1 /\ \A e \in Epochs : Mem(e) \subseteq R /\ Size(e) \in {3, 5}
        /\ Seq0 \in Mem(0) /\ LeaseHold =< Lease
 
 \* Whose messages of epoch e count: its members (with the mutations, also learners:
@@ -1457,7 +1457,7 @@ StartEpoch(r) ==
 (* e+1's base snapshot from p: the same as executing the stop.  (p serves   *)
 (* its base while it is its newest snapshot.)                              *)
 InstallEpoch(r, p) ==
-    /\ up[r] /\ up[p] /\ ep[p] = ep[r] + 1 /\ p \in Mem(ep[p])
+    /\ r \in Installers /\ up[r] /\ up[p] /\ ep[p] = ep[r] + 1 /\ p \in Mem(ep[p])
     /\ snap[p].slot = ebase[p] /\ Len(execd[r]) < ebase[p]
     /\ NewEpoch(r, snap[p].exec)
     /\ UNCHANGED <<up, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, oVotes, execHist, ranges,
@@ -1533,7 +1533,7 @@ CChosenUnique ==
     \A e \in Epochs, n \in R, i \in CIdx : \A v1, v2 \in CVals :
         ChosenC(e, n, i, v1) /\ ChosenC(e, n, i, v2) => v1 = v2
 
-OChosenUnique ==     \* Paxos for O-instances: epochs of 3 or 4 only (the N = 5 commit rule is not Paxos)
+OChosenUnique ==     \* Paxos for O-instances: epochs of 3 only (the N = 5 commit rule is not Paxos)
     \A e \in Epochs : Size(e) # 5 =>
         \A j \in Slots : \A o1, o2 \in R \cup {NoCl, Stop} : ChosenO(e, j, o1) /\ ChosenO(e, j, o2) => o1 = o2
 

@@ -300,4 +300,27 @@ RemovedVoteCounted == <<
     EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAck", 2, [src |-> 3, b |-> 6]),
     E("Execute", 2) >>
 
+(* Not a bug: a witness that the model takes the change with a crash in    *)
+(* the middle (WitnessChangeWithCrash.cfg: the trace must complete, every  *)
+(* mutation off).  R1's command is accepted by R1 and R2 in epoch 0 but not *)
+(* ordered; the STOP is chosen at slot 0 (R0, R2); R1 crashes before its   *)
+(* switch and restarts in epoch 0, executes the STOP, abandons the command *)
+(* and proposes it again in epoch 1, where it is READY and executed at     *)
+(* slot 1; R3 installs epoch 1's base.  R1 crashes again and restarts in   *)
+(* epoch 1 from the base (its executed prefix is the STOP's slot only).    *)
+ChangeWithCrash == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 2, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 2]),
+    [a |-> "AllocateStop", r |-> 0, p |-> [slot |-> 0]], E("SendOAccept", 0),
+    EM("HandleOAccept", 2, [src |-> 0]), E("CommitO", 0),
+    E("Crash", 1), [a |-> "Restart", r |-> 1, s |-> [exec |-> 0]],
+    EM("HandleOCommit", 1, [slot |-> 0]), [a |-> "StartEpoch", r |-> 1, p |-> [epoch |-> 1, slot |-> 1]],
+    EM("HandleOCommit", 2, [slot |-> 0]), E("StartEpoch", 2),
+    [a |-> "InstallEpoch", r |-> 3, p |-> [src |-> 1, epoch |-> 1, slot |-> 1]],
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    E("SendOAccept", 1), EM("HandleOAccept", 3, [src |-> 1]), EM("HandleCAccept", 3, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 3]), E("CommitO", 1), E("Ready", 1),
+    [a |-> "Execute", r |-> 1, s |-> [exec |-> 2]],
+    E("Crash", 1), [a |-> "Restart", r |-> 1, s |-> [exec |-> 1]] >>
+
 =============================================================================

@@ -329,6 +329,30 @@ SCENARIOS: dict[str, Scenario] = {
         Recoverers="{2}",
         Learners="{0,1,2}",
         CAcceptors="{0,3}",
+        Installers="{3}",
+    ),
+}
+
+#: Witnesses: traces of Scenarios.tla with every mutation off that must complete
+#: (TLC reports TraceNotFinished violated): the model can take these steps.
+#: name -> (comment, constants); written as Witness<name>.cfg.
+WITNESSES: dict[str, tuple[str, dict[str, object]]] = {
+    "ChangeWithCrash": (
+        "Membership change {0,1,2} -> {1,2,3} with a crash in the middle: R1 crashes"
+        " before its switch and restarts in epoch 0, its abandoned command is proposed"
+        " again and executed in epoch 1; R1 crashes again and restarts in epoch 1 from"
+        " the base.",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxCrashes=2,
+            MaxSlot=2,
+            Proposers="{1}",
+            Crashable="{1}",
+            Learners="{1,2}",
+            CAcceptors="{2,3}",
+            Installers="{3}",
+        ),
     ),
 }
 
@@ -438,9 +462,9 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
     ),
     "MC3change": (
         "N = 4 nodes, a membership change {0,1,2} -> {1,2,3} (R3 replaces the sequencer R0):"
-        " R0 allocates the STOP, members execute it or install epoch 1's base, R1 (the new"
-        " sequencer) may crash and restart in the middle; R1's one command lands in either"
-        " epoch (or is abandoned at the stop and proposed again in epoch 1).",
+        " R0 allocates the STOP, R1 and R2 execute it (R3, the learner, stays behind), R1"
+        " (the new sequencer) may crash and restart in the middle; R1's one command lands"
+        " in either epoch (or is abandoned at the stop and proposed again in epoch 1).",
         "",
         dict(
             N=4,
@@ -448,11 +472,28 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             MaxCmds=1,
             MaxSlot=2,
             MaxCrashes=1,
-            MaxMsgs=14,
+            MaxMsgs=9,
             Proposers="{1}",
             Crashable="{1}",
-            Learners="{0,1,2}",
-            CAcceptors="{0,2}",
+            Learners="{1,2}",
+            CAcceptors="{2}",
+        ),
+    ),
+    "MC3changeinstall": (
+        "MC3change, and the learner R3 installs epoch 1's base from a member. Long run.",
+        " long",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxCmds=1,
+            MaxSlot=2,
+            MaxCrashes=1,
+            MaxMsgs=9,
+            Proposers="{1}",
+            Crashable="{1}",
+            Learners="{1,2}",
+            CAcceptors="{2}",
+            Installers="{3}",
         ),
     ),
     "MC3two": (
@@ -638,6 +679,17 @@ def generate() -> list[str]:
             cfg = f"Scenario{name}" + ("" if mutated else "ok")
             _write(cfg, lines)
             written.append(cfg)
+    for name, (comment, consts) in WITNESSES.items():
+        lines = [
+            f"\\* {comment}",
+            "\\* With every mutation off the whole trace must happen (TraceNotFinished violated).",
+            "\\* check: module=Scenarios expect=violated:TraceNotFinished",
+        ]
+        lines += _constants({**BASE, **consts})
+        lines += [f"    Trace <- {name}", "INIT TraceInit", "NEXT TraceNext", "INVARIANTS"]
+        lines += [f"    {i}" for i in [*SEMANTIC, "TraceNotFinished"]]
+        _write(f"Witness{name}", lines)
+        written.append(f"Witness{name}")
     for name, (comment, extra, consts) in SEARCHES.items():
         lines = [f"\\* {comment}", f"\\* check: module=MCSDPaxos expect=ok{extra}"]
         lines += _constants({**BASE, **consts})
