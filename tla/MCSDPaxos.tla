@@ -21,4 +21,5 @@ MsgBoundNoViewZero == MsgBound /\ NoViewZeroTraffic
 \* simulation reaches what it names.
 ProbeNoSwitch == \A r \in R : ep[r] = 0
 ProbeNoCommandAfterSwitch == ~\E x \in execHist : x.ep > 0 /\ x.cmd \in Cmds
+ProbeNoReadAfterSwitch == ~\E k \in DOMAIN rops : rops[k].st = "done" /\ rops[k].e > 0
 =============================================================================

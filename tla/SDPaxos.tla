@@ -212,7 +212,8 @@ VARIABLES
     oVotes,      \* every O-acceptance ever: [a, j, b, o]
     execHist,    \* every [slot, o, ci, cmd] any replica ever executed
     ranges,      \* every log a sequencer built at winning: [v, s, log] (log: whole, from 0)
-    rops,        \* reads: [r, st, before, slot, result]; st in {"ask","wait","done","fail"}
+    rops,        \* reads: [r, st, before, slot, result, e (the epoch it was asked in)];
+                 \* st in {"ask","wait","done","fail"}
     crashes,     \* crashes so far (bounded by MaxCrashes)
     alarm,       \* a core alarm fired (invariant_alarms): must stay FALSE
     execHigh     \* execHigh[r]: the longest executed prefix r ever had (crashes included)
@@ -1101,7 +1102,7 @@ Read(r) ==
     /\ r \in Readers /\ Est(r) /\ Len(rops) < MaxReads
     /\ LET id == Len(rops) + 1
            op(st, slot) == [r |-> r, st |-> st, before |-> ReadySet, slot |-> slot,
-                            result |-> {}]
+                            result |-> {}, e |-> ep[r]]
        IN IF IsSeq(r)
           THEN /\ HasLease(r)
                /\ rops' = Append(rops, op("wait", Acc(r) - 1))

@@ -323,4 +323,22 @@ ChangeWithCrash == <<
     [a |-> "Execute", r |-> 1, s |-> [exec |-> 2]],
     E("Crash", 1), [a |-> "Restart", r |-> 1, s |-> [exec |-> 1]] >>
 
+(* Not a bug: a witness of a read across the change                       *)
+(* (WitnessReadAfterChange.cfg).  R1's command c1 is READY at slot 0 in    *)
+(* epoch 0, the STOP follows at slot 1; R1 and R2 execute both and switch. *)
+(* In epoch 1, R2 grants R1 (view 0's sequencer) a lease and asks a read;  *)
+(* R1 answers with slot 1, and R2's read, served there, reflects c1.       *)
+ReadAfterChange == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 2, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 2]), EM("HandleCAccept", 0, [src |-> 1]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], [a |-> "AllocateStop", r |-> 0, p |-> [slot |-> 1]],
+    [a |-> "SendOAccept", r |-> 0, p |-> [start |-> 0]], EM("HandleOAccept", 1, [src |-> 0]),
+    E("CommitO", 1), E("Ready", 1), E("CommitO", 0), E("Execute", 1),
+    EM("HandleOCommit", 1, [slot |-> 1]), [a |-> "StartEpoch", r |-> 1, p |-> [epoch |-> 1, slot |-> 2]],
+    EM("HandleOCommit", 2, [slot |-> 0]), EM("HandleCCommit", 2, [n |-> 1]), E("Execute", 2),
+    EM("HandleOCommit", 2, [slot |-> 1]), E("StartEpoch", 2),
+    E("SendHeartbeat", 1), [a |-> "HandleHeartbeat", r |-> 2, p |-> [grant |-> TRUE], m |-> [src |-> 1]],
+    E("Read", 2), EM("HandleRRequest", 1, [src |-> 2]), EM("HandleRReply", 2, [src |-> 1]),
+    E("ServeRead", 2) >>
+
 =============================================================================

@@ -354,6 +354,24 @@ WITNESSES: dict[str, tuple[str, dict[str, object]]] = {
             Installers="{3}",
         ),
     ),
+    "ReadAfterChange": (
+        "Membership change {0,1,2} -> {1,2,3}: R1's command, READY in epoch 0 before the"
+        " STOP, is seen by a read that R2 asks in epoch 1 and R1 (epoch 1's sequencer,"
+        " under its new lease) answers.",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxSlot=2,
+            MaxReads=1,
+            Lease=1,
+            LeaseHold=1,
+            Proposers="{1}",
+            Learners="{1,2}",
+            CAcceptors="{2}",
+            Readers="{2}",
+            Heartbeats="TRUE",
+        ),
+    ),
 }
 
 #: Breadth-first configurations: name -> (comment, directive extras, constants).
@@ -547,7 +565,7 @@ def _everything(n: int) -> dict[str, object]:
     )
 
 
-def _change(n: int, members: str) -> dict[str, object]:
+def _change(n: int, members: str, **more: object) -> dict[str, object]:
     """A membership change in a scope random runs get through: every replica in
     every role, outsiders acting, no leases, reads or hand-overs."""
     roles = "{" + ",".join(str(i) for i in range(n)) + "}"
@@ -573,7 +591,7 @@ def _change(n: int, members: str) -> dict[str, object]:
         Relays="TRUE",
         Compactors=roles,
         Installers=roles,
-    )
+    ) | more
 
 
 #: Random simulations: name -> (comment, seconds, constants); the seconds may be
