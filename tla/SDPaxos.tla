@@ -22,6 +22,10 @@
 (* O-ACKs, C-promises, lease grants) reads them from `msgs`, as in         *)
 (* Lamport's Paxos.tla.                                                    *)
 (*                                                                         *)
+(* Membership.  The run is a sequence of epochs (EpochMembers), each this *)
+(* protocol over its members, ended by a STOP O-value (docs/membership.md; *)
+(* the section "Membership change" below).                                *)
+(*                                                                         *)
 (* Time.  One global clock (perfect clocks; the core's margins for rate   *)
 (* error are argued in docs/recovery.md section 11).  A lease grant at     *)
 (* time g forbids the grantor any vote, its own candidacy included, before *)
@@ -31,7 +35,8 @@
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
 CONSTANTS
-    N,            \* number of replicas (3 or 5); ids 0..N-1
+    N,            \* number of replica ids 0..N-1 (every epoch's members are among them;
+                  \* without a membership change, the replicas: 3 or 5)
     MaxCmds,      \* client commands in the whole run
     MaxView,      \* highest view a replica may start
     MaxCRound,    \* highest C-recovery round (ballot = round * N + replica)
