@@ -514,6 +514,24 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             Installers="{3}",
         ),
     ),
+    "MC3changevc": (
+        "N = 4 nodes, the change {0,1,2} -> {1,2,3} across a view change of epoch 0, no"
+        " command: R0 allocates the STOP; R2 runs for view 1 with R1's vote and rebuilds"
+        " the range (a chosen STOP stays; an unchosen one may be lost, and R2 allocates"
+        " one again); R1 and R2 execute the STOP and switch. Long run.",
+        " long",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxCmds=0,
+            MaxView=1,
+            MaxSlot=2,
+            MaxMsgs=10,
+            Candidates="{2}",
+            Learners="{1,2}",
+            Voters="{1}",
+        ),
+    ),
     "MC3two": (
         "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
         " long",
