@@ -84,8 +84,10 @@ CONSTANTS
                                \* and answers READY after its stop)
     MutLearnerCounted,         \* membership: a learner's (a later epoch's member's) messages of
                                \* an epoch it is no member of are handled and counted
-    MutRemovedVoteCounted      \* membership: a removed replica's messages of an epoch after
+    MutRemovedVoteCounted,     \* membership: a removed replica's messages of an epoch after
                                \* its removal are handled and counted
+    MutStopTwoAcceptors        \* membership: a replica commits a STOP like its own O-instances
+                               \* (N = 5: by the two-acceptor rule, itself and the sequencer)
 
 R      == 0 .. (N - 1)             \* every replica id of the whole run
 
@@ -842,9 +844,11 @@ CommitOTo(r, safe) ==
     /\ Est(r)
     /\ safe =< SafePrefix(r)
     /\ LET v == pView[r]
-           own == {j \in Slots : j < safe /\ oAccV[r][j] = r /\ ~oCom[r][j]}
+           \* (MutStopTwoAcceptors: a STOP committed like r's own O-instances)
+           mine(j) == oAccV[r][j] = r \/ (MutStopTwoAcceptors /\ oAccV[r][j] = Stop)
+           own == {j \in Slots : j < safe /\ mine(j) /\ ~oCom[r][j]}
            all == IF IsSeq(r) THEN {j \in Slots : snap[r].slot =< j /\ j < safe} ELSE {}
-           ownIn == {j \in Slots : safeUpto[r] =< j /\ j < safe /\ oAccV[r][j] = r}
+           ownIn == {j \in Slots : safeUpto[r] =< j /\ j < safe /\ mine(j)}
        IN /\ safe > safeUpto[r]
           \* (the core traces the step only when it commits or counts an own slot)
           /\ ownIn \cup {j \in all : ~oCom[r][j]} # {}

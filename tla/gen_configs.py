@@ -41,6 +41,7 @@ MUTATIONS = [
     "MutOldEpochStillDecides",
     "MutLearnerCounted",
     "MutRemovedVoteCounted",
+    "MutStopTwoAcceptors",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -330,6 +331,23 @@ SCENARIOS: dict[str, Scenario] = {
         Learners="{0,1,2}",
         CAcceptors="{0,3}",
         Installers="{3}",
+    ),
+    "StopTwoAcceptors": Scenario(
+        "MutStopTwoAcceptors",
+        "ExecPrefixAgreement",
+        4,
+        "Membership, N = 5: a non-sequencer commits the STOP by the two-acceptor rule"
+        " (itself and the sequencer) instead of the sequencer's majority rule.",
+        N=5,
+        EpochMembers="Shrink5to3",
+        MaxView=1,
+        MaxCrashes=1,
+        Proposers="{2}",
+        Candidates="{2}",
+        Crashable="{0}",
+        Learners="{1,2}",
+        Voters="{3,4}",
+        CAcceptors="{3,4}",
     ),
 }
 
