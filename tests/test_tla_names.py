@@ -374,6 +374,16 @@ BREAKAGES = [
         "",
     ),
     ("an unknown action", "| `Tick` |", "| `NoSuchAction` |"),
+    (
+        "a dropped membership row",
+        "| `AllocateStop` | `sequencer.Sequencer.allocate_stop` | `AllocateStop`[^epoch] |\n",
+        "",
+    ),
+    (
+        "a membership event renamed",
+        "| `InstallEpoch` | `member.Member` | `InstallEpoch`[^epoch] |",
+        "| `InstallEpoch` | `member.Member` | `InstallBase`[^epoch] |",
+    ),
     ("an event the core never emits", "| `Ready` |\n", "| `Readyy` |\n"),
     ("an emitted event left out", "- `Stale`:", "- `NotStale`:"),
     ("a handler dash without a footnote", "| —[^crash] |", "| — |"),

@@ -15,4 +15,11 @@ MsgBound == Cardinality(msgs) =< MaxMsgs
 NoViewZeroTraffic ==   \* nothing is proposed or ordered before the first view change
     /\ \A r \in R : ownNext[r] > 0 => pView[r] >= 1
 MsgBoundNoViewZero == MsgBound /\ NoViewZeroTraffic
+
+\* Reachability probes for the membership configurations (no configuration checks
+\* them; README.md says how they were used): each is violated once the search or a
+\* simulation reaches what it names.
+ProbeNoSwitch == \A r \in R : ep[r] = 0
+ProbeNoCommandAfterSwitch == ~\E x \in execHist : x.ep > 0 /\ x.cmd \in Cmds
+ProbeNoReadAfterSwitch == ~\E k \in DOMAIN rops : rops[k].st = "done" /\ rops[k].e > 0
 =============================================================================

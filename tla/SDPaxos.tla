@@ -22,6 +22,10 @@
 (* O-ACKs, C-promises, lease grants) reads them from `msgs`, as in         *)
 (* Lamport's Paxos.tla.                                                    *)
 (*                                                                         *)
+(* Membership.  The run is a sequence of epochs (EpochMembers), each this *)
+(* protocol over its members, ended by a STOP O-value (docs/membership.md; *)
+(* the section "Membership change" below).                                *)
+(*                                                                         *)
 (* Time.  One global clock (perfect clocks; the core's margins for rate   *)
 (* error are argued in docs/recovery.md section 11).  A lease grant at     *)
 (* time g forbids the grantor any vote, its own candidacy included, before *)
@@ -31,7 +35,8 @@
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
 CONSTANTS
-    N,            \* number of replicas (3 or 5); ids 0..N-1
+    N,            \* number of replica ids 0..N-1 (every epoch's members are among them;
+                  \* without a membership change, the replicas: 3 or 5)
     MaxCmds,      \* client commands in the whole run
     MaxView,      \* highest view a replica may start
     MaxCRound,    \* highest C-recovery round (ballot = round * N + replica)
@@ -70,16 +75,57 @@ CONSTANTS
     MutRecoveryIgnoresPromise, \* bug 5: recovery phase 2 ignores a higher promise
     MutRangeFromOwnOFrom,      \* bug 14: the range starts at the winner's o_from, not at
                                \* the lowest executed prefix among its votes
-    MutCompactedLooksEmpty     \* what a replica compacted looks never accepted: its C-promise
+    MutCompactedLooksEmpty,    \* what a replica compacted looks never accepted: its C-promise
                                \* for a compacted C-instance says "nothing accepted" (and it
                                \* accepts that instance afresh), and a candidate ignores its
                                \* voters' snapshot slots (their forgotten slots look empty)
+    MutOldEpochStillDecides,   \* membership: the sequencer allocates after its STOP and the
+                               \* command leader's counting goes past it (the old epoch orders
+                               \* and answers READY after its stop)
+    MutLearnerCounted,         \* membership: a learner's (a later epoch's member's) messages of
+                               \* an epoch it is no member of are handled and counted
+    MutRemovedVoteCounted,     \* membership: a removed replica's messages of an epoch after
+                               \* its removal are handled and counted
+    MutStopTwoAcceptors        \* membership: a replica commits a STOP like its own O-instances
+                               \* (N = 5: by the two-acceptor rule, itself and the sequencer)
 
-ASSUME N \in {3, 5} /\ LeaseHold =< Lease
+R      == 0 .. (N - 1)             \* every replica id of the whole run
 
-R      == 0 .. (N - 1)
-Maj    == N \div 2 + 1
-Seq0   == 0                        \* the configured sequencer of view 0
+(***************************************************************************)
+(* Membership (docs/membership.md).  Two definitions a configuration may   *)
+(* override (`EpochMembers <- Replace3`; the cfg syntax has no tuples), so *)
+(* that a configuration without a change needs no new constant:           *)
+(*  - EpochMembers: the member sets of epochs 0, 1, .. (which change is    *)
+(*    asked does not matter to safety; where the stop lands does);         *)
+(*  - Outsiders (scope): whether a replica that is no member of its epoch  *)
+(*    (a learner, a removed replica) takes protocol steps; its messages    *)
+(*    are dropped by the members (Counted).                                *)
+(***************************************************************************)
+EpochMembers == << R >>
+Replace3   == << {0, 1, 2}, {1, 2, 3} >>        \* N = 4: R3 replaces R0 (the sequencer)
+Grow3to5   == << {0, 1, 2}, {0, 1, 2, 3, 4} >>  \* N = 5: two learners promoted at one stop
+Shrink5to3 == << {0, 1, 2, 3, 4}, {2, 3, 4} >>  \* N = 5: R0 (the sequencer) and R1 removed
+Outsiders == FALSE
+OutsidersAct == TRUE
+NEp    == Len(EpochMembers)        \* epochs 0 .. NEp-1
+Epochs == 0 .. (NEp - 1)
+Mem(e) == EpochMembers[e + 1]      \* the members of epoch e
+Size(e) == Cardinality(Mem(e))
+MajE(e) == Size(e) \div 2 + 1
+Seq0   == 0                        \* the configured sequencer of view 0 of epoch 0
+\* The sequencer of view 0 of epoch e: the old one if it stays, else the lowest member
+\* (docs/membership.md 3.1 step 1; the model fixes it per epoch).
+Seq0Of(e) == IF Seq0 \in Mem(e) THEN Seq0 ELSE CHOOSE x \in Mem(e) : \A y \in Mem(e) : x =< y
+
+ASSUME /\ NEp >= 1 /\ \A e \in Epochs : Mem(e) \subseteq R /\ Size(e) \in {3, 5}
+       /\ Seq0 \in Mem(0) /\ LeaseHold =< Lease
+
+\* Whose messages of epoch e count: its members (with the mutations, also learners:
+\* members of a later epoch only; or removed replicas: members of an earlier one only).
+Learner(e) == {q \in R \ Mem(e) : \E k \in Epochs : k > e /\ q \in Mem(k)}
+Removed(e) == {q \in R \ Mem(e) : \E k \in Epochs : k < e /\ q \in Mem(k)}
+Voting(e) == Mem(e) \cup (IF MutLearnerCounted THEN Learner(e) ELSE {})
+                    \cup (IF MutRemovedVoteCounted THEN Removed(e) ELSE {})
 Slots  == 0 .. (MaxSlot - 1)
 CIdx   == 0 .. (MaxCIdx - 1)
 Cmds   == 1 .. MaxCmds
@@ -88,9 +134,11 @@ Views  == 0 .. MaxView
 \* C-values: a command id, NoOp, or Nil (nothing).
 NoOp   == -1
 Nil    == -2
-\* O-values: an owner id, NoCl (the paper's no-cl), or Empty (nothing).
+\* O-values: an owner id, NoCl (the paper's no-cl), Empty (nothing), or Stop (the
+\* O-value that ends an epoch, docs/membership.md 3: STOP_VALUE).
 NoCl   == -1
 Empty  == -2
+Stop   == -3
 NoEntry == [b |-> -1, o |-> Empty]
 
 CBal(rnd, r) == rnd * N + r        \* core: make_ballot(round, replica), stride N here
@@ -103,13 +151,14 @@ Max(S) == CHOOSE x \in S : \A y \in S : x >= y
 \* a majority less one for N =< 5).  Enumerating them, rather than SUBSET X, keeps
 \* TLC's work per state polynomial.
 Picks(X, k) ==
-    IF k = 1 THEN {{x} : x \in X}
+    IF k = 0 THEN {{}}
+    ELSE IF k = 1 THEN {{x} : x \in X}
     ELSE UNION {{{x, y} : y \in {z \in X : z.src > x.src}} : x \in X}
 Min(S) == CHOOSE x \in S : \A y \in S : x =< y
 
 NoCand == [v |-> -1, from |-> -1]
 NoRec  == [n |-> -1, i |-> -1, b |-> -1]
-NoReady == [n |-> -1, i |-> -1, j |-> -1, v |-> -1]
+NoReady == [n |-> -1, i |-> -1, j |-> -1, v |-> -1, e |-> -1]
 NoSnap  == [slot |-> 0, exec |-> <<>>, cmax |-> [n \in 0 .. (N - 1) |-> -1]]
 
 -----------------------------------------------------------------------------
@@ -127,11 +176,14 @@ VARIABLES
     pView,     \* pView[a]: promised view                ViewPromised (and the above)
     est,       \* est[a]: [v, s, start, base] the newest view whose whole rebuilt
                \* range a accepted, its sequencer, and the range [start, base)
-    snap       \* snap[a]: a's newest snapshot (docs/recovery.md 16.1): [slot, exec, cmax]:
+    snap,      \* snap[a]: a's newest snapshot (docs/recovery.md 16.1): [slot, exec, cmax]:
                \* every slot below `slot` is executed and forgotten; `exec` is what a
                \* executed there (the state machine and the per-owner counts: the
                \* model's execd prefix); `cmax` the per-owner c_max when it was made
-durableVars == <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, pView, est, snap>>
+    ep,        \* ep[a]: a's epoch (docs/membership.md; the base snapshot's membership state)
+    ebase      \* ebase[a]: the first (global) slot of a's epoch: the slot after its stop
+epochVars == <<ep, ebase>>
+durableVars == <<cProm, cAccB, cAccV, ownNext, oAccB, oAccV, pView, est, snap, epochVars>>
 
 VARIABLES
     up,        \* up[r]: r is running
@@ -167,7 +219,8 @@ VARIABLES
     oVotes,      \* every O-acceptance ever: [a, j, b, o]
     execHist,    \* every [slot, o, ci, cmd] any replica ever executed
     ranges,      \* every log a sequencer built at winning: [v, s, log] (log: whole, from 0)
-    rops,        \* reads: [r, st, before, slot, result]; st in {"ask","wait","done","fail"}
+    rops,        \* reads: [r, st, before, slot, result, e (the epoch it was asked in)];
+                 \* st in {"ask","wait","done","fail"}
     crashes,     \* crashes so far (bounded by MaxCrashes)
     alarm,       \* a core alarm fired (invariant_alarms): must stay FALSE
     execHigh     \* execHigh[r]: the longest executed prefix r ever had (crashes included)
@@ -180,7 +233,16 @@ vars == <<durableVars, volatileVars, clock, msgs, historyVars>>
 (* Helpers *)
 
 Executed(r, j) == j < Len(execd[r])
-Est(r)      == up[r] /\ joined[r]
+\* r acts in its epoch: it is up and a member (or, in scope Outsiders, any replica).
+Member(r)   == r \in Mem(ep[r])
+Live(r)     == up[r] /\ (Member(r) \/ Outsiders)
+\* A message of epoch m.ep counts (is handled) only from a member of that epoch
+\* (docs/membership.md 4.4, 4.6); commits (no sender) are facts about the epoch.
+Counted(m)  == IF "src" \in DOMAIN m THEN m.src \in Voting(m.ep) ELSE TRUE
+\* r handles only counted messages of its own epoch.
+Rcv(r, m)   == m.ep = ep[r] /\ Counted(m)
+Maj(r)      == MajE(ep[r])
+Est(r)      == Live(r) /\ joined[r]
 SeqOf(r)    == IF joined[r] THEN est[r].s ELSE -1
 IsSeq(s)    == Est(s) /\ est[s].s = s
 
@@ -202,17 +264,19 @@ SeqAcc(r) ==
     LET s == SeqOf(r)
         v == pView[r]
     IN Max({-1}
-           \cup {m.start + Len(m.vals) : m \in {x \in msgs : x.type = "OAccept" /\ x.src = s /\ x.view = v}}
-           \cup {m.len : m \in {x \in msgs : x.type = "Heartbeat" /\ x.src = s /\ x.view = v}}
-           \cup {m.start + Len(m.vals) : m \in {x \in msgs : x.type = "NewView" /\ x.src = s /\ x.view = v}})
+           \cup {m.start + Len(m.vals) : m \in {x \in msgs : x.type = "OAccept" /\ x.ep = ep[r] /\ x.src = s /\ x.view = v}}
+           \cup {m.len : m \in {x \in msgs : x.type = "Heartbeat" /\ x.ep = ep[r] /\ x.src = s /\ x.view = v}}
+           \cup {m.start + Len(m.vals) : m \in {x \in msgs : x.type = "NewView" /\ x.ep = ep[r] /\ x.src = s /\ x.view = v}})
 
 \* r's knowledge of q's accepted prefix in r's view (prefix O-ACKs).
 AckOf(r, q) ==
     IF q = r THEN Acc(r)
-    ELSE Max({-1} \cup {a.upto : a \in {x \in msgs : x.type = "OAck" /\ x.src = q /\ x.view = pView[r]}}
+    ELSE Max({-1} \cup {a.upto : a \in {x \in msgs : x.type = "OAck" /\ x.ep = ep[r] /\ x.src = q
+                                                   /\ x.view = pView[r]}}
                   \cup (IF q = SeqOf(r) THEN {SeqAcc(r)} ELSE {}))
 \* The longest prefix a majority (r's view of it) accepted.
-QuorumAcc(r) == Max({k \in -1 .. MaxSlot : Cardinality({q \in R : AckOf(r, q) >= k}) >= Maj})
+QuorumAcc(r) ==
+    Max({k \in -1 .. MaxSlot : Cardinality({q \in Voting(ep[r]) : AckOf(r, q) >= k}) >= Maj(r)})
 
 \* The safe prefix (core: Learner.advance_safe_prefix).
 SafePrefix(r) ==
@@ -220,7 +284,7 @@ SafePrefix(r) ==
         own == Min({Acc(r), SeqAcc(r)})
         base == est[r].base
         raw ==
-          IF N = 5 /\ seq # r
+          IF Size(ep[r]) = 5 /\ seq # r
           THEN IF MutRangeReadyBug
                THEN \* the old rule: cap by the committed prefix only beyond the base
                     IF own > base /\ CommittedPrefix(r) < base THEN Min({own, CommittedPrefix(r)})
@@ -232,18 +296,22 @@ SafePrefix(r) ==
 \* r's O-values for the counting rule: below its snapshot, what it executed there
 \* (the core counts from the snapshot's per-owner executed counts), else its log.
 OV(r) == [j \in Slots |-> IF j < snap[r].slot THEN snap[r].exec[j + 1].o ELSE oAccV[r][j]]
+\* r's log holds a STOP of its epoch below slot hi.
+HasStop(r, hi) == \E j \in ebase[r] .. (hi - 1) : OV(r)[j] = Stop
 
 \* The slot the counting rule gives C_r^i in r's log (-1 if none below MaxSlot).
 SlotOf(r, i) ==
     LET ov == OV(r)
-        js == {j \in Slots : ov[j] = r /\ Cardinality({h \in Slots : h < j /\ ov[h] = r}) = i}
+        lo == ebase[r]     \* (C-instances are numbered from 0 in every epoch)
+        js == {j \in lo .. (MaxSlot - 1) :
+                 ov[j] = r /\ Cardinality({h \in lo .. (j - 1) : ov[h] = r}) = i}
     IN IF js = {} THEN -1 ELSE Min(js)
 
 Count(f, lo, hi, n) == Cardinality({j \in lo .. (hi - 1) : f[j] = n})
 \* c_max: the snapshot keeps it, so forgetting accepted C-instances never lowers it.
 CMax(r, n) == Max({snap[r].cmax[n]} \cup {i \in CIdx : cAccB[r][n][i] >= 0})
 \* n's C-instances r compacted: those its snapshot executed (below executed[n]).
-SnapCnt(r, n) == Cardinality({p \in DOMAIN snap[r].exec : snap[r].exec[p].o = n})
+SnapCnt(r, n) == Cardinality({p \in DOMAIN snap[r].exec : p > ebase[r] /\ snap[r].exec[p].o = n})
 Compacted(r, n, i) == i < SnapCnt(r, n)
 
 \* The vote r sends for view v to candidate c, reporting slots from `from` on.
@@ -251,7 +319,7 @@ OLogFrom(r, from) ==
     [j \in Slots |-> IF j >= from /\ oAccB[r][j] >= 0
                      THEN [b |-> oAccB[r][j], o |-> oAccV[r][j]] ELSE NoEntry]
 VoteMsg(r, c, v, from) ==
-    [type |-> "Vote", src |-> r, dst |-> c, view |-> v, from |-> from,
+    [type |-> "Vote", ep |-> ep[r], src |-> r, dst |-> c, view |-> v, from |-> from,
      olog |-> OLogFrom(r, from), cmax |-> [n \in R |-> CMax(r, n)],
      ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base, exec |-> Len(execd[r]),
      snap |-> snap[r].slot]
@@ -264,9 +332,11 @@ ForgetOlder(r, v) ==
 (* The rebuild (core: view_change.rebuild_assignment_log).  Q is a set of  *)
 (* vote records, one per voter, the candidate's own included; `from` is    *)
 (* the candidate's executed prefix; cov[n] counts n's C-instances covered  *)
-(* below it.  Returns [log |-> values of slots from, from+1, ..; stray].  *)
+(* below it; M is the epoch's member set.  Returns [log |-> values of     *)
+(* slots from, from+1, ..; stray].  The range ends at its first STOP: what *)
+(* follows is dropped (docs/membership.md 3.2).                            *)
 (***************************************************************************)
-BuildLog(Q, from, cov) ==
+BuildLog(Q, from, cov, M) ==
     LET W    == Max({q.ev : q \in Q})
         wq   == CHOOSE q \in Q : q.ev = W /\ \A x \in Q : x.ev = W => q.src =< x.src
         old  == wq.es
@@ -278,9 +348,9 @@ BuildLog(Q, from, cov) ==
                    ELSE (CHOOSE e \in elig(j) : \A f \in elig(j) : e.b >= f.b).o
         lg0  == [j \in Slots |-> best(j)]
         high == {j \in Slots : \E q \in Q : q.olog[j].b > W}
-        others == R \ (srcs \cup {old})
-        infer == N = 5 /\ ~MutNoInference /\ old \notin srcs /\ Cardinality(others) = 1
-        m    == CHOOSE x \in R : x \in others
+        others == M \ (srcs \cup {old})
+        infer == Cardinality(M) = 5 /\ ~MutNoInference /\ old \notin srcs /\ Cardinality(others) = 1
+        m    == CHOOSE x \in M : x \in others
         need == Max({q.cmax[m] : q \in Q}) + 1
         holes == {j \in from .. (MaxSlot - 1) : lg0[j] = Empty}
         top  == IF \E j \in Slots : lg0[j] # Empty THEN Max({j \in Slots : lg0[j] # Empty}) + 1 ELSE from
@@ -291,9 +361,11 @@ BuildLog(Q, from, cov) ==
         val(k) == LET j == from + k - 1
                   IN IF infer /\ j >= hole THEN m
                      ELSE IF lg0[j] = Empty THEN NoCl ELSE lg0[j]
-    IN [log |-> [k \in 1 .. len |-> val(k)],
+        stops == {k \in 1 .. len : val(k) = Stop}
+        cut  == IF stops = {} \/ MutOldEpochStillDecides THEN len ELSE Min(stops)
+    IN [log |-> [k \in 1 .. cut |-> val(k)],
         bad |-> high # {} \/ (infer /\ stray # {}),
-        fits |-> from + len =< MaxSlot]
+        fits |-> from + cut =< MaxSlot]
 
 -----------------------------------------------------------------------------
 Init ==
@@ -306,6 +378,8 @@ Init ==
     /\ pView = [a \in R |-> 0]
     /\ est = [a \in R |-> [v |-> 0, s |-> Seq0, start |-> 0, base |-> 0]]
     /\ snap = [a \in R |-> NoSnap]
+    /\ ep = [a \in R |-> 0]
+    /\ ebase = [a \in R |-> 0]
     /\ up = [r \in R |-> TRUE]
     /\ joined = [r \in R |-> TRUE]
     /\ rc = [r \in R |-> TRUE]
@@ -363,14 +437,14 @@ ProposeCmd(r, c) ==
             /\ lost' = [lost EXCEPT ![r] = @ \ {c}]
             /\ want' = IF IsSeq(r) THEN [want EXCEPT ![r][r] = Max({@, i + 1})] ELSE want
             /\ msgs' = msgs \cup
-                 {[type |-> "CAccept", src |-> r, view |-> v, n |-> r, i |-> i, b |-> r, v |-> c],
-                  [type |-> "CAck", src |-> r, view |-> v, n |-> r, i |-> i, b |-> r]}
-            /\ cVotes' = cVotes \cup {[a |-> r, n |-> r, i |-> i, b |-> r, v |-> c]}
+                 {[type |-> "CAccept", ep |-> ep[r], src |-> r, view |-> v, n |-> r, i |-> i, b |-> r, v |-> c],
+                  [type |-> "CAck", ep |-> ep[r], src |-> r, view |-> v, n |-> r, i |-> i, b |-> r]}
+            /\ cVotes' = cVotes \cup {[e |-> ep[r], a |-> r, n |-> r, i |-> i, b |-> r, v |-> c]}
             /\ IF c = nextCmd
                THEN /\ nextCmd' = nextCmd + 1
                     /\ readyBefore' = [readyBefore EXCEPT ![c] = ReadySet]
-               ELSE UNCHANGED <<nextCmd, readyBefore>>
-    /\ UNCHANGED <<snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd, safeUpto,
+               ELSE UNCHANGED <<epochVars, nextCmd, readyBefore>>
+    /\ UNCHANGED <<epochVars, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd, safeUpto,
                    cand, votedFor, crec, leaseUntil, handing, clock, readyAt, oVotes, execHist, execHigh,
                    ranges, rops, crashes, alarm>>
 
@@ -380,8 +454,8 @@ Propose(r) == \E c \in ProposeChoices(r) : ProposeCmd(r, c)
 (* committed, in r's current view (retransmission; resynchronisation after *)
 (* a view change, when acceptors that voted dropped the old-view copies).   *)
 SendCAccept(r, p) ==
-    /\ up[r] /\ p \in prop[r]
-    /\ LET m == [type |-> "CAccept", src |-> r, view |-> pView[r], n |-> p.n, i |-> p.i,
+    /\ Live(r) /\ p \in prop[r]
+    /\ LET m == [type |-> "CAccept", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> p.n, i |-> p.i,
                  b |-> p.b, v |-> p.v]
        IN /\ m \notin msgs
           /\ msgs' = msgs \cup {m}
@@ -390,8 +464,8 @@ SendCAccept(r, p) ==
 (* SendCRequest(r, i): ask the sequencer to order C-instances 0..i of r     *)
 (* (thrifty quorums without the sequencer, retransmission, resync).         *)
 SendCRequest(r, i) ==
-    /\ CRequests /\ up[r] /\ i < ownNext[r]
-    /\ LET m == [type |-> "CRequest", src |-> r, view |-> pView[r], i |-> i]
+    /\ CRequests /\ Live(r) /\ i < ownNext[r]
+    /\ LET m == [type |-> "CRequest", ep |-> ep[r], src |-> r, view |-> pView[r], i |-> i]
        IN /\ m \notin msgs
           /\ msgs' = msgs \cup {m}
     /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
@@ -407,16 +481,16 @@ OwnChosen(r, i, val) ==
 (* recoverer) commits C_n^i once a majority accepted its ballot, and       *)
 (* broadcasts the C-commit.  Classic Paxos phase 2.                        *)
 HandleCAck(r, m) ==
-    /\ m.type = "CAck" /\ up[r] /\ BalOwner(m.b) = r /\ (m.view = pView[r] \/ MutAcceptOldView)
+    /\ m.type = "CAck" /\ Rcv(r, m) /\ Live(r) /\ BalOwner(m.b) = r /\ (m.view = pView[r] \/ MutAcceptOldView)
     /\ \E p \in prop[r] :
          /\ p.n = m.n /\ p.i = m.i /\ p.b = m.b
-         /\ Cardinality({q \in R : \E a \in msgs : a.type = "CAck" /\ a.src = q /\ a.n = p.n
-                                     /\ a.i = p.i /\ a.b = p.b}) >= Maj
+         /\ Cardinality({q \in Voting(ep[r]) : \E a \in msgs : a.type = "CAck" /\ a.ep = ep[r]
+                                     /\ a.src = q /\ a.n = p.n /\ a.i = p.i /\ a.b = p.b}) >= Maj(r)
          /\ cCom' = [cCom EXCEPT ![r][p.n][p.i] = p.v]
          /\ prop' = [prop EXCEPT ![r] = @ \ {p}]
-         /\ msgs' = msgs \cup {[type |-> "CCommit", view |-> pView[r], n |-> p.n, i |-> p.i,
+         /\ msgs' = msgs \cup {[type |-> "CCommit", ep |-> ep[r], view |-> pView[r], n |-> p.n, i |-> p.i,
                                 v |-> p.v]}
-         /\ IF p.n = r THEN OwnChosen(r, p.i, p.v) ELSE UNCHANGED <<inflight, lost>>
+         /\ IF p.n = r THEN OwnChosen(r, p.i, p.v) ELSE UNCHANGED <<epochVars, inflight, lost>>
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, execd, safeUpto, want, cand, votedFor,
                    crec, leaseUntil, handing, clock, historyVars>>
 
@@ -432,7 +506,7 @@ HandleCAck(r, m) ==
 (* the sequencer's trigger: want[n] := max(want[n], i+1), so a duplicated  *)
 (* or retransmitted C-accept never allocates twice.                        *)
 HandleCAccept(r, m) ==
-    /\ m.type = "CAccept" /\ up[r]
+    /\ m.type = "CAccept" /\ Rcv(r, m) /\ Live(r)
     /\ IF MutAcceptOldView THEN m.view =< pView[r] ELSE m.view = pView[r]
     /\ LET acc  == (r \in CAcceptors \/ r = BalOwner(m.b)) /\ m.b >= cProm[r][m.n][m.i]
                    /\ (cCom[r][m.n][m.i] = Nil \/ cCom[r][m.n][m.i] = m.v)
@@ -441,17 +515,17 @@ HandleCAccept(r, m) ==
            seqt == IsSeq(r) /\ m.src = m.n /\ m.view = pView[r]
            w    == IF MutNoAllocGuard THEN Min({want[r][m.n] + 1, MaxSlot})
                    ELSE Max({want[r][m.n], m.i + 1})
-           ack  == [type |-> "CAck", src |-> r, view |-> pView[r], n |-> m.n, i |-> m.i, b |-> m.b]
+           ack  == [type |-> "CAck", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> m.n, i |-> m.i, b |-> m.b]
        IN /\ acc \/ seqt
           /\ (acc /\ (cAccB[r][m.n][m.i] # m.b \/ ack \notin msgs)) \/ (seqt /\ w # want[r][m.n])
           /\ cProm' = IF acc THEN [cProm EXCEPT ![r][m.n][m.i] = m.b] ELSE cProm
           /\ cAccB' = IF acc THEN [cAccB EXCEPT ![r][m.n][m.i] = m.b] ELSE cAccB
           /\ cAccV' = IF acc THEN [cAccV EXCEPT ![r][m.n][m.i] = m.v] ELSE cAccV
-          /\ cVotes' = IF acc THEN cVotes \cup {[a |-> r, n |-> m.n, i |-> m.i, b |-> m.b, v |-> m.v]}
+          /\ cVotes' = IF acc THEN cVotes \cup {[e |-> ep[r], a |-> r, n |-> m.n, i |-> m.i, b |-> m.b, v |-> m.v]}
                        ELSE cVotes
           /\ msgs' = IF acc THEN msgs \cup {ack} ELSE msgs
           /\ want' = IF seqt THEN [want EXCEPT ![r][m.n] = w] ELSE want
-    /\ UNCHANGED <<ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
+    /\ UNCHANGED <<epochVars, ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
                    safeUpto, cand, votedFor, prop, inflight, lost, crec, leaseUntil, handing,
                    clock, nextCmd, readyAt, readyBefore, oVotes, execHist, execHigh, ranges, rops, crashes,
                    alarm>>
@@ -459,11 +533,11 @@ HandleCAccept(r, m) ==
 (* HandleCCommit(r, m): learn that C_n^i is chosen.  An own instance chosen *)
 (* as something else (recovered as a no-op meanwhile) is re-proposed.       *)
 HandleCCommit(r, m) ==
-    /\ m.type = "CCommit" /\ up[r] /\ m.view = pView[r] /\ (r \in Learners \/ m.n = r)
+    /\ m.type = "CCommit" /\ Rcv(r, m) /\ Live(r) /\ m.view = pView[r] /\ (r \in Learners \/ m.n = r)
     /\ cCom[r][m.n][m.i] = Nil /\ ~Compacted(r, m.n, m.i)
     /\ cCom' = [cCom EXCEPT ![r][m.n][m.i] = m.v]
     /\ prop' = [prop EXCEPT ![r] = {p \in @ : ~(p.n = m.n /\ p.i = m.i)}]
-    /\ IF m.n = r THEN OwnChosen(r, m.i, m.v) ELSE UNCHANGED <<inflight, lost>>
+    /\ IF m.n = r THEN OwnChosen(r, m.i, m.v) ELSE UNCHANGED <<epochVars, inflight, lost>>
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, execd, safeUpto, want, cand, votedFor,
                    crec, leaseUntil, handing, clock, msgs, historyVars>>
 
@@ -475,7 +549,7 @@ HandleCCommit(r, m) ==
 (* HandleCRequest(s, m): the sequencer of m's view learns that n has      *)
 (* C-instances 0..i.  Same guard as HandleCAccept.                         *)
 HandleCRequest(s, m) ==
-    /\ m.type = "CRequest" /\ IsSeq(s) /\ m.view = pView[s]
+    /\ m.type = "CRequest" /\ Rcv(s, m) /\ IsSeq(s) /\ m.view = pView[s]
     /\ LET w == IF MutNoAllocGuard THEN Min({want[s][m.src] + 1, MaxSlot})
                 ELSE Max({want[s][m.src], m.i + 1})
        IN /\ w # want[s][m.src]
@@ -501,20 +575,44 @@ AllocateO(s, n) ==
     /\ LET e == Acc(s)
            v == pView[s]
        IN /\ e < MaxSlot
-          /\ Count(OV(s), 0, e, n) < want[s][n]
+          /\ Count(OV(s), ebase[s], e, n) < want[s][n]
+          \* (nothing after a STOP, docs/membership.md 3.2)
+          /\ ~HasStop(s, e) \/ MutOldEpochStillDecides
           /\ oAccB' = [oAccB EXCEPT ![s][e] = v]
           /\ oAccV' = [oAccV EXCEPT ![s][e] = n]
           /\ oCom' = [oCom EXCEPT ![s][e] = FALSE]
-          /\ oVotes' = oVotes \cup {[a |-> s, j |-> e, b |-> v, o |-> n]}
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, pView, est, up, joined, rc, oComB, cCom, execd,
+          /\ oVotes' = oVotes \cup {[e |-> ep[s], a |-> s, j |-> e, b |-> v, o |-> n]}
+    /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, ownNext, snap, pView, est, up, joined, rc, oComB, cCom, execd,
                    safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
                    handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh, ranges,
                    rops, crashes, alarm>>
 
+(* AllocateStop(s) (core: Sequencer.allocate_stop): a membership change is *)
+(* pending (the model abstracts the change command: one may be pending at  *)
+(* any time while a next epoch exists): the sequencer allocates the STOP   *)
+(* as its next O-instance, once per log, and nothing after it (AllocateO). *)
+(* It is committed like the sequencer's own O-instances: by the majority   *)
+(* rule (CommitO at the sequencer, for every N), and its O-commit is       *)
+(* broadcast (docs/membership.md 3.1).                                     *)
+AllocateStop(s) ==
+    /\ IsSeq(s) /\ ep[s] + 1 < NEp
+    /\ LET e == Acc(s)
+           v == pView[s]
+       IN /\ e < MaxSlot
+          /\ ~HasStop(s, e)
+          /\ oAccB' = [oAccB EXCEPT ![s][e] = v]
+          /\ oAccV' = [oAccV EXCEPT ![s][e] = Stop]
+          /\ oCom' = [oCom EXCEPT ![s][e] = FALSE]
+          /\ oVotes' = oVotes \cup {[e |-> ep[s], a |-> s, j |-> e, b |-> v, o |-> Stop]}
+    /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, ownNext, snap, pView, est, up, joined, rc, oComB, cCom,
+                   execd, safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
+                   handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh,
+                   ranges, rops, crashes, alarm>>
+
 \* The O-accept of slots start .. Acc(s)-1 of s's log; rebuilt: it begins with
 \* the whole rebuilt range of s's view.
 OAcceptMsg(s, start, rebuilt) ==
-    [type |-> "OAccept", src |-> s, view |-> pView[s], start |-> start,
+    [type |-> "OAccept", ep |-> ep[s], src |-> s, view |-> pView[s], start |-> start,
      vals |-> [k \in 1 .. (Acc(s) - start) |-> oAccV[s][start + k - 1]],
      base |-> est[s].base, rng |-> rebuilt]
 
@@ -558,7 +656,7 @@ Contradicts(r, start, vals, v) ==
 (* from the range: an O-accept beyond a gap waits.  Accepting at ballot v  *)
 (* promises v.  The prefix O-ACK goes to the sender (and, N >= 7, owners). *)
 HandleOAccept(r, m) ==
-    /\ m.type = "OAccept" /\ up[r] /\ m.view >= pView[r]
+    /\ m.type = "OAccept" /\ Rcv(r, m) /\ Live(r) /\ m.view >= pView[r]
     /\ LET v    == m.view
            estd == joined[r] /\ est[r].v = v
            endm == m.start + Len(m.vals)
@@ -583,8 +681,8 @@ HandleOAccept(r, m) ==
                     take(j) == m.start =< acc0 /\ acc0 =< j /\ j < endm
                     b2   == [j \in Slots |-> IF take(j) THEN v ELSE b1[j]]
                     v2   == [j \in Slots |-> IF take(j) THEN m.vals[j - m.start + 1] ELSE v1[j]]
-                    ack  == [type |-> "OAck", src |-> r, view |-> v, upto |-> AccOn(b2, base, v)]
-                    newv == {[a |-> r, j |-> j, b |-> v, o |-> v2[j]] :
+                    ack  == [type |-> "OAck", ep |-> ep[r], src |-> r, view |-> v, upto |-> AccOn(b2, base, v)]
+                    newv == {[e |-> ep[r], a |-> r, j |-> j, b |-> v, o |-> v2[j]] :
                                j \in {x \in Slots : b2[x] = v /\ (b1[x] # v \/ ~estd)}}
                 IN /\ b2 # oAccB[r] \/ v2 # oAccV[r] \/ ~estd \/ ack \notin msgs
                    /\ oAccB' = [oAccB EXCEPT ![r] = b2]
@@ -592,7 +690,7 @@ HandleOAccept(r, m) ==
                    /\ oVotes' = oVotes \cup newv
                    /\ msgs' = msgs \cup {ack}
                    /\ IF estd
-                      THEN UNCHANGED <<pView, est, joined, rc, oCom, oComB, safeUpto, cand, votedFor,
+                      THEN UNCHANGED <<epochVars, pView, est, joined, rc, oCom, oComB, safeUpto, cand, votedFor,
                                        want, handing>>
                       ELSE /\ pView' = [pView EXCEPT ![r] = v]
                            /\ est' = [est EXCEPT ![r] = [v |-> v, s |-> m.src, start |-> m.start,
@@ -609,7 +707,7 @@ HandleOAccept(r, m) ==
                            /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
                            /\ handing' = [handing EXCEPT ![r] = FALSE]
                    /\ UNCHANGED alarm
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
+    /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
                    leaseUntil, clock, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh, ranges,
                    rops, crashes>>
 
@@ -617,7 +715,7 @@ HandleOAccept(r, m) ==
 (* notification).  Establishes the view if r had not, and commits the      *)
 (* range's unexecuted slots; an executed slot is never overwritten.         *)
 HandleNewView(r, m) ==
-    /\ m.type = "NewView" /\ up[r] /\ m.view >= pView[r]
+    /\ m.type = "NewView" /\ Rcv(r, m) /\ Live(r) /\ m.view >= pView[r]
     /\ LET v    == m.view
            estd == joined[r] /\ est[r].v = v
            endm == m.start + Len(m.vals)
@@ -633,7 +731,7 @@ HandleNewView(r, m) ==
              /\ oAccB' = [oAccB EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN v ELSE @[j]]]
              /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> IF inR(j) THEN m.vals[j - m.start + 1]
                                                                 ELSE @[j]]]
-             /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> m.vals[j - m.start + 1]] :
+             /\ oVotes' = oVotes \cup {[e |-> ep[r], a |-> r, j |-> j, b |-> v, o |-> m.vals[j - m.start + 1]] :
                                         j \in {x \in Slots : inR(x)}}
              /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |->
                            inR(j) \/ (oCom[r][j] /\ (estd \/ Executed(r, j) \/ oAccB[r][j] >= v))]]
@@ -644,14 +742,14 @@ HandleNewView(r, m) ==
              /\ pView' = [pView EXCEPT ![r] = v]
              /\ est' = [est EXCEPT ![r] = [v |-> v, s |-> m.src, start |-> m.start, base |-> endm]]
              /\ joined' = [joined EXCEPT ![r] = TRUE]
-             /\ IF estd THEN UNCHANGED <<safeUpto, cand, votedFor, want, handing>>
+             /\ IF estd THEN UNCHANGED <<epochVars, safeUpto, cand, votedFor, want, handing>>
                 ELSE /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
                      /\ cand' = [cand EXCEPT ![r] = NoCand]
                      /\ votedFor' = [votedFor EXCEPT ![r] = -1]
                      /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
                      /\ handing' = [handing EXCEPT ![r] = FALSE]
-             /\ UNCHANGED <<msgs, alarm>>
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
+             /\ UNCHANGED <<epochVars, msgs, alarm>>
+    /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
                    leaseUntil, clock, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh, ranges,
                    rops, crashes>>
 
@@ -661,10 +759,10 @@ HandleNewView(r, m) ==
 (* raise the reported established view the way the old code did.           *)
 AskRange(r, m) ==
     /\ MutEstOnHeartbeat
-    /\ m.type \in {"Heartbeat", "OAccept"} /\ up[r] /\ m.view >= pView[r]
+    /\ m.type \in {"Heartbeat", "OAccept"} /\ Rcv(r, m) /\ Live(r) /\ m.view >= pView[r]
     /\ ~(joined[r] /\ est[r].v = m.view)
     /\ m.type = "OAccept" => ~m.rng
-    /\ LET ask == [type |-> "OAck", src |-> r, view |-> m.view, upto |-> -1]
+    /\ LET ask == [type |-> "OAck", ep |-> ep[r], src |-> r, view |-> m.view, upto |-> -1]
        IN IF MutEstOnHeartbeat /\ m.type = "Heartbeat" /\ est[r].v < m.view
           THEN /\ est' = [est EXCEPT ![r] = [@ EXCEPT !.v = m.view, !.s = m.src]]
                /\ pView' = [pView EXCEPT ![r] = m.view]
@@ -672,8 +770,8 @@ AskRange(r, m) ==
                /\ msgs' = msgs \cup {ask}
           ELSE /\ ask \notin msgs
                /\ msgs' = msgs \cup {ask}
-               /\ UNCHANGED <<est, pView, joined>>
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, oAccB, oAccV, up, rc, oCom, oComB, cCom, execd,
+               /\ UNCHANGED <<epochVars, est, pView, joined>>
+    /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, ownNext, snap, oAccB, oAccV, up, rc, oCom, oComB, cCom, execd,
                    safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
                    handing, clock, historyVars>>
 
@@ -683,33 +781,33 @@ AskRange(r, m) ==
 (* acceptors, N = 5).  A commit is relayed only within a view, whose        *)
 (* members forgot older unexecuted commits: one below the view is final.    *)
 HandleOCommit(r, m) ==
-    /\ m.type = "OCommit" /\ up[r] /\ r \in Learners /\ m.view = pView[r]
+    /\ m.type = "OCommit" /\ Rcv(r, m) /\ Live(r) /\ r \in Learners /\ m.view = pView[r]
     /\ LET j == m.slot
        IN /\ ~(oAccB[r][j] = m.b /\ oAccV[r][j] # m.o)
           /\ IF Executed(r, j)
              THEN /\ execd[r][j + 1].o # m.o
                   /\ alarm' = TRUE
-                  /\ UNCHANGED <<oAccB, oAccV, oCom, oComB, oVotes>>
+                  /\ UNCHANGED <<epochVars, oAccB, oAccV, oCom, oComB, oVotes>>
              ELSE IF oAccB[r][j] > m.b
              THEN IF oAccV[r][j] = m.o
                   THEN \* (an older commit ballot than the one r knows says "final")
                        /\ ~oCom[r][j] \/ m.b < oComB[r][j]
                        /\ oCom' = [oCom EXCEPT ![r][j] = TRUE]
                        /\ oComB' = [oComB EXCEPT ![r][j] = m.b]
-                       /\ UNCHANGED <<oAccB, oAccV, oVotes, alarm>>
+                       /\ UNCHANGED <<epochVars, oAccB, oAccV, oVotes, alarm>>
                   ELSE /\ alarm' = TRUE
-                       /\ UNCHANGED <<oAccB, oAccV, oCom, oComB, oVotes>>
+                       /\ UNCHANGED <<epochVars, oAccB, oAccV, oCom, oComB, oVotes>>
              ELSE IF m.b < est[r].v /\ j >= est[r].base
              THEN /\ alarm' = TRUE
-                  /\ UNCHANGED <<oAccB, oAccV, oCom, oComB, oVotes>>
+                  /\ UNCHANGED <<epochVars, oAccB, oAccV, oCom, oComB, oVotes>>
              ELSE /\ ~oCom[r][j] \/ oAccB[r][j] # m.b
                   /\ oAccB' = [oAccB EXCEPT ![r][j] = m.b]
                   /\ oAccV' = [oAccV EXCEPT ![r][j] = m.o]
                   /\ oCom' = [oCom EXCEPT ![r][j] = TRUE]
                   /\ oComB' = [oComB EXCEPT ![r][j] = m.b]
-                  /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> m.b, o |-> m.o]}
+                  /\ oVotes' = oVotes \cup {[e |-> ep[r], a |-> r, j |-> j, b |-> m.b, o |-> m.o]}
                   /\ UNCHANGED alarm
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, pView, est, up, joined, rc, cCom, execd,
+    /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, ownNext, snap, pView, est, up, joined, rc, cCom, execd,
                    safeUpto, want, cand, votedFor, prop, inflight, lost, crec, leaseUntil,
                    handing, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh, ranges,
                    rops, crashes>>
@@ -717,17 +815,17 @@ HandleOCommit(r, m) ==
 (* RelayOCommit(r, j) and RelayCCommit(r, n, i): answer a LearnRequest     *)
 (* with a commit r knows, in r's view.                                     *)
 RelayOCommit(r, j) ==
-    /\ Relays /\ up[r] /\ oCom[r][j] /\ oComB[r][j] >= 0
+    /\ Relays /\ Live(r) /\ oCom[r][j] /\ oComB[r][j] >= 0
     /\ j >= snap[r].slot     \* (below it, the answer is the snapshot: InstallSnapshot)
-    /\ LET m == [type |-> "OCommit", view |-> pView[r], slot |-> j, b |-> oComB[r][j],
+    /\ LET m == [type |-> "OCommit", ep |-> ep[r], view |-> pView[r], slot |-> j, b |-> oComB[r][j],
                  o |-> oAccV[r][j]]
        IN /\ m \notin msgs
           /\ msgs' = msgs \cup {m}
     /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
 
 RelayCCommit(r, n, i) ==
-    /\ Relays /\ up[r] /\ cCom[r][n][i] # Nil /\ ~Compacted(r, n, i)
-    /\ LET m == [type |-> "CCommit", view |-> pView[r], n |-> n, i |-> i, v |-> cCom[r][n][i]]
+    /\ Relays /\ Live(r) /\ cCom[r][n][i] # Nil /\ ~Compacted(r, n, i)
+    /\ LET m == [type |-> "CCommit", ep |-> ep[r], view |-> pView[r], n |-> n, i |-> i, v |-> cCom[r][n][i]]
        IN /\ m \notin msgs
           /\ msgs' = msgs \cup {m}
     /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
@@ -746,9 +844,11 @@ CommitOTo(r, safe) ==
     /\ Est(r)
     /\ safe =< SafePrefix(r)
     /\ LET v == pView[r]
-           own == {j \in Slots : j < safe /\ oAccV[r][j] = r /\ ~oCom[r][j]}
+           \* (MutStopTwoAcceptors: a STOP committed like r's own O-instances)
+           mine(j) == oAccV[r][j] = r \/ (MutStopTwoAcceptors /\ oAccV[r][j] = Stop)
+           own == {j \in Slots : j < safe /\ mine(j) /\ ~oCom[r][j]}
            all == IF IsSeq(r) THEN {j \in Slots : snap[r].slot =< j /\ j < safe} ELSE {}
-           ownIn == {j \in Slots : safeUpto[r] =< j /\ j < safe /\ oAccV[r][j] = r}
+           ownIn == {j \in Slots : safeUpto[r] =< j /\ j < safe /\ mine(j)}
        IN /\ safe > safeUpto[r]
           \* (the core traces the step only when it commits or counts an own slot)
           /\ ownIn \cup {j \in all : ~oCom[r][j]} # {}
@@ -756,8 +856,10 @@ CommitOTo(r, safe) ==
           /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> @[j] \/ j \in own \/ j \in all]]
           /\ oComB' = [oComB EXCEPT ![r] = [j \in Slots |->
                          IF ~oCom[r][j] /\ (j \in own \/ j \in all) THEN oAccB[r][j] ELSE @[j]]]
-          /\ msgs' = msgs \cup {[type |-> "OCommit", view |-> v, slot |-> j, b |-> oAccB[r][j],
-                                 o |-> r] : j \in own}
+          \* (the sequencer also broadcasts the commit of its STOP, membership.md 3.1)
+          /\ LET stops == {j \in all : oAccV[r][j] = Stop /\ ~oCom[r][j]}
+             IN msgs' = msgs \cup {[type |-> "OCommit", ep |-> ep[r], view |-> v, slot |-> j,
+                                    b |-> oAccB[r][j], o |-> oAccV[r][j]] : j \in own \cup stops}
     /\ UNCHANGED <<durableVars, up, joined, rc, cCom, execd, want, cand, votedFor, prop,
                    inflight, lost, crec, leaseUntil, handing, clock, historyVars>>
 
@@ -772,9 +874,12 @@ Ready(r, f) ==
     /\ cCom[r][r][f.i] = f.c
     /\ LET j == SlotOf(r, f.i)
        IN /\ 0 =< j /\ j < safeUpto[r]
+          \* (nothing after a STOP is READY, docs/membership.md 3.2)
+          /\ ~HasStop(r, j) \/ MutOldEpochStillDecides
           /\ inflight' = [inflight EXCEPT ![r] = @ \ {f}]
           /\ readyAt' = IF readyAt[f.c] = NoReady
-                        THEN [readyAt EXCEPT ![f.c] = [n |-> r, i |-> f.i, j |-> j, v |-> pView[r]]]
+                        THEN [readyAt EXCEPT ![f.c] = [n |-> r, i |-> f.i, j |-> j, v |-> pView[r],
+                                                                 e |-> ep[r]]]
                         ELSE readyAt
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
                    votedFor, prop, lost, crec, leaseUntil, handing, clock, msgs, nextCmd,
@@ -785,14 +890,17 @@ Ready(r, f) ==
 (* committed (a no-op runs nothing).  Counting is recomputed from the       *)
 (* executed prefix, never cached across views (pitfall 2).                  *)
 Execute(r) ==
-    /\ up[r] /\ r \in Learners
+    /\ Live(r) /\ r \in Learners
     /\ LET j == Len(execd[r])
            o == oAccV[r][j]
-           k == Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = o})
+           k == Cardinality({p \in DOMAIN execd[r] : p > ebase[r] /\ execd[r][p].o = o})
        IN /\ j < MaxSlot /\ oCom[r][j]
+          /\ o # Stop      \* (the executor stops at the STOP: StartEpoch executes it)
           /\ IF o = NoCl THEN TRUE ELSE k < MaxCIdx /\ cCom[r][o][k] # Nil
-          /\ LET e == IF o = NoCl THEN [slot |-> j, o |-> NoCl, ci |-> -1, cmd |-> NoOp, v |-> pView[r]]
-                      ELSE [slot |-> j, o |-> o, ci |-> k, cmd |-> cCom[r][o][k], v |-> pView[r]]
+          /\ LET e == IF o = NoCl THEN [slot |-> j, o |-> NoCl, ci |-> -1, cmd |-> NoOp, v |-> pView[r],
+                                         ep |-> ep[r]]
+                      ELSE [slot |-> j, o |-> o, ci |-> k, cmd |-> cCom[r][o][k], v |-> pView[r],
+                            ep |-> ep[r]]
              IN /\ execd' = [execd EXCEPT ![r] = Append(@, e)]
                 /\ execHist' = execHist \cup {e}
                 /\ execHigh' = [execHigh EXCEPT ![r] = Max({@, j + 1})]
@@ -809,11 +917,11 @@ Execute(r) ==
 (* a higher view and sends V-requests; it promises the view only when it    *)
 (* wins (docs/recovery.md section 0), and keeps serving its old view.       *)
 StartViewChangeTo(r, v) ==
-    /\ r \in Candidates /\ up[r]
+    /\ r \in Candidates /\ Live(r)
     /\ v > Max({cand[r].v, pView[r]})
     /\ LET from == Len(execd[r])
          IN /\ cand' = [cand EXCEPT ![r] = [v |-> v, from |-> from]]
-            /\ msgs' = msgs \cup {[type |-> "VRequest", src |-> r, view |-> v, from |-> from]}
+            /\ msgs' = msgs \cup {[type |-> "VRequest", ep |-> ep[r], src |-> r, view |-> v, from |-> from]}
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, votedFor,
                    prop, inflight, lost, crec, leaseUntil, handing, clock, historyVars>>
 
@@ -821,7 +929,7 @@ StartViewChange(r) == \E v \in Views : StartViewChangeTo(r, v)
 
 (* AbandonCandidacy(r): a heartbeat of a live sequencer, or a timeout.      *)
 AbandonCandidacy(r) ==
-    /\ Retries /\ up[r] /\ cand[r] # NoCand
+    /\ Retries /\ Live(r) /\ cand[r] # NoCand
     /\ cand' = [cand EXCEPT ![r] = NoCand]
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, votedFor,
                    prop, inflight, lost, crec, leaseUntil, handing, clock, msgs, historyVars>>
@@ -833,7 +941,7 @@ AbandonCandidacy(r) ==
 (* every message of an older view (fencing) and forgets the unexecuted      *)
 (* commits of older views (revocable with N = 5).  A lost vote is resent.   *)
 HandleVRequest(r, m) ==
-    /\ m.type = "VRequest" /\ r \in Voters /\ up[r]
+    /\ m.type = "VRequest" /\ Rcv(r, m) /\ r \in Voters /\ Live(r)
     /\ \/ /\ m.view > pView[r]
           \* (a vote for the lease's own holder keeps the promise the lease made)
           /\ clock >= leaseUntil[r] \/ m.src = SeqOf(r)
@@ -852,8 +960,8 @@ HandleVRequest(r, m) ==
        \/ /\ Retries /\ m.view = pView[r] /\ votedFor[r] = m.src /\ ~joined[r]
           /\ VoteMsg(r, m.src, m.view, m.from) \notin msgs
           /\ msgs' = msgs \cup {VoteMsg(r, m.src, m.view, m.from)}
-          /\ UNCHANGED <<pView, joined, rc, oCom, oComB, safeUpto, cand, votedFor, want, handing>>
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, oAccB, oAccV, est, up, cCom, execd, prop,
+          /\ UNCHANGED <<epochVars, pView, joined, rc, oCom, oComB, safeUpto, cand, votedFor, want, handing>>
+    /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, ownNext, snap, oAccB, oAccV, est, up, cCom, execd, prop,
                    inflight, lost, crec, leaseUntil, clock, historyVars>>
 
 (* BecomeSequencer(r) (core: HandleVote completing a majority): with votes  *)
@@ -863,26 +971,27 @@ HandleVRequest(r, m) ==
 (* the sequencer.  It may allocate at once; nothing beyond the range can be *)
 (* safe before a majority accepted the range.                               *)
 BecomeSequencer(r) ==
-    /\ up[r] /\ cand[r] # NoCand
+    /\ Live(r) /\ cand[r] # NoCand
     /\ LET v    == cand[r].v
            from == cand[r].from
-           VS   == {x \in msgs : x.type = "Vote" /\ x.dst = r /\ x.view = v /\ x.from = from}
+           VS   == {x \in msgs : x.type = "Vote" /\ x.ep = ep[r] /\ Counted(x) /\ x.dst = r
+                                /\ x.view = v /\ x.from = from}
            own  == [src |-> r, olog |-> OLogFrom(r, from), cmax |-> [n \in R |-> CMax(r, n)],
                     ev |-> est[r].v, es |-> est[r].s, eb |-> est[r].base, snap |-> snap[r].slot]
-           cov  == [n \in R |-> Cardinality({p \in 1 .. from : execd[r][p].o = n})]
+           cov  == [n \in R |-> Cardinality({p \in 1 .. from : p > ebase[r] /\ execd[r][p].o = n})]
        IN /\ v > pView[r]
           /\ clock >= leaseUntil[r] \/ MutIgnoreOwnLease
           \* (r may have executed beyond `from` since it started: those slots are
           \* chosen, and the rebuild must give them the same values, else alarm)
           /\ from =< Len(execd[r])
-          /\ \E Q \in Picks({x \in VS : x.src # r}, Maj - 1) :
+          /\ \E Q \in Picks({x \in VS : x.src # r}, Maj(r) - 1) :
                \* A vote reports slots only from its voter's snapshot on (16.3): a
                \* candidate whose o_from is below a snapshot slot of its votes (its own
                \* included) installs a snapshot and asks again from there first.
                /\ MutCompactedLooksEmpty \/ \A x \in Q \cup {own} : x.snap =< from
                /\ LET res == BuildLog({[src |-> x.src, olog |-> x.olog, cmax |-> x.cmax,
                                         ev |-> x.ev, es |-> x.es, eb |-> x.eb] : x \in Q}
-                                      \cup {own}, from, cov)
+                                      \cup {own}, from, cov, Mem(ep[r]))
                       \* The range also re-proposes what r executed and some voter did
                       \* not (held by two replicas only, N = 5, until then), from r's
                       \* snapshot on: below it, slots are majority-executed and final.
@@ -905,9 +1014,10 @@ BecomeSequencer(r) ==
                      /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> Executed(r, j)
                                                                   /\ j >= snap[r].slot]]
                      /\ oComB' = oComB
-                     /\ oVotes' = oVotes \cup {[a |-> r, j |-> j, b |-> v, o |-> L[j - start + 1]] :
+                     /\ oVotes' = oVotes \cup {[e |-> ep[r], a |-> r, j |-> j, b |-> v, o |-> L[j - start + 1]] :
                                                 j \in {x \in Slots : inR(x)}}
-                     /\ ranges' = ranges \cup {[v |-> v, s |-> r, log |-> full]}
+                     /\ ranges' = ranges \cup {[e |-> ep[r], lo |-> ebase[r], v |-> v, s |-> r,
+                                                 log |-> full]}
                      /\ alarm' = (alarm \/ res.bad
                                    \/ \E j \in from .. (Len(execd[r]) - 1) :
                                          j >= end \/ L[j - start + 1] # execd[r][j + 1].o)
@@ -916,7 +1026,7 @@ BecomeSequencer(r) ==
     /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
     /\ safeUpto' = [safeUpto EXCEPT ![r] = 0]
     /\ handing' = [handing EXCEPT ![r] = FALSE]
-    /\ UNCHANGED <<cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
+    /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, ownNext, snap, up, cCom, execd, prop, inflight, lost, crec,
                    leaseUntil, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh,
                    rops, crashes>>
 
@@ -926,15 +1036,16 @@ SendNewView(s) ==
     /\ IsSeq(s) /\ ~rc[s]
     /\ est[s].start >= snap[s].slot    \* (it sends the range whole, as SendOAccept)
     /\ \/ MutNoReaccept
-       \/ Cardinality({s} \cup {q \in R : \E a \in msgs : a.type = "OAck" /\ a.src = q
-                                    /\ a.view = pView[s] /\ a.upto >= est[s].base}) >= Maj
+       \/ Cardinality({s} \cup {q \in Voting(ep[s]) : \E a \in msgs : a.type = "OAck" /\ a.ep = ep[s]
+                                    /\ a.src = q /\ a.view = pView[s] /\ a.upto >= est[s].base})
+            >= Maj(s)
     /\ LET st == est[s].start
            b  == est[s].base
        IN /\ rc' = [rc EXCEPT ![s] = TRUE]
           /\ oCom' = [oCom EXCEPT ![s] = [j \in Slots |-> @[j] \/ (st =< j /\ j < b)]]
           /\ oComB' = [oComB EXCEPT ![s] = [j \in Slots |->
                          IF ~oCom[s][j] /\ st =< j /\ j < b THEN pView[s] ELSE @[j]]]
-          /\ msgs' = msgs \cup {[type |-> "NewView", src |-> s, view |-> pView[s], start |-> st,
+          /\ msgs' = msgs \cup {[type |-> "NewView", ep |-> ep[s], src |-> s, view |-> pView[s], start |-> st,
                                  vals |-> [k \in 1 .. (b - st) |-> oAccV[s][st + k - 1]]]}
     /\ UNCHANGED <<durableVars, up, joined, cCom, execd, safeUpto, want, cand, votedFor, prop,
                    inflight, lost, crec, leaseUntil, handing, clock, historyVars>>
@@ -948,7 +1059,7 @@ SendNewView(s) ==
 (* clock) and says how long its log is and, once chosen, its range's base.  *)
 SendHeartbeat(s) ==
     /\ IsSeq(s) /\ Heartbeats
-    /\ LET m == [type |-> "Heartbeat", src |-> s, view |-> pView[s], stamp |-> clock,
+    /\ LET m == [type |-> "Heartbeat", ep |-> ep[s], src |-> s, view |-> pView[s], stamp |-> clock,
                  len |-> Acc(s), base |-> IF rc[s] THEN est[s].base ELSE -1]
        IN /\ m \notin msgs
           /\ msgs' = msgs \cup {m}
@@ -958,10 +1069,10 @@ SendHeartbeat(s) ==
 (* base says the range is chosen (its slots are committed); r may grant a   *)
 (* lease: no vote, its own included, before clock + Lease.                  *)
 HandleHeartbeat(r, m, grant) ==
-    /\ m.type = "Heartbeat" /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
+    /\ m.type = "Heartbeat" /\ Rcv(r, m) /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
     /\ m.base >= 0 => m.base = est[r].base
     /\ LET learnRange == m.base >= 0 /\ ~rc[r]
-           g == [type |-> "LeaseGrant", src |-> r, view |-> m.view, stamp |-> m.stamp]
+           g == [type |-> "LeaseGrant", ep |-> ep[r], src |-> r, view |-> m.view, stamp |-> m.stamp]
        IN /\ learnRange \/ grant
           /\ rc' = IF learnRange THEN [rc EXCEPT ![r] = TRUE] ELSE rc
           /\ oCom' = IF learnRange
@@ -982,11 +1093,14 @@ HandleHeartbeat(r, m, grant) ==
 \* s holds a lease from a majority (itself included) at this instant.
 HasLease(s) ==
     /\ IsSeq(s) /\ rc[s] /\ ~handing[s]
+    \* (a sequencer that holds a stop answers no read in that epoch, membership.md 4.5)
+    /\ ~HasStop(s, Acc(s))
     /\ \E hb \in msgs :
-         /\ hb.type = "Heartbeat" /\ hb.src = s /\ hb.view = pView[s]
+         /\ hb.type = "Heartbeat" /\ hb.ep = ep[s] /\ hb.src = s /\ hb.view = pView[s]
          /\ clock < hb.stamp + LeaseHold
-         /\ Cardinality({s} \cup {q \in R : [type |-> "LeaseGrant", src |-> q, view |-> pView[s],
-                                              stamp |-> hb.stamp] \in msgs}) >= Maj
+         /\ Cardinality({s} \cup {q \in Voting(ep[s]) :
+                                   [type |-> "LeaseGrant", ep |-> ep[s], src |-> q, view |-> pView[s],
+                                    stamp |-> hb.stamp] \in msgs}) >= Maj(s)
 
 ExecutedCmds(r) == {execd[r][p].cmd : p \in DOMAIN execd[r]}
 
@@ -997,28 +1111,28 @@ Read(r) ==
     /\ r \in Readers /\ Est(r) /\ Len(rops) < MaxReads
     /\ LET id == Len(rops) + 1
            op(st, slot) == [r |-> r, st |-> st, before |-> ReadySet, slot |-> slot,
-                            result |-> {}]
+                            result |-> {}, e |-> ep[r]]
        IN IF IsSeq(r)
           THEN /\ HasLease(r)
                /\ rops' = Append(rops, op("wait", Acc(r) - 1))
                /\ UNCHANGED msgs
           ELSE /\ rops' = Append(rops, op("ask", -1))
-               /\ msgs' = msgs \cup {[type |-> "RRequest", src |-> r, view |-> pView[r], id |-> id]}
+               /\ msgs' = msgs \cup {[type |-> "RRequest", ep |-> ep[r], src |-> r, view |-> pView[r], id |-> id]}
     /\ UNCHANGED <<durableVars, volatileVars, clock, nextCmd, readyAt, readyBefore, cVotes,
                    oVotes, execHist, execHigh, ranges, crashes, alarm>>
 
 (* HandleRRequest(s, m): the sequencer answers with the end of its log, but *)
 (* only while it holds its lease at this instant.                           *)
 HandleRRequest(s, m) ==
-    /\ m.type = "RRequest" /\ IsSeq(s) /\ m.view = pView[s] /\ HasLease(s)
-    /\ LET a == [type |-> "RReply", src |-> s, view |-> m.view, id |-> m.id, slot |-> Acc(s) - 1]
+    /\ m.type = "RRequest" /\ Rcv(s, m) /\ IsSeq(s) /\ m.view = pView[s] /\ HasLease(s)
+    /\ LET a == [type |-> "RReply", ep |-> ep[s], src |-> s, view |-> m.view, id |-> m.id, slot |-> Acc(s) - 1]
        IN /\ a \notin msgs
           /\ msgs' = msgs \cup {a}
     /\ UNCHANGED <<durableVars, volatileVars, clock, historyVars>>
 
 (* HandleRReply(r, m): the reader now waits until it executed that slot.    *)
 HandleRReply(r, m) ==
-    /\ m.type = "RReply" /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
+    /\ m.type = "RReply" /\ Rcv(r, m) /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
     /\ m.id \in DOMAIN rops /\ rops[m.id].r = r /\ rops[m.id].st = "ask"
     /\ rops' = [rops EXCEPT ![m.id].st = "wait", ![m.id].slot = m.slot]
     /\ UNCHANGED <<durableVars, volatileVars, clock, msgs, nextCmd, readyAt, readyBefore,
@@ -1026,7 +1140,7 @@ HandleRReply(r, m) ==
 
 (* ServeRead(r, k): r executed through the slot: the read returns r's state. *)
 ServeRead(r, k) ==
-    /\ up[r] /\ k \in DOMAIN rops /\ rops[k].r = r /\ rops[k].st = "wait"
+    /\ Live(r) /\ k \in DOMAIN rops /\ rops[k].r = r /\ rops[k].st = "wait"
     /\ Len(execd[r]) > rops[k].slot
     /\ rops' = [rops EXCEPT ![k].st = "done", ![k].result = ExecutedCmds(r)]
     /\ UNCHANGED <<durableVars, volatileVars, clock, msgs, nextCmd, readyAt, readyBefore,
@@ -1039,7 +1153,7 @@ Handover(s, t) ==
     /\ Handovers /\ IsSeq(s) /\ rc[s] /\ t \in Candidates /\ t # s
     /\ handing' = [handing EXCEPT ![s] = TRUE]
     /\ leaseUntil' = [leaseUntil EXCEPT ![s] = clock]
-    /\ LET m == [type |-> "Handover", src |-> s, view |-> pView[s], target |-> t]
+    /\ LET m == [type |-> "Handover", ep |-> ep[s], src |-> s, view |-> pView[s], target |-> t]
        IN /\ m \notin msgs
           /\ msgs' = msgs \cup {m}
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
@@ -1047,7 +1161,7 @@ Handover(s, t) ==
 
 (* HandleHandover(r, m): the holder released its lease: r may vote now.     *)
 HandleHandover(r, m) ==
-    /\ m.type = "Handover" /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
+    /\ m.type = "Handover" /\ Rcv(r, m) /\ Est(r) /\ m.view = pView[r] /\ m.src = est[r].s
     /\ leaseUntil[r] > clock
     /\ leaseUntil' = [leaseUntil EXCEPT ![r] = clock]
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
@@ -1065,7 +1179,7 @@ Tick ==
 
 \* cpt: "compacted below executed[n]" (16.3), instead of what r forgot: nothing.
 PromiseMsg(r, n, i, b) ==
-    [type |-> "CPromise", src |-> r, view |-> pView[r], n |-> n, i |-> i, b |-> b,
+    [type |-> "CPromise", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> n, i |-> i, b |-> b,
      ab |-> cAccB[r][n][i], av |-> cAccV[r][n][i], com |-> cCom[r][n][i],
      cpt |-> Compacted(r, n, i) /\ ~MutCompactedLooksEmpty]
 
@@ -1075,17 +1189,17 @@ StartCRecovery(r) ==
     /\ r \in Recoverers /\ Est(r) /\ crec[r] = NoRec
     /\ LET j == Len(execd[r])
            n == oAccV[r][j]
-           k == Cardinality({p \in DOMAIN execd[r] : execd[r][p].o = n})
+           k == Cardinality({p \in DOMAIN execd[r] : p > ebase[r] /\ execd[r][p].o = n})
        IN /\ j < MaxSlot /\ oCom[r][j] /\ n \in R /\ n # r /\ k < MaxCIdx
           /\ cCom[r][n][k] = Nil
           /\ LET b == CBal(BalRound(cProm[r][n][k]) + 1, r)
              IN /\ BalRound(b) =< MaxCRound
                 /\ cProm' = [cProm EXCEPT ![r][n][k] = b]
                 /\ crec' = [crec EXCEPT ![r] = [n |-> n, i |-> k, b |-> b]]
-                /\ msgs' = msgs \cup {[type |-> "CPrepare", src |-> r, view |-> pView[r], n |-> n,
+                /\ msgs' = msgs \cup {[type |-> "CPrepare", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> n,
                                        i |-> k, b |-> b],
                                       PromiseMsg(r, n, k, b)}
-    /\ UNCHANGED <<cAccB, cAccV, ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom,
+    /\ UNCHANGED <<epochVars, cAccB, cAccV, ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom,
                    execd, safeUpto, want, cand, votedFor, prop, inflight, lost, leaseUntil,
                    handing, clock, historyVars>>
 
@@ -1093,13 +1207,13 @@ StartCRecovery(r) ==
 (* accepted ballot and value, and whether r knows the instance chosen.     *)
 (* For an instance r compacted it promises nothing and says "compacted".  *)
 HandleCPrepare(r, m) ==
-    /\ m.type = "CPrepare" /\ up[r] /\ m.view = pView[r]
+    /\ m.type = "CPrepare" /\ Rcv(r, m) /\ Live(r) /\ m.view = pView[r]
     /\ m.b >= cProm[r][m.n][m.i]
     /\ LET pm  == PromiseMsg(r, m.n, m.i, m.b)
        IN /\ pm \notin msgs \/ (~pm.cpt /\ cProm[r][m.n][m.i] # m.b)
           /\ cProm' = IF pm.cpt THEN cProm ELSE [cProm EXCEPT ![r][m.n][m.i] = m.b]
           /\ msgs' = msgs \cup {pm}
-    /\ UNCHANGED <<cAccB, cAccV, ownNext, snap, oAccB, oAccV, pView, est, volatileVars, clock,
+    /\ UNCHANGED <<epochVars, cAccB, cAccV, ownNext, snap, oAccB, oAccV, pView, est, volatileVars, clock,
                    historyVars>>
 
 (* HandleCPromise(r, m): with promises from a majority, propose the chosen *)
@@ -1109,22 +1223,22 @@ HandleCPrepare(r, m) ==
 (* A promise saying "compacted": the instance was executed, so its value   *)
 (* is chosen: give up (and install a snapshot), never choose a no-op.      *)
 CPromiseCompacted(r, m) ==
-    /\ m.type = "CPromise" /\ up[r] /\ m.view = pView[r]
+    /\ m.type = "CPromise" /\ Rcv(r, m) /\ Live(r) /\ m.view = pView[r]
     /\ crec[r] # NoRec /\ m.n = crec[r].n /\ m.i = crec[r].i /\ m.b = crec[r].b
     /\ m.cpt
     /\ crec' = [crec EXCEPT ![r] = NoRec]
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
                    votedFor, prop, inflight, lost, leaseUntil, handing, clock, msgs, historyVars>>
 CPromiseQuorum(r, m) ==
-    /\ m.type = "CPromise" /\ up[r] /\ m.view = pView[r]
+    /\ m.type = "CPromise" /\ Rcv(r, m) /\ Live(r) /\ m.view = pView[r]
     /\ crec[r] # NoRec /\ m.n = crec[r].n /\ m.i = crec[r].i /\ m.b = crec[r].b
     /\ ~m.cpt
-    /\ LET P == {x \in msgs : x.type = "CPromise" /\ x.n = m.n /\ x.i = m.i /\ x.b = m.b
-                              /\ ~x.cpt}
+    /\ LET P == {x \in msgs : x.type = "CPromise" /\ x.ep = ep[r] /\ Counted(x) /\ x.n = m.n
+                              /\ x.i = m.i /\ x.b = m.b /\ ~x.cpt}
            n == m.n
            i == m.i
            b == m.b
-       IN \E Q0 \in Picks({x \in P : x.src # m.src}, Maj - 1) :
+       IN \E Q0 \in Picks({x \in P : x.src # m.src}, Maj(r) - 1) :
             LET Q == Q0 \cup {m} IN
             /\ m.src \notin {x.src : x \in Q0}
             /\ LET coms == {x.com : x \in {y \in Q : y.com # Nil}}
@@ -1133,26 +1247,26 @@ CPromiseQuorum(r, m) ==
                            ELSE IF hb < 0 THEN NoOp ELSE (CHOOSE x \in Q : x.ab = hb).av
                IN IF (cProm[r][n][i] > b /\ ~MutRecoveryIgnoresPromise) \/ cCom[r][n][i] # Nil
                   THEN /\ crec' = [crec EXCEPT ![r] = NoRec]
-                       /\ UNCHANGED <<cProm, cAccB, cAccV, prop, msgs, cVotes>>
+                       /\ UNCHANGED <<epochVars, cProm, cAccB, cAccV, prop, msgs, cVotes>>
                   ELSE /\ cProm' = [cProm EXCEPT ![r][n][i] = b]
                        /\ cAccB' = [cAccB EXCEPT ![r][n][i] = b]
                        /\ cAccV' = [cAccV EXCEPT ![r][n][i] = val]
-                       /\ cVotes' = cVotes \cup {[a |-> r, n |-> n, i |-> i, b |-> b, v |-> val]}
+                       /\ cVotes' = cVotes \cup {[e |-> ep[r], a |-> r, n |-> n, i |-> i, b |-> b, v |-> val]}
                        /\ crec' = [crec EXCEPT ![r] = NoRec]
                        /\ prop' = [prop EXCEPT ![r] = @ \cup {[n |-> n, i |-> i, b |-> b, v |-> val]}]
                        /\ msgs' = msgs \cup
-                            {[type |-> "CAccept", src |-> r, view |-> pView[r], n |-> n, i |-> i,
+                            {[type |-> "CAccept", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> n, i |-> i,
                               b |-> b, v |-> val],
-                             [type |-> "CAck", src |-> r, view |-> pView[r], n |-> n, i |-> i,
+                             [type |-> "CAck", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> n, i |-> i,
                               b |-> b]}
-    /\ UNCHANGED <<ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
+    /\ UNCHANGED <<epochVars, ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
                    safeUpto, want, cand, votedFor, inflight, lost, leaseUntil, handing, clock,
                    nextCmd, readyAt, readyBefore, oVotes, execHist, execHigh, ranges, rops, crashes, alarm>>
 
 HandleCPromise(r, m) == CPromiseCompacted(r, m) \/ CPromiseQuorum(r, m)
 
 AbandonCRecovery(r) ==
-    /\ up[r] /\ crec[r] # NoRec
+    /\ Live(r) /\ crec[r] # NoRec
     /\ crec' = [crec EXCEPT ![r] = NoRec]
     /\ UNCHANGED <<durableVars, up, joined, rc, oCom, oComB, cCom, execd, safeUpto, want, cand,
                    votedFor, prop, inflight, lost, leaseUntil, handing, clock, msgs, historyVars>>
@@ -1219,11 +1333,12 @@ Restart(r) ==
 \* longest prefix each replica ever executed, before crashes too): every point
 \* the core can compute from grants is at most this one, so the model allows at
 \* least every snapshot the core can take.
-MajExecuted == Max({k \in 0 .. MaxSlot : Cardinality({q \in R : execHigh[q] >= k}) >= Maj})
+MajExecuted(r) ==
+    Max({k \in 0 .. MaxSlot : Cardinality({q \in Mem(ep[r]) : execHigh[q] >= k}) >= Maj(r)})
 
 \* r adopts snapshot [slot S, exec ex, cmax cm] and forgets what lies below it.
 Compact(r, S, ex, cm) ==
-    LET cnt == [n \in R |-> Cardinality({p \in DOMAIN ex : ex[p].o = n})]
+    LET cnt == [n \in R |-> Cardinality({p \in DOMAIN ex : p > ebase[r] /\ ex[p].o = n})]
         gone(n, i) == i < cnt[n]
     IN /\ snap' = [snap EXCEPT ![r] = [slot |-> S, exec |-> ex, cmax |-> cm]]
        /\ cProm' = [cProm EXCEPT ![r] = [n \in R |-> [i \in CIdx |->
@@ -1244,10 +1359,10 @@ Compact(r, S, ex, cm) ==
 (* its executed prefix and the majority-executed point (16.2: a committed   *)
 (* but revocable slot is never compacted).                                  *)
 TakeSnapshotAt(r, S) ==
-    /\ r \in Compactors /\ up[r]
-    /\ snap[r].slot < S /\ S =< Len(execd[r]) /\ S =< MajExecuted
+    /\ r \in Compactors /\ Live(r)
+    /\ snap[r].slot < S /\ S =< Len(execd[r]) /\ S =< MajExecuted(r)
     /\ Compact(r, S, SubSeq(execd[r], 1, S), [n \in R |-> CMax(r, n)])
-    /\ UNCHANGED <<ownNext, pView, est, up, joined, rc, execd, safeUpto, want, cand, votedFor,
+    /\ UNCHANGED <<epochVars, ownNext, pView, est, up, joined, rc, execd, safeUpto, want, cand, votedFor,
                    inflight, lost, crec, leaseUntil, handing, clock, msgs, historyVars>>
 
 TakeSnapshot(r) == \E S \in 1 .. MaxSlot : TakeSnapshotAt(r, S)
@@ -1263,7 +1378,7 @@ TakeSnapshot(r) == \E S \in 1 .. MaxSlot : TakeSnapshotAt(r, S)
 (* it; an offer of an older snapshot of p, installed later, is not          *)
 (* modelled.)                                                               *)
 InstallSnapshot(r, p) ==
-    /\ r \in Installers /\ up[r] /\ p # r
+    /\ r \in Installers /\ Live(r) /\ p # r /\ ep[p] = ep[r]
     /\ snap[p].slot > Len(execd[r])
     /\ LET S == snap[p].slot
        IN /\ Compact(r, S, snap[p].exec, [n \in R |-> Max({CMax(r, n), snap[p].cmax[n]})])
@@ -1271,12 +1386,92 @@ InstallSnapshot(r, p) ==
           /\ execHigh' = [execHigh EXCEPT ![r] = Max({@, S})]
           /\ IF cand[r] # NoCand
              THEN /\ cand' = [cand EXCEPT ![r].from = S]
-                  /\ msgs' = msgs \cup {[type |-> "VRequest", src |-> r, view |-> cand[r].v,
+                  /\ msgs' = msgs \cup {[type |-> "VRequest", ep |-> ep[r], src |-> r, view |-> cand[r].v,
                                          from |-> S]}
-             ELSE UNCHANGED <<cand, msgs>>
-    /\ UNCHANGED <<ownNext, pView, est, up, joined, rc, safeUpto, want, votedFor, inflight, lost,
+             ELSE UNCHANGED <<epochVars, cand, msgs>>
+    /\ UNCHANGED <<epochVars, ownNext, pView, est, up, joined, rc, safeUpto, want, votedFor, inflight, lost,
                    crec, leaseUntil, handing, clock, nextCmd, readyAt, readyBefore, cVotes, oVotes,
                    execHist, ranges, rops, crashes, alarm>>
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Membership change (docs/membership.md 3 and 4): the history is a        *)
+(* sequence of epochs, each a fixed-membership SDPaxos over the members    *)
+(* Mem(e).  Epoch e ends at the slot s of its STOP; epoch e+1 starts at    *)
+(* slot s+1 (global slots: the executed log spans epochs) from the state   *)
+(* at the stop (the base snapshot: snap at slot s+1, every C-count 0).     *)
+(* Every per-epoch state is reset: views restart at 0 with the fixed       *)
+(* sequencer Seq0Of(e+1), C-instances are numbered from 0 per owner again, *)
+(* the O-log holds nothing above the base, promises and leases are gone.   *)
+(* Own C-instances not executed by the stop are abandoned and their        *)
+(* commands proposed again in e+1 (lost).  Switching is one atomic, durable *)
+(* step: a crash before it restarts in e (the stop is executed again), one *)
+(* after it restarts in e+1 from the base snapshot (membership.md 4.3; the *)
+(* code sends nothing of e+1 before the base is durable, so a crash between *)
+(* executing the stop and saving the base is a crash before the step).    *)
+(* A replica that is no member of e+1 is removed: it acts no more (unless  *)
+(* Outsiders), and its messages are dropped (Counted).                     *)
+(***************************************************************************)
+NewEpoch(r, ex) ==
+    LET e == ep[r] + 1
+        b == Len(ex)
+        done == {ex[p].cmd : p \in DOMAIN ex}
+    IN /\ ep' = [ep EXCEPT ![r] = e]
+       /\ ebase' = [ebase EXCEPT ![r] = b]
+       /\ execd' = [execd EXCEPT ![r] = ex]
+       /\ execHigh' = [execHigh EXCEPT ![r] = Max({@, b})]
+       /\ snap' = [snap EXCEPT ![r] = [slot |-> b, exec |-> ex, cmax |-> [n \in R |-> -1]]]
+       /\ cProm' = [cProm EXCEPT ![r] = [n \in R |-> [i \in CIdx |-> -1]]]
+       /\ cAccB' = [cAccB EXCEPT ![r] = [n \in R |-> [i \in CIdx |-> -1]]]
+       /\ cAccV' = [cAccV EXCEPT ![r] = [n \in R |-> [i \in CIdx |-> Nil]]]
+       /\ ownNext' = [ownNext EXCEPT ![r] = 0]
+       /\ oAccB' = [oAccB EXCEPT ![r] = [j \in Slots |-> -1]]
+       /\ oAccV' = [oAccV EXCEPT ![r] = [j \in Slots |-> Empty]]
+       /\ pView' = [pView EXCEPT ![r] = 0]
+       /\ est' = [est EXCEPT ![r] = [v |-> 0, s |-> Seq0Of(e), start |-> b, base |-> b]]
+       /\ joined' = [joined EXCEPT ![r] = TRUE]
+       /\ rc' = [rc EXCEPT ![r] = TRUE]
+       /\ oCom' = [oCom EXCEPT ![r] = [j \in Slots |-> FALSE]]
+       /\ oComB' = [oComB EXCEPT ![r] = [j \in Slots |-> -1]]
+       /\ cCom' = [cCom EXCEPT ![r] = [n \in R |-> [i \in CIdx |-> Nil]]]
+       /\ safeUpto' = [safeUpto EXCEPT ![r] = b]
+       /\ want' = [want EXCEPT ![r] = [n \in R |-> 0]]
+       /\ cand' = [cand EXCEPT ![r] = NoCand]
+       /\ votedFor' = [votedFor EXCEPT ![r] = -1]
+       /\ prop' = [prop EXCEPT ![r] = {}]
+       /\ inflight' = [inflight EXCEPT ![r] = {}]
+       /\ lost' = [lost EXCEPT ![r] = (@ \cup {f.c : f \in inflight[r]}) \ done]
+       /\ crec' = [crec EXCEPT ![r] = NoRec]
+       /\ leaseUntil' = [leaseUntil EXCEPT ![r] = 0]
+       /\ handing' = [handing EXCEPT ![r] = FALSE]
+       \* (a read waiting at r is asked again in the new epoch: the old one fails)
+       /\ rops' = [k \in DOMAIN rops |->
+                     IF rops[k].r = r /\ rops[k].st \in {"ask", "wait"} THEN [rops[k] EXCEPT !.st = "fail"]
+                     ELSE rops[k]]
+
+(* StartEpoch(r) (core: Member): r executes the STOP at its next slot j:   *)
+(* it ends epoch ep[r] and starts ep[r]+1 at slot j+1.                     *)
+StartEpoch(r) ==
+    /\ Live(r) /\ r \in Learners
+    /\ LET j == Len(execd[r])
+           x == [slot |-> j, o |-> Stop, ci |-> -1, cmd |-> NoOp, v |-> pView[r], ep |-> ep[r]]
+       IN /\ j < MaxSlot /\ oCom[r][j] /\ oAccV[r][j] = Stop /\ ep[r] + 1 < NEp
+          /\ NewEpoch(r, Append(execd[r], x))
+          /\ execHist' = execHist \cup {x}
+    /\ UNCHANGED <<up, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, oVotes, ranges, crashes,
+                   alarm>>
+
+(* InstallEpoch(r, p) (core: Member): r, still in epoch e (a late member, a *)
+(* learner, or a replica that crashed before its switch was durable), sees *)
+(* a member p of e+1 (its EpochNotice, or any message of e+1) and installs *)
+(* e+1's base snapshot from p: the same as executing the stop.  (p serves   *)
+(* its base while it is its newest snapshot.)                              *)
+InstallEpoch(r, p) ==
+    /\ r \in Installers /\ up[r] /\ up[p] /\ ep[p] = ep[r] + 1 /\ p \in Mem(ep[p])
+    /\ snap[p].slot = ebase[p] /\ Len(execd[r]) < ebase[p]
+    /\ NewEpoch(r, snap[p].exec)
+    /\ UNCHANGED <<up, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, oVotes, execHist, ranges,
+                   crashes, alarm>>
 
 -----------------------------------------------------------------------------
 \* Scope: an Isolated replica is cut off from every view above 0.
@@ -1288,7 +1483,8 @@ Next ==
          \/ Propose(r) \/ CommitO(r) \/ Execute(r) \/ StartViewChange(r)
          \/ AbandonCandidacy(r) \/ BecomeSequencer(r) \/ SendNewView(r) \/ SendHeartbeat(r)
          \/ Read(r) \/ StartCRecovery(r) \/ AbandonCRecovery(r) \/ Crash(r) \/ Restart(r)
-         \/ Resync(r) \/ TakeSnapshot(r)
+         \/ Resync(r) \/ TakeSnapshot(r) \/ AllocateStop(r) \/ StartEpoch(r)
+         \/ \E p \in R : InstallEpoch(r, p)
          \/ \E p \in R : InstallSnapshot(r, p)
          \/ \E f \in inflight[r] : Ready(r, f)
          \/ \E p \in prop[r] : SendCAccept(r, p)
@@ -1333,31 +1529,39 @@ TypeOK ==
                     /\ snap[a].slot =< Len(execd[a])
     /\ clock \in 0 .. MaxTime
 
-\* C_n^i is chosen with value v: a majority accepted v at one ballot.
-ChosenC(n, i, v) ==
+\* C-instance (e, n, i) is chosen with value v: a majority of epoch e's members
+\* accepted v at one ballot (C-instances are named by epoch, owner and index).
+ChosenC(e, n, i, v) ==
     \E b \in -1 .. MaxB :
-        Cardinality({a \in R : [a |-> a, n |-> n, i |-> i, b |-> b, v |-> v] \in cVotes}) >= Maj
-ChosenO(j, o) ==
-    \E b \in Views : Cardinality({a \in R : [a |-> a, j |-> j, b |-> b, o |-> o] \in oVotes}) >= Maj
+        Cardinality({a \in Mem(e) : [e |-> e, a |-> a, n |-> n, i |-> i, b |-> b, v |-> v] \in cVotes})
+            >= MajE(e)
+ChosenO(e, j, o) ==
+    \E b \in Views :
+        Cardinality({a \in Mem(e) : [e |-> e, a |-> a, j |-> j, b |-> b, o |-> o] \in oVotes}) >= MajE(e)
 
 CChosenUnique ==
-    \A n \in R, i \in CIdx : \A v1, v2 \in CVals : ChosenC(n, i, v1) /\ ChosenC(n, i, v2) => v1 = v2
+    \A e \in Epochs, n \in R, i \in CIdx : \A v1, v2 \in CVals :
+        ChosenC(e, n, i, v1) /\ ChosenC(e, n, i, v2) => v1 = v2
 
-OChosenUnique ==     \* Paxos for O-instances: N = 3 only (the N = 5 commit rule is not Paxos)
-    N = 3 => \A j \in Slots : \A o1, o2 \in R \cup {NoCl} : ChosenO(j, o1) /\ ChosenO(j, o2) => o1 = o2
+OChosenUnique ==     \* Paxos for O-instances: epochs of 3 only (the N = 5 commit rule is not Paxos)
+    \A e \in Epochs : Size(e) # 5 =>
+        \A j \in Slots : \A o1, o2 \in R \cup {NoCl, Stop} : ChosenO(e, j, o1) /\ ChosenO(e, j, o2) => o1 = o2
 
 \* Consistency: no two replicas (or incarnations) ever executed different
-\* things in one slot; so executed logs are prefixes of one another.
+\* things in one (global) slot, in any epoch; so executed logs are prefixes of one
+\* another across epochs, and every replica switched epochs at the same stop.
 ExecPrefixAgreement ==
-    \A e1, e2 \in execHist : e1.slot = e2.slot => e1.o = e2.o /\ e1.ci = e2.ci /\ e1.cmd = e2.cmd
+    \A e1, e2 \in execHist : e1.slot = e2.slot =>
+        e1.o = e2.o /\ e1.ci = e2.ci /\ e1.cmd = e2.cmd /\ e1.ep = e2.ep
 
-\* Each executed slot runs the command the counting rule maps it to, or a no-op.
+\* Each executed slot runs the command the counting rule maps it to (counting in
+\* the slot's epoch), or a no-op (no-cl, or the STOP).
 ExecMappingSound ==
     \A r \in R : \A p \in DOMAIN execd[r] :
         LET e == execd[r][p] IN
-        IF e.o = NoCl THEN e.cmd = NoOp
-        ELSE /\ e.ci = Cardinality({h \in 1 .. (p - 1) : execd[r][h].o = e.o})
-             /\ ChosenC(e.o, e.ci, e.cmd)
+        IF e.o \in {NoCl, Stop} THEN e.cmd = NoOp
+        ELSE /\ e.ci = Cardinality({h \in 1 .. (p - 1) : execd[r][h].ep = e.ep /\ execd[r][h].o = e.o})
+             /\ ChosenC(e.ep, e.o, e.ci, e.cmd)
 
 Nontriviality ==
     \A e \in execHist : e.cmd \in {c \in Cmds : c < nextCmd} \cup {NoOp}
@@ -1378,30 +1582,33 @@ LinearizableOrder == WritesInOrder /\ ReadsFresh
 \* an EARLIER slot, past slots no command was READY or executed in, which keeps
 \* LinearizableOrder): whoever executes past its slot executed it at or before
 \* that slot, and every later view's log orders its C-instance at or before it.
-KthSlot(lg, n, i) ==      \* lg: a sequence (slot j is lg[j+1]); -1 if none
-    LET js == {j \in 0 .. (Len(lg) - 1) : lg[j + 1] = n
-                 /\ Cardinality({h \in 0 .. (j - 1) : lg[h + 1] = n}) = i}
+KthSlot(lg, lo, n, i) ==  \* lg: a sequence (slot j is lg[j+1]), counted from lo; -1 if none
+    LET js == {j \in lo .. (Len(lg) - 1) : lg[j + 1] = n
+                 /\ Cardinality({h \in lo .. (j - 1) : lg[h + 1] = n}) = i}
     IN IF js = {} THEN -1 ELSE Min(js)
 ReadyIsDurable ==
     \A c \in ReadySet :
         LET a == readyAt[c] IN
         /\ \A r \in R : Len(execd[r]) > a.j =>
               \E p \in 1 .. (a.j + 1) : execd[r][p].cmd = c
-        /\ \A x \in ranges : x.v > a.v => LET k == KthSlot(x.log, a.n, a.i) IN 0 =< k /\ k =< a.j
+        /\ \A x \in ranges : x.e = a.e /\ x.v > a.v =>
+              LET k == KthSlot(x.log, x.lo, a.n, a.i) IN 0 =< k /\ k =< a.j
 
-\* Never more O-instances for n than n has C-instances.
+\* Never more O-instances for n than n has C-instances (in one epoch, while n is in it).
 NoOverAllocation ==
-    /\ \A s \in R : IsSeq(s) => \A n \in R : Count(OV(s), 0, Acc(s), n) =< ownNext[n]
-    /\ \A x \in ranges : \A n \in R : Cardinality({k \in DOMAIN x.log : x.log[k] = n}) =< ownNext[n]
+    /\ \A s \in R : IsSeq(s) => \A n \in R : ep[n] = ep[s] =>
+          Count(OV(s), ebase[s], Acc(s), n) =< ownNext[n]
+    /\ \A x \in ranges : \A n \in R : ep[n] = x.e =>
+          Cardinality({k \in DOMAIN x.log : k > x.lo /\ x.log[k] = n}) =< ownNext[n]
 
-\* One winner per view.
-ViewFencing == \A x, y \in ranges : x.v = y.v => x.s = y.s
+\* One winner per view (of an epoch).
+ViewFencing == \A x, y \in ranges : x.e = y.e /\ x.v = y.v => x.s = y.s
 
-\* A log built by a later view keeps every slot executed in an earlier one
-\* (whenever that execution happened).
+\* A log built by a later view keeps every slot executed in an earlier one of its
+\* epoch (whenever that execution happened), and every slot of an earlier epoch.
 ExecutedNeverRevoked ==
     \A x \in ranges : \A e \in execHist :
-        e.v < x.v => e.slot < Len(x.log) /\ x.log[e.slot + 1] = e.o
+        (e.ep = x.e /\ e.v < x.v) \/ e.ep < x.e => e.slot < Len(x.log) /\ x.log[e.slot + 1] = e.o
 
 \* The core never raises an alarm (invariant_alarms stays 0).
 NoAlarm == ~alarm

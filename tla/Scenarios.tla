@@ -245,4 +245,118 @@ SnapshotVote == <<
     EM("HandleOAccept", 0, [src |-> 2]), EM("HandleCAccept", 0, [src |-> 2]),
     EM("HandleCAck", 2, [src |-> 0]), E("CommitO", 2), E("Execute", 2) >>
 
+(* Membership change (docs/membership.md), N = 4 nodes, epochs {0,1,2}    *)
+(* then {1,2,3} (Replace3: R3 replaces the sequencer R0; R1 is view 0's    *)
+(* sequencer of epoch 1).                                                  *)
+(*                                                                         *)
+(* The old epoch decides after its stop: the sequencer R0 allocates the    *)
+(* STOP at slot 0, then (with MutOldEpochStillDecides) R1's command c1 at  *)
+(* slot 1, and R1's counting goes past the STOP: c1 is READY at slot 1 in  *)
+(* epoch 0.  R1 and R2 execute the STOP and start epoch 1 at slot 1; c2,   *)
+(* proposed after c1 was READY, is ordered at slot 1 there and executed    *)
+(* first, and c1 never executes.                                           *)
+OldEpochStillDecides == <<
+    E("AllocateStop", 0), [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAck", 1, [src |-> 0]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], [a |-> "SendOAccept", r |-> 0, p |-> [start |-> 0]],
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Ready", 1), E("CommitO", 0),
+    EM("HandleOCommit", 2, [slot |-> 0]), [a |-> "StartEpoch", r |-> 2, p |-> [epoch |-> 1, slot |-> 1]],
+    EM("HandleOCommit", 1, [slot |-> 0]), [a |-> "StartEpoch", r |-> 1, p |-> [epoch |-> 1, slot |-> 1]],
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    [a |-> "SendOAccept", r |-> 1, p |-> [start |-> 1]], EM("HandleOAccept", 2, [src |-> 1]),
+    EM("HandleCAccept", 2, [src |-> 1]), EM("HandleCAck", 1, [src |-> 2]), E("CommitO", 1),
+    E("Execute", 1) >>
+
+(* A learner counted: R3, a member of epoch 1 only, accepts R1's C-accept   *)
+(* of epoch 0, and (with MutLearnerCounted) R1 counts its C-ACK: c1 is      *)
+(* "chosen" by R1 and R3.  R1 executes it at slot 0; R2 recovers the        *)
+(* C-instance with R0 (members, neither accepted it) and chooses a no-op.  *)
+LearnerCounted == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 3, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 3]), E("SendCRequest", 1), E("HandleCRequest", 0),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Execute", 1),
+    EM("HandleOCommit", 2, [slot |-> 0]), E("StartCRecovery", 2),
+    EM("HandleCPrepare", 0, [src |-> 2]), EM("HandleCPromise", 2, [src |-> 0]),
+    EM("HandleCAccept", 0, [src |-> 2]), EM("HandleCAck", 2, [src |-> 0, b |-> 6]),
+    E("Execute", 2) >>
+
+(* A removed replica's vote counted: epoch 0 stops at slot 0 (R0's STOP,    *)
+(* accepted by R0 and R1).  R0, R1 and R2 execute it; R0 is removed; R3     *)
+(* installs epoch 1's base from R1.  In epoch 1, R0 still accepts R1's      *)
+(* C-accept and (with MutRemovedVoteCounted) R1 counts its C-ACK: c1 is     *)
+(* "chosen" by R1 and R0, and R1 executes it at slot 1.  R2 recovers the   *)
+(* C-instance with R3 (members, neither accepted it): a no-op at slot 1.   *)
+RemovedVoteCounted == <<
+    E("AllocateStop", 0), E("SendOAccept", 0), EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 0),
+    E("StartEpoch", 0), EM("HandleOCommit", 1, [slot |-> 0]), E("StartEpoch", 1),
+    EM("HandleOCommit", 2, [slot |-> 0]), E("StartEpoch", 2),
+    [a |-> "InstallEpoch", r |-> 3, p |-> [src |-> 1, epoch |-> 1, slot |-> 1]],
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 0, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 0]), [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    E("SendOAccept", 1), EM("HandleOAccept", 2, [src |-> 1]), E("CommitO", 1), E("Execute", 1),
+    EM("HandleOCommit", 2, [slot |-> 1]), E("StartCRecovery", 2),
+    EM("HandleCPrepare", 3, [src |-> 2]), EM("HandleCPromise", 2, [src |-> 3]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAck", 2, [src |-> 3, b |-> 6]),
+    E("Execute", 2) >>
+
+(* The STOP is committed by the majority rule only, N = 5 included: with   *)
+(* Shrink5to3 (epochs {0,1,2,3,4} then {2,3,4}), R1 accepts the sequencer *)
+(* R0's STOP at slot 0 and (with MutStopTwoAcceptors) commits it by the    *)
+(* two-acceptor rule, executes it and leaves epoch 0.  R0 crashes; R2 wins *)
+(* view 1 with R3 and R4, none of which holds the STOP (the inference finds *)
+(* nothing of R1's), and R2's command takes slot 0.                        *)
+StopTwoAcceptors == <<
+    E("AllocateStop", 0), E("SendOAccept", 0), EM("HandleOAccept", 1, [src |-> 0]),
+    E("CommitO", 1), E("StartEpoch", 1), E("Crash", 0),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 3, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 1]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 4]), E("CommitO", 2), E("Execute", 2) >>
+
+(* Not a bug: a witness that the model takes the change with a crash in    *)
+(* the middle (WitnessChangeWithCrash.cfg: the trace must complete, every  *)
+(* mutation off).  R1's command is accepted by R1 and R2 in epoch 0 but not *)
+(* ordered; the STOP is chosen at slot 0 (R0, R2); R1 crashes before its   *)
+(* switch and restarts in epoch 0, executes the STOP, abandons the command *)
+(* and proposes it again in epoch 1, where it is READY and executed at     *)
+(* slot 1; R3 installs epoch 1's base.  R1 crashes again and restarts in   *)
+(* epoch 1 from the base (its executed prefix is the STOP's slot only).    *)
+ChangeWithCrash == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 2, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 2]),
+    [a |-> "AllocateStop", r |-> 0, p |-> [slot |-> 0]], E("SendOAccept", 0),
+    EM("HandleOAccept", 2, [src |-> 0]), E("CommitO", 0),
+    E("Crash", 1), [a |-> "Restart", r |-> 1, s |-> [exec |-> 0]],
+    EM("HandleOCommit", 1, [slot |-> 0]), [a |-> "StartEpoch", r |-> 1, p |-> [epoch |-> 1, slot |-> 1]],
+    EM("HandleOCommit", 2, [slot |-> 0]), E("StartEpoch", 2),
+    [a |-> "InstallEpoch", r |-> 3, p |-> [src |-> 1, epoch |-> 1, slot |-> 1]],
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], [a |-> "AllocateO", r |-> 1, p |-> [n |-> 1]],
+    E("SendOAccept", 1), EM("HandleOAccept", 3, [src |-> 1]), EM("HandleCAccept", 3, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 3]), E("CommitO", 1), E("Ready", 1),
+    [a |-> "Execute", r |-> 1, s |-> [exec |-> 2]],
+    E("Crash", 1), [a |-> "Restart", r |-> 1, s |-> [exec |-> 1]] >>
+
+(* Not a bug: a witness of a read across the change                       *)
+(* (WitnessReadAfterChange.cfg).  R1's command c1 is READY at slot 0 in    *)
+(* epoch 0, the STOP follows at slot 1; R1 and R2 execute both and switch. *)
+(* In epoch 1, R2 grants R1 (view 0's sequencer) a lease and asks a read;  *)
+(* R1 answers with slot 1, and R2's read, served there, reflects c1.       *)
+ReadAfterChange == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 2, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 2]), EM("HandleCAccept", 0, [src |-> 1]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], [a |-> "AllocateStop", r |-> 0, p |-> [slot |-> 1]],
+    [a |-> "SendOAccept", r |-> 0, p |-> [start |-> 0]], EM("HandleOAccept", 1, [src |-> 0]),
+    E("CommitO", 1), E("Ready", 1), E("CommitO", 0), E("Execute", 1),
+    EM("HandleOCommit", 1, [slot |-> 1]), [a |-> "StartEpoch", r |-> 1, p |-> [epoch |-> 1, slot |-> 2]],
+    EM("HandleOCommit", 2, [slot |-> 0]), EM("HandleCCommit", 2, [n |-> 1]), E("Execute", 2),
+    EM("HandleOCommit", 2, [slot |-> 1]), E("StartEpoch", 2),
+    E("SendHeartbeat", 1), [a |-> "HandleHeartbeat", r |-> 2, p |-> [grant |-> TRUE], m |-> [src |-> 1]],
+    E("Read", 2), EM("HandleRRequest", 1, [src |-> 2]), EM("HandleRReply", 2, [src |-> 1]),
+    E("ServeRead", 2) >>
+
 =============================================================================

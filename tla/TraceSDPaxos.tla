@@ -40,6 +40,12 @@ Act(e) ==
       [] e.a = "CommitO"           -> \E k \in PV(e, "upto", 1 .. MaxSlot) : CommitOTo(r, k)
       [] e.a = "Execute"           -> Execute(r)
       [] e.a = "Resync"            -> Resync(r)
+      [] e.a = "AllocateStop"      -> Acc(r) \in PV(e, "slot", {Acc(r)}) /\ AllocateStop(r)
+      [] e.a = "StartEpoch"        -> StartEpoch(r) /\ ebase'[r] \in PV(e, "slot", {ebase'[r]})
+                                      /\ ep'[r] \in PV(e, "epoch", {ep'[r]})
+      [] e.a = "InstallEpoch"      -> \E p \in PV(e, "src", R) : InstallEpoch(r, p)
+                                      /\ ebase'[r] \in PV(e, "slot", {ebase'[r]})
+                                      /\ ep'[r] \in PV(e, "epoch", {ep'[r]})
       [] e.a = "TakeSnapshot"      -> \E S \in PV(e, "slot", 1 .. MaxSlot) : TakeSnapshotAt(r, S)
       [] e.a = "InstallSnapshot"   -> \E p \in PV(e, "src", R) :
                                         snap[p].slot \in PV(e, "slot", {snap[p].slot})
@@ -105,7 +111,7 @@ Sent(e) ==
 Dup(e, m) ==
     LET r == e.r IN
     CASE e.a = "HandleCAccept" -> \/ /\ cAccB[r][m.n][m.i] = m.b
-                                     /\ [type |-> "CAck", src |-> r, view |-> pView[r], n |-> m.n,
+                                     /\ [type |-> "CAck", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> m.n,
                                          i |-> m.i, b |-> m.b] \in msgs
                                   \/ m.b < cProm[r][m.n][m.i]
       [] e.a = "HandleOAccept" -> \/ m.view < pView[r]

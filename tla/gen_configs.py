@@ -38,6 +38,10 @@ MUTATIONS = [
     "MutRecoveryIgnoresPromise",
     "MutRangeFromOwnOFrom",
     "MutCompactedLooksEmpty",
+    "MutOldEpochStillDecides",
+    "MutLearnerCounted",
+    "MutRemovedVoteCounted",
+    "MutStopTwoAcceptors",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -284,6 +288,108 @@ SCENARIOS: dict[str, Scenario] = {
         CAcceptors="{0}",
         Compactors="{1}",
     ),
+    "OldEpochStillDecides": Scenario(
+        "MutOldEpochStillDecides",
+        "LinearizableOrder",
+        5,
+        "Membership: the old epoch orders and answers READY after its STOP (the"
+        " sequencer allocates past it, the command leader counts past it).",
+        N=4,
+        EpochMembers="Replace3",
+        MaxCmds=2,
+        MaxSlot=2,
+        Proposers="{1}",
+        Learners="{1,2}",
+        CAcceptors="{0,2}",
+    ),
+    "LearnerCounted": Scenario(
+        "MutLearnerCounted",
+        "ExecPrefixAgreement",
+        3,
+        "Membership: a learner's (a later epoch's member's) C-ACK counts in an epoch"
+        " it is no member of.",
+        N=4,
+        EpochMembers="Replace3",
+        Outsiders="OutsidersAct",
+        Proposers="{1}",
+        Recoverers="{2}",
+        Learners="{1,2}",
+        CAcceptors="{0,3}",
+        CRequests="TRUE",
+    ),
+    "RemovedVoteCounted": Scenario(
+        "MutRemovedVoteCounted",
+        "ExecPrefixAgreement",
+        13,
+        "Membership: a removed replica's C-ACK of the epoch after its removal counts.",
+        N=4,
+        EpochMembers="Replace3",
+        Outsiders="OutsidersAct",
+        MaxSlot=2,
+        Proposers="{1}",
+        Recoverers="{2}",
+        Learners="{0,1,2}",
+        CAcceptors="{0,3}",
+        Installers="{3}",
+    ),
+    "StopTwoAcceptors": Scenario(
+        "MutStopTwoAcceptors",
+        "ExecPrefixAgreement",
+        4,
+        "Membership, N = 5: a non-sequencer commits the STOP by the two-acceptor rule"
+        " (itself and the sequencer) instead of the sequencer's majority rule.",
+        N=5,
+        EpochMembers="Shrink5to3",
+        MaxView=1,
+        MaxCrashes=1,
+        Proposers="{2}",
+        Candidates="{2}",
+        Crashable="{0}",
+        Learners="{1,2}",
+        Voters="{3,4}",
+        CAcceptors="{3,4}",
+    ),
+}
+
+#: Witnesses: traces of Scenarios.tla with every mutation off that must complete
+#: (TLC reports TraceNotFinished violated): the model can take these steps.
+#: name -> (comment, constants); written as Witness<name>.cfg.
+WITNESSES: dict[str, tuple[str, dict[str, object]]] = {
+    "ChangeWithCrash": (
+        "Membership change {0,1,2} -> {1,2,3} with a crash in the middle: R1 crashes"
+        " before its switch and restarts in epoch 0, its abandoned command is proposed"
+        " again and executed in epoch 1; R1 crashes again and restarts in epoch 1 from"
+        " the base.",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxCrashes=2,
+            MaxSlot=2,
+            Proposers="{1}",
+            Crashable="{1}",
+            Learners="{1,2}",
+            CAcceptors="{2,3}",
+            Installers="{3}",
+        ),
+    ),
+    "ReadAfterChange": (
+        "Membership change {0,1,2} -> {1,2,3}: R1's command, READY in epoch 0 before the"
+        " STOP, is seen by a read that R2 asks in epoch 1 and R1 (epoch 1's sequencer,"
+        " under its new lease) answers.",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxSlot=2,
+            MaxReads=1,
+            Lease=1,
+            LeaseHold=1,
+            Proposers="{1}",
+            Learners="{1,2}",
+            CAcceptors="{2}",
+            Readers="{2}",
+            Heartbeats="TRUE",
+        ),
+    ),
 }
 
 #: Breadth-first configurations: name -> (comment, directive extras, constants).
@@ -390,6 +496,60 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             Installers="{2}",
         ),
     ),
+    "MC3change": (
+        "N = 4 nodes, a membership change {0,1,2} -> {1,2,3} (R3 replaces the sequencer R0):"
+        " R0 allocates the STOP, R1 and R2 execute it (R3, the learner, stays behind), R1"
+        " (the new sequencer) may crash and restart in the middle; R1's one command lands"
+        " in either epoch (or is abandoned at the stop and proposed again in epoch 1).",
+        "",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxCmds=1,
+            MaxSlot=2,
+            MaxCrashes=1,
+            MaxMsgs=8,
+            Proposers="{1}",
+            Crashable="{1}",
+            Learners="{1,2}",
+            CAcceptors="{2}",
+        ),
+    ),
+    "MC3changeinstall": (
+        "MC3change, and the learner R3 installs epoch 1's base from a member. Long run.",
+        " long",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxCmds=1,
+            MaxSlot=2,
+            MaxCrashes=1,
+            MaxMsgs=9,
+            Proposers="{1}",
+            Crashable="{1}",
+            Learners="{1,2}",
+            CAcceptors="{2}",
+            Installers="{3}",
+        ),
+    ),
+    "MC3changevc": (
+        "N = 4 nodes, the change {0,1,2} -> {1,2,3} across a view change of epoch 0, no"
+        " command: R0 allocates the STOP; R2 runs for view 1 with R1's vote and rebuilds"
+        " the range (a chosen STOP stays; an unchosen one may be lost, and R2 allocates"
+        " one again); R1 and R2 execute the STOP and switch. Long run.",
+        " long",
+        dict(
+            N=4,
+            EpochMembers="Replace3",
+            MaxCmds=0,
+            MaxView=1,
+            MaxSlot=2,
+            MaxMsgs=10,
+            Candidates="{2}",
+            Learners="{1,2}",
+            Voters="{1}",
+        ),
+    ),
     "MC3two": (
         "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
         " long",
@@ -409,7 +569,7 @@ ALL_ROLES_5 = "{0,1,2,3,4}"
 
 
 def _everything(n: int) -> dict[str, object]:
-    roles = ALL_ROLES_3 if n == 3 else ALL_ROLES_5
+    roles = "{" + ",".join(str(i) for i in range(n)) + "}"
     return dict(
         N=n,
         MaxCmds=3,
@@ -441,6 +601,35 @@ def _everything(n: int) -> dict[str, object]:
     )
 
 
+def _change(n: int, members: str, **more: object) -> dict[str, object]:
+    """A membership change in a scope random runs get through: every replica in
+    every role, outsiders acting, no leases, reads or hand-overs."""
+    roles = "{" + ",".join(str(i) for i in range(n)) + "}"
+    return dict(
+        N=n,
+        EpochMembers=members,
+        Outsiders="OutsidersAct",
+        MaxCmds=2,
+        MaxView=2,
+        MaxCrashes=2,
+        MaxSlot=4,
+        MaxCIdx=2,
+        MaxMsgs=1000,
+        Proposers=roles,
+        Candidates=roles,
+        Crashable=roles,
+        Recoverers=roles,
+        Learners=roles,
+        Voters=roles,
+        CAcceptors=roles,
+        CRequests="TRUE",
+        Retries="TRUE",
+        Relays="TRUE",
+        Compactors=roles,
+        Installers=roles,
+    ) | more
+
+
 #: Random simulations: name -> (comment, seconds, constants); the seconds may be
 #: "S depth=D" for a depth other than 60, and end in " long".
 SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
@@ -453,6 +642,28 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
         "N = 5, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
         60,
         _everything(5),
+    ),
+    "SIM3change": (
+        "N = 4 nodes, a membership change {0,1,2} -> {1,2,3} (R3 replaces the sequencer R0)"
+        " in a scope narrow enough that random runs reach the new epoch and run commands"
+        " there (100 steps): 2 commands, 2 views per epoch, 2 crashes, recovery, relays,"
+        " snapshots and installs; learners and removed replicas keep taking steps (their"
+        " messages are dropped); no leases, reads or hand-overs.",
+        "20 depth=100",
+        _change(4, "Replace3"),
+    ),
+    "SIM5change": (
+        "N = 5, a membership change {0,1,2,3,4} -> {2,3,4} (the sequencer R0 and R1"
+        " removed: the N = 5 rules in epoch 0, the majority rule in epoch 1) in the scope"
+        " of SIM3change. Long run.",
+        "60 depth=150 long",
+        _change(5, "Shrink5to3"),
+    ),
+    "SIM3to5": (
+        "N = 5, a membership change {0,1,2} -> {0,1,2,3,4} (two learners promoted at one"
+        " stop: the N = 5 rules in epoch 1) in the scope of SIM3change. Long run.",
+        "60 depth=150 long",
+        _change(5, "Grow3to5"),
     ),
     "SIM3snap": (
         "N = 3, snapshots in a smaller scope than SIM3 (so that a majority executes"
@@ -510,9 +721,16 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
 }
 
 
+#: Definitions of SDPaxos.tla a configuration may override (``name <- definition``):
+#: EpochMembers (default << 0..N-1 >>: no membership change) and Outsiders
+#: (default FALSE; OutsidersAct: replicas that are no members still take steps).
+OVERRIDES = ("EpochMembers", "Outsiders")
+
+
 def _constants(consts: dict[str, object], on: str = "") -> list[str]:
     lines = ["CONSTANTS"]
-    lines += [f"    {k} = {v}" for k, v in consts.items()]
+    lines += [f"    {k} = {v}" for k, v in consts.items() if k not in OVERRIDES]
+    lines += [f"    {k} <- {v}" for k, v in consts.items() if k in OVERRIDES]
     lines += [f"    {m} = {'TRUE' if m == on else 'FALSE'}" for m in MUTATIONS]
     return lines
 
@@ -543,6 +761,17 @@ def generate() -> list[str]:
             cfg = f"Scenario{name}" + ("" if mutated else "ok")
             _write(cfg, lines)
             written.append(cfg)
+    for name, (comment, consts) in WITNESSES.items():
+        lines = [
+            f"\\* {comment}",
+            "\\* With every mutation off the whole trace must happen (TraceNotFinished violated).",
+            "\\* check: module=Scenarios expect=violated:TraceNotFinished",
+        ]
+        lines += _constants({**BASE, **consts})
+        lines += [f"    Trace <- {name}", "INIT TraceInit", "NEXT TraceNext", "INVARIANTS"]
+        lines += [f"    {i}" for i in [*SEMANTIC, "TraceNotFinished"]]
+        _write(f"Witness{name}", lines)
+        written.append(f"Witness{name}")
     for name, (comment, extra, consts) in SEARCHES.items():
         lines = [f"\\* {comment}", f"\\* check: module=MCSDPaxos expect=ok{extra}"]
         lines += _constants({**BASE, **consts})
