@@ -16,7 +16,7 @@ baseline when another member is added or removed.
     python -m bench.reconfig --out bench/results/reconfig
 
 Writes ``results.json``, ``results.md`` and ``reconfig.png`` (completions per
-100 ms per region, the changes marked) into ``--out``. Real processes are the
+250 ms per region, the changes marked) into ``--out``. Real processes are the
 other half of the issue's benchmark; this module measures the protocol alone.
 """
 
@@ -42,7 +42,7 @@ from sdpaxos.sim.member_workload import ChangeClient
 #: Closed-loop clients per member region.
 CLIENTS_PER_REGION = 4
 #: Bin width of the throughput plot and of nothing else.
-BIN_MS = 100.0
+BIN_MS = 250.0
 #: The window after a change's epoch started in which its stall is looked for.
 AFTER_MS = 1_000.0
 #: Virtual time between two changes.
@@ -299,7 +299,9 @@ def _plot(result: Result, path: Path) -> None:
             if home == region:
                 counts[int(t // BIN_MS)] += 1
         xs = [i * BIN_MS / 1000 for i in range(bins)]
-        ax.step(xs, [c * 1000 / BIN_MS for c in counts], where="post", label=f"region {region}")
+        style = ("-", "--", ":")[region]
+        rates = [c * 1000 / BIN_MS for c in counts]
+        ax.step(xs, rates, where="post", linestyle=style, label=f"region {region}")
     for c in result.changes:
         ax.axvspan(c.proposed_ms / 1000, c.done_ms / 1000, alpha=0.2, color="grey")
         ax.text(c.proposed_ms / 1000, ax.get_ylim()[1] * 0.95, c.name, fontsize=7)

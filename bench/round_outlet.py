@@ -60,6 +60,9 @@ class CountingStorage:
     def load_snapshot(self) -> Snapshot | None:
         return None
 
+    def start_epoch(self, snapshot: Snapshot) -> None:
+        """Nothing is kept: a new epoch forgets nothing."""
+
 
 class KeepingStorage(MemoryStorage):
     """``MemoryStorage`` (records kept, truncated behind each snapshot), counting appends."""

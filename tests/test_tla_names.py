@@ -376,7 +376,7 @@ BREAKAGES = [
     ("an unknown action", "| `Tick` |", "| `NoSuchAction` |"),
     (
         "a dropped membership row",
-        "| `AllocateStop` | `sequencer.Sequencer.allocate_stop` | `AllocateStop`[^epoch] |\n",
+        "| `AllocateStop` | `sequencer.Sequencer.allocate` | `AllocateStop`[^epoch] |\n",
         "",
     ),
     (

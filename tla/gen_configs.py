@@ -605,29 +605,32 @@ def _change(n: int, members: str, **more: object) -> dict[str, object]:
     """A membership change in a scope random runs get through: every replica in
     every role, outsiders acting, no leases, reads or hand-overs."""
     roles = "{" + ",".join(str(i) for i in range(n)) + "}"
-    return dict(
-        N=n,
-        EpochMembers=members,
-        Outsiders="OutsidersAct",
-        MaxCmds=2,
-        MaxView=2,
-        MaxCrashes=2,
-        MaxSlot=4,
-        MaxCIdx=2,
-        MaxMsgs=1000,
-        Proposers=roles,
-        Candidates=roles,
-        Crashable=roles,
-        Recoverers=roles,
-        Learners=roles,
-        Voters=roles,
-        CAcceptors=roles,
-        CRequests="TRUE",
-        Retries="TRUE",
-        Relays="TRUE",
-        Compactors=roles,
-        Installers=roles,
-    ) | more
+    return (
+        dict(
+            N=n,
+            EpochMembers=members,
+            Outsiders="OutsidersAct",
+            MaxCmds=2,
+            MaxView=2,
+            MaxCrashes=2,
+            MaxSlot=4,
+            MaxCIdx=2,
+            MaxMsgs=1000,
+            Proposers=roles,
+            Candidates=roles,
+            Crashable=roles,
+            Recoverers=roles,
+            Learners=roles,
+            Voters=roles,
+            CAcceptors=roles,
+            CRequests="TRUE",
+            Retries="TRUE",
+            Relays="TRUE",
+            Compactors=roles,
+            Installers=roles,
+        )
+        | more
+    )
 
 
 #: Random simulations: name -> (comment, seconds, constants); the seconds may be

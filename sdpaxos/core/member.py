@@ -9,14 +9,11 @@ asks the replica for the stop once a member change is pending, and when the
 replica has executed the stop, starts the next epoch from the state there
 (:attr:`Ready.epoch_base`) as a member, a learner or a removed node.
 
-Nodes that are not members (learners, and nodes waiting to be added) hold no
-replica: they fetch the newest snapshot from a member (:class:`StatePull`,
-:class:`StateChunk`) every ``learn_ms``. A node with no state of its own (an
-empty data directory) never becomes a member by fetching one: if the
-membership names it as a member, it lost its state and says so
-(:attr:`Role.LOST`); only a learner, which holds state from before, is promoted.
-
-Pure like the rest of the core: no I/O, no clock, randomness only from ``rng``.
+Non-members (learners, nodes waiting to be added) hold no replica and fetch the
+newest state from a member (:class:`StatePull`, :class:`StateChunk`) every
+``learn_ms``. A node with no state of its own never becomes a member by fetching
+one: named a member, it lost its state and says so (:attr:`Role.LOST`). Pure like
+the rest of the core: no I/O, no clock, randomness only from ``rng``.
 """
 
 from __future__ import annotations
@@ -285,6 +282,11 @@ class Member:
 
     # ------------------------------------------------------------ epochs
 
+    def _trace(self, event: str, **fields: int) -> None:
+        """A trace event of this layer (by node id; the replica's are by position)."""
+        if self.tracer is not None:
+            self.tracer(event, ReplicaId(self.id), fields)
+
     def _config(self, membership: Membership) -> ClusterConfig:
         n = len(membership.members)
         rtt = None
@@ -359,8 +361,7 @@ class Member:
         snap = Snapshot(Slot(0), (0,) * n, (-1,) * n, CIndex(0), sessions, self.machine.snapshot())
         rd.epoch_base = snap
         self.newest = (membership.epoch, snap)
-        if self.tracer is not None:
-            self.tracer("StartEpoch", ReplicaId(self.id), {"epoch": membership.epoch, "slot": base})
+        self._trace("StartEpoch", epoch=membership.epoch, slot=base)
         if membership.position(self.id) is not None:
             self._start_member(membership, sessions)
             assert self.replica is not None
@@ -403,8 +404,7 @@ class Member:
             last.messages = self._wrap(last.messages, self.epoch, self.membership.ids)
             self.out.absorb(last)
         self.machine.restore(snap.app)
-        if self.tracer is not None:
-            self.tracer("InstallEpoch", ReplicaId(self.id), {"epoch": epoch, "slot": snap.slot})
+        self._trace("InstallEpoch", epoch=epoch, slot=membership.base + snap.slot)
         if position is None:
             if self.id not in membership.learner_ids and not self.has_state:
                 return  # still waiting: keep nothing (the membership is known now)
