@@ -28,6 +28,7 @@ from kvstore.codec import (
 from kvstore.resp.pending import Deferred
 from kvstore.resp.writer import OkList
 from kvstore.values import OK, Error, Value
+from sdpaxos.runtime.errors import NotMember
 from sdpaxos.runtime.node import NodeError, SessionExpired
 
 __all__ = [
@@ -52,6 +53,16 @@ MALFORMED_ANSWER = Error("ERR malformed batch answer")
 STOPPED = Error("ERR this node is stopping; use another")
 
 
+def refusal(exc: BaseException) -> Error:
+    """The Redis error for a command the node refused: ``NOTMEMBER`` (with who the
+    members are) when this node is no member of the cluster any more, or not
+    yet (removed, a learner, waiting to be added: ``docs/membership.md``), so
+    that the client sends it to a member; :data:`STOPPED` otherwise."""
+    if isinstance(exc, NotMember):
+        return Error(f"NOTMEMBER {exc}")
+    return STOPPED
+
+
 def failure(future: asyncio.Future[bytes | None]) -> Value | None:
     """The Redis error for a node's failed future, or None if it succeeded."""
     if future.cancelled():
@@ -62,7 +73,7 @@ def failure(future: asyncio.Future[bytes | None]) -> Value | None:
     if isinstance(exc, TimeoutError):
         return TRYAGAIN
     if isinstance(exc, (NodeError, SessionExpired)):
-        return STOPPED
+        return refusal(exc)
     log.error("a command failed: %r", exc)
     return Error("ERR internal error")
 
@@ -246,9 +257,10 @@ class Batcher:
             payload = encode_command(items[0])
         try:
             future = self._submit(payload, key)
-        except NodeError:
+        except NodeError as exc:
+            refused = refusal(exc)
             for part in parts:
-                part.set([STOPPED] * part.count)
+                part.set([refused] * part.count)
             return
         if count == 1:
             future.add_done_callback(partial(answer_one, parts[0]))

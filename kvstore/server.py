@@ -40,7 +40,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from kvstore.batcher import SET_BOUND, STOPPED, Batcher, packed_bound
+from kvstore.batcher import SET_BOUND, Batcher, packed_bound, refusal
 from kvstore.codec import PLAIN_SET, decode_value, encode_command
 from kvstore.commands import COMMANDS, CommandSpec, parse
 from kvstore.config import KVConfig
@@ -137,9 +137,9 @@ class KVBackend:
                     try:
                         writes.add_set(args[1], args[2], size)
                         sealed = writes.seal()
-                    except NodeError:
+                    except NodeError as exc:
                         writes.drop_open()
-                        return [STOPPED]
+                        return [refusal(exc)]
                     self._note_write(conn.id, sealed[-1])
                     return list(sealed)
         elif set(map(len, requests)) == {3} and PLAIN_SET.issuperset(map(_first, requests)):
@@ -153,9 +153,9 @@ class KVBackend:
                 try:
                     writes.add_sets(flat, keys[0] if keys.count(keys[0]) == n else None, size)
                     sealed = writes.seal()
-                except NodeError:
+                except NodeError as exc:
                     writes.drop_open()
-                    return [STOPPED] * n
+                    return [refusal(exc)] * n
                 self._note_write(conn.id, sealed[-1])
                 return list(sealed)
         reads = self._reads
@@ -209,10 +209,10 @@ class KVBackend:
                 open_ = reads
             if open_ is not None:
                 out.extend(open_.seal())
-        except NodeError:
+        except NodeError as exc:
             writes.drop_open()
             reads.drop_open()
-            return [STOPPED] * len(requests)
+            return [refusal(exc)] * len(requests)
         for answer in reversed(out):
             if type(answer) is Deferred:
                 self._note_write(conn.id, answer)

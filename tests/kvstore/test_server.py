@@ -314,3 +314,26 @@ def test_a_plain_set_pipeline_reaches_every_replica_as_it_was_sent(tmp_path):
             )
 
     asyncio.run(main())
+
+
+def test_a_redis_client_at_a_removed_node_is_told_to_use_a_member(tmp_path):
+    """docs/membership.md section 4.1: a removed node answers NOTMEMBER (saying who
+    the members are), never a stale value, and the members go on serving."""
+
+    async def main():
+        async with kv_cluster(tmp_path) as nodes:
+            clients = [_client(n) for n in nodes]
+            assert await clients[2].set("a", "1") is True
+            after = await nodes[0].node.remove_replica(2)
+            assert 2 not in [m["id"] for m in after["members"]]
+            await eventually(lambda: nodes[2].node.status().role == "removed", what="node 2 knows")
+            with pytest.raises(ResponseError, match=r"^NOTMEMBER .*members are \[0, 1\]"):
+                await clients[2].set("b", "2")
+            with pytest.raises(ResponseError, match="^NOTMEMBER"):
+                await clients[2].get("a")
+            assert await clients[1].set("c", "3") is True
+            assert await clients[0].mget("a", "b", "c") == [b"1", None, b"3"]
+            for c in clients:
+                await c.aclose()
+
+    asyncio.run(main())
