@@ -481,7 +481,7 @@ class Member:
     def _step_epoch(self, m: EpochMessage, now_ms: float) -> None:
         epoch = self.epoch
         if m.epoch == epoch and self.replica is not None:
-            position = self.membership.position(m.src)
+            position = self.machine.membership.positions.get(m.src)
             if position is None or getattr(m.msg, "src", None) != position:
                 self.dropped += 1  # a non-member (a removed replica) never counts
                 return

@@ -16,7 +16,7 @@ or removing one takes effect at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from sdpaxos.core.app import StateMachine
@@ -180,9 +180,12 @@ class Membership:
     pending: Pending | None = None
     #: The op id of the last command applied (a retry of it is answered the same).
     last_op: int = 0
+    #: Node id -> position (every message a member gets is looked up here).
+    positions: dict[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         ids = [n.id for n in self.members]
+        object.__setattr__(self, "positions", {node: p for p, node in enumerate(ids)})
         if not 1 <= len(ids) <= MEMBERS_MAX:
             raise ConfigError(f"a membership has 1..{MEMBERS_MAX} members, got {len(ids)}")
         everyone = ids + [n.id for n in self.learners]
@@ -210,10 +213,7 @@ class Membership:
 
     def position(self, node_id: int) -> int | None:
         """``node_id``'s position in this epoch, or None if it is no member."""
-        for p, n in enumerate(self.members):
-            if n.id == node_id:
-                return p
-        return None
+        return self.positions.get(node_id)
 
     def node(self, node_id: int) -> NodeInfo | None:
         for n in self.members + self.learners:
