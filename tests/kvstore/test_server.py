@@ -329,7 +329,7 @@ def test_a_redis_client_at_a_removed_node_is_told_to_use_a_member(tmp_path):
             await eventually(lambda: nodes[2].node.status().role == "removed", what="node 2 knows")
             with pytest.raises(ResponseError, match=r"^NOTMEMBER .*members are \[0, 1\]"):
                 await clients[2].set("b", "2")
-            with pytest.raises(ResponseError, match="^NOTMEMBER"):
+            with pytest.raises(ResponseError, match=r"^NOTMEMBER"):
                 await clients[2].get("a")
             assert await clients[1].set("c", "3") is True
             assert await clients[0].mget("a", "b", "c") == [b"1", None, b"3"]
