@@ -15,9 +15,8 @@ from typing import Any
 
 from sdpaxos.core.app import StateMachine
 from sdpaxos.core.context import Context
-from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.ready import Executed, Reply, ReplyKind
-from sdpaxos.core.sessions import Outcome, Sessions
+from sdpaxos.core.sessions import Outcome, Sessions, load_checked
 from sdpaxos.core.types import STOP, CIndex, Command, ReplicaId, Slot
 
 
@@ -142,11 +141,5 @@ class Executor:
     def load_sessions(self, sessions: tuple[Any, ...]) -> None:
         """Replace the table with a snapshot's. It may come from a peer: a
         malformed one, or one with other limits than ours, is refused whole."""
-        try:
-            table = Sessions.load(sessions)
-        except ValueError as exc:
-            raise PeerMessageError(f"bad sessions in snapshot: {exc}") from None
         mine = self.sessions
-        if (table.lifetime_slots, table.sessions_max) != (mine.lifetime_slots, mine.sessions_max):
-            raise PeerMessageError("snapshot sessions have other limits than this cluster's")
-        self.sessions = table
+        self.sessions = load_checked(sessions, mine.lifetime_slots, mine.sessions_max)

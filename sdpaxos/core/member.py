@@ -48,6 +48,7 @@ from sdpaxos.core.messages import (
 )
 from sdpaxos.core.ready import Ready, Reply, ReplyKind
 from sdpaxos.core.replica import Replica
+from sdpaxos.core.sessions import load_checked
 from sdpaxos.core.storage import (
     Record,
     Snapshot,
@@ -144,8 +145,7 @@ class Member:
         self.seeds = initial.ids
         #: Members: per learner, the global slot it reported.
         self.learner_have: dict[int, int] = {}
-        #: A learner: the highest slot a member said it executed.
-        self.members_executed = 0
+        self.members_executed = 0  # a learner: the highest slot a member said it executed
         self.noticed: dict[int, float] = {}  # peer -> when last told of our epoch
         self.stop_requested = False
         #: The snapshot being served in chunks: (epoch, local slot, bytes).
@@ -387,6 +387,10 @@ class Member:
         if membership.epoch != epoch:
             raise PeerMessageError("snapshot's epoch is not the one announced")
         snap = decode_snapshot(data, len(membership.members))
+        # Checked before anything changes: a refusal changes nothing.
+        load_checked(
+            snap.sessions, self.protocol.session_lifetime_slots, self.protocol.sessions_max
+        )
         if (membership.epoch, membership.base + snap.slot) <= (self.epoch, self.executed_upto):
             return
         position = membership.position(self.id)
@@ -521,14 +525,10 @@ class Member:
         self.out.messages.append((ReplicaId(src), cast(Message, pull)))
 
     def _answer_pull(self, m: StatePull) -> None:
-        """Serve a node outside this epoch: a member of it that is late gets the
-        newest snapshot this epoch's replica took (or its base); a learner or a
-        waiting node gets the state now, so that its lag stays small.
-
-        A node without a replica (removed, or a learner) serves what it holds:
-        a removed node may be the only one left that executed the stop, and a
-        late member of the next epoch needs exactly that base.
-        """
+        """Serve a node outside this epoch: a late node gets the newest snapshot
+        taken (or the base), a learner the state now (its lag stays small). A node
+        without a replica serves what it holds: a removed node may be the only one
+        left that executed the stop, whose base a late member needs."""
         replica = self.replica
         if replica is None and (self.newest is None or not self.has_state):
             return

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any
 
+from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.types import Command
 
 #: ``client_id`` 0: no session, never deduplicated; never an assigned id.
@@ -398,3 +399,19 @@ class Sessions:
             del self._buckets[slot]
         del self._table[session_id]
         self.expired += 1
+
+
+def load_checked(value: Any, lifetime_slots: int | None, sessions_max: int) -> Sessions:
+    """A peer's session table (from a snapshot), refused whole when malformed or
+    kept under other limits than ``lifetime_slots`` and ``sessions_max``.
+
+    Raises:
+        PeerMessageError: either refusal (nothing is installed).
+    """
+    try:
+        table = Sessions.load(value)
+    except ValueError as exc:
+        raise PeerMessageError(f"bad sessions in snapshot: {exc}") from None
+    if (table.lifetime_slots, table.sessions_max) != (lifetime_slots, sessions_max):
+        raise PeerMessageError("snapshot sessions have other limits than this cluster's")
+    return table

@@ -324,3 +324,29 @@ def test_the_harness_docstring_runs() -> None:
 
     result = doctest.testmod(sdpaxos.sim.members, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_snapshot_with_a_bad_session_table_changes_nothing() -> None:
+    """A late member fetches a newer epoch's base whose session table is bad: it
+    is refused before the node changes anything (its replica, role, epoch)."""
+    from dataclasses import replace
+
+    from sdpaxos.core.messages import StateChunk
+    from sdpaxos.core.storage import encode_snapshot
+
+    net = MemberNet.build(3)
+    assert net.change(0, MembershipOp(OpKind.REMOVE, target=2, op_id=1))[0]
+    net.settle(600)
+    base = net.nodes[0].newest
+    assert base is not None and base[0] == 1
+    late = MemberNet.build(3)  # a node of epoch 0 that never heard of epoch 1
+    node = late.nodes[1]
+    replica, dropped = node.replica, node.dropped
+    bad = encode_snapshot(replace(base[1], sessions=((b"not", 1, b"a table"),)))
+    node.step(StateChunk(0, 1, 0, 5, 0, len(bad), bad), late.now_ms)
+    assert (node.epoch, node.role, node.replica, node.dropped) == (
+        0,
+        Role.MEMBER,
+        replica,
+        dropped + 1,
+    )
