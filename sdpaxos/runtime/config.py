@@ -61,6 +61,8 @@ start under a file that disagrees (:mod:`sdpaxos.runtime.datadir`).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import re
 import tomllib
@@ -167,6 +169,27 @@ class NodeConfig:
         if self.node_address is not None:
             return self.node_address
         return self.replicas[self.node_id]
+
+    @property
+    def cluster_identity(self) -> str:
+        """What a node's hello says of the cluster it belongs to: the cluster's
+        name and a digest of what every node of it shares (the protocol and the
+        initial membership, each replica's id and region), as
+        ``"NAME/DIGEST"``.
+
+        Why peers compare it: a node whose file names another cluster, or
+        another initial membership (replicas added by editing the file, a
+        file of another cluster), must never count in this cluster's quorums,
+        and must say why instead of running elections nobody answers. The data
+        directory's identity catches a file that disagrees with the node's own
+        records; this catches one that disagrees with its peers'. Addresses
+        are left out: a replica may move.
+        """
+        shared = [self.protocol, [[int(r.id), r.region] for r in self.replicas]]
+        digest = hashlib.blake2b(
+            json.dumps(shared, separators=(",", ":")).encode(), digest_size=6
+        ).hexdigest()
+        return f"{self.cluster_name}/{digest}"
 
     @property
     def initial_member(self) -> bool:

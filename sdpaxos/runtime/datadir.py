@@ -5,7 +5,8 @@ and acceptances (ballots, accepted C- and O-instances). A node restarted on
 an *empty* directory has forgotten them: it would vote again in a view it
 already voted in, and accept a value in an instance where it already accepted
 another, so a majority could be formed twice and two values chosen for one
-instance. Until membership change gives such a node a safe way back, a node
+instance. Its safe way back is a new id (``admin replace-replica OLD NEW``,
+``docs/membership.md``), so a node of the file's list
 refuses to start on an empty directory unless it is told it is
 **bootstrapping** a new cluster (``python -m sdpaxos node --bootstrap``,
 ``kvstore serve --bootstrap``, ``Node(..., bootstrap=True)``), as etcd's
@@ -26,7 +27,9 @@ member's id and region. Addresses are not in it: a replica may move. A node
 started under a file that disagrees with its directory (another protocol,
 another cluster's name, another N or member, another node's directory)
 refuses, naming both values: its records mean something only in the cluster
-that wrote them.
+that wrote them. Peers compare the same identity at their hello
+(:attr:`~sdpaxos.runtime.config.NodeConfig.cluster_identity`), so a file
+that disagrees with the peers' is refused too, by them.
 
 **Empty** means: no identity file, no log record and no snapshot. A
 directory with records or a snapshot and no identity file was written by an

@@ -6,7 +6,8 @@ Between replicas, a frame is either a batch of core messages
 or a runtime frame. A runtime frame starts with :data:`RUNTIME_PREFIX` (a byte
 the codec never starts with) followed by a msgpack array ``[tag, ...]``::
 
-    HELLO   [0, "sdpaxos", version, kind, id]   first frame of every connection
+    HELLO   [0, "sdpaxos", version, kind, id, protocol?, cluster?]
+                                                 first frame of every connection
     PING    [1, sent_ms]                         a round trip, between replicas
     PONG    [2, sent_ms, executed_upto]          ... answered with how far we executed
     DUE     [3, sent_s, due_s, clock]            the delay emulator: what follows is due at due_s
@@ -126,6 +127,8 @@ class Code(IntEnum):
 
 #: Longest protocol name a hello may carry.
 PROTOCOL_NAME_MAX = 32
+#: Longest cluster identity a hello may carry (a 64-character name, "/", a digest).
+CLUSTER_IDENTITY_MAX = 96
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,11 @@ class Hello:
     #: one, as nodes sent before there was a choice, means ``"sdpaxos"``);
     #: a client's names none.
     protocol: str | None = None
+    #: A node's hello says which cluster it belongs to
+    #: (:attr:`~sdpaxos.runtime.config.NodeConfig.cluster_identity`); a peer
+    #: whose cluster differs is refused. ``None``: a client, or a node of a
+    #: version that did not send it.
+    cluster: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,10 +243,12 @@ _packer = msgpack.Packer(use_bin_type=True)
 def encode_runtime(frame: RuntimeFrame) -> bytes:
     """The payload of one runtime frame (to be framed with its length prefix)."""
     match frame:
-        case Hello(kind, ident, protocol):
+        case Hello(kind, ident, protocol, cluster):
             body: list[Any] = [_HELLO, MAGIC, PROTOCOL_VERSION, int(kind), ident]
-            if protocol is not None:
+            if protocol is not None or cluster is not None:
                 body.append(protocol)
+            if cluster is not None:
+                body.append(cluster)
         case Ping(sent_ms):
             body = [_PING, float(sent_ms)]
         case Pong(sent_ms, executed_upto):
@@ -328,7 +338,7 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
     arity = _ARITY.get(tag) if type(tag) is int else None
     if arity is None:
         raise FrameError(f"unknown runtime frame tag {tag!r:.40}")
-    if len(body) != arity and not (tag == _HELLO and len(body) == arity + 1):
+    if len(body) != arity and not (tag == _HELLO and arity < len(body) <= arity + 2):
         raise FrameError(f"frame tag {tag} needs {arity} items, got {len(body)}")
     if tag == _HELLO:
         _, magic, version, kind, ident, *rest = body
@@ -345,7 +355,12 @@ def decode_runtime(data: bytes) -> RuntimeFrame:
             type(protocol) is not str or not 0 < len(protocol) <= PROTOCOL_NAME_MAX
         ):
             raise FrameError(f"hello: protocol name {protocol!r:.40} is not a short string")
-        return Hello(Kind(kind), _u64(ident, "hello id"), protocol)
+        cluster = rest[1] if len(rest) > 1 else None
+        if cluster is not None and (
+            type(cluster) is not str or not 0 < len(cluster) <= CLUSTER_IDENTITY_MAX
+        ):
+            raise FrameError(f"hello: cluster {cluster!r:.40} is not a short string")
+        return Hello(Kind(kind), _u64(ident, "hello id"), protocol, cluster)
     if tag == _PING:
         return Ping(_number(body[1], "ping time"))
     if tag == _PONG:

@@ -576,6 +576,7 @@ class Node:
             records_written=tally.records_written,
             frames_rejected=tally.frames_rejected,
             peers=peers.statuses(executed),
+            refused=tuple(sorted(peers.refusals.items())),
             stats=counters_of(replica.stats),
             protocol=self.protocol.name,
             snapshots=self.snapshots,

@@ -148,6 +148,8 @@ class Peers:
         #: Why the last connection that claimed to be each node was refused
         #: (an operator adding that node reads it).
         self.refusals: dict[int, str] = {}
+        #: What this node's hello says, and a peer's must (NodeConfig.cluster_identity).
+        self.cluster_identity = config.cluster_identity
         #: Peers' frames held until the delay emulator says they are due (made
         #: by :meth:`start` when the emulator is configured; a node without it
         #: refuses a DUE mark).
@@ -228,7 +230,7 @@ class Peers:
         ssl_ctx = client_context(cfg.tls) if cfg.tls is not None else None
         loop = asyncio.get_running_loop()
         backoff = RECONNECT_BACKOFF_MIN_S
-        hello = rf.Hello(rf.Kind.NODE, self.id, self.spec.hello_name)
+        hello = rf.Hello(rf.Kind.NODE, self.id, self.spec.hello_name, self.cluster_identity)
         while self.driver.running:
             conn = peer.conn
             if conn is not None and conn.open:
@@ -281,7 +283,31 @@ class Peers:
 
     def hello(self, conn: Connection, hello: rf.Hello, identity: tuple[str, int] | None) -> bool:
         """A node's hello on an accepted connection: take it if it is a peer,
-        its certificate says so, and it runs this node's protocol."""
+        its certificate says so, and it runs this node's protocol in this
+        node's cluster."""
+        theirs = hello.protocol or DEFAULT_PROTOCOL
+        if theirs != self.spec.name:
+            # Its messages would decode as ours, or not at all: never let it in.
+            self._refused(
+                hello.id,
+                conn,
+                f"hello from node {hello.id} running protocol {theirs!r};"
+                f" this node runs {self.spec.name!r}",
+            )
+            return False
+        ours = self.cluster_identity
+        if hello.cluster is not None and hello.cluster != ours:
+            # Another cluster's node, or one whose file lists another initial
+            # membership: its votes must never count here. Said once per node
+            # in the status (refusals) and counted, never taken.
+            self._refused(
+                hello.id,
+                conn,
+                f"hello from node {hello.id} of cluster {hello.cluster!r}; this node is of"
+                f" {ours!r} (the cluster's name, protocol and initial replica list, ids and"
+                " regions, must be the same in every node's file)",
+            )
+            return False
         peer = self.peers.get(hello.id)
         if peer is None and self.changing and hello.id != self.id and len(self.peers) < PEERS_MAX:
             # A node this one does not know yet (one waiting to be added, a
@@ -297,15 +323,6 @@ class Peers:
         if self.config.tls is not None and identity != ("node", hello.id):
             self._refused(
                 hello.id, conn, f"hello says node {hello.id}, certificate says {identity}"
-            )
-            return False
-        theirs = hello.protocol or DEFAULT_PROTOCOL
-        if theirs != self.spec.name:
-            # Its messages would decode as ours, or not at all: never let it in.
-            self.reject(
-                conn,
-                f"hello from node {hello.id} running protocol {theirs!r};"
-                f" this node runs {self.spec.name!r}",
             )
             return False
         conn.kind = rf.Kind.NODE

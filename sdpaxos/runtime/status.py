@@ -138,6 +138,11 @@ class NodeStatus:
     members: tuple[dict[str, Any], ...] = ()
     learners: tuple[dict[str, Any], ...] = ()
     pending: tuple[int, ...] | None = None
+    #: Nodes whose connection this node refused, and why (a certificate that
+    #: names another node, another protocol, another cluster or initial
+    #: membership), as ``(node id, reason)``, the newest reason per node: the
+    #: place an operator looks when a node never joins.
+    refused: tuple[tuple[int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,6 +10,9 @@ from sdpaxos.runtime import frames as rf
 ALL = [
     rf.Hello(rf.Kind.NODE, 2),
     rf.Hello(rf.Kind.CLIENT, 7),
+    rf.Hello(rf.Kind.NODE, 3, "multipaxos"),
+    rf.Hello(rf.Kind.NODE, 4, None, "sdpaxos-cluster/0123456789ab"),
+    rf.Hello(rf.Kind.NODE, 5, "epaxos", "east/0123456789ab"),
     rf.Ping(12.5),
     rf.Pong(12.5, 40),
     rf.Due(100.25, 100.5, 12345),
@@ -57,6 +60,10 @@ def _raw(body):
         ([3, 0.0, 1.0, 1.5], "due: clock must be an unsigned 64-bit integer"),
         ([3, 0.0, 1.0], "tag 3 needs 4 items"),
         ([99, 1], "unknown runtime frame tag"),
+        ([0, "sdpaxos", 1, 0, 2, None, 7], "hello: cluster 7 is not a short string"),
+        ([0, "sdpaxos", 1, 0, 2, None, ""], "hello: cluster '' is not a short string"),
+        ([0, "sdpaxos", 1, 0, 2, None, "x" * 97], "is not a short string"),
+        ([0, "sdpaxos", 1, 0, 2, None, "c", 1], "tag 0 needs 5 items, got 8"),
         ([10, 1, 2, 3], "needs 7 items"),
     ],
 )
