@@ -303,13 +303,24 @@ class CommandLeader:
         self.next_index = next_index
         log = s.clog.logs[s.me]
         first = max(0, next_index - s.config.c_inflight_max)
-        for i in range(max(first, s.clog.floor[s.me]), next_index):
+        alone = s.majority == 1
+        for i in range(s.clog.floor[s.me], next_index):
             index = CIndex(i)
             inst = log.get(index)
-            if inst is not None and inst.commands is not None and inst.ballot == self.own_ballot:
-                inst.acks = {s.me}
-                inst.sent_ms = -s.config.retransmit_ms
-                self.inflight[index] = inst.commands
+            if inst is None or inst.commands is None or inst.ballot != self.own_ballot:
+                continue
+            if i < first:
+                # Ready before we could start the newer ones: chosen. Peers tell
+                # us so when we ask (learning); alone (N = 1), our own durable
+                # acceptance is the majority that chose it, and nobody else can.
+                if alone:
+                    inst.committed = True
+                continue
+            inst.acks = {s.me}
+            inst.sent_ms = -s.config.retransmit_ms
+            self.inflight[index] = inst.commands
+            if alone:
+                self.commit(index, inst)  # our acceptance is the majority (N = 1)
 
     def oldest_unordered_started_ms(self) -> float | None:
         """When our oldest C-instance the sequencer has not ordered yet started."""

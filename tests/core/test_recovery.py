@@ -4,6 +4,8 @@ Scenario tests drive the explicit-delivery harness with crashes and partitions;
 the rebuild rule (paper Fig. 7) is also tested on its own.
 """
 
+import pytest
+
 from sdpaxos.core import CAccept, ClusterConfig, Command, Replica, Wait
 from sdpaxos.core.messages import CCommit, Heartbeat, LearnRequest, Vote, VRequest
 from sdpaxos.core.storage import ViewPromised
@@ -445,3 +447,23 @@ def test_catching_up_asks_once_per_batch_not_once_per_step() -> None:
     assert c_commits <= (n - 1) * commands
     # Still at the pace of answers: one learn_ms to start, then no waiting.
     assert net.now_ms - start_ms <= 2 * 300.0
+
+
+@pytest.mark.parametrize("inflight", [128, 2], ids=["all-in-flight", "older-than-in-flight"])
+def test_a_lone_replica_serves_again_after_a_restart(inflight: int) -> None:
+    """N = 1: the replica's own durable acceptance is the majority that chose each of
+    its C-instances, and no peer can tell it so after a restart. It used to wait on its
+    own first C-instance for ever (nothing executed, nothing served); with
+    ``c_inflight_max`` 2 most instances are older than the ones driven again."""
+    net = Net.build(1, sequencer=0, c_batch_max=1, c_inflight_max=inflight)
+    for k in range(6):
+        net.propose(0, 10 + k, 1, b"a%d" % k)
+        net.run(20)
+    assert len(net.executed_ids(0)) == 6
+    net.crash(0)
+    net.restart(0)
+    net.propose(0, 20, 1, b"b")
+    net.run(400)
+    executed = net.executed_ids(0)
+    assert executed == [(10 + k, 1) for k in range(6)] + [(20, 1)]
+    assert net.machines[0].log == [b"a%d" % k for k in range(6)] + [b"b"]
