@@ -7,6 +7,9 @@
 * ``local``: a cluster on this machine (3 replicas on the ``paper3`` delay
   profile by default; ``--replicas 5 --profile paper5``, or ``--profile
   none``); prints each node's Redis address and runs until interrupted.
+  ``--spares K`` also starts K nodes that are not members (ids after the
+  replicas'), printing ``spare node ID: redis://HOST:PORT`` for each; the file
+  names them, so ``admin add-replica ID`` finds their addresses.
 * ``status --config cluster.toml [--json]``: every node's view, sequencer,
   executed slot, lag and addresses.
 * ``demo``: a local cluster, a mixed workload from every region, the sequencer
@@ -32,6 +35,7 @@ from typing import Any
 
 from kvstore.config import KVConfig, load_kv_config
 from kvstore.demo import add_demo_arguments, run_demo
+from kvstore.local import SPARES_MAX
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.profiles import builtin
 from sdpaxos.protocols import PROTOCOL_NAMES
@@ -115,6 +119,8 @@ def _cmd_local(args: argparse.Namespace) -> int:
             builtin(profile)
         if not 1 <= args.replicas <= LOCAL_REPLICAS_MAX:
             raise ValueError(f"--replicas must be in 1..{LOCAL_REPLICAS_MAX}, got {args.replicas}")
+        if not 0 <= args.spares <= SPARES_MAX:
+            raise ValueError(f"--spares must be in 0..{SPARES_MAX}, got {args.spares}")
     except ValueError as exc:  # a ProfileError too
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -127,6 +133,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
             profile=profile,
             insecure=args.insecure,
             protocol={"name": args.protocol},
+            spares=args.spares,
         )
     except (ValueError, OSError) as exc:
         if made:
@@ -151,13 +158,16 @@ def _cmd_local(args: argparse.Namespace) -> int:
             f" (profile {args.profile})"
         )
         print(f"{'id':>3}  {'region':<6}  {'redis':<21}  {'peers':<21}  log")
-        for k, cfg in enumerate(cluster.configs):
+        for k, cfg in enumerate(cluster.configs[: cluster.members]):
             me = cfg.node.me
             host, port = cfg.redis_address
             print(
                 f"{k:>3}  {me.region:<6}  {host + ':' + str(port):<21}  "
                 f"{me.host + ':' + str(me.port):<21}  {cluster.log_path(k)}"
             )
+        for k in range(cluster.members, cluster.size):
+            host, port = cluster.redis_address(k)
+            print(f"spare node {k}: redis://{host}:{port}")
         print(f"try:    redis-cli -p {cluster.redis_address(0)[1]} set greeting hello")
         print(f"status: kvstore status --config {path}")
         print("Ctrl-C stops the cluster.", flush=True)
@@ -212,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_node_arguments(s)
     loc = sub.add_parser("local", help="a cluster of node processes on this machine")
     loc.add_argument("--replicas", type=int, default=3)
+    loc.add_argument(
+        "--spares", type=int, default=0, help="nodes that are no members, to add (admin)"
+    )
     loc.add_argument("--profile", default="paper3", help="delay profile, or 'none'")
     loc.add_argument("--dir", default=None, help="where to keep it (default: a new temp dir)")
     loc.add_argument("--insecure", action="store_true", help="no TLS between nodes (a lab only)")
