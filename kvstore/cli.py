@@ -11,7 +11,11 @@
   replicas'), printing ``spare node ID: redis://HOST:PORT`` for each; the file
   names them, so ``admin add-replica ID`` finds their addresses.
 * ``status --config cluster.toml [--json]``: every node's view, sequencer,
-  executed slot, lag and addresses.
+  executed slot, lag, epoch, role and addresses (the spares' too), then the
+  membership: members, learners with their lag, a change in progress.
+* ``admin --config cluster.toml add-replica ID | remove-replica ID |
+  replace-replica OLD NEW``: change the membership; a spare's addresses come
+  from the file (:mod:`kvstore.admin`).
 * ``demo``: a local cluster, a mixed workload from every region, the sequencer
   killed and restarted half-way, latency and throughput per region, and the
   linearizability verdict of what the clients saw (:mod:`kvstore.demo`).
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 import tempfile
@@ -33,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvstore.admin import add_admin_parser, add_status_parser, cmd_admin, cmd_status
 from kvstore.config import KVConfig, load_kv_config
 from kvstore.demo import add_demo_arguments, run_demo
 from kvstore.local import SPARES_MAX
@@ -40,23 +44,18 @@ from sdpaxos.core.errors import ConfigError
 from sdpaxos.profiles import builtin
 from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.runtime.cli import (
-    STATUS_TIMEOUT_S,
-    format_table,
     run_loop,
     serve_until_signalled,
     setup_logging,
-    statuses,
     tune_gc,
 )
 from sdpaxos.runtime.cliargs import (
     LOG_LEVELS,
     OneLineParser,
     add_node_arguments,
-    bounded_int,
     check_before_start,
     log_level_name,
     one_line,
-    positive_seconds,
 )
 from sdpaxos.runtime.local import LOCAL_REPLICAS_MAX
 
@@ -190,32 +189,11 @@ def _cmd_local(args: argparse.Namespace) -> int:
     return 0
 
 
-# ------------------------------------------------------------------ status
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    try:
-        config = load_kv_config(args.config, 0)
-    except ConfigError as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
-        return 2
-    rows = run_loop(statuses(config.node, args.client, args.timeout))
-    for row, (host, port) in zip(rows, config.redis, strict=True):
-        row["redis"] = f"{host}:{port}"
-    if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-    else:
-        table = format_table(rows).splitlines()
-        width = max(len(line) for line in table)
-        redis = ["redis"] + [r["redis"] for r in rows]
-        print("\n".join(f"{line.ljust(width)}  {r}" for line, r in zip(table, redis, strict=True)))
-    return 0 if all("down" not in r for r in rows) else 1
-
-
 # -------------------------------------------------------------------- main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``kvstore ...``; the exit status."""
     p = OneLineParser(prog="kvstore", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run one node")
@@ -235,11 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     loc.add_argument(
         "--log-level", type=log_level_name, default="WARNING", help=", ".join(LOG_LEVELS)
     )
-    st = sub.add_parser("status", help="every node's status")
-    st.add_argument("--config", required=True)
-    st.add_argument("--json", action="store_true")
-    st.add_argument("--client", type=bounded_int(0), default=0, help="client certificate number")
-    st.add_argument("--timeout", type=positive_seconds, default=STATUS_TIMEOUT_S)
+    add_status_parser(sub)
+    add_admin_parser(sub)
     d = sub.add_parser("demo", help="a local cluster, a workload, a failover, a verdict")
     add_demo_arguments(d)
     args = p.parse_args(argv)
@@ -248,5 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "local":
         return _cmd_local(args)
     if args.command == "status":
-        return _cmd_status(args)
+        return cmd_status(args)
+    if args.command == "admin":
+        return cmd_admin(args)
     return run_demo(args)
