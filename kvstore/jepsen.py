@@ -149,26 +149,31 @@ async def _ack_writer(
     rng: random.Random,
     connect: Callable[[tuple[str, int]], Any],
 ) -> None:
+    """Set fresh keys through a node drawn from ``addresses`` each time; the
+    list may change while this runs (the membership nemesis adds and drops
+    nodes), and it is read afresh for every write."""
     n = 0
-    clients = [connect(a) for a in addresses]
+    clients: dict[tuple[str, int], Any] = {}
     try:
         while not stop.is_set():
             n += 1
             key = f"ack:{n}"
-            k = rng.randrange(len(clients))
+            address = addresses[rng.randrange(len(addresses))]
+            client = clients.get(address)
+            if client is None:
+                client = clients[address] = connect(address)
             try:
                 reply = await asyncio.wait_for(
-                    clients[k].execute_command("SET", key, "1"), OPERATION_TIMEOUT_S
+                    client.execute_command("SET", key, "1"), OPERATION_TIMEOUT_S
                 )
             except Exception:
-                await clients[k].aclose()
-                clients[k] = connect(addresses[k])
+                await clients.pop(address).aclose()
                 await asyncio.sleep(0.1)
                 continue
             if reply in (True, b"OK", "OK"):
                 acked.append(key)
     finally:
-        for c in clients:
+        for c in clients.values():
             await c.aclose()
 
 
@@ -183,8 +188,15 @@ async def _final_reads(
     keys: int,
     acked: list[str],
     connect: Callable[[tuple[str, int]], Any],
+    *,
+    local: bool = False,
 ) -> list[str]:
-    """Read every workload key (recorded) and every acknowledged key, at every node."""
+    """Read every workload key (recorded) and every acknowledged key, at every node.
+
+    ``local``: each node's own state is read too: after its linearizable
+    reads (which wait until the node has executed every write before them),
+    ``READONLY`` and the acknowledged keys again, answered from that node's
+    store at once, forwarded nowhere: what that node holds."""
     lost: set[str] = set()
     for k, address in enumerate(addresses):
         r = connect(address)
@@ -206,6 +218,16 @@ async def _final_reads(
                 chunk = acked[start : start + 500]
                 values = await r.execute_command("MGET", *chunk)
                 lost.update(key for key, v in zip(chunk, values, strict=True) if v is None)
+            if local:
+                await r.execute_command("READONLY")
+                for start in range(0, len(acked), 500):
+                    chunk = acked[start : start + 500]
+                    values = await r.execute_command("MGET", *chunk)
+                    lost.update(
+                        f"{key} at node {k}"
+                        for key, v in zip(chunk, values, strict=True)
+                        if v is None
+                    )
         finally:
             await r.aclose()
     return sorted(lost)

@@ -19,6 +19,7 @@ import redis
 from kvstore.cluster import ProcessCluster, redis_ping
 from kvstore.config import load_kv_config
 from kvstore.local import make_kv_cluster
+from kvstore.nemesis_members import run_members_jepsen
 
 from ..runtime.helpers import FAST_PROTOCOL, default_sigint, kill_group
 
@@ -171,3 +172,25 @@ def test_admin_adds_removes_and_replaces_with_the_spares_addresses_and_refuses_b
         assert f"  member  3  {spare3.peer_text}  {spare3.region}" in lines, lines
         row1 = next(line for line in lines if line.startswith("1 "))
         assert "removed" in row1 and ":".join(map(str, cluster.redis_address(1))) in row1
+
+
+def test_membership_nemesis_under_redis_clients_keeps_the_history_linearizable(
+    tmp_path: Path,
+) -> None:
+    """While redis-py clients run: a spare added, a member removed, a SIGKILLed
+    member replaced by the other spare, each committed before the next; the
+    history is linearizable and every acknowledged write is read back at every
+    final member, from its own store too (``READONLY``)."""
+    result = run_members_jepsen(tmp_path, seconds=16, seed=3, fsync=False)
+    described = (result.changes, result.lost[:5], result.extra)
+    assert [what.split()[0] for _, what in result.changes[:4]] == [
+        "add_replica",
+        "remove_replica",
+        "SIGKILL",
+        "replace_replica",
+    ], described
+    assert result.members == result.expected == result.read_at, described
+    assert result.extra["epoch"] == 3, described
+    assert result.verdict == "linearizable", described
+    assert result.acknowledged > 0 and result.lost == [], described
+    assert result.ok
