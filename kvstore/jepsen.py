@@ -42,7 +42,7 @@ from sdpaxos.check import KeyValue, check
 from sdpaxos.check.formats import write_jsonl
 from sdpaxos.check.testing import Recorder
 
-__all__ = ["JepsenResult", "run_jepsen"]
+__all__ = ["JepsenResult", "ack_writer", "final_reads", "run_jepsen"]
 
 FAULTS = ("kill", "partition", "pause")
 #: How long a fault lasts, and the quiet spell after it (seconds).
@@ -142,7 +142,7 @@ class _Nemesis:
         self._admin_all("partition", None)
 
 
-async def _ack_writer(
+async def ack_writer(
     addresses: list[tuple[str, int]],
     stop: asyncio.Event,
     acked: list[str],
@@ -182,7 +182,7 @@ async def _get_text(r: Any, key: str) -> str | None:
     return None if raw is None else bytes(raw).decode()
 
 
-async def _final_reads(
+async def final_reads(
     addresses: list[tuple[str, int]],
     recorder: Recorder,
     keys: int,
@@ -270,7 +270,7 @@ def run_jepsen(
         async def main() -> tuple[Any, list[str]]:
             stop = asyncio.Event()
             writer = asyncio.ensure_future(
-                _ack_writer(addresses, stop, acked, random.Random(seed + 1), connect)
+                ack_writer(addresses, stop, acked, random.Random(seed + 1), connect)
             )
             try:
                 result = await run_clients(
@@ -289,7 +289,7 @@ def run_jepsen(
                 await writer
             nemesis.heal(result.seconds)
             cluster.wait_ready()
-            lost = await _final_reads(addresses, recorder, workload.keys, acked, connect)
+            lost = await final_reads(addresses, recorder, workload.keys, acked, connect)
             return result, lost
 
         result, lost = asyncio.run(main())

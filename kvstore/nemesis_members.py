@@ -43,7 +43,7 @@ from typing import Any
 
 from kvstore.cluster import ProcessCluster
 from kvstore.demo import DEMO_PROTOCOL
-from kvstore.jepsen import _ack_writer, _final_reads
+from kvstore.jepsen import ack_writer, final_reads
 from kvstore.local import make_kv_cluster
 from kvstore.workload import Workload, redis_connect, run_clients
 from sdpaxos.check import KeyValue, check
@@ -186,7 +186,7 @@ def run_members_jepsen(
         async def main() -> tuple[Any, list[str]]:
             stop = asyncio.Event()
             writer = asyncio.ensure_future(
-                _ack_writer(writing, stop, acked, random.Random(seed + 1), connect)
+                ack_writer(writing, stop, acked, random.Random(seed + 1), connect)
             )
             changes = asyncio.ensure_future(nemesis.run())
             try:
@@ -212,7 +212,7 @@ def run_members_jepsen(
             lost: list[str] = []
             for k in final:  # one member at a time: which ones were read is known
                 at = [cluster.redis_address(k)]
-                lost += await _final_reads(at, recorder, workload.keys, acked, connect, local=True)
+                lost += await final_reads(at, recorder, workload.keys, acked, connect, local=True)
                 read_at.append(k)
             return result, lost
 
