@@ -115,6 +115,7 @@ def test_admin_adds_removes_and_replaces_with_the_spares_addresses_and_refuses_b
             (["remove-replica", "9"], 1, "node 9 is neither a member nor a learner"),
             (["replace-replica", "9", "3"], 1, "node 9 is not a member of epoch 0"),
             (["add-replica", "7"], 2, "node 7 is no spare of"),
+            (["remove-replica", "1", "--id", "9"], 2, "--id 9: neither a replica nor a spare"),
             (["add-replica", "x"], 2, "a node id is an integer, got 'x'"),
         ]:
             done = _kvstore("admin", "--config", str(path), *words)
