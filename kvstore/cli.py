@@ -7,8 +7,15 @@
 * ``local``: a cluster on this machine (3 replicas on the ``paper3`` delay
   profile by default; ``--replicas 5 --profile paper5``, or ``--profile
   none``); prints each node's Redis address and runs until interrupted.
+  ``--spares K`` also starts K nodes that are not members (ids after the
+  replicas'), printing ``spare node ID: redis://HOST:PORT`` for each; the file
+  names them, so ``admin add-replica ID`` finds their addresses.
 * ``status --config cluster.toml [--json]``: every node's view, sequencer,
-  executed slot, lag and addresses.
+  executed slot, lag, epoch, role and addresses (the spares' too), then the
+  membership: members, learners with their lag, a change in progress.
+* ``admin --config cluster.toml add-replica ID | remove-replica ID |
+  replace-replica OLD NEW``: change the membership; a spare's addresses come
+  from the file (:mod:`kvstore.admin`).
 * ``demo``: a local cluster, a mixed workload from every region, the sequencer
   killed and restarted half-way, latency and throughput per region, and the
   linearizability verdict of what the clients saw (:mod:`kvstore.demo`).
@@ -21,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 import tempfile
@@ -30,29 +36,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvstore.admin import add_admin_parser, add_status_parser, cmd_admin, cmd_status
 from kvstore.config import KVConfig, load_kv_config
 from kvstore.demo import add_demo_arguments, run_demo
+from kvstore.local import SPARES_MAX
 from sdpaxos.core.errors import ConfigError
 from sdpaxos.profiles import builtin
 from sdpaxos.protocols import PROTOCOL_NAMES
 from sdpaxos.runtime.cli import (
-    STATUS_TIMEOUT_S,
-    format_table,
     run_loop,
     serve_until_signalled,
     setup_logging,
-    statuses,
     tune_gc,
 )
 from sdpaxos.runtime.cliargs import (
     LOG_LEVELS,
     OneLineParser,
     add_node_arguments,
-    bounded_int,
     check_before_start,
     log_level_name,
     one_line,
-    positive_seconds,
 )
 from sdpaxos.runtime.local import LOCAL_REPLICAS_MAX
 
@@ -115,6 +118,8 @@ def _cmd_local(args: argparse.Namespace) -> int:
             builtin(profile)
         if not 1 <= args.replicas <= LOCAL_REPLICAS_MAX:
             raise ValueError(f"--replicas must be in 1..{LOCAL_REPLICAS_MAX}, got {args.replicas}")
+        if not 0 <= args.spares <= SPARES_MAX:
+            raise ValueError(f"--spares must be in 0..{SPARES_MAX}, got {args.spares}")
     except ValueError as exc:  # a ProfileError too
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -127,6 +132,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
             profile=profile,
             insecure=args.insecure,
             protocol={"name": args.protocol},
+            spares=args.spares,
         )
     except (ValueError, OSError) as exc:
         if made:
@@ -151,13 +157,16 @@ def _cmd_local(args: argparse.Namespace) -> int:
             f" (profile {args.profile})"
         )
         print(f"{'id':>3}  {'region':<6}  {'redis':<21}  {'peers':<21}  log")
-        for k, cfg in enumerate(cluster.configs):
+        for k, cfg in enumerate(cluster.configs[: cluster.members]):
             me = cfg.node.me
             host, port = cfg.redis_address
             print(
                 f"{k:>3}  {me.region:<6}  {host + ':' + str(port):<21}  "
                 f"{me.host + ':' + str(me.port):<21}  {cluster.log_path(k)}"
             )
+        for k in range(cluster.members, cluster.size):
+            host, port = cluster.redis_address(k)
+            print(f"spare node {k}: redis://{host}:{port}")
         print(f"try:    redis-cli -p {cluster.redis_address(0)[1]} set greeting hello")
         print(f"status: kvstore status --config {path}")
         print("Ctrl-C stops the cluster.", flush=True)
@@ -180,38 +189,20 @@ def _cmd_local(args: argparse.Namespace) -> int:
     return 0
 
 
-# ------------------------------------------------------------------ status
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    try:
-        config = load_kv_config(args.config, 0)
-    except ConfigError as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
-        return 2
-    rows = run_loop(statuses(config.node, args.client, args.timeout))
-    for row, (host, port) in zip(rows, config.redis, strict=True):
-        row["redis"] = f"{host}:{port}"
-    if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-    else:
-        table = format_table(rows).splitlines()
-        width = max(len(line) for line in table)
-        redis = ["redis"] + [r["redis"] for r in rows]
-        print("\n".join(f"{line.ljust(width)}  {r}" for line, r in zip(table, redis, strict=True)))
-    return 0 if all("down" not in r for r in rows) else 1
-
-
 # -------------------------------------------------------------------- main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``kvstore ...``; the exit status."""
     p = OneLineParser(prog="kvstore", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run one node")
     add_node_arguments(s)
     loc = sub.add_parser("local", help="a cluster of node processes on this machine")
     loc.add_argument("--replicas", type=int, default=3)
+    loc.add_argument(
+        "--spares", type=int, default=0, help="nodes that are no members, to add (admin)"
+    )
     loc.add_argument("--profile", default="paper3", help="delay profile, or 'none'")
     loc.add_argument("--dir", default=None, help="where to keep it (default: a new temp dir)")
     loc.add_argument("--insecure", action="store_true", help="no TLS between nodes (a lab only)")
@@ -222,11 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     loc.add_argument(
         "--log-level", type=log_level_name, default="WARNING", help=", ".join(LOG_LEVELS)
     )
-    st = sub.add_parser("status", help="every node's status")
-    st.add_argument("--config", required=True)
-    st.add_argument("--json", action="store_true")
-    st.add_argument("--client", type=bounded_int(0), default=0, help="client certificate number")
-    st.add_argument("--timeout", type=positive_seconds, default=STATUS_TIMEOUT_S)
+    add_status_parser(sub)
+    add_admin_parser(sub)
     d = sub.add_parser("demo", help="a local cluster, a workload, a failover, a verdict")
     add_demo_arguments(d)
     args = p.parse_args(argv)
@@ -235,5 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "local":
         return _cmd_local(args)
     if args.command == "status":
-        return _cmd_status(args)
+        return cmd_status(args)
+    if args.command == "admin":
+        return cmd_admin(args)
     return run_demo(args)

@@ -6,6 +6,10 @@ its own (a kill is a real SIGKILL, a pause a real SIGSTOP), with its log in
 ``DIR/nodeN.log``. With ``bootstrap=True`` (a cluster whose directories were
 just made) a node's first start passes ``--bootstrap``, and its restarts do
 not: a node whose directory was lost then refuses to come back, as it should.
+
+The file's spare nodes (``[kvstore] spares``, ids right after the replicas')
+are nodes too, ``k >= members``: they start without ``--bootstrap`` and wait
+to be added (:mod:`kvstore.config`).
 """
 
 from __future__ import annotations
@@ -58,8 +62,15 @@ class ProcessCluster:
         self.started: set[int] = set()
         self.configs: list[KVConfig] = []
         first = load_kv_config(self.path, 0)
+        #: Nodes ``0 .. members-1`` are the file's replicas; the rest its spares.
+        self.members = len(first.node.replicas)
+        spare_ids = [s.id for s in first.spares]
+        if spare_ids != list(range(self.members, self.members + len(spare_ids))):
+            raise ValueError(
+                f"spare ids {spare_ids} do not follow the replicas' 0..{self.members - 1}"
+            )
         self.configs = [first] + [
-            load_kv_config(self.path, k) for k in range(1, len(first.node.replicas))
+            load_kv_config(self.path, k) for k in range(1, self.members + len(spare_ids))
         ]
         self.fsync = fsync
         self.log_level = log_level
@@ -97,7 +108,7 @@ class ProcessCluster:
         ]
         if not self.fsync:
             cmd.append("--no-fsync")
-        if self.bootstrap and k not in self.started:
+        if self.bootstrap and k not in self.started and k < self.members:
             cmd.append("--bootstrap")
         log = self._logs[k]
         if log is None:

@@ -42,7 +42,7 @@ from sdpaxos.check import KeyValue, check
 from sdpaxos.check.formats import write_jsonl
 from sdpaxos.check.testing import Recorder
 
-__all__ = ["JepsenResult", "run_jepsen"]
+__all__ = ["JepsenResult", "ack_writer", "final_reads", "run_jepsen"]
 
 FAULTS = ("kill", "partition", "pause")
 #: How long a fault lasts, and the quiet spell after it (seconds).
@@ -142,33 +142,38 @@ class _Nemesis:
         self._admin_all("partition", None)
 
 
-async def _ack_writer(
+async def ack_writer(
     addresses: list[tuple[str, int]],
     stop: asyncio.Event,
     acked: list[str],
     rng: random.Random,
     connect: Callable[[tuple[str, int]], Any],
 ) -> None:
+    """Set fresh keys through a node drawn from ``addresses`` each time; the
+    list may change while this runs (the membership nemesis adds and drops
+    nodes), and it is read afresh for every write."""
     n = 0
-    clients = [connect(a) for a in addresses]
+    clients: dict[tuple[str, int], Any] = {}
     try:
         while not stop.is_set():
             n += 1
             key = f"ack:{n}"
-            k = rng.randrange(len(clients))
+            address = addresses[rng.randrange(len(addresses))]
+            client = clients.get(address)
+            if client is None:
+                client = clients[address] = connect(address)
             try:
                 reply = await asyncio.wait_for(
-                    clients[k].execute_command("SET", key, "1"), OPERATION_TIMEOUT_S
+                    client.execute_command("SET", key, "1"), OPERATION_TIMEOUT_S
                 )
             except Exception:
-                await clients[k].aclose()
-                clients[k] = connect(addresses[k])
+                await clients.pop(address).aclose()
                 await asyncio.sleep(0.1)
                 continue
             if reply in (True, b"OK", "OK"):
                 acked.append(key)
     finally:
-        for c in clients:
+        for c in clients.values():
             await c.aclose()
 
 
@@ -177,14 +182,21 @@ async def _get_text(r: Any, key: str) -> str | None:
     return None if raw is None else bytes(raw).decode()
 
 
-async def _final_reads(
+async def final_reads(
     addresses: list[tuple[str, int]],
     recorder: Recorder,
     keys: int,
     acked: list[str],
     connect: Callable[[tuple[str, int]], Any],
+    *,
+    local: bool = False,
 ) -> list[str]:
-    """Read every workload key (recorded) and every acknowledged key, at every node."""
+    """Read every workload key (recorded) and every acknowledged key, at every node.
+
+    ``local``: each node's own state is read too: after its linearizable
+    reads (which wait until the node has executed every write before them),
+    ``READONLY`` and the acknowledged keys again, answered from that node's
+    store at once, forwarded nowhere: what that node holds."""
     lost: set[str] = set()
     for k, address in enumerate(addresses):
         r = connect(address)
@@ -206,6 +218,16 @@ async def _final_reads(
                 chunk = acked[start : start + 500]
                 values = await r.execute_command("MGET", *chunk)
                 lost.update(key for key, v in zip(chunk, values, strict=True) if v is None)
+            if local:
+                await r.execute_command("READONLY")
+                for start in range(0, len(acked), 500):
+                    chunk = acked[start : start + 500]
+                    values = await r.execute_command("MGET", *chunk)
+                    lost.update(
+                        f"{key} at node {k}"
+                        for key, v in zip(chunk, values, strict=True)
+                        if v is None
+                    )
         finally:
             await r.aclose()
     return sorted(lost)
@@ -248,7 +270,7 @@ def run_jepsen(
         async def main() -> tuple[Any, list[str]]:
             stop = asyncio.Event()
             writer = asyncio.ensure_future(
-                _ack_writer(addresses, stop, acked, random.Random(seed + 1), connect)
+                ack_writer(addresses, stop, acked, random.Random(seed + 1), connect)
             )
             try:
                 result = await run_clients(
@@ -267,7 +289,7 @@ def run_jepsen(
                 await writer
             nemesis.heal(result.seconds)
             cluster.wait_ready()
-            lost = await _final_reads(addresses, recorder, workload.keys, acked, connect)
+            lost = await final_reads(addresses, recorder, workload.keys, acked, connect)
             return result, lost
 
         result, lost = asyncio.run(main())

@@ -2,7 +2,10 @@
 
 :func:`make_kv_cluster` writes what :func:`sdpaxos.runtime.local.make_local_cluster`
 writes (certificates, ``cluster.toml``, data directories) and adds the
-``[kvstore]`` section: a free Redis port per node on loopback.
+``[kvstore]`` section: a free Redis port per node on loopback, and the spare
+nodes (``spares``: ids after the replicas', each with a peer port, a Redis port,
+a region and a certificate of the cluster CA), which start as no members and
+wait to be added (``kvstore admin add-replica``).
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from sdpaxos.profiles import builtin
+from sdpaxos.runtime.certs import issue_node_cert
 from sdpaxos.runtime.config import TlsFiles
 from sdpaxos.runtime.local import free_ports, make_local_cluster
 
-__all__ = ["kv_client_tls", "make_kv_cluster"]
+__all__ = ["SPARES_MAX", "kv_client_tls", "make_kv_cluster"]
+
+#: Spare nodes ``kvstore local`` starts at most (each is a process).
+SPARES_MAX = 8
 
 
 def make_kv_cluster(
@@ -30,6 +37,7 @@ def make_kv_cluster(
     protocol: Mapping[str, Any] | None = None,
     sequencer: int = 0,
     host: str = "127.0.0.1",
+    spares: int = 0,
 ) -> Path:
     """Write a kv-store cluster's files; return the path of ``cluster.toml``.
 
@@ -59,6 +67,10 @@ def make_kv_cluster(
         ports, peer_ports = drawn[replicas:], drawn[:replicas]
     if len(ports) != replicas:
         raise ValueError(f"{len(ports)} Redis ports for {replicas} replicas")
+    # The spares' ports in one more call, none of them one already drawn.
+    taken = set(ports) | set(peer_ports[:replicas])
+    spare_ports = [p for p in free_ports(2 * spares + len(taken), host) if p not in taken]
+    spare_ports = spare_ports[: 2 * spares]
     path = make_local_cluster(
         directory,
         replicas,
@@ -77,8 +89,24 @@ def make_kv_cluster(
     if users:
         pairs = ", ".join(f'{u} = "{p}"' for u, p in users.items())
         lines.append(f"users = {{ {pairs} }}")
+    if spares:
+        lines.append("spares = [")
+        for k in range(spares):
+            node_id = replicas + k
+            region = regions[k % replicas] if regions is not None else f"R{node_id}"
+            peer, redis = spare_ports[2 * k], spare_ports[2 * k + 1]
+            lines.append(
+                f'    {{ id = {node_id}, address = "{host}:{peer}", redis = "{host}:{redis}",'
+                f' region = "{region}" }},'
+            )
+        lines.append("]")
     with path.open("a") as f:
         f.write("\n".join(lines) + "\n")
+    root = Path(directory)
+    for node_id in range(replicas, replicas + spares):
+        (root / f"node{node_id}").mkdir(exist_ok=True)
+        if not insecure:
+            issue_node_cert(root / "certs", node_id, hosts=[host], force=True)
     return path
 
 

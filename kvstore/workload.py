@@ -35,6 +35,8 @@ __all__ = ["Sample", "Workload", "WorkloadResult", "run_clients"]
 OPERATION_TIMEOUT_S = 5.0
 #: Pause after a failed connection before the client tries again.
 RECONNECT_PAUSE_S = 0.2
+#: Pause after a node answered NOTMEMBER (it is no member, and stays so for a while).
+NOT_MEMBER_PAUSE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +120,18 @@ async def _client(
             t0 = time.perf_counter()
             try:
                 raw = await asyncio.wait_for(r.execute_command(*command), OPERATION_TIMEOUT_S)
-            except ResponseError:
+            except ResponseError as exc:
                 sample.errors += 1
                 if write:
                     recorder.unknown(pending)
                 else:
                     recorder.fail(pending)
+                if str(exc).startswith("NOTMEMBER"):
+                    # A node that is no member (removed, or not yet added)
+                    # answers at once: without a pause the client would fill
+                    # the history with open writes, each one the checker must
+                    # try both ways.
+                    await asyncio.sleep(NOT_MEMBER_PAUSE_S)
                 continue
             except (Exception, asyncio.CancelledError) as exc:
                 sample.errors += 1

@@ -85,3 +85,39 @@ def test_make_kv_cluster_never_gives_a_redis_port_that_is_also_a_peer_port(tmp_p
     redis = {c.redis_address[1] for c in configs}
     peers = {c.node.replicas[k].port for k, c in enumerate(configs)}
     assert len(redis) == 3 and len(peers) == 3 and not redis & peers
+
+
+def test_a_spare_node_finds_its_addresses_and_region_in_the_file(tmp_path):
+    path = make_kv_cluster(tmp_path, 3, profile="paper3", spares=2)
+    spare = load_kv_config(path, 0).spares[1]
+    config = load_kv_config(path, 4)
+    assert (spare.id, spare.region) == (4, "OR")  # replica 1's region
+    assert config.redis_address == spare.redis
+    me = config.node.me
+    assert ((me.host, me.port), me.region) == (spare.address, "OR")
+    assert (tmp_path / "certs" / "node4.pem").exists() and (tmp_path / "node4").is_dir()
+    with pytest.raises(ConfigError, match=r"node\.id"):  # neither a replica nor a spare
+        load_kv_config(path, 5)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s[0].update(id=1), r"spares\[0\]\.id: node 1 is a replica"),
+        (lambda s: s[1].update(id=3), r"spares\[1\]\.id: node 3 is named twice"),
+        (lambda s: s[0].update(id=-1), r"spares\[0\]\.id: expected a node id"),
+        (lambda s: s[0].update(redis="nowhere"), r"spares\[0\]\.redis: expected host:port"),
+        (
+            lambda s: s[1].update(redis=s[0]["address"]),
+            r"spares\[1\]\.redis: same as spare 3's address",
+        ),
+        (lambda s: s[0].update(colour="blue"), r"spares\[0\]\.colour: unknown key"),
+        (lambda s: s.append(5), r"spares\[2\]: expected a table"),
+    ],
+)
+def test_each_spare_mistake_names_its_key(tmp_path, change, message):
+    path = make_kv_cluster(tmp_path, 3, profile=None, spares=2)
+    raw = tomllib.loads(path.read_text())
+    change(raw["kvstore"]["spares"])
+    with pytest.raises(ConfigError, match=message):
+        parse_kv_config(raw, base_dir=path.parent, node_id=0)
