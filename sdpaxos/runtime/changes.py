@@ -104,11 +104,13 @@ class Changes:
         membership = self.membership
         self._seen = membership
         nodes: dict[int, tuple[str, int]] = {}
+        regions: dict[int, str] = {}
         for n in (*membership.members, *membership.learners):
             host, sep, port = n.address.rpartition(":")
             if sep and port.isdigit():
                 nodes[n.id] = (host.strip("[]"), int(port))
-        peers.update(nodes, self.member.member.replica is not None)
+                regions[n.id] = n.region
+        peers.update(nodes, self.member.member.replica is not None, regions)
 
     def describe(self) -> dict[str, Any]:
         """The membership as the operations print it."""

@@ -63,7 +63,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
+import random
 import re
 import tomllib
 from dataclasses import dataclass
@@ -77,7 +79,9 @@ from sdpaxos.core.types import ReplicaId
 from sdpaxos.profiles import DelayProfile, ProfileError, builtin, load_json
 from sdpaxos.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES
 from sdpaxos.protocols import protocol as protocol_of
-from sdpaxos.runtime.emulator import EmulatorSettings, profile_row_ms
+from sdpaxos.runtime.emulator import EmulatorSettings, LinkEmulator, profile_row_ms
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CLUSTER_NAME_DEFAULT",
@@ -405,6 +409,31 @@ def parse_config(
         cluster_name,
         node_address,
     )
+
+
+def node_emulator(config: NodeConfig, rng: random.Random | None = None) -> LinkEmulator | None:
+    """The delay emulator of ``config``'s node (None without ``[emulator]``).
+
+    A node of the file's list gets the profile's delays to the others; a node
+    outside it (one waiting to be added) gets them from its own region
+    (``[node] region``), and both learn the links of nodes added later
+    (:meth:`LinkEmulator.add_node`). A new node whose region the profile does
+    not know runs without delays, and says so.
+    """
+    emu = config.emulator
+    if emu is None:
+        return None
+    regions = [r.region for r in config.replicas]
+    if config.initial_member:
+        return LinkEmulator.from_profile(config.node_id, emu.profile, regions, emu.settings, rng)
+    region = config.me.region
+    try:
+        return LinkEmulator.for_new_node(
+            config.node_id, region, emu.profile, regions, emu.settings, rng
+        )
+    except ValueError as exc:
+        logger.warning("node %d: no emulated delays (%s)", config.node_id, exc)
+        return None
 
 
 def _emulator(

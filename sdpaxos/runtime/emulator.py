@@ -72,16 +72,21 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from sdpaxos.core.membership import NODE_ID_MAX
 from sdpaxos.core.types import REPLICAS_MAX
 from sdpaxos.profiles import DelayProfile
 
 #: Longest one-way delay of a link: a minute is beyond any planet-bound path,
 #: and a larger number is a typo (seconds for milliseconds).
 DELAY_MS_MAX = 60_000.0
+#: Most links one emulator keeps: the file's replicas and the nodes added
+#: since (a changing membership has at most 7 members and 4 learners at a
+#: time, and removed nodes keep their links).
+LINKS_MAX = 256
 #: Largest jitter parameter: ten seconds of jitter is a broken link, not a slow one.
 JITTER_MS_MAX = 10_000.0
 #: A ``normal`` jitter draw is cut at this many ``jitter_ms``: the tail of a
@@ -280,6 +285,8 @@ class LinkEmulator:
         "_delay_ms",
         "_last_at_ms",
         "_n",
+        "_profile",
+        "_region",
         "_rng",
         "_settings",
         "me",
@@ -288,7 +295,7 @@ class LinkEmulator:
     def __init__(
         self,
         me: int,
-        one_way_ms: Sequence[float],
+        one_way_ms: Sequence[float] | Mapping[int, float],
         settings: EmulatorSettings | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -297,22 +304,35 @@ class LinkEmulator:
         ``rng`` defaults to an OS-seeded :class:`random.Random`; pass a seeded
         one for a reproducible run.
         """
-        n = len(one_way_ms)
-        _check_replicas(n)
-        _check_me(me, n)
+        if isinstance(one_way_ms, Mapping):
+            # A node outside the file's list (for_new_node): links by node id.
+            links = dict(one_way_ms)
+            n = sum(1 for j in links if j != me)
+            if me not in links or not 0 < len(links) <= LINKS_MAX:
+                raise ValueError(f"one_way_ms must name {me} and at most {LINKS_MAX} nodes")
+        else:
+            n = len(one_way_ms)
+            _check_replicas(n)
+            _check_me(me, n)
+            links = dict(enumerate(one_way_ms))
         self.me = me
         self._n = n
-        self._delay_ms = [
-            _check_number(f"delay_ms[{me}->{j}]", d, 0.0, DELAY_MS_MAX)
-            for j, d in enumerate(one_way_ms)
-        ]
+        # By node id: a node added to a changing membership gets a link later
+        # (:meth:`add_node`), under an id that may be far above ``n``.
+        self._delay_ms: dict[int, float] = {
+            j: _check_number(f"delay_ms[{me}->{j}]", d, 0.0, DELAY_MS_MAX) for j, d in links.items()
+        }
         self._delay_ms[me] = 0.0
         self._settings = EmulatorSettings() if settings is None else settings
         self._rng = random.Random() if rng is None else rng
         self._blocked: set[int] = set()
-        self._busy_until_ms = [-math.inf] * n
-        self._last_at_ms = [-math.inf] * n
-        self._counters = [LinkCounters() for _ in range(n)]
+        self._busy_until_ms: dict[int, float] = dict.fromkeys(self._delay_ms, -math.inf)
+        self._last_at_ms: dict[int, float] = dict.fromkeys(self._delay_ms, -math.inf)
+        self._counters: dict[int, LinkCounters] = {j: LinkCounters() for j in self._delay_ms}
+        #: The profile and this node's region index, when built from a profile
+        #: (what :meth:`add_node` needs).
+        self._profile: DelayProfile | None = None
+        self._region = -1
         self._active = False
         self._update_active()
 
@@ -329,7 +349,64 @@ class LinkEmulator:
 
         See :func:`profile_row_ms`; a bad region is a ``ProfileError`` (a ``ValueError``).
         """
-        return cls(me, profile_row_ms(me, profile, regions), settings, rng)
+        emu = cls(me, profile_row_ms(me, profile, regions), settings, rng)
+        names = list(profile.regions) if regions is None else list(regions)
+        emu._profile, emu._region = profile, profile.index(names[me])
+        return emu
+
+    @classmethod
+    def for_new_node(
+        cls,
+        me: int,
+        region: str,
+        profile: DelayProfile,
+        regions: Sequence[str],
+        settings: EmulatorSettings | None = None,
+        rng: random.Random | None = None,
+    ) -> LinkEmulator:
+        """The links of a node that is not one of the file's replicas (one
+        waiting to be added to a changing membership, ``me`` any node id not
+        below ``len(regions)``), in ``region``, to the file's replicas
+        (``regions[i]``: replica ``i``'s); more come with :meth:`add_node`.
+
+        Why it needs its own: its links must be as slow as the members' to
+        each other, or a cluster that grows is measured on loopback wherever
+        a new node takes part.
+        """
+        if isinstance(me, bool) or not isinstance(me, int) or not len(regions) <= me <= NODE_ID_MAX:
+            raise ValueError(f"me must be a node id in {len(regions)}..{NODE_ID_MAX}, got {me!r}")
+        src = profile.index(region)
+        row = {j: profile.one_way_us(src, profile.index(r)) / 1000 for j, r in enumerate(regions)}
+        emu = cls(me, {**row, me: 0.0}, settings, rng)
+        emu._profile, emu._region = profile, src
+        return emu
+
+    def add_node(self, dst: int, region: str) -> bool:
+        """A node joined the membership: its link gets the profile's delay from
+        this node's region to ``region``. False (nothing changed) when the
+        emulator was not built from a profile, the region is not in it, the
+        link exists already, or :data:`LINKS_MAX` links exist."""
+        profile = self._profile
+        if (
+            profile is None
+            or dst in self._delay_ms
+            or isinstance(dst, bool)
+            or not isinstance(dst, int)
+            or not 0 <= dst <= NODE_ID_MAX
+            or len(self._delay_ms) >= LINKS_MAX
+        ):
+            return False
+        try:
+            delay_ms = profile.one_way_us(self._region, profile.index(region)) / 1000
+        except ValueError:
+            return False
+        self._delay_ms[dst] = _check_number(
+            f"delay_ms[{self.me}->{dst}]", delay_ms, 0.0, DELAY_MS_MAX
+        )
+        self._busy_until_ms[dst] = self._last_at_ms[dst] = -math.inf
+        self._counters[dst] = LinkCounters()
+        self._update_active()
+        return True
 
     @classmethod
     def from_matrix(
@@ -356,9 +433,9 @@ class LinkEmulator:
         ``None`` when a partition drops the frame. Never earlier than the
         previous answer for the same link (module docstring, rule 6).
         """
-        if not 0 <= dst < self._n or dst == self.me:
+        if dst not in self._delay_ms or dst == self.me:
             raise ValueError(
-                f"dst must be a peer of replica {self.me} in 0..{self._n - 1}, got {dst}"
+                f"dst must be a peer of replica {self.me} ({self._peers_text()}), got {dst}"
             )
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
@@ -452,9 +529,9 @@ class LinkEmulator:
         A replica in no group is isolated (module docstring); so ``me``
         absent from every group cuts all of its links.
         """
-        checked = _check_groups(groups, self._n)
+        checked = _check_groups(groups, max(self._delay_ms) + 1)
         mine = next((g for g in checked if self.me in g), frozenset({self.me}))
-        self._blocked = {j for j in range(self._n) if j != self.me and j not in mine}
+        self._blocked = {j for j in self._delay_ms if j != self.me and j not in mine}
         self._update_active()
 
     def heal(self) -> None:
@@ -477,12 +554,10 @@ class LinkEmulator:
             raise ValueError(
                 f"one_way_ms must have {self._n} entries (one per replica), got {len(one_way_ms)}"
             )
-        row = [
+        for j, d in enumerate(one_way_ms):
             _check_number(f"delay_ms[{self.me}->{j}]", d, 0.0, DELAY_MS_MAX)
-            for j, d in enumerate(one_way_ms)
-        ]
-        row[self.me] = 0.0
-        self._delay_ms = row
+        for j, d in enumerate(one_way_ms):
+            self._delay_ms[j] = 0.0 if j == self.me else float(d)
         self._update_active()
 
     def set_profile(self, profile: DelayProfile, regions: Sequence[str] | None = None) -> None:
@@ -498,7 +573,7 @@ class LinkEmulator:
 
     def counters(self) -> dict[int, LinkCounters]:
         """A copy of each peer link's counters, by destination replica."""
-        return {j: LinkCounters(**asdict(c)) for j, c in enumerate(self._counters) if j != self.me}
+        return {j: LinkCounters(**asdict(c)) for j, c in self._counters.items() if j != self.me}
 
     def to_json(self) -> dict[str, Any]:
         """Settings, link state and counters as plain JSON-able data (string keys)."""
@@ -526,8 +601,8 @@ class LinkEmulator:
     # -- internals ----------------------------------------------------------
 
     def _check_peer(self, dst: int) -> None:
-        if isinstance(dst, bool) or not isinstance(dst, int) or not 0 <= dst < self._n:
-            raise ValueError(f"dst must be a replica id in 0..{self._n - 1}, got {dst!r}")
+        if isinstance(dst, bool) or not isinstance(dst, int) or dst not in self._delay_ms:
+            raise ValueError(f"dst must be a replica id ({self._peers_text()}), got {dst!r}")
         if dst == self.me:
             raise ValueError(f"dst {dst} is this replica; it has no link to itself")
 
@@ -535,5 +610,11 @@ class LinkEmulator:
         self._active = (
             not self._settings.identity
             or bool(self._blocked)
-            or any(d > 0.0 for j, d in enumerate(self._delay_ms) if j != self.me)
+            or any(d > 0.0 for j, d in self._delay_ms.items() if j != self.me)
         )
+
+    def _peers_text(self) -> str:
+        ids = sorted(self._delay_ms)
+        if ids == list(range(len(ids))):
+            return f"0..{len(ids) - 1}"
+        return ", ".join(map(str, ids))

@@ -50,7 +50,7 @@ from sdpaxos.runtime.admin import run_admin
 from sdpaxos.runtime.calls import Calls, Session, check_payload, wait_of
 from sdpaxos.runtime.changes import CHANGE_TIMEOUT_S, ChangeRefused, Changes, Operations
 from sdpaxos.runtime.clients import Clients
-from sdpaxos.runtime.config import NodeConfig
+from sdpaxos.runtime.config import NodeConfig, node_emulator
 from sdpaxos.runtime.datadir import open_data_dir
 from sdpaxos.runtime.driver import READ_TIMEOUT_S, Driver
 from sdpaxos.runtime.emulator import LinkEmulator
@@ -143,14 +143,9 @@ class Node:
         self._rng = rng if rng is not None else random.Random(os.urandom(16))
         self.state_machine = state_machine
         self.fsync = fsync
-        if emulator is None and config.emulator is not None and config.initial_member:
-            emulator = LinkEmulator.from_profile(
-                config.node_id,
-                config.emulator.profile,
-                [r.region for r in config.replicas],
-                config.emulator.settings,
-                random.Random(self._rng.getrandbits(64)) if rng is not None else None,
-            )
+        if emulator is None and config.emulator is not None:
+            seeded = random.Random(self._rng.getrandbits(64)) if rng is not None else None
+            emulator = node_emulator(config, seeded)
         self.emulator = emulator
         self._metrics = metrics
         self.listen_host = listen_host

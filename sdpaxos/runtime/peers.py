@@ -203,15 +203,24 @@ class Peers:
         if peer.id > self.id or (self.changing and not self.member):
             peer.dial_task = loop.create_task(self._dial(peer))
 
-    def update(self, nodes: dict[int, tuple[str, int]], member: bool) -> None:
+    def update(
+        self,
+        nodes: dict[int, tuple[str, int]],
+        member: bool,
+        regions: dict[int, str] | None = None,
+    ) -> None:
         """The membership changed: ``nodes`` (its members and learners, by id,
-        with where they listen) are peers, and ``member`` says whether this node
-        is a member now. Peers are never forgotten (a removed node still hears
-        that it was removed); new ones are dialled by the usual rule."""
+        with where they listen, in ``regions``) are peers, and ``member`` says
+        whether this node is a member now. Peers are never forgotten (a removed
+        node still hears that it was removed); new ones are dialled by the
+        usual rule, and the delay emulator gives their links their regions'
+        delays."""
         self.member = member
         for node_id, address in nodes.items():
             if node_id == self.id:
                 continue
+            if self.emulator is not None and regions is not None and node_id in regions:
+                self.emulator.add_node(node_id, regions[node_id])
             peer = self.peers.get(node_id)
             if peer is None:
                 peer = self.peers[node_id] = _Peer(node_id, address)

@@ -466,3 +466,30 @@ def test_bad_links_and_frames_are_refused():
         emu.set_delay_ms(1, math.nan)
     with pytest.raises(ValueError, match="no link to itself"):
         emu.block(0)
+
+
+def test_a_node_added_later_gets_its_regions_delays_both_ways():
+    """A changing membership: a node outside the file's list (id 7, in the
+    profile's second region) is as far from each replica as that region is,
+    and a replica learns the new node's link from the membership's region."""
+    regions = list(PAPER3.regions)
+    new = LinkEmulator.for_new_node(7, regions[1], PAPER3, regions)
+    assert [new.delay_ms(j) for j in range(3)] == [PAPER3.one_way_us(1, j) / 1000 for j in range(3)]
+    assert new.schedule(0, 10, 0.0) == PAPER3.one_way_us(1, 0) / 1000
+    old = LinkEmulator.from_profile(0, PAPER3, regions)
+    with pytest.raises(ValueError, match="dst must be a peer"):
+        old.schedule(7, 10, 0.0)
+    assert old.add_node(7, regions[1])
+    assert old.delay_ms(7) == PAPER3.one_way_us(0, 1) / 1000
+    assert old.schedule(7, 10, 0.0) == old.delay_ms(7)
+    assert sorted(old.counters()) == [1, 2, 7]
+    old.partition([[0, 7], [1, 2]])
+    assert (old.is_blocked(7), old.is_blocked(1)) == (False, True)
+    # Refused, changing nothing: a known link, a region the profile lacks, no profile.
+    before = old.to_json()
+    assert not old.add_node(7, regions[2])
+    assert not old.add_node(8, "Atlantis")
+    assert old.to_json() == before
+    assert not LinkEmulator(0, [0.0, 5.0]).add_node(2, regions[0])
+    with pytest.raises(ValueError, match="me must be a node id in 3"):
+        LinkEmulator.for_new_node(2, regions[0], PAPER3, regions)
