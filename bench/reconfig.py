@@ -148,13 +148,19 @@ def longest_gap_ms(times: list[float], start: float, end: float) -> float:
 
 
 def stall_and_baseline(
-    times: list[float], proposed_ms: float, done_ms: float, after_ms: float = AFTER_MS
+    times: list[float],
+    proposed_ms: float,
+    done_ms: float,
+    after_ms: float = AFTER_MS,
+    end_ms: float | None = None,
 ) -> tuple[float, float]:
     """One region's stall for a change (the longest gap from its proposal to
-    ``after_ms`` after its epoch ran everywhere) and its baseline (the longest
-    gap in the ``after_ms`` before the proposal). Shared by this module and
-    ``python -m bench reconfig`` (both engines), so they measure alike."""
-    stall = longest_gap_ms(times, proposed_ms, done_ms + after_ms)
+    ``after_ms`` after its epoch ran everywhere, cut at ``end_ms``, the load's
+    end, when given) and its baseline (the longest gap in the ``after_ms``
+    before the proposal). Shared by this module and ``python -m bench
+    reconfig`` (both engines), so they measure alike."""
+    stop = done_ms + after_ms if end_ms is None else min(done_ms + after_ms, end_ms)
+    stall = longest_gap_ms(times, proposed_ms, max(stop, proposed_ms))
     baseline = longest_gap_ms(times, proposed_ms - after_ms, proposed_ms)
     return stall, baseline
 

@@ -65,8 +65,10 @@ def test_a_change_that_did_not_finish_is_not_met_and_the_window_stops_at_the_run
     late = ChangeTimes(CHANGE_NAMES[0], proposed_ms=5_500.0, done_ms=5_700.0)
     first, second = measure(_timeline([lost, late], a + b))
     assert first.stall_ms == {} and not first.met and first.error == "timed out"
-    # Cut at 6,000 ms (the run's end), not 6,700: A's empty tail is 6,000 - 5,780.
-    assert second.stall_ms["A"] == 220.0
+    # Cut at 6,000 ms (the load's end), not 6,700: A's empty tail is 6,000 - 5,780;
+    # and with 700 ms of its window unseen, the change is not met whatever it shows.
+    assert second.stall_ms["A"] == 220.0 and second.baseline_ms["A"] == 20.0
+    assert not second.met and second.error == "the load ended 700 ms before its window did"
 
 
 def test_bins_count_completions_and_average_latency_per_region() -> None:
