@@ -51,6 +51,9 @@ class ChangeTimes:
     proposed_ms: float
     done_ms: float | None
     committed_ms: float | None = None
+    #: The runtime: when the operator's node first showed the change pending
+    #: (the learner caught up, the change's command executed; the stop next).
+    pending_ms: float | None = None
     error: str = ""
 
 
@@ -80,6 +83,8 @@ class Stall:
     baseline_ms: dict[str, float]
     bound_ms: float
     error: str = ""
+    #: From the proposal to the change shown pending (:attr:`ChangeTimes.pending_ms`).
+    pending_after_ms: float | None = None
 
     @property
     def worst_extra_ms(self) -> float | None:
@@ -120,7 +125,10 @@ def measure(timeline: Timeline) -> list[Stall]:
             stalls[region], baselines[region] = sim_reconfig.stall_and_baseline(
                 times, c.proposed_ms, c.done_ms, end_ms=timeline.end_ms
             )
-        out.append(Stall(c.name, c.done_ms - c.proposed_ms, stalls, baselines, bound, error))
+        pending = None if c.pending_ms is None else c.pending_ms - c.proposed_ms
+        out.append(
+            Stall(c.name, c.done_ms - c.proposed_ms, stalls, baselines, bound, error, pending)
+        )
     return out
 
 
@@ -229,7 +237,8 @@ def markdown(ctx: Context, timeline: Timeline, stalls: list[Stall]) -> str:
         rows.append(
             [
                 s.name,
-                "-" if s.took_ms is None else f"{s.took_ms:.0f}",
+                ("-" if s.took_ms is None else f"{s.took_ms:.0f}")
+                + ("" if s.pending_after_ms is None else f" (pending at {s.pending_after_ms:.0f})"),
                 per_region or s.error,
                 "-" if extra is None else f"{extra:.0f}",
                 f"{s.bound_ms:.0f}",

@@ -191,19 +191,33 @@ class Operator:
         def now_ms() -> float:
             return (time.monotonic() - origin_s) * 1000
 
+        clients: dict[str, Any] = {}
+        try:
+            await self._steps(cluster, now_ms, clients)
+        finally:
+            for c in clients.values():
+                await c.close()
+
+    async def _steps(
+        self, cluster: LocalCluster, now_ms: Callable[[], float], clients: dict[str, Any]
+    ) -> None:
         previous_ms = -MIN_GAP_MS
         for step in plan(self.settings, self.addresses):
             at_ms = max(step.at_ms, previous_ms + MIN_GAP_MS)
-            await asyncio.sleep(max(0.0, at_ms / 1000 - (time.monotonic() - origin_s)))
+            await asyncio.sleep(max(0.0, (at_ms - now_ms()) / 1000))
             proposed = now_ms()
             self.progress(f"{step.name}: proposed at {proposed / 1000:.2f} s")
             record = ChangeTimes(step.name, proposed, None)
             self.changes.append(record)
+            watch = asyncio.create_task(self._watch_pending(cluster, record, now_ms, clients))
             try:
-                answer = await _admin(cluster, step.operation, step.argument)
+                try:
+                    answer = await _admin(cluster, step.operation, step.argument)
+                finally:
+                    watch.cancel()
                 record.committed_ms = now_ms()
                 self.answers.append(answer)
-                await self._epoch_everywhere(cluster, answer)
+                await self._epoch_everywhere(cluster, answer, clients)
                 record.done_ms = previous_ms = now_ms()
             except Exception as exc:  # recorded and reported: the run goes on
                 previous_ms = now_ms()
@@ -216,12 +230,32 @@ class Operator:
                 f" {record.done_ms - proposed:.0f} ms"
             )
 
-    async def _epoch_everywhere(self, cluster: LocalCluster, answer: dict[str, Any]) -> None:
+    async def _watch_pending(
+        self,
+        cluster: LocalCluster,
+        record: ChangeTimes,
+        now_ms: Callable[[], float],
+        clients: dict[str, Any],
+    ) -> None:
+        """When the operator's node first shows the change pending (its command
+        executed there: the learner caught up, the change committed; the stop
+        comes next). Cancelled when the change's answer comes."""
+        r = cluster.configs[0].replicas[OPERATOR_NODE]
+        while True:
+            st = await _status(cluster, f"{r.host}:{r.port}", clients)
+            if st is not None and st.get("pending"):
+                record.pending_ms = now_ms()
+                return
+            await asyncio.sleep(POLL_S)
+
+    async def _epoch_everywhere(
+        self, cluster: LocalCluster, answer: dict[str, Any], clients: dict[str, Any]
+    ) -> None:
         epoch = int(answer["epoch"])
         members = [str(m["address"]) for m in answer["members"]]
         deadline = time.monotonic() + CHANGE_TIMEOUT_S
         while True:
-            seen = [await _status(cluster, a) for a in members]
+            seen = [await _status(cluster, a, clients) for a in members]
             if all(s is not None and s.get("epoch", -1) >= epoch for s in seen):
                 return
             if time.monotonic() > deadline:
@@ -232,18 +266,34 @@ class Operator:
             await asyncio.sleep(POLL_S)
 
 
-async def _status(cluster: LocalCluster, address: str) -> dict[str, Any] | None:
+async def _status(
+    cluster: LocalCluster, address: str, clients: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The status of the node at ``address``, or None when it does not answer.
+
+    ``clients``: connections kept from one call to the next (a status every
+    :data:`POLL_S` on a fresh TLS connection each would cost the nodes a
+    handshake each, in the middle of what is measured); one that failed is
+    dropped, and the next call connects again."""
     from sdpaxos.runtime.client import Client
 
-    host, _, port = address.rpartition(":")
-    c = Client([(host, int(port))], tls=cluster.tls, attempt_timeout_s=1.0)
+    c = clients.get(address) if clients is not None else None
+    if c is None:
+        host, _, port = address.rpartition(":")
+        c = Client([(host, int(port))], tls=cluster.tls, attempt_timeout_s=1.0)
+        if clients is not None:
+            clients[address] = c
     try:
         st: dict[str, Any] = await c.status(1.0)
         return st
     except Exception:
+        if clients is not None:
+            clients.pop(address, None)
+            await c.close()
         return None
     finally:
-        await c.close()
+        if clients is None:
+            await c.close()
 
 
 async def _admin(cluster: LocalCluster, operation: str, argument: Any) -> dict[str, Any]:
@@ -316,7 +366,9 @@ def run_runtime(ctx: Context) -> Timeline:
         " the changes through node 1's admin channel: add 3, replace 0 by 4, remove 3."
         " A change is proposed when its request is sent (an add or replace: the"
         " learner's catch-up included) and done when every member named in the answer"
-        " reports its epoch. " + describe_latency(),
+        " reports its epoch; 'pending at': when node 1 first showed the change pending"
+        " (the learner caught up and the change's command executed; the stop and the"
+        " next epoch's start follow). " + describe_latency(),
         "Not like the simulator: links to and from added nodes (3, 4) are not delayed"
         " by the emulator (only the file's nodes run it), so with four members the"
         " quorum has a loopback member and after the replacement the sequencer is on"

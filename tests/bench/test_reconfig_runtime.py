@@ -54,7 +54,7 @@ def _operator(monkeypatch: pytest.MonkeyPatch, admin: Any) -> tuple[rt.Operator,
     monkeypatch.setattr(rt, "MIN_GAP_MS", 30.0)
     monkeypatch.setattr(rt, "_admin", admin)
 
-    async def status(cluster: Any, address: str) -> dict[str, Any]:
+    async def status(cluster: Any, address: str, *rest: Any) -> dict[str, Any]:
         return {"epoch": 99}
 
     monkeypatch.setattr(rt, "_status", status)
