@@ -23,6 +23,7 @@ timeline on real node processes
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -136,7 +137,7 @@ def per_bin(
     timeline: Timeline, bin_ms: float = BIN_MS
 ) -> dict[str, tuple[list[int], list[float | None]]]:
     """Per region: completions per bin and their mean latency (None: an empty bin)."""
-    bins = int(timeline.end_ms // bin_ms) + 1
+    bins = max(1, math.ceil(timeline.end_ms / bin_ms))  # no half-empty bin past the end
     out: dict[str, tuple[list[int], list[float | None]]] = {}
     for region in timeline.regions:
         counts = [0] * bins
@@ -284,13 +285,10 @@ def _plot(ctx: Context, timeline: Timeline) -> None:
             end = c.done_ms if c.done_ms is not None else timeline.end_ms
             for ax in (top, bottom):
                 ax.axvspan(c.proposed_ms / 1000, end / 1000, alpha=0.2, color="grey")
-            top.text(c.proposed_ms / 1000, top.get_ylim()[1] * 0.92, c.name, fontsize=7)
+            top.annotate(
+                c.name, (c.proposed_ms / 1000, 0.9), xycoords=("data", "axes fraction"), fontsize=7
+            )
         clock = "virtual" if timeline.engine == "sim" else "wall clock"
-        if timeline.engine == "runtime":
-            # Added nodes' links are not delayed there: a region whose quorum
-            # becomes local runs a hundred times faster, and a linear axis
-            # would flatten the others.
-            top.set_yscale("symlog", linthresh=10.0)
         top.set_ylabel(f"commands/s ({BIN_MS:g} ms bins)")
         bottom.set_ylabel("mean latency (ms)")
         bottom.set_xlabel(f"time ({clock}, s)")

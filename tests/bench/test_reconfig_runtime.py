@@ -24,7 +24,7 @@ from bench.workloads import OpRecord, Workload
 
 def test_the_plan_adds_the_spare_replaces_the_sequencer_and_removes_the_spare() -> None:
     addresses = {rt.SPARE: "127.0.0.1:1", rt.REPLACEMENT: "127.0.0.1:2"}
-    steps = rt.plan(rt.Settings(4, 1_000.0, 2_500.0, 9_000.0), addresses)
+    steps = rt.plan(rt.Settings(4, 10.0, 1_000.0, 2_500.0, 9_000.0), addresses)
     assert [s.name for s in steps] == list(CHANGE_NAMES)
     assert [s.at_ms for s in steps] == [1_000.0, 3_500.0, 6_000.0]
     assert [(s.operation, s.argument) for s in steps] == [
@@ -49,7 +49,7 @@ class _FakeCluster:
 
 def _operator(monkeypatch: pytest.MonkeyPatch, admin: Any) -> tuple[rt.Operator, list[str]]:
     said: list[str] = []
-    op = rt.Operator(rt.Settings(1, 0.0, 1.0, 1_000.0), said.append)
+    op = rt.Operator(rt.Settings(1, 10.0, 0.0, 1.0, 1_000.0), said.append)
     op.addresses = {rt.SPARE: "127.0.0.1:1", rt.REPLACEMENT: "127.0.0.1:2"}
     monkeypatch.setattr(rt, "MIN_GAP_MS", 30.0)
     monkeypatch.setattr(rt, "_admin", admin)
@@ -130,7 +130,7 @@ def test_a_small_run_on_real_processes_makes_the_three_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Five node processes (three members, two spares), two load generators."""
-    monkeypatch.setattr(rt, "QUICK", rt.Settings(2, 2_000.0, 2_000.0, 14_000.0))
+    monkeypatch.setattr(rt, "QUICK", rt.Settings(2, 20.0, 2_000.0, 2_000.0, 14_000.0))
     code = cli.main(
         ["reconfig", "--engine", "runtime", "--quick", "--quiet", "--out", str(tmp_path)]
     )
