@@ -16,8 +16,11 @@ baseline when another member is added or removed.
     python -m bench.reconfig --out bench/results/reconfig
 
 Writes ``results.json``, ``results.md`` and ``reconfig.png`` (completions per
-250 ms per region, the changes marked) into ``--out``. Real processes are the
-other half of the issue's benchmark; this module measures the protocol alone.
+250 ms per region, the changes marked) into ``--out``. This module measures
+the protocol alone; ``python -m bench reconfig`` is the experiment (this run as
+``--engine sim``, the same timeline on real node processes as ``--engine
+runtime``, latency per region plotted too), and both measure a stall with
+:func:`stall_and_baseline`.
 """
 
 from __future__ import annotations
