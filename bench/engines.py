@@ -95,11 +95,14 @@ class Script(Protocol):
     ``prepare`` runs in the main thread before the load starts (a process
     started there dies with this process: see :func:`bench.runtime_procs.spawn`);
     ``run`` runs in a thread of its own from the run's origin on (``origin_s``,
-    a ``time.monotonic()`` value) and must return by the end of the drain.
+    a ``time.monotonic()`` value) and must return by the end of the drain;
+    ``check`` runs after the engine's verification, for what it cannot see
+    (nodes the script started): ``{"ok": bool, "verdict": str}``.
     """
 
     def prepare(self, cluster: Any) -> None: ...
     def run(self, cluster: Any, origin_s: float) -> None: ...
+    def check(self, cluster: Any) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)

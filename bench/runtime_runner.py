@@ -361,6 +361,11 @@ class RuntimeRunner:
         extra["verify"] = verify
         if not verify["ok"]:
             problems.append(verify["verdict"])
+        elif spec.script is not None:  # the nodes the script started, against the verified
+            checked = spec.script.check(cluster)
+            extra["script_check"] = checked
+            if not checked["ok"]:
+                problems.append(checked["verdict"])
         out.extra = extra
         if problems:
             out.ok = False

@@ -35,7 +35,8 @@ the changes made by a :class:`~bench.engines.Script` of this module
   answer names reports the answer's epoch in its status (polled every
   :data:`POLL_S`). Node 0, replaced, is stopped after the last change, so that
   the engine's verification (every live node of the file executed the same
-  commands) covers nodes 1 and 2.
+  commands) covers nodes 1 and 2; :meth:`Operator.check` then compares node 4's
+  digest with node 1's.
 
 What differs from the simulator, and bends the numbers: the delay emulator
 runs at the nodes the file lists only; links to and from an added node are
@@ -84,6 +85,8 @@ POLL_S = 0.02
 CHANGE_TIMEOUT_S = 30.0
 #: After the load's window, answers still due are waited for this long.
 DRAIN_MS = 5_000.0
+#: How long the new sequencer may take to show the verified nodes' digest.
+CHECK_TIMEOUT_S = 15.0
 #: How long a spare node may take to answer its first status.
 SPARE_START_TIMEOUT_S = 60.0
 
@@ -188,6 +191,43 @@ class Operator:
                     tail = (cluster.root / f"node{node}.log").read_text(errors="replace")[-1500:]
                     raise RuntimeError(f"spare node {node} did not come up:\n{tail}")
                 await asyncio.sleep(0.1)
+
+    def check(self, cluster: LocalCluster) -> dict[str, Any]:
+        """After the engine verified nodes 1 and 2: node 4, the new sequencer,
+        executed the same commands in the same order (its ``BenchLog``
+        digest equals node 1's), within :data:`CHECK_TIMEOUT_S`."""
+        return asyncio.run(self._check(cluster))
+
+    async def _check(self, cluster: LocalCluster) -> dict[str, Any]:
+        from bench.runtime_app import parse_query
+
+        if not any(c.name == CHANGE_NAMES[1] and c.done_ms is not None for c in self.changes):
+            return {"ok": True, "verdict": f"node {REPLACEMENT} was not made a member: not checked"}
+        address = self.addresses[REPLACEMENT]
+        deadline = time.monotonic() + CHECK_TIMEOUT_S
+        theirs: Any = None
+        while True:
+            (ours,) = (await cluster.digests([OPERATOR_NODE])).values()
+            raw = await _stale_read(cluster, address)
+            try:
+                theirs = parse_query(raw) if raw is not None else None
+            except ValueError:
+                theirs = None
+            if ours is not None and theirs is not None and ours[:3] == theirs[:3]:
+                return {
+                    "ok": True,
+                    "verdict": f"node {REPLACEMENT} (the new sequencer) executed the same"
+                    f" {theirs[0]:,} commands in the same order as node {OPERATOR_NODE}",
+                }
+            if time.monotonic() > deadline:
+                return {
+                    "ok": False,
+                    "verdict": f"node {REPLACEMENT} disagrees with node {OPERATOR_NODE} after"
+                    f" {CHECK_TIMEOUT_S:g} s: executed"
+                    f" {None if theirs is None else theirs[0]} against"
+                    f" {None if ours is None else ours[0]}",
+                }
+            await asyncio.sleep(0.2)
 
     # ------------------------------------------------------------ script thread
 
@@ -308,6 +348,21 @@ async def _status(
             await c.close()
 
 
+async def _stale_read(cluster: LocalCluster, address: str) -> bytes | None:
+    """What the node at ``address`` executed so far (its app's answer), or None."""
+    from sdpaxos.runtime.client import Client
+
+    host, _, port = address.rpartition(":")
+    c = Client([(host, int(port))], tls=cluster.tls, attempt_timeout_s=2.0)
+    try:
+        value: bytes | None = await c.read(None, b"", stale=True, timeout_s=2.0)
+        return value
+    except Exception:
+        return None
+    finally:
+        await c.close()
+
+
 async def _admin(cluster: LocalCluster, operation: str, argument: Any) -> dict[str, Any]:
     from sdpaxos.runtime.client import Client
 
@@ -371,6 +426,9 @@ def run_runtime(ctx: Context) -> Timeline:
         close_engine(engine)
     timeline = timeline_of(out, operator, operator.election_ms)
     verify = (out.extra.get("verify") or {}).get("verdict", "")
+    checked = (out.extra.get("script_check") or {}).get("verdict")
+    if checked:
+        verify += f"; {checked}"
     cpu = out.extra.get("cpu") or {}
     timeline.notes = [
         f"Real processes: three `python -m sdpaxos node` processes (TLS, fsync"

@@ -141,6 +141,9 @@ def test_a_small_run_on_real_processes_makes_the_three_changes(
     assert all(c["error"] == "" and c["done_ms"] is not None for c in timeline), timeline
     assert code == 0, data["changes"]
     assert data["runtime"]["ok"], data["runtime"]["verdict"]
+    # Nodes 1 and 2 (the engine's verification) and node 4, the new sequencer.
+    assert "2 nodes executed the same" in data["runtime"]["verify"]
+    assert "node 4 (the new sequencer) executed the same" in data["runtime"]["verify"]
     assert [a["epoch"] for a in data["runtime"]["answers"]] == [1, 2, 3]
     assert sorted(m["id"] for m in data["runtime"]["answers"][-1]["members"]) == [1, 2, 4]
     for c in data["changes"]:
