@@ -26,6 +26,8 @@ EXPERIMENTS: dict[str, str] = {
     "throughput": "capacity per protocol vs conflict and read share, CPU and NIC (Figs. 10, 11)",
     "straggler": "throughput with one slow replica; SDPaxos moving a slow sequencer (Fig. 9)",
     "failover": "throughput over time per replica when the sequencer/leader is killed (Fig. 14)",
+    "reconfig": "throughput and latency per region while a replica is added, the sequencer's"
+    " node replaced and a member removed, with each change's stall (issue 31)",
     "report": "runs the quick set and writes one self-contained HTML page",
 }
 #: Experiments the runtime engine can run: all of them.

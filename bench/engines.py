@@ -87,6 +87,24 @@ class Clients:
             raise ValueError("client counts must be >= 0")
 
 
+class Script(Protocol):
+    """Actions on a runtime cluster during a run (``RunSpec.script``): what a
+    kill or a slowdown cannot say, such as membership changes
+    (:mod:`bench.experiments.reconfig_runtime`). Runtime engine only.
+
+    ``prepare`` runs in the main thread before the load starts (a process
+    started there dies with this process: see :func:`bench.runtime_procs.spawn`);
+    ``run`` runs in a thread of its own from the run's origin on (``origin_s``,
+    a ``time.monotonic()`` value) and must return by the end of the drain;
+    ``check`` runs after the engine's verification, for what it cannot see
+    (nodes the script started): ``{"ok": bool, "verdict": str}``.
+    """
+
+    def prepare(self, cluster: Any) -> None: ...
+    def run(self, cluster: Any, origin_s: float) -> None: ...
+    def check(self, cluster: Any) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """One run: a protocol, a cluster, clients, a workload, a measured window, faults.
@@ -97,7 +115,8 @@ class RunSpec:
     CPU ``factor`` times slower (needs ``processing_us``). ``kill``:
     ``(replica, at_ms)`` crashes it for good. ``cpu``: time each replica's calls
     (:mod:`bench.cputime`). ``sample_ms``: record the believed sequencer/leader
-    that often (straggler detection).
+    that often (straggler detection). ``script``: actions on a runtime
+    cluster during the run (:class:`Script`; the simulator refuses it).
     """
 
     protocol: str
@@ -116,6 +135,7 @@ class RunSpec:
     drain_ms: float = 10_000.0
     seed: int = 1
     tick_ms: float = 10.0
+    script: Script | None = None
 
     @property
     def window_us(self) -> tuple[int, int]:
@@ -300,6 +320,8 @@ class SimEngine:
     name = "sim"
 
     def run(self, spec: RunSpec, progress: Progress | None = None) -> RunOutput:
+        if spec.script is not None:
+            raise EngineUnsupported("a script acts on real node processes: --engine runtime")
         proto = protocol(spec.protocol)
         n = spec.profile.size
         if len(spec.clients.per_region) != n:

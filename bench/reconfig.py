@@ -16,8 +16,11 @@ baseline when another member is added or removed.
     python -m bench.reconfig --out bench/results/reconfig
 
 Writes ``results.json``, ``results.md`` and ``reconfig.png`` (completions per
-250 ms per region, the changes marked) into ``--out``. Real processes are the
-other half of the issue's benchmark; this module measures the protocol alone.
+250 ms per region, the changes marked) into ``--out``. This module measures
+the protocol alone; ``python -m bench reconfig`` is the experiment (this run as
+``--engine sim``, the same timeline on real node processes as ``--engine
+runtime``, latency per region plotted too), and both measure a stall with
+:func:`stall_and_baseline`.
 """
 
 from __future__ import annotations
@@ -140,9 +143,29 @@ class _Load:
         self._send(client)
 
 
-def _longest_gap_ms(times: list[float], start: float, end: float) -> float:
+def longest_gap_ms(times: list[float], start: float, end: float) -> float:
+    """The longest time in ``[start, end]`` without one of ``times`` (the window's
+    ends count as points: an empty window is one gap as long as the window)."""
     points = [start, *sorted(t for t in times if start <= t <= end), end]
     return max(b - a for a, b in itertools.pairwise(points))
+
+
+def stall_and_baseline(
+    times: list[float],
+    proposed_ms: float,
+    done_ms: float,
+    after_ms: float = AFTER_MS,
+    end_ms: float | None = None,
+) -> tuple[float, float]:
+    """One region's stall for a change (the longest gap from its proposal to
+    ``after_ms`` after its epoch ran everywhere, cut at ``end_ms``, the load's
+    end, when given) and its baseline (the longest gap in the ``after_ms``
+    before the proposal). Shared by this module and ``python -m bench
+    reconfig`` (both engines), so they measure alike."""
+    stop = done_ms + after_ms if end_ms is None else min(done_ms + after_ms, end_ms)
+    stall = longest_gap_ms(times, proposed_ms, max(stop, proposed_ms))
+    baseline = longest_gap_ms(times, proposed_ms - after_ms, proposed_ms)
+    return stall, baseline
 
 
 def run(seed: int = 1, *, rtt_ms: float = 60.0, quick: bool = False) -> Result:
@@ -253,11 +276,8 @@ def run(seed: int = 1, *, rtt_ms: float = 60.0, quick: bool = False) -> Result:
             raise RuntimeError(f"change {record.name!r} did not finish in {end_ms} ms")
         for region in (0, 1, 2):
             times = [t for t, home, _ in load.completions if home == region]
-            record.stall_ms[region] = _longest_gap_ms(
-                times, record.proposed_ms, record.done_ms + AFTER_MS
-            )
-            record.baseline_ms[region] = _longest_gap_ms(
-                times, record.proposed_ms - AFTER_MS, record.proposed_ms
+            record.stall_ms[region], record.baseline_ms[region] = stall_and_baseline(
+                times, record.proposed_ms, record.done_ms
             )
     return Result(rtt_ms, election_ms, changes, load.completions)
 

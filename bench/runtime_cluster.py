@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 from bench.cluster import SdpaxosNodes, start_loader, stop_loaders
 from bench.engines import EngineUnsupported, RunSpec, protocol_status
 from bench.runtime_app import parse_query
-from bench.runtime_procs import ChildLines
+from bench.runtime_procs import ChildLines, stop_processes
 from sdpaxos.profiles import BUILTIN, DelayProfile
 from sdpaxos.runtime.local import LOCAL_REPLICAS_MAX, make_local_cluster
 
@@ -158,6 +159,9 @@ class LocalCluster(SdpaxosNodes):
         self.commands_answered = 0
         self.runs = 0
         self.dirty = False
+        #: Processes a run's script started beside the file's nodes (nodes added
+        #: to the membership): ended with the cluster.
+        self.others: list[subprocess.Popen[Any]] = []
 
     def kill(self, k: int) -> None:
         """SIGKILL node ``k`` (a fault); the cluster is not reused after."""
@@ -188,6 +192,8 @@ class LocalCluster(SdpaxosNodes):
 
     def close(self) -> None:
         self.stop_loaders()
+        stop_processes(self.others)
+        self.others.clear()
         super().close()
 
     async def digests(self, nodes: list[int]) -> dict[int, tuple[int, int, bytes, bytes] | None]:

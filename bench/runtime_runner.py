@@ -55,6 +55,8 @@ CLOSED_DRAIN_S = 5.0
 OPEN_DRAIN_MAX_S = 10.0
 #: After the drain, nodes may take this long to agree (execution trails READY).
 VERIFY_TIMEOUT_S = 15.0
+#: A spec's script (:class:`bench.engines.Script`) may run this long after the load ended.
+SCRIPT_JOIN_TIMEOUT_S = 60.0
 #: Protocols that order every command (the order chain must be equal); the
 #: others (EPaxos) order conflicting commands only (the hot chain must be).
 TOTAL_ORDER = frozenset({"sdpaxos", "multipaxos", "mencius"})
@@ -175,6 +177,10 @@ class RuntimeRunner:
             spec_path.write_text(json.dumps(loader_spec))
             loaders.append(_LoaderProc(r, cluster.loader(r), out_path, spec_path))
         duty: DutyCycle | None = None
+        script: threading.Thread | None = None
+        if spec.script is not None:
+            cluster.dirty = True  # the script changes the cluster: not reused after
+            spec.script.prepare(cluster)
         timers: list[threading.Timer] = []
         window = _Window()
         finished = False
@@ -221,7 +227,20 @@ class RuntimeRunner:
                 duty = DutyCycle(slow_pid, spec.slow[1])
                 cluster.dirty = True
                 at(spec.slow[2] / 1000, duty.start)
+            if spec.script is not None:
+                act = spec.script.run
+                script = threading.Thread(
+                    target=lambda: act(cluster, t0), name="run-script", daemon=True
+                )
+                script.start()
             self._wait_loaders(spec, loaders, t0, end_us, drain_s, progress)
+            if script is not None:
+                script.join(SCRIPT_JOIN_TIMEOUT_S)
+                if script.is_alive():
+                    raise RuntimeError(
+                        f"the run's script did not end within {SCRIPT_JOIN_TIMEOUT_S:g} s"
+                        " of the load's end"
+                    )
             finished = True
         finally:
             for timer in timers:
@@ -342,6 +361,11 @@ class RuntimeRunner:
         extra["verify"] = verify
         if not verify["ok"]:
             problems.append(verify["verdict"])
+        elif spec.script is not None:  # the nodes the script started, against the verified
+            checked = spec.script.check(cluster)
+            extra["script_check"] = checked
+            if not checked["ok"]:
+                problems.append(checked["verdict"])
         out.extra = extra
         if problems:
             out.ok = False
