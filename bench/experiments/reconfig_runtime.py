@@ -10,19 +10,21 @@ the changes made by a :class:`~bench.engines.Script` of this module
   :data:`RTT_MS` round trips (the simulator half's), the sequencer at node 0.
   Two spare nodes, 3 and 4, are started before the load (their certificates
   issued by the cluster's CA, an empty directory, no ``--bootstrap``: they wait
-  to be added, as ``tests/runtime/test_membership_processes.py`` starts them).
+  to be added, as ``tests/runtime/test_membership_processes.py`` starts them),
+  both in the sequencer's region R0: a second replica there, then the
+  sequencer's machine replaced by another in its region, then the second
+  replica removed. Their links are delayed as their region's are, both ways
+  (each node's emulator learns an added node's region from the membership).
 * **Load.** Open-loop writes at a fixed interval at regions R1 and R2 only
   (:attr:`Settings.clients_per_region` clients each sending
   :attr:`Settings.rate_per_client_s` a second), each load generator at its
   region's node, which stays a member throughout. None at R0: its node is the
   sequencer's, replaced in the run, and a load generator is bound to its node
   (the paper's Fig. 14 has no clients in the leader's region either). Open
-  loop, not the simulator's closed loop: an added node's links are not delayed
-  (below), and closed-loop clients whose quorum became local ran a hundred
-  times faster, took the machine's two cores and stretched every latency of
-  the run (first runs: 10,000 commands/s at R1, 300 ms latencies). At a fixed
-  rate the load is the same before and after each change, and a stall shows
-  as a gap in the completions either way. Latency is the client's
+  loop, not the simulator's closed loop: at a fixed rate the load is the same
+  before and after each change, and a stall shows as a gap in the completions
+  either way (and before added nodes' links were emulated, closed-loop clients
+  whose quorum became local took the machine's two cores). Latency is the client's
   (:func:`bench.runtime_engine.describe_latency`).
 * **Changes.** At :attr:`Settings.first_ms` and every :attr:`Settings.gap_ms`
   after (or :data:`MIN_GAP_MS` after the previous one was done, if later),
@@ -38,13 +40,9 @@ the changes made by a :class:`~bench.engines.Script` of this module
   commands) covers nodes 1 and 2; :meth:`Operator.check` then compares node 4's
   digest with node 1's.
 
-What differs from the simulator, and bends the numbers: the delay emulator
-runs at the nodes the file lists only; links to and from an added node are
-not delayed (``sdpaxos.runtime.node``: an added node has no emulator, and its
-peers send to it undelayed). So with four members the quorum has a loopback
-member, and after the replacement the sequencer is on loopback to every node:
-commits get faster than the profile says, not slower. Times are wall clock on
-a shared machine; one run is one sample.
+What differs from the simulator: the added nodes sit in R0 (the simulator's
+are a round trip from everyone), the load is open loop, and times are wall
+clock on a shared machine; one run is one sample.
 """
 
 from __future__ import annotations
@@ -132,7 +130,7 @@ def plan(settings: Settings, addresses: dict[int, str]) -> list[Step]:
     at = [settings.first_ms + k * settings.gap_ms for k in range(len(CHANGE_NAMES))]
     add, replace, remove = CHANGE_NAMES
     return [
-        Step(add, at[0], "add_replica", [SPARE, addresses[SPARE], f"R{SPARE}"]),
+        Step(add, at[0], "add_replica", [SPARE, addresses[SPARE], PROFILE.regions[SEQUENCER]]),
         Step(
             replace,
             at[1],
@@ -171,7 +169,7 @@ class Operator:
             cmd = [
                 *(sys.executable, "-m", "sdpaxos", "node", "--config", str(cluster.path)),
                 *("--id", str(node), "--app", APP, "--log-level", "WARNING"),
-                *("--address", self.addresses[node], "--region", f"R{node}"),
+                *("--address", self.addresses[node], "--region", PROFILE.regions[SEQUENCER]),
             ]
             if not cluster.fsync:
                 cmd.append("--no-fsync")
@@ -434,7 +432,7 @@ def run_runtime(ctx: Context) -> Timeline:
         f"Real processes: three `python -m sdpaxos node` processes (TLS, fsync"
         f" {'on' if engine.fsync else 'off'}) on loopback behind the delay emulator"
         f" ({PROFILE.name}: every pair {RTT_MS:g} ms apart), the sequencer at node 0 (R0);"
-        f" spares 3 and 4 started before the load; {settings.clients_per_region}"
+        f" spares 3 and 4 (both in R0) started before the load; {settings.clients_per_region}"
         f" open-loop writers at R1 and at R2, each {settings.rate_per_client_s:g}/s at a"
         f" fixed interval ({settings.clients_per_region * settings.rate_per_client_s:g}"
         " commands/s per region; none at R0, whose node is replaced);"
@@ -444,10 +442,9 @@ def run_runtime(ctx: Context) -> Timeline:
         " reports its epoch; 'pending at': when node 1 first showed the change pending"
         " (the learner caught up and the change's command executed; the stop and the"
         " next epoch's start follow). " + describe_latency(),
-        "Not like the simulator: links to and from added nodes (3, 4) are not delayed"
-        " by the emulator (only the file's nodes run it), so with four members the"
-        " quorum has a loopback member and after the replacement the sequencer is on"
-        " loopback to every node. Wall clock on a shared machine: one run, one sample.",
+        "Not like the simulator: the added nodes sit in R0 (their links delayed as R0's,"
+        " both ways), the simulator's a round trip from everyone; open-loop load."
+        " Wall clock on a shared machine: one run, one sample.",
         f"Run: {'ok' if out.ok else 'PROBLEMS: ' + out.verdict}; {verify};"
         + (
             f" machine load average {cpu['load_average'][0]:.2f}, all cores"

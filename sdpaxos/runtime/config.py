@@ -418,7 +418,8 @@ def node_emulator(config: NodeConfig, rng: random.Random | None = None) -> LinkE
     outside it (one waiting to be added) gets them from its own region
     (``[node] region``), and both learn the links of nodes added later
     (:meth:`LinkEmulator.add_node`). A new node whose region the profile does
-    not know runs without delays, and says so.
+    not know gets links without delays (it still takes its peers' delayed
+    frames), and says so.
     """
     emu = config.emulator
     if emu is None:
@@ -432,8 +433,9 @@ def node_emulator(config: NodeConfig, rng: random.Random | None = None) -> LinkE
             config.node_id, region, emu.profile, regions, emu.settings, rng
         )
     except ValueError as exc:
-        logger.warning("node %d: no emulated delays (%s)", config.node_id, exc)
-        return None
+        logger.warning("node %d: its links are not delayed (%s)", config.node_id, exc)
+        row = dict.fromkeys(range(len(regions)), 0.0)
+        return LinkEmulator(config.node_id, {**row, config.node_id: 0.0}, emu.settings, rng)
 
 
 def _emulator(

@@ -28,7 +28,7 @@ def test_the_plan_adds_the_spare_replaces_the_sequencer_and_removes_the_spare() 
     assert [s.name for s in steps] == list(CHANGE_NAMES)
     assert [s.at_ms for s in steps] == [1_000.0, 3_500.0, 6_000.0]
     assert [(s.operation, s.argument) for s in steps] == [
-        ("add_replica", [rt.SPARE, "127.0.0.1:1", f"R{rt.SPARE}"]),
+        ("add_replica", [rt.SPARE, "127.0.0.1:1", "R0"]),  # a second replica in R0
         ("replace_replica", [rt.SEQUENCER, rt.REPLACEMENT, "127.0.0.1:2", "R0"]),
         ("remove_replica", rt.SPARE),
     ]
