@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from sdpaxos.core.errors import ConfigError
-from sdpaxos.runtime.config import load_config, parse_config
+from sdpaxos.runtime.config import load_config, node_emulator, parse_config
 
 GOOD = """
 [cluster]
@@ -224,3 +224,26 @@ def test_local_ports_are_free_and_below_the_ephemeral_range():
     for p in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
+
+
+@pytest.mark.parametrize(
+    ("region", "delays_ms"),
+    [("OR", [10.0, 0.01, 34.0]), ("Atlantis", [0.0, 0.0, 0.0])],
+    ids=["in-profile", "unknown-region"],
+)
+def test_a_new_nodes_emulator_delays_its_links_from_its_region(region, delays_ms):
+    """A node outside the file's list (id 5) gets its region's delays to the
+    file's replicas; in a region the profile lacks, links without delay, but an
+    emulator all the same: its peers' frames come behind DUE marks, which a node
+    without one refuses (its connections would close)."""
+    raw = _emulated({"profile": "paper3"})
+    raw["node"] = {"id": 5, "address": "127.0.0.1:7005", "region": region}
+    cfg = parse_config(raw)
+    assert not cfg.initial_member
+    emu = node_emulator(cfg)
+    assert emu is not None and emu.me == 5
+    assert [emu.delay_ms(j) for j in range(3)] == delays_ms
+    assert node_emulator(parse_config(_emulated({"profile": "paper3"}))).me == 0
+    no_profile = _emulated({"profile": "paper3"})
+    del no_profile["emulator"]
+    assert node_emulator(parse_config(no_profile)) is None

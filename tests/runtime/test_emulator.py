@@ -493,3 +493,27 @@ def test_a_node_added_later_gets_its_regions_delays_both_ways():
     assert not LinkEmulator(0, [0.0, 5.0]).add_node(2, regions[0])
     with pytest.raises(ValueError, match="me must be a node id in 3"):
         LinkEmulator.for_new_node(2, regions[0], PAPER3, regions)
+
+
+def test_peers_give_a_node_the_membership_names_its_regions_link(tmp_path):
+    """The runtime's half: when the membership names a new node, the peers
+    (``Peers.update``, called by ``Changes.follow``) add its link to the
+    emulator with the region the membership gives it."""
+    from sdpaxos.protocols import protocol
+    from sdpaxos.runtime.local import make_local_cluster, node_configs
+    from sdpaxos.runtime.peers import Peers
+    from sdpaxos.runtime.status import Tally
+
+    cfg = node_configs(make_local_cluster(tmp_path, 3, insecure=True))[0]
+    emu = LinkEmulator.from_profile(0, PAPER3, list(PAPER3.regions))
+    peers = Peers(
+        cfg,
+        protocol(cfg.protocol),
+        None,  # type: ignore[arg-type]  # no loop: nothing is dialled
+        tally=Tally(),
+        metrics=None,
+        emulator=emu,
+        rng=random.Random(1),
+    )
+    peers.update({9: ("127.0.0.1", 1)}, True, {9: PAPER3.regions[2]})
+    assert emu.delay_ms(9) == PAPER3.one_way_us(0, 2) / 1000
