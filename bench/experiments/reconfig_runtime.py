@@ -57,7 +57,7 @@ from typing import Any
 
 from bench.common import Context
 from bench.engines import Clients, RunOutput, RunSpec, close_engine
-from bench.experiments.reconfig import CHANGE_NAMES, ChangeTimes, Timeline
+from bench.experiments.reconfig_timeline import CHANGE_NAMES, ChangeTimes, Timeline
 from bench.reconfig import AFTER_MS
 from bench.runtime_cluster import APP, LocalCluster
 from bench.runtime_engine import RuntimeEngine, describe_latency

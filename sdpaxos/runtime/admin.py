@@ -29,7 +29,8 @@ from sdpaxos.protocols import ProtocolSpec
 from sdpaxos.runtime.changes import Changes
 from sdpaxos.runtime.config import NodeConfig
 from sdpaxos.runtime.driver import Driver
-from sdpaxos.runtime.emulator import LinkEmulator, parse_partition
+from sdpaxos.runtime.emulator import LinkEmulator
+from sdpaxos.runtime.partition import parse_partition
 from sdpaxos.runtime.peers import Peers
 
 

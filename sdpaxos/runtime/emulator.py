@@ -77,8 +77,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from sdpaxos.core.membership import NODE_ID_MAX
-from sdpaxos.core.types import REPLICAS_MAX
 from sdpaxos.profiles import DelayProfile
+from sdpaxos.runtime.partition import check_groups, check_replicas
 
 #: Longest one-way delay of a link: a minute is beyond any planet-bound path,
 #: and a larger number is a typo (seconds for milliseconds).
@@ -188,63 +188,6 @@ class LinkCounters:
     max_queue_ms: float = 0.0
 
 
-def _check_replicas(replicas: int) -> None:
-    if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise ValueError(f"replicas must be an int, got {replicas!r}")
-    if not 1 <= replicas <= REPLICAS_MAX:
-        raise ValueError(f"replicas must be in 1..{REPLICAS_MAX}, got {replicas}")
-
-
-def _check_groups(groups: Iterable[Iterable[int]], replicas: int) -> list[frozenset[int]]:
-    """Groups as frozensets, each id in ``0..replicas-1`` and in one group only."""
-    seen: dict[int, int] = {}
-    out: list[frozenset[int]] = []
-    for g, group in enumerate(groups):
-        members: set[int] = set()
-        for r in group:
-            if isinstance(r, bool) or not isinstance(r, int):
-                raise ValueError(f"partition group {g}: replica id must be an int, got {r!r}")
-            if not 0 <= r < replicas:
-                raise ValueError(f"partition group {g}: replica {r} out of range 0..{replicas - 1}")
-            if r in seen and seen[r] != g:
-                raise ValueError(f"partition: replica {r} is in two groups ({seen[r]} and {g})")
-            seen[r] = g
-            members.add(r)
-        if not members:
-            raise ValueError(f"partition group {g} is empty")
-        out.append(frozenset(members))
-    return out
-
-
-def parse_partition(spec: str, replicas: int) -> list[frozenset[int]]:
-    """Parse a command-line partition spec: groups split by ``|``, ids by ``,``.
-
-    ``"0,1|2"`` is groups ``{0, 1}`` and ``{2}``; blanks around ids are
-    allowed. A replica named in no group is isolated (module docstring). Every
-    mistake is a ``ValueError`` quoting the spec and naming the problem: an
-    empty spec or group, an id that is not a decimal number, an id out of
-    ``0..replicas-1``, an id in two groups.
-    """
-    _check_replicas(replicas)
-    if not spec.strip():
-        raise ValueError("partition spec is empty; expected groups like '0,1|2'")
-    groups: list[list[int]] = []
-    for g, part in enumerate(spec.split("|")):
-        ids: list[int] = []
-        for tok in part.split(","):
-            t = tok.strip()
-            if not t:
-                raise ValueError(f"partition spec {spec!r}: group {g} has an empty replica id")
-            if not (t.isascii() and t.isdecimal()):
-                raise ValueError(f"partition spec {spec!r}: {t!r} is not a replica id")
-            ids.append(int(t))
-        groups.append(ids)
-    try:
-        return _check_groups(groups, replicas)
-    except ValueError as exc:
-        raise ValueError(f"partition spec {spec!r}: {exc}") from None
-
-
 def profile_row_ms(
     me: int, profile: DelayProfile, regions: Sequence[str] | None = None
 ) -> list[float]:
@@ -256,7 +199,7 @@ def profile_row_ms(
     is in ``profile.regions[i]``.
     """
     names = list(profile.regions) if regions is None else list(regions)
-    _check_replicas(len(names))
+    check_replicas(len(names))
     _check_me(me, len(names))
     idx = [profile.index(r) for r in names]  # ProfileError (a ValueError) names a bad region
     src = idx[me]
@@ -312,7 +255,7 @@ class LinkEmulator:
                 raise ValueError(f"one_way_ms must name {me} and at most {LINKS_MAX} nodes")
         else:
             n = len(one_way_ms)
-            _check_replicas(n)
+            check_replicas(n)
             _check_me(me, n)
             links = dict(enumerate(one_way_ms))
         self.me = me
@@ -529,7 +472,7 @@ class LinkEmulator:
         A replica in no group is isolated (module docstring); so ``me``
         absent from every group cuts all of its links.
         """
-        checked = _check_groups(groups, max(self._delay_ms) + 1)
+        checked = check_groups(groups, max(self._delay_ms) + 1)
         mine = next((g for g in checked if self.me in g), frozenset({self.me}))
         self._blocked = {j for j in self._delay_ms if j != self.me and j not in mine}
         self._update_active()

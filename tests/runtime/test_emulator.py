@@ -22,8 +22,8 @@ from sdpaxos.runtime.emulator import (
     RTO_MS_MAX,
     EmulatorSettings,
     LinkEmulator,
-    parse_partition,
 )
+from sdpaxos.runtime.partition import parse_partition
 
 CA, OR, OH, IRE, SEL = range(5)
 
