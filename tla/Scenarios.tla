@@ -318,6 +318,29 @@ StopTwoAcceptors == <<
     EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
     EM("HandleCAck", 2, [src |-> 4]), E("CommitO", 2), E("Execute", 2) >>
 
+(* N = 7, the majority rule (docs/protocol.md 5.5): R1's command is        *)
+(* chosen (R0, R1, R5, R6) and the sequencer R0 gives it slot 0, whose      *)
+(* O-accept reaches only R1.  With MutTwoAcceptorsBeyondFive R1 commits the *)
+(* slot by the N = 5 two-acceptor rule (itself and R0), answers READY and   *)
+(* executes it.  R2 wins view 1 with R3, R4 and R5, none of which holds the *)
+(* slot (and N = 7 has no inference), and R2's own command takes slot 0.    *)
+TwoAcceptorsBeyondFive == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAccept", 5, [src |-> 1]),
+    EM("HandleCAccept", 6, [src |-> 1]), EM("HandleCAck", 1, [src |-> 6]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Ready", 1), E("Execute", 1),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 3, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    EM("HandleVRequest", 5, [src |-> 2]), E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
+    EM("HandleOAccept", 5, [src |-> 2]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
+    EM("HandleCAccept", 5, [src |-> 2]), EM("HandleCAck", 2, [src |-> 5]),
+    E("CommitO", 2), E("Execute", 2) >>
+
 (* Not a bug: a witness that the model takes the change with a crash in    *)
 (* the middle (WitnessChangeWithCrash.cfg: the trace must complete, every  *)
 (* mutation off).  R1's command is accepted by R1 and R2 in epoch 0 but not *)

@@ -42,6 +42,7 @@ MUTATIONS = [
     "MutLearnerCounted",
     "MutRemovedVoteCounted",
     "MutStopTwoAcceptors",
+    "MutTwoAcceptorsBeyondFive",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -348,6 +349,21 @@ SCENARIOS: dict[str, Scenario] = {
         Learners="{1,2}",
         Voters="{3,4}",
         CAcceptors="{3,4}",
+    ),
+    "TwoAcceptorsBeyondFive": Scenario(
+        "MutTwoAcceptorsBeyondFive",
+        "ExecPrefixAgreement",
+        9,
+        "N = 7: a non-sequencer commits its O-instance by the N = 5 two-acceptor rule"
+        " (itself and the sequencer) instead of a majority's O-ACKs.",
+        N=7,
+        MaxCmds=2,
+        MaxView=1,
+        Proposers="{1,2}",
+        Candidates="{2}",
+        Learners="{1,2}",
+        Voters="{3,4,5}",
+        CAcceptors="{0,3,4,5,6}",
     ),
 }
 
