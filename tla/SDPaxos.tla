@@ -88,8 +88,10 @@ CONSTANTS
                                \* its removal are handled and counted
     MutStopTwoAcceptors,       \* membership: a replica commits a STOP like its own O-instances
                                \* (N = 5: by the two-acceptor rule, itself and the sequencer)
-    MutTwoAcceptorsBeyondFive  \* N = 6, 7: a non-sequencer still uses the N = 5 two-acceptor
+    MutTwoAcceptorsBeyondFive, \* N = 6, 7: a non-sequencer still uses the N = 5 two-acceptor
                                \* rule (quorum.uses_two_acceptor_rule as `replicas >= 5`)
+    MutEvenMajorityHalf        \* even N: every quorum is F + 1 = (N - 1) div 2 + 1, half the
+                               \* members (quorum.majority as `(replicas - 1) // 2 + 1`)
 
 R      == 0 .. (N - 1)             \* every replica id of the whole run
 
@@ -252,7 +254,10 @@ Live(r)     == up[r] /\ (Member(r) \/ Outsiders)
 Counted(m)  == IF "src" \in DOMAIN m THEN m.src \in Voting(m.ep) ELSE TRUE
 \* r handles only counted messages of its own epoch.
 Rcv(r, m)   == m.ep = ep[r] /\ Counted(m)
-Maj(r)      == MajE(ep[r])
+\* The quorum r's protocol steps count (core: quorum.majority, N // 2 + 1 at every N;
+\* the invariants count MajE, the true majority, whatever the mutation).
+Maj(r)      == IF MutEvenMajorityHalf /\ Size(ep[r]) % 2 = 0 THEN (Size(ep[r]) - 1) \div 2 + 1
+               ELSE MajE(ep[r])
 Est(r)      == Live(r) /\ joined[r]
 SeqOf(r)    == IF joined[r] THEN est[r].s ELSE -1
 IsSeq(s)    == Est(s) /\ est[s].s = s

@@ -341,6 +341,23 @@ TwoAcceptorsBeyondFive == <<
     EM("HandleCAccept", 5, [src |-> 2]), EM("HandleCAck", 2, [src |-> 5]),
     E("CommitO", 2), E("Execute", 2) >>
 
+(* N = 4, even: a majority is 3.  With MutEvenMajorityHalf every quorum is *)
+(* 2 (F + 1, F = 1): R1's command is chosen with R0's C-ACK, its slot 0    *)
+(* committed with R0's O-accept, READY and executed at R1.  R2 wins view 1 *)
+(* with R3's vote alone, neither holding slot 0, and R2's own command,     *)
+(* chosen and ordered with R3, takes slot 0.                                *)
+EvenMajorityHalf == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAck", 1, [src |-> 0]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Ready", 1), E("Execute", 1),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 3, [src |-> 2]), E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleCAccept", 3, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 3]), E("CommitO", 2), E("Execute", 2) >>
+
 (* Not a bug: a witness that the model takes the change with a crash in    *)
 (* the middle (WitnessChangeWithCrash.cfg: the trace must complete, every  *)
 (* mutation off).  R1's command is accepted by R1 and R2 in epoch 0 but not *)

@@ -43,6 +43,7 @@ MUTATIONS = [
     "MutRemovedVoteCounted",
     "MutStopTwoAcceptors",
     "MutTwoAcceptorsBeyondFive",
+    "MutEvenMajorityHalf",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -365,6 +366,20 @@ SCENARIOS: dict[str, Scenario] = {
         Voters="{3,4,5}",
         CAcceptors="{0,3,4,5,6}",
     ),
+    "EvenMajorityHalf": Scenario(
+        "MutEvenMajorityHalf",
+        "ExecPrefixAgreement",
+        3,
+        "N = 4: every quorum is F + 1 = 2 (half the members) instead of a majority of 3.",
+        N=4,
+        MaxCmds=2,
+        MaxView=1,
+        Proposers="{1,2}",
+        Candidates="{2}",
+        Learners="{1,2}",
+        Voters="{3}",
+        CAcceptors="{0,3}",
+    ),
 }
 
 #: Witnesses: traces of Scenarios.tla with every mutation off that must complete
@@ -566,6 +581,25 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             Voters="{1}",
         ),
     ),
+    "MC4vc": (
+        "N = 4, the majority rule of even N (1.5 round trips): one command (R1), chosen"
+        " with two acceptors (R2, R3); R1 commits its slot once a third replica's O-ACK"
+        " joins its own and the sequencer's; a view change (candidate R2, voters R1, R3)."
+        " Long run.",
+        " long",
+        dict(
+            N=4,
+            MaxCmds=1,
+            MaxView=1,
+            MaxSlot=1,
+            MaxMsgs=12,
+            Proposers="{1}",
+            Candidates="{2}",
+            Learners="{2}",
+            Voters="{1,3}",
+            CAcceptors="{2,3}",
+        ),
+    ),
     "MC3two": (
         "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
         " long",
@@ -683,6 +717,26 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
         " stop: the N = 5 rules in epoch 1) in the scope of SIM3change. Long run.",
         "60 depth=150 long",
         _change(5, "Grow3to5"),
+    ),
+    "SIM3to4": (
+        "N = 4, a membership change {0,1,2} -> {0,1,2,3} (a learner promoted: the"
+        " majority rule of even N, 1.5 round trips, in epoch 1) in the scope of"
+        " SIM3change.",
+        "20 depth=100 long",
+        _change(4, "Grow3to4"),
+    ),
+    "SIM5to7": (
+        "N = 7, two changes {0..4} -> {0..5} -> {0..6} (one PROMOTE per stop: the N = 5"
+        " rules in epoch 0, the majority rule at N = 6 in epoch 1 and at N = 7 in epoch"
+        " 2) in the scope of SIM3change, with a fifth slot for the second stop. Long run.",
+        "60 depth=150 long",
+        _change(7, "Grow5to6to7", MaxSlot=5),
+    ),
+    "SIM7": (
+        "N = 7, everything on: 3 commands, 3 views, 2 crashes, reads, recovery,"
+        " hand-overs (the majority rule of N >= 7). Long run.",
+        "60 long",
+        _everything(7),
     ),
     "SIM3snap": (
         "N = 3, snapshots in a smaller scope than SIM3 (so that a majority executes"
