@@ -681,7 +681,7 @@ Contradicts(r, start, vals, v) ==
 (* (ViewEstablished), which establishes the view: its sequencer, its base, *)
 (* and every later O-accept of it.  Within a view acceptance is contiguous *)
 (* from the range: an O-accept beyond a gap waits.  Accepting at ballot v  *)
-(* promises v.  The prefix O-ACK goes to the sender (and, N >= 7, owners). *)
+(* promises v.  The O-ACK goes to the sender (and, N = 4, 6, 7, owners).   *)
 HandleOAccept(r, m) ==
     /\ m.type = "OAccept" /\ Rcv(r, m) /\ Live(r) /\ m.view >= pView[r]
     /\ LET v    == m.view

@@ -581,12 +581,12 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             Voters="{1}",
         ),
     ),
-    "MC4vc": (
+    "MC4": (
         "N = 4, the majority rule of even N (1.5 round trips): one command (R1), chosen"
         " with two acceptors (R2, R3); R1 commits its slot once a third replica's O-ACK"
-        " joins its own and the sequencer's; a view change (candidate R2, voters R1, R3)."
-        " Long run.",
-        " long",
+        " joins its own and the sequencer's, and answers READY; a view change (candidate"
+        " R2, voters R1 and R3, both needed: 3 of 4) may follow it; R2 executes.",
+        "",
         dict(
             N=4,
             MaxCmds=1,
