@@ -386,6 +386,21 @@ SCENARIOS: dict[str, Scenario] = {
 #: (TLC reports TraceNotFinished violated): the model can take these steps.
 #: name -> (comment, constants); written as Witness<name>.cfg.
 WITNESSES: dict[str, tuple[str, dict[str, object]]] = {
+    "SevenMajority": (
+        "N = 7, the majority rule (1.5 round trips): R1 commits its slot with the"
+        " O-ACKs of R5 and R6 besides its own and the sequencer's O-accept, answers"
+        " READY and executes it; R2 wins view 1 with R3, R4, R5, keeps the slot in its"
+        " range and executes R1's command there.",
+        dict(
+            N=7,
+            MaxView=1,
+            Proposers="{1}",
+            Candidates="{2}",
+            Learners="{1,2}",
+            Voters="{3,4,5}",
+            CAcceptors="{0,5,6}",
+        ),
+    ),
     "ChangeWithCrash": (
         "Membership change {0,1,2} -> {1,2,3} with a crash in the middle: R1 crashes"
         " before its switch and restarts in epoch 0, its abandoned command is proposed"
