@@ -10,11 +10,13 @@ neither.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -166,3 +168,28 @@ def test_check_sh_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
     result = run_check("NoDirective.cfg", cwd=copy, tmpdir=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no '\\* check:' directive" in result.stderr
+
+
+def _gen_configs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("tla_gen_configs", GEN)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_mutation_is_generated_caught_and_documented() -> None:
+    """Each Mut* constant of SDPaxos.tla is set by every cfg (gen_configs.MUTATIONS),
+    turned on by a scenario, and has a row in the README's mutation table."""
+    text = (TLA / "SDPaxos.tla").read_text()
+    block = text[text.index("CONSTANTS") : text.index("R      ==")]
+    declared = re.findall(r"^\s+(Mut[A-Za-z]+),?", block, re.MULTILINE)
+    gen = _gen_configs()
+    assert declared == list(gen.MUTATIONS), "SDPaxos.tla's Mut* constants vs gen_configs.MUTATIONS"
+    caught = {sc.mutation for sc in gen.SCENARIOS.values()}
+    readme = (TLA / "README.md").read_text()
+    for mutation in declared:
+        assert mutation in caught, f"{mutation}: no scenario turns it on"
+        assert f"\n| `{mutation}` |" in readme, (
+            f"{mutation}: no row in tla/README.md's mutation table"
+        )

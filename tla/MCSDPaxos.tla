@@ -22,4 +22,12 @@ MsgBoundNoViewZero == MsgBound /\ NoViewZeroTraffic
 ProbeNoSwitch == \A r \in R : ep[r] = 0
 ProbeNoCommandAfterSwitch == ~\E x \in execHist : x.ep > 0 /\ x.cmd \in Cmds
 ProbeNoReadAfterSwitch == ~\E k \in DOMAIN rops : rops[k].st = "done" /\ rops[k].e > 0
+\* The same for the last epoch of a run of several changes (SIM5to7: epoch 2).
+ProbeNoLastEpoch == \A r \in R : ep[r] < NEp - 1
+ProbeNoCommandInLastEpoch == ~\E x \in execHist : x.ep = NEp - 1 /\ x.cmd \in Cmds
+\* For the cluster sizes (MC4, SIM7): a command READY and then a view won above
+\* view 0; a command executed in a view above 0; a read served.
+ProbeNoReadyThenWin == ~(ReadySet # {} /\ \E x \in ranges : x.v > 0)
+ProbeNoExecAfterViewChange == ~\E x \in execHist : x.v > 0 /\ x.cmd \in Cmds
+ProbeNoReadServed == ~\E k \in DOMAIN rops : rops[k].st = "done"
 =============================================================================

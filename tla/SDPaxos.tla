@@ -36,7 +36,7 @@ EXTENDS Integers, Sequences, FiniteSets, TLC
 
 CONSTANTS
     N,            \* number of replica ids 0..N-1 (every epoch's members are among them;
-                  \* without a membership change, the replicas: 3 or 5)
+                  \* without a membership change, the replicas: 3 to 7)
     MaxCmds,      \* client commands in the whole run
     MaxView,      \* highest view a replica may start
     MaxCRound,    \* highest C-recovery round (ballot = round * N + replica)
@@ -86,8 +86,12 @@ CONSTANTS
                                \* an epoch it is no member of are handled and counted
     MutRemovedVoteCounted,     \* membership: a removed replica's messages of an epoch after
                                \* its removal are handled and counted
-    MutStopTwoAcceptors        \* membership: a replica commits a STOP like its own O-instances
+    MutStopTwoAcceptors,       \* membership: a replica commits a STOP like its own O-instances
                                \* (N = 5: by the two-acceptor rule, itself and the sequencer)
+    MutTwoAcceptorsBeyondFive, \* N = 6, 7: a non-sequencer still uses the N = 5 two-acceptor
+                               \* rule (quorum.uses_two_acceptor_rule as `replicas >= 5`)
+    MutEvenMajorityHalf        \* even N: every quorum is F + 1 = (N - 1) div 2 + 1, half the
+                               \* members (quorum.majority as `(replicas - 1) // 2 + 1`)
 
 R      == 0 .. (N - 1)             \* every replica id of the whole run
 
@@ -105,6 +109,10 @@ EpochMembers == << R >>
 Replace3   == << {0, 1, 2}, {1, 2, 3} >>        \* N = 4: R3 replaces R0 (the sequencer)
 Grow3to5   == << {0, 1, 2}, {0, 1, 2, 3, 4} >>  \* N = 5: two learners promoted at one stop
 Shrink5to3 == << {0, 1, 2, 3, 4}, {2, 3, 4} >>  \* N = 5: R0 (the sequencer) and R1 removed
+\* Even sizes are transitional (docs/membership.md 5): one PROMOTE per stop.
+Grow3to4   == << {0, 1, 2}, {0, 1, 2, 3} >>     \* N = 4: a learner promoted (N = 4 rules after)
+Grow5to6to7 == << {0, 1, 2, 3, 4}, {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5, 6} >>
+                                                \* N = 7: two PROMOTEs, two stops
 Outsiders == FALSE
 OutsidersAct == TRUE
 NEp    == Len(EpochMembers)        \* epochs 0 .. NEp-1
@@ -117,7 +125,9 @@ Seq0   == 0                        \* the configured sequencer of view 0 of epoc
 \* (docs/membership.md 3.1 step 1; the model fixes it per epoch).
 Seq0Of(e) == IF Seq0 \in Mem(e) THEN Seq0 ELSE CHOOSE x \in Mem(e) : \A y \in Mem(e) : x =< y
 
-ASSUME /\ NEp >= 1 /\ \A e \in Epochs : Mem(e) \subseteq R /\ Size(e) \in {3, 5}
+\* Epochs of 3 to 7 members: the majority rule at 3, 4, 6 and 7, the two-acceptor
+\* rule at 5 (docs/membership.md 5; N = 1 is not modelled).
+ASSUME /\ NEp >= 1 /\ \A e \in Epochs : Mem(e) \subseteq R /\ Size(e) \in 3 .. 7
        /\ Seq0 \in Mem(0) /\ LeaseHold =< Lease
 
 \* Whose messages of epoch e count: its members (with the mutations, also learners:
@@ -147,13 +157,16 @@ BalRound(b)  == IF b < 0 THEN 0 ELSE b \div N
 MaxB         == CBal(MaxCRound, N - 1)
 
 Max(S) == CHOOSE x \in S : \A y \in S : x >= y
-\* The sets of k messages of X from k distinct senders (k =< 2 is all the model needs:
-\* a majority less one for N =< 5).  Enumerating them, rather than SUBSET X, keeps
-\* TLC's work per state polynomial.
+\* The sets of k messages of X from k distinct senders (k is a majority less one:
+\* 1 for N = 3, 2 for N = 4 and 5, 3 for N = 6 and 7), each set once, its senders
+\* in increasing order.  Enumerating them, rather than SUBSET X, keeps TLC's work
+\* per state polynomial.
+RECURSIVE Picks(_, _)
 Picks(X, k) ==
     IF k = 0 THEN {{}}
     ELSE IF k = 1 THEN {{x} : x \in X}
-    ELSE UNION {{{x, y} : y \in {z \in X : z.src > x.src}} : x \in X}
+    ELSE IF k = 2 THEN UNION {{{x, y} : y \in {z \in X : z.src > x.src}} : x \in X}
+    ELSE UNION {{{x} \cup P : P \in Picks({z \in X : z.src > x.src}, k - 1)} : x \in X}
 Min(S) == CHOOSE x \in S : \A y \in S : x =< y
 
 NoCand == [v |-> -1, from |-> -1]
@@ -241,7 +254,10 @@ Live(r)     == up[r] /\ (Member(r) \/ Outsiders)
 Counted(m)  == IF "src" \in DOMAIN m THEN m.src \in Voting(m.ep) ELSE TRUE
 \* r handles only counted messages of its own epoch.
 Rcv(r, m)   == m.ep = ep[r] /\ Counted(m)
-Maj(r)      == MajE(ep[r])
+\* The quorum r's protocol steps count (core: quorum.majority, N // 2 + 1 at every N;
+\* the invariants count MajE, the true majority, whatever the mutation).
+Maj(r)      == IF MutEvenMajorityHalf /\ Size(ep[r]) % 2 = 0 THEN (Size(ep[r]) - 1) \div 2 + 1
+               ELSE MajE(ep[r])
 Est(r)      == Live(r) /\ joined[r]
 SeqOf(r)    == IF joined[r] THEN est[r].s ELSE -1
 IsSeq(s)    == Est(s) /\ est[s].s = s
@@ -278,13 +294,24 @@ AckOf(r, q) ==
 QuorumAcc(r) ==
     Max({k \in -1 .. MaxSlot : Cardinality({q \in Voting(ep[r]) : AckOf(r, q) >= k}) >= Maj(r)})
 
+\* Which rule decides r's safe prefix (core: quorum.uses_two_acceptor_rule): the
+\* two-acceptor rule at a non-sequencer of a 5-member epoch; the majority rule
+\* everywhere else: at the sequencer, and at N = 3, 4, 6, 7.  With N = 4, 6, 7
+\* (quorum.leader_and_sequencer_suffice is FALSE) the acceptors also send their
+\* O-ACKs to the owners of the slots they accept, so that an owner counts a
+\* majority itself (1.5 round trips, docs/protocol.md 5.5); the model's O-ACKs
+\* reach anyone (`msgs`), so that routing needs no rule here.
+UsesTwoAcceptorRule(r, seq) ==
+    /\ seq # r
+    /\ IF MutTwoAcceptorsBeyondFive THEN Size(ep[r]) >= 5 ELSE Size(ep[r]) = 5
+
 \* The safe prefix (core: Learner.advance_safe_prefix).
 SafePrefix(r) ==
     LET seq == SeqOf(r)
         own == Min({Acc(r), SeqAcc(r)})
         base == est[r].base
         raw ==
-          IF Size(ep[r]) = 5 /\ seq # r
+          IF UsesTwoAcceptorRule(r, seq)
           THEN IF MutRangeReadyBug
                THEN \* the old rule: cap by the committed prefix only beyond the base
                     IF own > base /\ CommittedPrefix(r) < base THEN Min({own, CommittedPrefix(r)})
@@ -654,7 +681,7 @@ Contradicts(r, start, vals, v) ==
 (* (ViewEstablished), which establishes the view: its sequencer, its base, *)
 (* and every later O-accept of it.  Within a view acceptance is contiguous *)
 (* from the range: an O-accept beyond a gap waits.  Accepting at ballot v  *)
-(* promises v.  The prefix O-ACK goes to the sender (and, N >= 7, owners). *)
+(* promises v.  The O-ACK goes to the sender (and, N = 4, 6, 7, owners).   *)
 HandleOAccept(r, m) ==
     /\ m.type = "OAccept" /\ Rcv(r, m) /\ Live(r) /\ m.view >= pView[r]
     /\ LET v    == m.view
@@ -1543,7 +1570,7 @@ CChosenUnique ==
     \A e \in Epochs, n \in R, i \in CIdx : \A v1, v2 \in CVals :
         ChosenC(e, n, i, v1) /\ ChosenC(e, n, i, v2) => v1 = v2
 
-OChosenUnique ==     \* Paxos for O-instances: epochs of 3 only (the N = 5 commit rule is not Paxos)
+OChosenUnique ==     \* Paxos for O-instances: epochs of 3, 4, 6, 7 (the N = 5 commit rule is not Paxos)
     \A e \in Epochs : Size(e) # 5 =>
         \A j \in Slots : \A o1, o2 \in R \cup {NoCl, Stop} : ChosenO(e, j, o1) /\ ChosenO(e, j, o2) => o1 = o2
 

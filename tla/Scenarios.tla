@@ -318,6 +318,70 @@ StopTwoAcceptors == <<
     EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
     EM("HandleCAck", 2, [src |-> 4]), E("CommitO", 2), E("Execute", 2) >>
 
+(* N = 7, the majority rule (docs/protocol.md 5.5): R1's command is        *)
+(* chosen (R0, R1, R5, R6) and the sequencer R0 gives it slot 0, whose      *)
+(* O-accept reaches only R1.  With MutTwoAcceptorsBeyondFive R1 commits the *)
+(* slot by the N = 5 two-acceptor rule (itself and R0), answers READY and   *)
+(* executes it.  R2 wins view 1 with R3, R4 and R5, none of which holds the *)
+(* slot (and N = 7 has no inference), and R2's own command takes slot 0.    *)
+TwoAcceptorsBeyondFive == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAccept", 5, [src |-> 1]),
+    EM("HandleCAccept", 6, [src |-> 1]), EM("HandleCAck", 1, [src |-> 6]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Ready", 1), E("Execute", 1),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 3, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    EM("HandleVRequest", 5, [src |-> 2]), E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
+    EM("HandleOAccept", 5, [src |-> 2]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
+    EM("HandleCAccept", 5, [src |-> 2]), EM("HandleCAck", 2, [src |-> 5]),
+    E("CommitO", 2), E("Execute", 2) >>
+
+(* N = 4, even: a majority is 3.  With MutEvenMajorityHalf every quorum is *)
+(* 2 (F + 1, F = 1): R1's command is chosen with R0's C-ACK, its slot 0    *)
+(* committed with R0's O-accept, READY and executed at R1.  R2 wins view 1 *)
+(* with R3's vote alone, neither holding slot 0, and R2's own command,     *)
+(* chosen and ordered with R3, takes slot 0.                                *)
+EvenMajorityHalf == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAck", 1, [src |-> 0]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), E("CommitO", 1), E("Ready", 1), E("Execute", 1),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 3, [src |-> 2]), E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleCAccept", 3, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 3]), E("CommitO", 2), E("Execute", 2) >>
+
+(* Not a bug: a witness of the majority rule at N = 7 (1.5 round trips,    *)
+(* WitnessSevenMajority.cfg).  R1's command is chosen (R0, R1, R5, R6); the *)
+(* sequencer R0 gives it slot 0, whose O-accept R1, R5 and R6 accept: with  *)
+(* their O-ACKs and R0's O-accept, four of seven, R1 commits the slot,      *)
+(* answers READY and executes it.  R2 wins view 1 with R3, R4 and R5; R5's *)
+(* vote carries slot 0, so the rebuilt range keeps it; R3, R4 and R5 accept *)
+(* the range, R2 commits it (NewView) and executes R1's command at slot 0   *)
+(* (whose C-commit it learnt in view 0).                                   *)
+SevenMajority == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAccept", 5, [src |-> 1]),
+    EM("HandleCAccept", 6, [src |-> 1]), EM("HandleCAck", 1, [src |-> 6]),
+    EM("HandleCCommit", 2, [n |-> 1]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), EM("HandleOAccept", 5, [src |-> 0]),
+    EM("HandleOAccept", 6, [src |-> 0]),
+    E("CommitO", 1), E("Ready", 1), E("Execute", 1),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 3, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    EM("HandleVRequest", 5, [src |-> 2]), E("BecomeSequencer", 2),
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
+    EM("HandleOAccept", 5, [src |-> 2]), E("SendNewView", 2), E("Execute", 2) >>
+
 (* Not a bug: a witness that the model takes the change with a crash in    *)
 (* the middle (WitnessChangeWithCrash.cfg: the trace must complete, every  *)
 (* mutation off).  R1's command is accepted by R1 and R2 in epoch 0 but not *)

@@ -42,6 +42,8 @@ MUTATIONS = [
     "MutLearnerCounted",
     "MutRemovedVoteCounted",
     "MutStopTwoAcceptors",
+    "MutTwoAcceptorsBeyondFive",
+    "MutEvenMajorityHalf",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -349,12 +351,56 @@ SCENARIOS: dict[str, Scenario] = {
         Voters="{3,4}",
         CAcceptors="{3,4}",
     ),
+    "TwoAcceptorsBeyondFive": Scenario(
+        "MutTwoAcceptorsBeyondFive",
+        "ExecPrefixAgreement",
+        9,
+        "N = 7: a non-sequencer commits its O-instance by the N = 5 two-acceptor rule"
+        " (itself and the sequencer) instead of a majority's O-ACKs.",
+        N=7,
+        MaxCmds=2,
+        MaxView=1,
+        Proposers="{1,2}",
+        Candidates="{2}",
+        Learners="{1,2}",
+        Voters="{3,4,5}",
+        CAcceptors="{0,3,4,5,6}",
+    ),
+    "EvenMajorityHalf": Scenario(
+        "MutEvenMajorityHalf",
+        "ExecPrefixAgreement",
+        3,
+        "N = 4: every quorum is F + 1 = 2 (half the members) instead of a majority of 3.",
+        N=4,
+        MaxCmds=2,
+        MaxView=1,
+        Proposers="{1,2}",
+        Candidates="{2}",
+        Learners="{1,2}",
+        Voters="{3}",
+        CAcceptors="{0,3}",
+    ),
 }
 
 #: Witnesses: traces of Scenarios.tla with every mutation off that must complete
 #: (TLC reports TraceNotFinished violated): the model can take these steps.
 #: name -> (comment, constants); written as Witness<name>.cfg.
 WITNESSES: dict[str, tuple[str, dict[str, object]]] = {
+    "SevenMajority": (
+        "N = 7, the majority rule (1.5 round trips): R1 commits its slot with the"
+        " O-ACKs of R5 and R6 besides its own and the sequencer's O-accept, answers"
+        " READY and executes it; R2 wins view 1 with R3, R4, R5, keeps the slot in its"
+        " range and executes R1's command there.",
+        dict(
+            N=7,
+            MaxView=1,
+            Proposers="{1}",
+            Candidates="{2}",
+            Learners="{1,2}",
+            Voters="{3,4,5}",
+            CAcceptors="{0,5,6}",
+        ),
+    ),
     "ChangeWithCrash": (
         "Membership change {0,1,2} -> {1,2,3} with a crash in the middle: R1 crashes"
         " before its switch and restarts in epoch 0, its abandoned command is proposed"
@@ -550,6 +596,25 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             Voters="{1}",
         ),
     ),
+    "MC4": (
+        "N = 4, the majority rule of even N (1.5 round trips): one command (R1), chosen"
+        " with two acceptors (R2, R3); R1 commits its slot once a third replica's O-ACK"
+        " joins its own and the sequencer's, and answers READY; a view change (candidate"
+        " R2, voters R1 and R3, both needed: 3 of 4) may follow it; R2 executes.",
+        "",
+        dict(
+            N=4,
+            MaxCmds=1,
+            MaxView=1,
+            MaxSlot=1,
+            MaxMsgs=12,
+            Proposers="{1}",
+            Candidates="{2}",
+            Learners="{2}",
+            Voters="{1,3}",
+            CAcceptors="{2,3}",
+        ),
+    ),
     "MC3two": (
         "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
         " long",
@@ -633,6 +698,12 @@ def _change(n: int, members: str, **more: object) -> dict[str, object]:
     )
 
 
+#: Definitions of SDPaxos.tla a configuration may override (``name <- definition``):
+#: EpochMembers (default << 0..N-1 >>: no membership change) and Outsiders
+#: (default FALSE; OutsidersAct: replicas that are no members still take steps).
+OVERRIDES = ("EpochMembers", "Outsiders")
+
+
 #: Random simulations: name -> (comment, seconds, constants); the seconds may be
 #: "S depth=D" for a depth other than 60, and end in " long".
 SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
@@ -667,6 +738,36 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
         " stop: the N = 5 rules in epoch 1) in the scope of SIM3change. Long run.",
         "60 depth=150 long",
         _change(5, "Grow3to5"),
+    ),
+    "SIM3to4": (
+        "N = 4, a membership change {0,1,2} -> {0,1,2,3} (a learner promoted: the"
+        " majority rule of even N, 1.5 round trips, in epoch 1) in the scope of"
+        " SIM3change.",
+        "20 depth=100",
+        _change(4, "Grow3to4"),
+    ),
+    "SIM5to7": (
+        "N = 7, two changes {0..4} -> {0..5} -> {0..6} (one PROMOTE per stop: the N = 5"
+        " rules in epoch 0, the majority rule at N = 6 in epoch 1 and at N = 7 in epoch"
+        " 2) in a narrower scope than SIM3change, so that random runs get through two"
+        " stops: a fifth slot, 1 view per epoch, 1 crash, no snapshots taken, learners"
+        " idle until they install a base. Long run.",
+        "120 depth=200 long",
+        {
+            k: v
+            for k, v in _change(
+                7, "Grow5to6to7", MaxSlot=5, MaxView=1, MaxCrashes=1, Compactors="{}"
+            ).items()
+            if k != "Outsiders"
+        },
+    ),
+    "SIM7": (
+        "N = 7, one epoch of seven members (the majority rule of N >= 7, 1.5 round"
+        " trips) in the scope of SIM3change without a change: 2 commands, 2 views,"
+        " 2 crashes, recovery, relays, snapshots and installs; no leases, reads or"
+        " hand-overs. Long run.",
+        "60 depth=100 long",
+        {k: v for k, v in _change(7, "").items() if k not in OVERRIDES},
     ),
     "SIM3snap": (
         "N = 3, snapshots in a smaller scope than SIM3 (so that a majority executes"
@@ -722,12 +823,6 @@ SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
         ),
     ),
 }
-
-
-#: Definitions of SDPaxos.tla a configuration may override (``name <- definition``):
-#: EpochMembers (default << 0..N-1 >>: no membership change) and Outsiders
-#: (default FALSE; OutsidersAct: replicas that are no members still take steps).
-OVERRIDES = ("EpochMembers", "Outsiders")
 
 
 def _constants(consts: dict[str, object], on: str = "") -> list[str]:
