@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from sdpaxos.sim.sweep import FaultRun, run_faulty
 from sdpaxos.sim.trace import TRACE_FAULTS, TRACE_STEPS_MAX, Step, TraceRecorder, TraceUnsupported
@@ -56,14 +57,26 @@ def _spec_lists() -> tuple[list[str], list[str]]:
     return list(module.MUTATIONS), list(module.ALL_INVARIANTS)
 
 
-def module_text(name: str, steps: Sequence[Step]) -> str:
+def module_text(
+    name: str, steps: Sequence[Step], epochs: Sequence[Sequence[int]] | None = None
+) -> str:
+    """The trace as a module; ``epochs``: the run's member sets per epoch (a run
+    with a membership change), written as ``RunEpochs`` for ``EpochMembers``."""
     if len(steps) > TRACE_STEPS_MAX:
         raise TraceUnsupported(f"{len(steps)} steps (at most {TRACE_STEPS_MAX})")
     body = ",\n    ".join(s.to_tla() for s in steps)
-    return f"---- MODULE {name} ----\nEXTENDS TraceSDPaxos\nRunTrace == <<\n    {body} >>\n====\n"
+    extra = ""
+    if epochs:
+        sets = ", ".join("{" + ", ".join(str(i) for i in sorted(e)) + "}" for e in epochs)
+        extra = f"RunEpochs == << {sets} >>\n"
+    return (
+        f"---- MODULE {name} ----\nEXTENDS TraceSDPaxos\n{extra}"
+        f"RunTrace == <<\n    {body} >>\n====\n"
+    )
 
 
-def config_text(constants: Mapping[str, int]) -> str:
+def config_text(constants: Mapping[str, int], *, epochs: bool = False) -> str:
+    """TLC's configuration; ``epochs``: the module defines ``RunEpochs`` (a change)."""
     n = constants["N"]
     everyone = "{" + ",".join(str(r) for r in range(n)) + "}"
     lines = ["CONSTANTS"]
@@ -84,9 +97,18 @@ def config_text(constants: Mapping[str, int]) -> str:
     mutations, invariants = _spec_lists()
     lines += [f"    {m} = FALSE" for m in mutations]
     lines.append("    Trace <- RunTrace")
+    if epochs:
+        lines.append("    EpochMembers <- RunEpochs")
     lines += ["INIT TraceInit", "NEXT TraceNext", "INVARIANTS"]
     lines += [f"    {inv}" for inv in [*invariants, "TraceNotFinished"]]
     return "\n".join(lines) + "\n"
+
+
+@runtime_checkable
+class EpochRecorder(Protocol):
+    """A recorder of a run with a membership change (``sdpaxos.sim.member_trace``)."""
+
+    def epochs(self) -> list[tuple[int, ...]]: ...
 
 
 @dataclass
@@ -118,8 +140,10 @@ def validate(
     work.mkdir(parents=True, exist_ok=True)
     for name in ("SDPaxos.tla", "TraceSDPaxos.tla"):
         shutil.copy(TLA_DIR / name, work / name)
-    (work / "RunTrace.tla").write_text(module_text("RunTrace", steps))
-    (work / "RunTrace.cfg").write_text(config_text(recorder.constants()))
+    # A run with a membership change names its epochs' member sets.
+    epochs = recorder.epochs() if isinstance(recorder, EpochRecorder) else None
+    (work / "RunTrace.tla").write_text(module_text("RunTrace", steps, epochs))
+    (work / "RunTrace.cfg").write_text(config_text(recorder.constants(), epochs=bool(epochs)))
     (work / "steps.txt").write_text(
         "".join(f"{i + 1}\t{s.time_us}\t{s.to_tla()}\t{s.origin}\n" for i, s in enumerate(steps))
     )
