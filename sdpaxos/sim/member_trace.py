@@ -279,6 +279,7 @@ class MemberTraceRecorder(TraceRecorder):
         }
 
     def on_crash(self, node_id: int) -> None:
+        self.close(node_id)  # its last step's state is the one it crashed in
         self._on_crash(node_id)
 
     def on_restart(self, node_id: int) -> None:
@@ -363,7 +364,8 @@ class MemberTraceRecorder(TraceRecorder):
         start = len(self.steps)
         self._on_send(src, dst, self.globalize(epoch, inner))
         for s in self.steps[start:]:
-            s.msg["ep"] = epoch
+            if s.action == "Sent":
+                s.msg["ep"] = epoch
 
 
 # -- scripted runs -----------------------------------------------------------------
@@ -414,6 +416,8 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
     verdicts: dict[tuple[int, int], tuple[int, Reply]] = {}
 
     def on_reply(node: int, reply: Reply, now_us: int) -> None:
+        if reply.client_id == CHANGE_CLIENT and reply.kind is ReplyKind.READY:
+            return  # a change's verdict comes when it is executed
         verdicts[(reply.client_id, reply.seq)] = (node, reply)
 
     cluster.reply_listeners.append(on_reply)
@@ -470,5 +474,6 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
         cluster.submit(member, Command(2, k + 1, b"b%d" % k), Wait.READY)
     until(lambda: all((2, k + 1) in verdicts for k in range(commands)), "epoch-1 commands")
     run_for(50)
-    assert verdicts[(CHANGE_CLIENT, 2)][1].kind is ReplyKind.EXECUTED
+    verdict = verdicts[(CHANGE_CLIENT, 2)]
+    assert verdict[1].kind is ReplyKind.EXECUTED, verdict
     return run
