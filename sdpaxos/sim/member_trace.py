@@ -141,6 +141,8 @@ class MemberTraceRecorder(TraceRecorder):
         self._chunk_src: dict[int, int] = {}
         #: (node, epoch, global slot) of each STOP commit recorded as CommitO.
         self._stops: set[tuple[int, int, int]] = set()
+        #: (node, epoch) -> the global slot of the STOP it allocated (AllocateStop).
+        self._allocated: dict[tuple[int, int], int] = {}
         cluster.step_listeners.append(self._on_step)
         cluster.recorder = self
 
@@ -192,6 +194,7 @@ class MemberTraceRecorder(TraceRecorder):
 
     def _map(self, r: int, event: str, f: dict[str, Any]) -> list[Step]:
         if event == "AllocateStop":
+            self._allocated[(r, self.spec_epoch.get(r, 0))] = f["slot"]
             return [Step("AllocateStop", r, {"slot": self._slot(f["slot"])})]
         return super()._map(r, event, f)
 
@@ -313,8 +316,10 @@ class MemberTraceRecorder(TraceRecorder):
         origin = f"{event} {f}"
         if event == "StartEpoch":
             if node is not None and node.replica is not None and node.replica.is_sequencer:
-                # (still the old epoch's replica: the new one is built after the event)
-                self._commit_stop(node_id, epoch - 1, slot - 1, "it executes the STOP")
+                # (still the old epoch's replica: the new one is built after the
+                # event). The STOP is where this sequencer allocated it, if it did.
+                stop = self._allocated.get((node_id, epoch - 1), slot - 1)
+                self._commit_stop(node_id, epoch - 1, stop, "it executes the STOP")
             self.spec_epoch[node_id] = epoch
             self._add(Step("StartEpoch", node_id, {"epoch": epoch, "slot": slot}, origin=origin))
             return
@@ -390,14 +395,31 @@ class ChangeRun:
         )
 
 
-#: name -> (members of epoch 0, the replace: (target, new id), crash node or -1).
-CHANGES: dict[str, tuple[int, int, int, int]] = {
+@dataclass(frozen=True)
+class Change:
+    """A scripted replace: ``new`` (a learner first) takes ``target``'s place."""
+
+    members: int
+    target: int
+    new: int
+    #: The node that crashes (-1: none), and when: ``"executed"`` (it executed the
+    #: change: before the stop; restarted once the others switched) or
+    #: ``"switched"`` (it started the new epoch: restarted from the base).
+    crash: int = -1
+    crash_at: str = "executed"
+
+
+#: The scripted changes trace validation runs.
+CHANGES: dict[str, Change] = {
     # 3 -> 3: node 3 replaces the sequencer 0 (the spec's Replace3 shape); node 1
-    # crashes when it executed the change, restarts after the others switched.
-    "replace3-crash": (3, 0, 3, 1),
-    "replace3": (3, 2, 3, -1),
+    # crashes when it executed the change and installs the new epoch's base
+    # from a member after its restart.
+    "replace3-crash": Change(3, 0, 3, crash=1),
+    # 3 -> 3: node 3 replaces node 2; node 1 crashes as it starts epoch 1.
+    "replace3-switchcrash": Change(3, 2, 3, crash=1, crash_at="switched"),
+    "replace3": Change(3, 2, 3),
     # 5 -> 5: node 5 replaces node 4 (the N = 5 rules on both sides).
-    "replace5": (5, 4, 5, -1),
+    "replace5": Change(5, 4, 5),
 }
 
 #: The operator's client id.
@@ -405,11 +427,14 @@ CHANGE_CLIENT = 99
 #: Virtual time a scripted run may take, in ms.
 RUN_MS_MAX = 8_000
 STEP_MS = 20
+#: A node crashed as it starts the new epoch restarts this long after.
+RESTART_US = 200_000
 
 
 def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
     """Run one scripted change of :data:`CHANGES`, recorded for trace validation."""
-    members, target, new, crash_node = CHANGES[name]
+    change = CHANGES[name]
+    members, target, new, crash_node = change.members, change.target, change.new, change.crash
     cluster = TracedMemberCluster(members, seed, config_overrides=dict(TRACE_CONFIG))
     rec = MemberTraceRecorder(cluster, new + 1)
     run = ChangeRun(name, rec, cluster)
@@ -424,7 +449,7 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
     crashed: list[int] = []
 
     def on_executed(node: int, entries: list[Executed]) -> None:
-        if node == crash_node and not crashed:
+        if node == crash_node and not crashed and change.crash_at == "executed":
             for e in entries:
                 if e.command.client_id == CHANGE_CLIENT and e.command.seq == 2:
                     crashed.append(node)
@@ -432,6 +457,15 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
                     run.log.append(f"crash {node} at {cluster.now_us} us")
 
     cluster.executed_listeners.append(on_executed)
+
+    def on_epoch(node: int, epoch: int, slot: int) -> None:
+        if node == crash_node and not crashed and change.crash_at == "switched" and epoch == 1:
+            crashed.append(node)
+            cluster.call_after(1, lambda: cluster.crash(node))
+            cluster.call_after(RESTART_US, lambda: cluster.restart(node))
+            run.log.append(f"crash {node} at {cluster.now_us} us, as it starts epoch 1")
+
+    cluster.epoch_listeners.append(on_epoch)
 
     def run_for(ms: float) -> None:
         cluster.run_until(cluster.now_us + round(ms * 1000))
@@ -456,7 +490,7 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
     cluster.submit_change(0 if target != 0 else 1, op, CHANGE_CLIENT, 2)
     until(lambda: (CHANGE_CLIENT, 2) in verdicts, "change verdict")
     run.log.append(f"change executed at {cluster.now_us} us")
-    if crashed:
+    if crashed and change.crash_at == "executed":
         until(
             lambda: all(
                 (n := cluster.nodes.get(i)) is not None and n.epoch >= 1
@@ -469,9 +503,8 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
         run.log.append(f"restart {crashed[0]} at {cluster.now_us} us")
     until(lambda: run.switched, "switch")
     run.log.append(f"switched at {cluster.now_us} us")
-    member = next(i for i in cluster.newest().ids if i != new)
-    for k in range(commands):
-        cluster.submit(member, Command(2, k + 1, b"b%d" % k), Wait.READY)
+    for k in range(commands):  # at the new member: its position is not its id
+        cluster.submit(new, Command(2, k + 1, b"b%d" % k), Wait.READY)
     until(lambda: all((2, k + 1) in verdicts for k in range(commands)), "epoch-1 commands")
     run_for(50)
     verdict = verdicts[(CHANGE_CLIENT, 2)]
