@@ -39,7 +39,7 @@ from typing import Any
 
 from sdpaxos.core.app import Tracer
 from sdpaxos.core.member import EpochMessage, Member
-from sdpaxos.core.membership import MembershipOp, NodeInfo, OpKind
+from sdpaxos.core.membership import MembershipOp, NodeInfo, OpKind, decode_result
 from sdpaxos.core.messages import (
     CAccept,
     CCommit,
@@ -380,35 +380,48 @@ class MemberTraceRecorder(TraceRecorder):
 
 @dataclass
 class ChangeRun:
-    """A recorded run with one membership change."""
+    """A recorded run with membership changes."""
 
     name: str
     recorder: MemberTraceRecorder
     cluster: TracedMemberCluster
+    #: Epochs the run's changes make (one per member change).
+    epochs: int = 1
     log: list[str] = field(default_factory=list)
 
     @property
     def switched(self) -> bool:
-        """Every member of the new epoch runs it."""
-        members = self.cluster.newest().ids
+        """Every member of the last epoch runs it."""
+        newest = self.cluster.newest()
         nodes = self.cluster.nodes
-        return self.cluster.newest().epoch >= 1 and all(
-            (n := nodes.get(i)) is not None and n.epoch >= 1 for i in members
+        return newest.epoch >= self.epochs and all(
+            (n := nodes.get(i)) is not None and n.epoch >= self.epochs for i in newest.ids
         )
 
 
 @dataclass(frozen=True)
 class Change:
-    """A scripted replace: ``new`` (a learner first) takes ``target``'s place."""
+    """A scripted run: fresh nodes are added as learners, catch up, then the
+    member changes ``ops`` run one after the other, each waiting for the last
+    to be switched to everywhere."""
 
     members: int
-    target: int
-    new: int
+    #: ``(kind, target, new)``: ``REPLACE`` (``new`` takes ``target``'s place),
+    #: ``PROMOTE`` (``new``; target -1) or ``REMOVE`` (``target``; new -1).
+    ops: tuple[tuple[OpKind, int, int], ...]
     #: The node that crashes (-1: none), and when: ``"executed"`` (it executed the
-    #: change: before the stop; restarted once the others switched) or
-    #: ``"switched"`` (it started the new epoch: restarted from the base).
+    #: first change: before the stop; restarted once the others switched) or
+    #: ``"switched"`` (it started epoch 1: restarted from the base).
     crash: int = -1
     crash_at: str = "executed"
+
+    @property
+    def fresh(self) -> list[int]:
+        return [new for _, _, new in self.ops if new >= 0]
+
+    @property
+    def ids(self) -> int:
+        return max([self.members - 1, *self.fresh]) + 1
 
 
 #: The scripted changes trace validation runs.
@@ -416,12 +429,20 @@ CHANGES: dict[str, Change] = {
     # 3 -> 3: node 3 replaces the sequencer 0 (the spec's Replace3 shape); node 1
     # crashes when it executed the change and installs the new epoch's base
     # from a member after its restart.
-    "replace3-crash": Change(3, 0, 3, crash=1),
+    "replace3-crash": Change(3, ((OpKind.REPLACE, 0, 3),), crash=1),
     # 3 -> 3: node 3 replaces node 2; node 1 crashes as it starts epoch 1.
-    "replace3-switchcrash": Change(3, 2, 3, crash=1, crash_at="switched"),
-    "replace3": Change(3, 2, 3),
+    "replace3-switchcrash": Change(3, ((OpKind.REPLACE, 2, 3),), crash=1, crash_at="switched"),
+    "replace3": Change(3, ((OpKind.REPLACE, 2, 3),)),
     # 5 -> 5: node 5 replaces node 4 (the N = 5 rules on both sides).
-    "replace5": Change(5, 4, 5),
+    "replace5": Change(5, ((OpKind.REPLACE, 4, 5),)),
+}
+#: Changes through an epoch of 4 members: the code changes one member per stop,
+#: so a grow 3 -> 5 or a shrink 5 -> 3 passes through one, which the spec on
+#: main rules out (``Size(e) \\in {3, 5}``); validated once it has even epochs.
+CHANGES_EVEN: dict[str, Change] = {
+    "grow3to5": Change(3, ((OpKind.PROMOTE, -1, 3), (OpKind.PROMOTE, -1, 4))),
+    # the sequencer 0 removed first, then node 1
+    "shrink5to3": Change(5, ((OpKind.REMOVE, 0, -1), (OpKind.REMOVE, 1, -1))),
 }
 
 #: The operator's client id.
@@ -434,13 +455,16 @@ RESTART_US = 200_000
 
 
 def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
-    """Run one scripted change of :data:`CHANGES`, recorded for trace validation."""
-    change = CHANGES[name]
-    members, target, new, crash_node = change.members, change.target, change.new, change.crash
-    cluster = TracedMemberCluster(members, seed, config_overrides=dict(TRACE_CONFIG))
-    rec = MemberTraceRecorder(cluster, new + 1)
-    run = ChangeRun(name, rec, cluster)
+    """Run one scripted change of :data:`CHANGES` (or :data:`CHANGES_EVEN`),
+    recorded for trace validation."""
+    change = CHANGES[name] if name in CHANGES else CHANGES_EVEN[name]
+    crash_node = change.crash
+    cluster = TracedMemberCluster(change.members, seed, config_overrides=dict(TRACE_CONFIG))
+    rec = MemberTraceRecorder(cluster, change.ids)
+    run = ChangeRun(name, rec, cluster, epochs=len(change.ops))
     verdicts: dict[tuple[int, int], tuple[int, Reply]] = {}
+    # The operator's session: learners first (seq 1 ..), then the member changes.
+    first_change_seq = len(change.fresh) + 1
 
     def on_reply(node: int, reply: Reply, now_us: int) -> None:
         if reply.client_id == CHANGE_CLIENT and reply.kind is ReplyKind.READY:
@@ -453,7 +477,7 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
     def on_executed(node: int, entries: list[Executed]) -> None:
         if node == crash_node and not crashed and change.crash_at == "executed":
             for e in entries:
-                if e.command.client_id == CHANGE_CLIENT and e.command.seq == 2:
+                if e.command.client_id == CHANGE_CLIENT and e.command.seq == first_change_seq:
                     crashed.append(node)
                     cluster.call_after(1, lambda: cluster.crash(node))
                     run.log.append(f"crash {node} at {cluster.now_us} us")
@@ -479,36 +503,55 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
                 raise RuntimeError(f"{name}: no {what} within {RUN_MS_MAX} ms ({run.log})")
             run_for(STEP_MS)
 
-    cluster.start_node(new)
+    def switched_to(epoch: int, but: list[int]) -> bool:
+        newest = cluster.newest()
+        return newest.epoch >= epoch and all(
+            (n := cluster.nodes.get(i)) is not None and n.epoch >= epoch
+            for i in newest.ids
+            if i not in but
+        )
+
+    seq = 0
+    for new in change.fresh:
+        cluster.start_node(new)
     for k in range(commands):
         cluster.submit(1, Command(1, k + 1, b"a%d" % k), Wait.READY)
     run_for(100)
-    cluster.submit_change(
-        0, MembershipOp(OpKind.ADD_LEARNER, node=NodeInfo(new), op_id=1), CHANGE_CLIENT, 1
-    )
-    until(lambda: (CHANGE_CLIENT, 1) in verdicts, "learner verdict")
-    until(lambda: (n := cluster.nodes.get(new)) is not None and n.has_state, "learner state")
-    op = MembershipOp(OpKind.REPLACE, target=target, node=NodeInfo(new), op_id=2)
-    cluster.submit_change(0 if target != 0 else 1, op, CHANGE_CLIENT, 2)
-    until(lambda: (CHANGE_CLIENT, 2) in verdicts, "change verdict")
-    run.log.append(f"change executed at {cluster.now_us} us")
-    if crashed and change.crash_at == "executed":
+    for new in change.fresh:
+        seq += 1
+        op = MembershipOp(OpKind.ADD_LEARNER, node=NodeInfo(new), op_id=seq)
+        cluster.submit_change(0, op, CHANGE_CLIENT, seq)
+        until(lambda seq=seq: (CHANGE_CLIENT, seq) in verdicts, "learner verdict")
+    for new in change.fresh:
         until(
-            lambda: all(
-                (n := cluster.nodes.get(i)) is not None and n.epoch >= 1
-                for i in cluster.newest().ids
-                if i not in crashed
-            ),
-            "switch",
+            lambda new=new: (n := cluster.nodes.get(new)) is not None and n.has_state,
+            "learner state",
         )
-        cluster.restart(crashed[0])
-        run.log.append(f"restart {crashed[0]} at {cluster.now_us} us")
-    until(lambda: run.switched, "switch")
-    run.log.append(f"switched at {cluster.now_us} us")
-    for k in range(commands):  # at the new member: its position is not its id
-        cluster.submit(new, Command(2, k + 1, b"b%d" % k), Wait.READY)
-    until(lambda: all((2, k + 1) in verdicts for k in range(commands)), "epoch-1 commands")
+    for epoch, (kind, target, new) in enumerate(change.ops, start=1):
+        seq += 1
+        if kind is OpKind.PROMOTE:
+            op = MembershipOp(kind, target=new, op_id=seq)
+        else:
+            node = NodeInfo(new) if new >= 0 else None
+            op = MembershipOp(kind, target=target, node=node, op_id=seq)
+        at = next(i for i in cluster.newest().ids if i not in (target, crash_node))
+        cluster.submit_change(at, op, CHANGE_CLIENT, seq)
+        until(lambda seq=seq: (CHANGE_CLIENT, seq) in verdicts, "change verdict")
+        verdict = verdicts[(CHANGE_CLIENT, seq)]
+        applied, message = decode_result(verdict[1].result)
+        if verdict[1].kind is not ReplyKind.EXECUTED or not applied:
+            raise RuntimeError(f"{name}: change {op} refused: {verdict} {message}")
+        run.log.append(f"change {seq} executed at {cluster.now_us} us")
+        if crash_node >= 0 and change.crash_at == "executed" and epoch == 1:
+            until(lambda: bool(crashed), "crash")
+            until(lambda: switched_to(1, crashed), "switch")
+            cluster.restart(crashed[0])
+            run.log.append(f"restart {crashed[0]} at {cluster.now_us} us")
+        until(lambda epoch=epoch: switched_to(epoch, []), "switch")
+        run.log.append(f"epoch {epoch} at {cluster.now_us} us")
+    joiners = change.fresh or [i for i in cluster.newest().ids if i != crash_node]
+    for k in range(commands):  # at a new member: its position is not its id
+        cluster.submit(joiners[0], Command(2, k + 1, b"b%d" % k), Wait.READY)
+    until(lambda: all((2, k + 1) in verdicts for k in range(commands)), "last epoch's commands")
     run_for(50)
-    verdict = verdicts[(CHANGE_CLIENT, 2)]
-    assert verdict[1].kind is ReplyKind.EXECUTED, verdict
     return run
