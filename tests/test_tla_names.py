@@ -416,11 +416,11 @@ def _recorded_pairs() -> set[tuple[str, str]]:
     """(action, event) of every step the change runs of trace validation took from a
     core event (not ``Sent``, ``TickTo``, crashes, restarts, nor the STOP's commit
     the recorder stands in for: their origin names no event)."""
-    from sdpaxos.sim.member_trace import CHANGES, run_change
+    from sdpaxos.sim.member_trace import CHANGES, CHANGES_EVEN, run_change
 
     emitted = _emitted()
     pairs = set()
-    for name in CHANGES:
+    for name in [*CHANGES, *CHANGES_EVEN]:
         for step in run_change(name).recorder.steps:
             event = step.origin.split(" ", 1)[0]
             if step.action not in ("Sent", "TickTo") and event in emitted:

@@ -17,7 +17,7 @@ import pytest
 from sdpaxos.core import epochs
 from sdpaxos.core.replica import Replica
 from sdpaxos.core.types import Slot
-from sdpaxos.modelcheck import validate
+from sdpaxos.modelcheck import epoch_sizes, validate
 from sdpaxos.sim.member_trace import CHANGES, run_change
 
 pytestmark = [
@@ -51,6 +51,23 @@ def test_the_spec_takes_every_step_of_a_change(name: str) -> None:
     verdict = validate(rec, timeout_s=TIMEOUT_S)
     assert verdict.ok, verdict.message
     assert verdict.matched == verdict.steps > 100
+
+
+def test_a_grow_from_3_to_5_members() -> None:
+    """The code grows 3 -> 5 one PROMOTE per stop, through a 4-member epoch: the
+    spec takes every step where it has even epochs, and refuses the run at its
+    ASSUME (epochs of 3 or 5) where it has not, so this test says which."""
+    run = run_change("grow3to5")
+    rec = run.recorder
+    assert rec.epochs() == [(0, 1, 2), (0, 1, 2, 3), (0, 1, 2, 3, 4)]
+    assert Counter(s.action for s in rec.steps)["AllocateStop"] == 2
+    verdict = validate(rec, timeout_s=TIMEOUT_S)
+    if 4 in epoch_sizes():
+        assert verdict.ok, verdict.message
+        assert verdict.matched == verdict.steps > 200
+    else:
+        assert not verdict.ok
+        assert "Assumption" in verdict.message, verdict.message
 
 
 def test_the_epochs_are_the_spec_s() -> None:
