@@ -27,13 +27,14 @@ pytestmark = [
     ),
 ]
 
-#: Each takes TLC 7 to 16 s on a loaded 2-core machine (one worker).
+#: Each takes TLC 3 to 55 s on a loaded 2-core machine (one worker).
 TIMEOUT_S = 300
 
 
-#: The changes CI validates (the plain ``replace3`` left out for time: the runs
-#: with a crash take every kind of step it takes, and more).
-VALIDATED = ["replace3-crash", "replace3-switchcrash", "replace5"]
+#: The changes CI validates (for time, not ``replace3``, whose kinds of step
+#: ``replace3-crash`` takes too, nor ``replace3-switchcrash``: ``python -m
+#: sdpaxos.modelcheck --changes`` validates every one).
+VALIDATED = ["replace3-crash", "replace5"]
 
 
 @pytest.mark.parametrize("name", VALIDATED)
@@ -89,10 +90,11 @@ def test_the_epochs_are_the_spec_s() -> None:
 
 def test_a_start_at_the_wrong_slot_is_refused() -> None:
     """The recorder's StartEpoch moved one slot up: refused at that step."""
-    run = run_change("replace3-switchcrash")
+    run = run_change("replace3-crash")
     rec = run.recorder
     k = next(i for i, s in enumerate(rec.steps) if s.action == "StartEpoch")
     rec.steps[k].params["slot"] += 1
+    del rec.steps[k + 20 :]  # (what follows cannot matter: shorter for TLC)
     verdict = validate(rec, timeout_s=TIMEOUT_S)
     assert not verdict.ok
     assert verdict.matched == k, verdict.message
@@ -110,8 +112,11 @@ def test_a_core_that_starts_the_epoch_late_is_refused(monkeypatch: pytest.Monkey
         return None if stop is None else Slot(stop + 1)
 
     monkeypatch.setattr(epochs, "stopped_at", late)
-    run = run_change("replace3-switchcrash")
-    verdict = validate(run.recorder, timeout_s=TIMEOUT_S)
+    run = run_change("replace3-crash")
+    rec = run.recorder
+    k = next(i for i, s in enumerate(rec.steps) if s.action == "StartEpoch")
+    del rec.steps[k + 20 :]  # (what follows cannot matter: shorter for TLC)
+    verdict = validate(rec, timeout_s=TIMEOUT_S)
     assert not verdict.ok
     assert verdict.message.startswith("the spec cannot take step"), verdict.message
     assert "StartEpoch" in verdict.message.splitlines()[0]
