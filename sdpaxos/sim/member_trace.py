@@ -54,7 +54,8 @@ from sdpaxos.core.messages import (
     VRequest,
 )
 from sdpaxos.core.ready import Executed, Reply, ReplyKind
-from sdpaxos.core.types import BALLOT_STRIDE, STOP, Command, Wait
+from sdpaxos.core.storage import OAccepted, Record
+from sdpaxos.core.types import BALLOT_STRIDE, STOP, STOP_VALUE, Command, Wait
 from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.member_cluster import MemberCluster
 from sdpaxos.sim.trace import SILENT_EVENTS, TRACE_CONFIG, Step, TraceRecorder
@@ -317,10 +318,8 @@ class MemberTraceRecorder(TraceRecorder):
         before = self.spec_epoch.get(node_id, 0)
         origin = f"{event} {f}"
         if event == "StartEpoch":
-            if node is not None and node.replica is not None and node.replica.is_sequencer:
-                # (still the old epoch's replica: the new one is built after the
-                # event). The STOP is where this sequencer allocated it, if it did.
-                stop = self._allocated.get((node_id, epoch - 1), slot - 1)
+            stop = self._allocated.get((node_id, epoch - 1))
+            if stop is not None:
                 self._commit_stop(node_id, epoch - 1, stop, "it executes the STOP")
             self.spec_epoch[node_id] = epoch
             self._add(Step("StartEpoch", node_id, {"epoch": epoch, "slot": slot}, origin=origin))
@@ -347,8 +346,11 @@ class MemberTraceRecorder(TraceRecorder):
                 self._commit_stop(src, epoch, slot + self.epoch_base[epoch], "its O-commit sent")
 
     def _commit_stop(self, node_id: int, epoch: int, slot: int, why: str) -> None:
+        """Only a STOP this node allocated: one from a view change's rebuilt range
+        is committed with the range (``SendNewView``, a heartbeat's base), and a
+        relayed commit is a ``Sent`` step of the relay."""
         key = (node_id, epoch, slot)
-        if key not in self._stops:
+        if self._allocated.get((node_id, epoch)) == slot and key not in self._stops:
             self._stops.add(key)
             origin = f"the STOP's commit at the sequencer ({why}; no CommitO event)"
             self._add(Step("CommitO", node_id, {"upto": self._slot(slot) + 1}, origin=origin))
@@ -411,7 +413,8 @@ class Change:
     ops: tuple[tuple[OpKind, int, int], ...]
     #: The node that crashes (-1: none), and when: ``"executed"`` (it executed the
     #: first change: before the stop; restarted once the others switched) or
-    #: ``"switched"`` (it started epoch 1: restarted from the base).
+    #: ``"switched"`` (it started epoch 1: restarted from the base) or ``"stop"``
+    #: (it accepted the STOP as the sequencer; restarted as for "executed").
     crash: int = -1
     crash_at: str = "executed"
 
@@ -433,6 +436,9 @@ CHANGES: dict[str, Change] = {
     # 3 -> 3: node 3 replaces node 2; node 1 crashes as it starts epoch 1.
     "replace3-switchcrash": Change(3, ((OpKind.REPLACE, 2, 3),), crash=1, crash_at="switched"),
     "replace3": Change(3, ((OpKind.REPLACE, 2, 3),)),
+    # 3 -> 3: the sequencer 0 crashes once it accepted the STOP it allocated: the
+    # others change views in epoch 0 and the new sequencer commits the STOP.
+    "replace3-stopcrash": Change(3, ((OpKind.REPLACE, 2, 3),), crash=0, crash_at="stop"),
     # 5 -> 5: node 5 replaces node 4 (the N = 5 rules on both sides).
     "replace5": Change(5, ((OpKind.REPLACE, 4, 5),)),
 }
@@ -493,6 +499,17 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
 
     cluster.epoch_listeners.append(on_epoch)
 
+    def on_persisted(node: int, records: list[Record]) -> None:
+        if node == crash_node and not crashed and change.crash_at == "stop":
+            for rec in records:
+                if isinstance(rec, OAccepted) and STOP_VALUE in rec.values:
+                    crashed.append(node)
+                    cluster.call_after(1, lambda: cluster.crash(node))
+                    run.log.append(f"crash {node} at {cluster.now_us} us, the STOP accepted")
+                    return
+
+    cluster.persist_listeners.append(on_persisted)
+
     def run_for(ms: float) -> None:
         cluster.run_until(cluster.now_us + round(ms * 1000))
 
@@ -542,7 +559,7 @@ def run_change(name: str, *, seed: int = 1, commands: int = 1) -> ChangeRun:
         if verdict[1].kind is not ReplyKind.EXECUTED or not applied:
             raise RuntimeError(f"{name}: change {op} refused: {verdict} {message}")
         run.log.append(f"change {seq} executed at {cluster.now_us} us")
-        if crash_node >= 0 and change.crash_at == "executed" and epoch == 1:
+        if crash_node >= 0 and change.crash_at in ("executed", "stop") and epoch == 1:
             until(lambda: bool(crashed), "crash")
             until(lambda: switched_to(1, crashed), "switch")
             cluster.restart(crashed[0])
