@@ -28,6 +28,14 @@ until they install their epoch's base. A restart is the spec's ``Restart`` at
 node level (the replica's own ``Restart`` event is left out: a member that
 installs a later snapshot restores a replica from it too, which is no restart).
 
+The STOP's commit at the sequencer that allocated it traces no event in the
+core (``Learner.advance_safe_prefix``); the recorder stands in for it with the
+spec's ``CommitO`` (``tla/README.md``, footnote "stopcommit").
+
+:func:`run_change` plays the scripted changes of :data:`CHANGES` (replaces, with
+crashes at chosen points) and :data:`CHANGES_EVEN` (a grow 3 -> 5 and a shrink
+5 -> 3, through a 4-member epoch: they need a spec with even epochs).
+
 Like the rest of the simulator, pure: no I/O.
 """
 
@@ -60,7 +68,15 @@ from sdpaxos.sim.chooser import SeededChooser
 from sdpaxos.sim.member_cluster import MemberCluster
 from sdpaxos.sim.trace import SILENT_EVENTS, TRACE_CONFIG, Step, TraceRecorder
 
-__all__ = ["CHANGES", "ChangeRun", "MemberTraceRecorder", "TracedMemberCluster", "run_change"]
+__all__ = [
+    "CHANGES",
+    "CHANGES_EVEN",
+    "Change",
+    "ChangeRun",
+    "MemberTraceRecorder",
+    "TracedMemberCluster",
+    "run_change",
+]
 
 #: ``dataclasses.replace``, untyped: a renumbered message holds spec ids and
 #: global slots where the core's types say positions and epoch slots.
