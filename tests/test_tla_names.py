@@ -398,3 +398,47 @@ def test_a_broken_table_is_reported(what: str, old: str, new: str) -> None:
     assert readme.count(old) == 1, f"{what}: {old!r} is not in the README once"
     broken = readme.replace(old, new)
     assert _all_problems(broken), f"{what} was not reported"
+
+
+# ---------------------------------------------- what trace validation records
+
+
+def recorded_problems(rows: list[Row], pairs: set[tuple[str, str]]) -> list[str]:
+    """Each (spec action, code event) a recorder turned an event into must be a row."""
+    table = {(r.action, r.event) for r in rows}
+    return [
+        f"trace validation records the core's {event} as {action}, which no row says"
+        for action, event in sorted(pairs - table)
+    ]
+
+
+def _recorded_pairs() -> set[tuple[str, str]]:
+    """(action, event) of every step the change runs of trace validation took from a
+    core event (not ``Sent``, ``TickTo``, crashes, restarts, nor the STOP's commit
+    the recorder stands in for: their origin names no event)."""
+    from sdpaxos.sim.member_trace import CHANGES, CHANGES_EVEN, run_change
+
+    emitted = _emitted()
+    pairs = set()
+    for name in [*CHANGES, *CHANGES_EVEN]:
+        for step in run_change(name).recorder.steps:
+            event = step.origin.split(" ", 1)[0]
+            if step.action not in ("Sent", "TickTo") and event in emitted:
+                pairs.add((step.action, event))
+    return pairs
+
+
+def test_the_table_names_what_trace_validation_records() -> None:
+    """The change runs' steps (tests/sim/test_trace_validation_members.py) are the
+    table's: the change steps (AllocateStop, StartEpoch, InstallEpoch) included."""
+    pairs = _recorded_pairs()
+    assert {("AllocateStop", "AllocateStop"), ("StartEpoch", "StartEpoch")} <= pairs
+    assert ("InstallEpoch", "InstallEpoch") in pairs
+    problems = recorded_problems(parse_table(_readme()), pairs)
+    assert not problems, "\n".join(problems)
+    # Teeth: a row renamed on either side is reported.
+    broken = _readme().replace(
+        "| `StartEpoch` | `member.Member` | `StartEpoch`[^epoch] |",
+        "| `StartEpoch` | `member.Member` | `BeginEpoch`[^epoch] |",
+    )
+    assert recorded_problems(parse_table(broken), pairs)

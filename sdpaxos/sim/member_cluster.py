@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sdpaxos.core.app import Tracer
 from sdpaxos.core.config import ClusterConfig
 from sdpaxos.core.errors import LocalProtocolError, Overloaded
 from sdpaxos.core.member import EpochMessage, Member, NotMemberError
@@ -157,6 +158,8 @@ class MemberCluster:
         self.executed_listeners: list[ExecutedListener] = []
         self.persist_listeners: list[PersistListener] = []
         self.refused_listeners: list[RefusedListener] = []
+        #: ``(node, message)`` just before a node steps a message (trace validation).
+        self.step_listeners: list[Callable[[int, Any], None]] = []
         self._outlet = _Outlet(self)
         self.events_processed = 0
         self.crashes = 0
@@ -188,6 +191,10 @@ class MemberCluster:
         self.reads_refused = 0
         for node_id in range(replicas):
             self.start_node(node_id, bootstrap=True)
+
+    def tracer_for(self, node_id: int) -> Tracer | None:
+        """The tracer ``node_id``'s Member gets (none: a traced subclass gives one)."""
+        return None
 
     # -- time -----------------------------------------------------------------
 
@@ -269,6 +276,7 @@ class MemberCluster:
             bootstrap=bootstrap,
             rtt_ms=rtt,
             learner_lag_slots_max=self.learner_lag_slots_max,
+            tracer=self.tracer_for(node_id),
         )
         self.checker.restarted(node_id)
         if snapshot is not None:
@@ -388,6 +396,8 @@ class MemberCluster:
                 self.from_outsider_by_src[message.src] = (
                     self.from_outsider_by_src.get(message.src, 0) + 1
                 )
+            for listener in self.step_listeners:
+                listener(ev.dst, message)
             node.step(message, now_ms)
         self._drain(ev.dst)
 
