@@ -188,7 +188,9 @@ def run_sim(ctx: Context) -> Timeline:
             f" {sim_reconfig.CLIENTS_PER_REGION} closed-loop clients per region, each at its"
             " region's node while that node is a member (at the lowest member otherwise);"
             " the spare (node 3) and the replacement (node 4) are 60 ms from every node;"
-            " member 1 is removed. Latency is measured at the replica, virtual time."
+            " node 3, the added member, is removed again (the sequencer's node stays: its"
+            " replacement is the second change). Latency is measured at the replica,"
+            " virtual time."
         ],
     )
 

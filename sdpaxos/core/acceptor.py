@@ -17,6 +17,7 @@ from sdpaxos.core.quorum import leader_and_sequencer_suffice
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import CPromised, OAccepted
 from sdpaxos.core.types import (
+    STOP,
     Ballot,
     CIndex,
     Command,
@@ -218,6 +219,14 @@ class Acceptor:
         if self.acks_to_owners and values:
             for owner in sorted({o for o, _ in values if o >= 0 and o not in (seq, s.me)}):
                 s.out.send(owner, ack)
+        if values and values[-1][0] == STOP:
+            # The stop is the last O-instance of its epoch (nothing is allocated
+            # after it): acknowledged to every member, so each learns it chosen
+            # from the acks, as soon as the sequencer would, and starts the next
+            # epoch then (docs/membership.md section 4.6).
+            for p in s.prox.near:
+                if p != seq:
+                    s.out.send(p, ack)
 
     def accept_o_from(self, start: Slot, values: tuple[OValue, ...]) -> None:
         """Accept the part of ``values`` (from ``start``) that extends our accepted prefix."""

@@ -8,11 +8,24 @@ reach into the replica's roles; kept out of the replica, whose facade only route
 
 from __future__ import annotations
 
-from typing import Any
+from collections import deque
+from typing import Any, cast
 
+from sdpaxos.core.messages import EpochMessage, Message
 from sdpaxos.core.replica import Replica
 from sdpaxos.core.storage import Snapshot
 from sdpaxos.core.types import CIndex, Command, ReplicaId, Slot, Wait
+
+
+def wrap(
+    messages: list[tuple[ReplicaId, Message]], epoch: int, me: int, ids: tuple[int, ...]
+) -> list[tuple[ReplicaId, Message]]:
+    """Positions to node ids, each message in its epoch's envelope. (A member's
+    batch carries member messages; :class:`~sdpaxos.core.ready.Ready` is typed
+    for the replica's, and drivers pass messages through unread.)"""
+    return [
+        (ReplicaId(ids[dst]), cast(Message, EpochMessage(epoch, me, msg))) for dst, msg in messages
+    ]
 
 
 def request_stop(replica: Replica) -> None:
@@ -92,3 +105,52 @@ def suspect_joiners(replica: Replica, ids: tuple[int, ...], before: set[int]) ->
     for position, node in enumerate(ids):
         if node not in before:
             replica.ctx.prox.suspect(ReplicaId(position))
+
+
+#: Most messages of the next epoch a member holds while it has not started it.
+EARLY_MESSAGES_MAX = 4096
+
+
+class EarlyMessages:
+    """Messages of epoch e + 1 that reach a member still running e, held until
+    it starts e + 1 itself (``docs/membership.md`` section 4.6).
+
+    Why: the members do not start the next epoch at one instant. The sequencer
+    knows its stop chosen first, and the first messages of the next epoch (its
+    own commands carried over, the C-accepts of members that started already)
+    reach members half a round trip before they know it. Dropped, each costs a
+    retransmission, and a member seeing a newer epoch would fetch its whole
+    state besides. Held only while a change is pending here (the stop will
+    come), at most :data:`EARLY_MESSAGES_MAX`, and for ``learn_ms`` at most:
+    a member that still has not switched is behind, and fetches the state.
+    """
+
+    __slots__ = ("held", "since_ms")
+
+    def __init__(self) -> None:
+        self.held: deque[EpochMessage] = deque()
+        self.since_ms = 0.0
+
+    def hold(self, m: EpochMessage, now_ms: float) -> bool:
+        """Keep ``m``; False when the bound is reached (then it is dropped)."""
+        if len(self.held) >= EARLY_MESSAGES_MAX:
+            return False
+        if not self.held:
+            self.since_ms = now_ms
+        self.held.append(m)
+        return True
+
+    def overdue(self, now_ms: float, wait_ms: float) -> int | None:
+        """The sender of the oldest held message once held ``wait_ms`` (all of
+        them dropped then: the member fetches the newer state from it)."""
+        if not self.held or now_ms - self.since_ms < wait_ms:
+            return None
+        src = self.held[0].src
+        self.held.clear()
+        return src
+
+    def take(self, epoch: int) -> list[EpochMessage]:
+        """The held messages of ``epoch`` (the one just started), in arrival order."""
+        taken = [m for m in self.held if m.epoch == epoch]
+        self.held.clear()
+        return taken

@@ -77,6 +77,8 @@ class Learner:
             return
         acked = olog.acked
         me = s.me
+        if self.stop_cap is not None and not views.is_sequencer:
+            self.learn_stop_from_acks()
         if uses_two_acceptor_rule(s.n, me, seq):
             # Fig. 5 line 30: accepted by this replica itself and by the sequencer;
             # and the view's rebuilt range is chosen (else a view change could
@@ -127,6 +129,8 @@ class Learner:
                 break
         self.safe_upto = safe
         self.own_scan = safe
+        if self.stop_cap is not None and not views.is_sequencer:
+            self.learn_stop_from_acks()
         learned = False
         if views.is_sequencer:
             # The sequencer hears every O-ACK: it learns every O-instance, so a
@@ -144,6 +148,31 @@ class Learner:
         s.own_ordered = own
         s.progress.dirty = True
         self.r.own_ordered(before, own)
+
+    def learn_stop_from_acks(self) -> None:
+        """A member that is not the sequencer: once a majority (itself among
+        them) acknowledged every O-instance up to and including the stop in this
+        view, all of them are chosen at this view's ballot, and it commits them
+        itself (it holds their values: it accepted them) instead of waiting half
+        a round trip for the sequencer's O-commit. Every acceptor acknowledges
+        the stop to every member for this (``docs/membership.md`` section 4.6)."""
+        s = self.s
+        olog = s.olog
+        cap = self.stop_cap
+        assert cap is not None
+        b = olog.base
+        if cap <= b or olog.committed[cap - 1 - b]:
+            return
+        acked = olog.acked
+        if min(majority_prefix(acked, s.majority), acked[s.me]) < cap:
+            return
+        committed, cballot, ballots = olog.committed, olog.cballot, olog.ballot
+        for i in range(max(s.progress.slot, b) - b, cap - b):
+            if not committed[i]:
+                committed[i] = True
+                cballot[i] = ballots[i]
+        s.progress.dirty = True
+        s.out.trace("LearnStop", slot=cap - 1, view=s.views.view)
 
     def broadcast_o_commit(self) -> None:
         s = self.s

@@ -147,6 +147,7 @@ class Member:
         self.learner_have: dict[int, int] = {}
         self.members_executed = 0  # a learner: the highest slot a member said it executed
         self.noticed: dict[int, float] = {}  # peer -> when last told of our epoch
+        self.early = epochs.EarlyMessages()  # the next epoch's, before this node starts it
         self.stop_requested = False
         #: The snapshot being served in chunks: (epoch, local slot, bytes).
         self.serving: tuple[int, int, bytes] | None = None
@@ -243,6 +244,9 @@ class Member:
         self.now_ms = now_ms
         if self.replica is not None:
             self.replica.tick(now_ms)
+            behind = self.early.overdue(now_ms, self.protocol.learn_ms)
+            if behind is not None and self.fetch is None:
+                self._pull(behind)
             return
         fetch = self.fetch
         learn_ms = self.protocol.learn_ms
@@ -274,7 +278,7 @@ class Member:
             self.newest = (epoch, rd.snapshot)
         if epochs.stopped_at(r) is not None:
             self._end_epoch(r, rd)
-        rd.messages = self._wrap(rd.messages, epoch, ids)
+        rd.messages = epochs.wrap(rd.messages, epoch, self.id, ids)
         rd.absorb(out)
         rd.absorb(self.out)  # what the end of an epoch added (notices, refusals)
         self.out = Ready()
@@ -367,6 +371,8 @@ class Member:
             assert self.replica is not None
             epochs.suspect_joiners(self.replica, membership.ids, before)
             self._carry(unfinished)
+            for early in self.early.take(membership.epoch):
+                self._step_epoch(early, self.now_ms)
         else:
             self._settle_outside(membership, snap)
             self._refuse(unfinished)
@@ -405,9 +411,10 @@ class Member:
         if old is not None:
             epochs.abandon_reads(old)
             last = old.ready()
-            last.messages = self._wrap(last.messages, self.epoch, self.membership.ids)
+            last.messages = epochs.wrap(last.messages, self.epoch, self.id, self.membership.ids)
             self.out.absorb(last)
         self.machine.restore(snap.app)
+        self.early.held.clear()  # a state past them: what they asked is in it
         self._trace("InstallEpoch", epoch=epoch, slot=membership.base + snap.slot)
         if position is None:
             if self.id not in membership.learner_ids and not self.has_state:
@@ -436,18 +443,6 @@ class Member:
         self._carry(unfinished)
 
     # ------------------------------------------------------------ messages
-
-    def _wrap(
-        self, messages: list[tuple[ReplicaId, Message]], epoch: int, ids: tuple[int, ...]
-    ) -> list[tuple[ReplicaId, Message]]:
-        """Positions to node ids, each message in its epoch's envelope. (A
-        member's batch carries :data:`MemberMessage`; :class:`Ready` is typed
-        for the replica's, and drivers pass messages through unread.)"""
-        me = self.id
-        return [
-            (ReplicaId(ids[dst]), cast(Message, EpochMessage(epoch, me, msg)))
-            for dst, msg in messages
-        ]
 
     def _step(self, m: MemberMessage, now_ms: float) -> None:
         if isinstance(m, EpochMessage):
@@ -501,6 +496,9 @@ class Member:
                 packed = pack_value(self.membership.packed())
                 notice = EpochNotice(self.id, epoch, packed)
                 self.out.messages.append((ReplicaId(m.src), cast(Message, notice)))
+        elif m.epoch == epoch + 1 and self.replica and self.machine.membership.pending:
+            if self.early.hold(m, now_ms):  # its stop is coming: start it, then take these
+                self.dropped -= 1
         elif m.epoch > epoch and self.fetch is None:
             self._pull(m.src)
 

@@ -208,11 +208,16 @@ class Sequencer:
     def o_accept_targets(self, owner: ReplicaId) -> tuple[ReplicaId, ...]:
         """Who receives the O-accept for ``owner``'s new O-instance (paper section 4).
 
-        The stop goes where the sequencer's own O-instances go: it is committed
-        by the majority rule at every N (``docs/membership.md`` section 3.1).
+        The stop goes to every member: it is committed by the majority rule at
+        every N (``docs/membership.md`` section 3.1), and each member learns it
+        chosen from the others' acknowledgements (they ack it to every member),
+        so all of them start the next epoch one round trip after it is
+        allocated (section 4.6). Once per epoch: the thrifty rule saves nothing.
         """
         s = self.s
-        if owner == s.me or owner == STOP:
+        if owner == STOP:
+            return tuple(s.prox.near)
+        if owner == s.me:
             return s.prox.c_quorum  # the sequencer's own: its nearest majority
         if not s.config.thrifty:
             return tuple(s.prox.near)
