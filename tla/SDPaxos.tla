@@ -90,8 +90,10 @@ CONSTANTS
                                \* (N = 5: by the two-acceptor rule, itself and the sequencer)
     MutTwoAcceptorsBeyondFive, \* N = 6, 7: a non-sequencer still uses the N = 5 two-acceptor
                                \* rule (quorum.uses_two_acceptor_rule as `replicas >= 5`)
-    MutEvenMajorityHalf        \* even N: every quorum is F + 1 = (N - 1) div 2 + 1, half the
+    MutEvenMajorityHalf,       \* even N: every quorum is F + 1 = (N - 1) div 2 + 1, half the
                                \* members (quorum.majority as `(replicas - 1) // 2 + 1`)
+    MutLearnStopMinority       \* membership: a member learns the STOP chosen once it and the
+                               \* sequencer accepted it (LearnStop without a majority's acks)
 
 R      == 0 .. (N - 1)             \* every replica id of the whole run
 
@@ -894,6 +896,28 @@ CommitOTo(r, safe) ==
 \* may be fewer than the spec's message set holds: any prefix up to SafePrefix.
 CommitO(r) == \E k \in 1 .. MaxSlot : CommitOTo(r, k)
 
+(* LearnStopAt(r, j) (core: Learner.learn_stop_from_acks): a member that   *)
+(* is not the sequencer learns its epoch's STOP, at slot j, chosen from the *)
+(* acknowledgements: the STOP's O-accept goes to every member and every     *)
+(* acceptor acknowledges it to every member (docs/membership.md 3.1; the    *)
+(* model's O-ACKs reach anyone).  Once a majority, r among them, accepted   *)
+(* every O-instance up to and including the STOP in r's view, all of them   *)
+(* are chosen at that ballot, and r commits them, without the sequencer's   *)
+(* O-commit.                                                                *)
+LearnStopAt(r, j) ==
+    /\ Est(r) /\ ~IsSeq(r) /\ r \in Learners
+    /\ snap[r].slot =< j /\ j < Acc(r)
+    /\ oAccV[r][j] = Stop /\ ~oCom[r][j]
+    /\ j < IF MutLearnStopMinority THEN SeqAcc(r) ELSE QuorumAcc(r)
+    /\ LET now(k) == snap[r].slot =< k /\ k =< j
+       IN /\ oCom' = [oCom EXCEPT ![r] = [k \in Slots |-> @[k] \/ now(k)]]
+          /\ oComB' = [oComB EXCEPT ![r] = [k \in Slots |->
+                         IF ~oCom[r][k] /\ now(k) THEN oAccB[r][k] ELSE @[k]]]
+    /\ UNCHANGED <<durableVars, up, joined, rc, cCom, execd, safeUpto, want, cand, votedFor, prop,
+                   inflight, lost, crec, leaseUntil, handing, clock, msgs, historyVars>>
+
+LearnStop(r) == \E j \in Slots : LearnStopAt(r, j)
+
 (* Ready(r, f): own C-instance f.i holds f.c, is committed, and the slot   *)
 (* the counting rule gives it lies in the safe prefix: answer the client.  *)
 Ready(r, f) ==
@@ -1518,7 +1542,7 @@ Next ==
          \/ Propose(r) \/ CommitO(r) \/ Execute(r) \/ StartViewChange(r)
          \/ AbandonCandidacy(r) \/ BecomeSequencer(r) \/ SendNewView(r) \/ SendHeartbeat(r)
          \/ Read(r) \/ StartCRecovery(r) \/ AbandonCRecovery(r) \/ Crash(r) \/ Restart(r)
-         \/ Resync(r) \/ TakeSnapshot(r) \/ AllocateStop(r) \/ StartEpoch(r)
+         \/ Resync(r) \/ TakeSnapshot(r) \/ AllocateStop(r) \/ StartEpoch(r) \/ LearnStop(r)
          \/ \E p \in R : InstallEpoch(r, p)
          \/ \E p \in R : InstallSnapshot(r, p)
          \/ \E f \in inflight[r] : Ready(r, f)

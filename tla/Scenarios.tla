@@ -382,6 +382,24 @@ SevenMajority == <<
     EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
     EM("HandleOAccept", 5, [src |-> 2]), E("SendNewView", 2), E("Execute", 2) >>
 
+(* Membership, N = 5, with MutLearnStopMinority: R1 learns the STOP chosen *)
+(* from R0's O-accept and its own acceptance alone (two of five, not a     *)
+(* majority's acknowledgements), executes it and leaves epoch 0.  R0       *)
+(* crashes; R2 wins view 1 with R3 and R4, none of which holds the STOP,   *)
+(* and R2's command takes slot 0.  Without the mutation LearnStop waits for *)
+(* a third acknowledgement: the trace blocks at event 4.                   *)
+LearnStopMinority == <<
+    E("AllocateStop", 0), E("SendOAccept", 0), EM("HandleOAccept", 1, [src |-> 0]),
+    E("LearnStop", 1), E("StartEpoch", 1), E("Crash", 0),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 3, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 1]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 4]), E("CommitO", 2), E("Execute", 2) >>
+
 (* Not a bug: a witness that the model takes the change with a crash in    *)
 (* the middle (WitnessChangeWithCrash.cfg: the trace must complete, every  *)
 (* mutation off).  R1's command is accepted by R1 and R2 in epoch 0 but not *)

@@ -38,6 +38,7 @@ Act(e) ==
                                       /\ UNCHANGED <<durableVars, volatileVars, msgs, historyVars>>
       [] e.a = "Propose"           -> \E c \in PV(e, "c", ProposeChoices(r)) : ProposeCmd(r, c)
       [] e.a = "CommitO"           -> \E k \in PV(e, "upto", 1 .. MaxSlot) : CommitOTo(r, k)
+      [] e.a = "LearnStop"         -> \E j \in PV(e, "slot", Slots) : LearnStopAt(r, j)
       [] e.a = "Execute"           -> Execute(r)
       [] e.a = "Resync"            -> Resync(r)
       [] e.a = "AllocateStop"      -> Acc(r) \in PV(e, "slot", {Acc(r)}) /\ AllocateStop(r)

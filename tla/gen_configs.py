@@ -44,6 +44,7 @@ MUTATIONS = [
     "MutStopTwoAcceptors",
     "MutTwoAcceptorsBeyondFive",
     "MutEvenMajorityHalf",
+    "MutLearnStopMinority",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -340,6 +341,23 @@ SCENARIOS: dict[str, Scenario] = {
         4,
         "Membership, N = 5: a non-sequencer commits the STOP by the two-acceptor rule"
         " (itself and the sequencer) instead of the sequencer's majority rule.",
+        N=5,
+        EpochMembers="Shrink5to3",
+        MaxView=1,
+        MaxCrashes=1,
+        Proposers="{2}",
+        Candidates="{2}",
+        Crashable="{0}",
+        Learners="{1,2}",
+        Voters="{3,4}",
+        CAcceptors="{3,4}",
+    ),
+    "LearnStopMinority": Scenario(
+        "MutLearnStopMinority",
+        "ExecPrefixAgreement",
+        4,
+        "Membership, N = 5: a member learns the STOP chosen from its own acceptance and"
+        " the sequencer's (two of five) instead of a majority's acknowledgements.",
         N=5,
         EpochMembers="Shrink5to3",
         MaxView=1,

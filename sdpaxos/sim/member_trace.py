@@ -257,7 +257,7 @@ class MemberTraceRecorder(TraceRecorder):
             g["ballot"] = self._bal(epoch, g["ballot"])
         if event in ("AllocateO", "HandleOAccept", "HandleNewView"):
             g["start"] = f["start"] + base
-        if event in ("AllocateStop", "HandleOCommit"):
+        if event in ("AllocateStop", "HandleOCommit", "LearnStop"):
             g["slot"] = f["slot"] + base
         if event == "CommitO":
             g["upto"] = f["upto"] + base
@@ -452,8 +452,9 @@ CHANGES: dict[str, Change] = {
     # 3 -> 3: node 3 replaces node 2; node 1 crashes as it starts epoch 1.
     "replace3-switchcrash": Change(3, ((OpKind.REPLACE, 2, 3),), crash=1, crash_at="switched"),
     "replace3": Change(3, ((OpKind.REPLACE, 2, 3),)),
-    # 3 -> 3: the sequencer 0 crashes once it accepted the STOP it allocated: the
-    # others change views in epoch 0 and the new sequencer commits the STOP.
+    # 3 -> 3: the sequencer 0 crashes once it accepted the STOP it allocated (its
+    # O-accepts sent): the others learn it chosen from their acknowledgements
+    # (LearnStop) and switch without it.
     "replace3-stopcrash": Change(3, ((OpKind.REPLACE, 2, 3),), crash=0, crash_at="stop"),
     # 5 -> 5: node 5 replaces node 4 (the N = 5 rules on both sides).
     "replace5": Change(5, ((OpKind.REPLACE, 4, 5),)),

@@ -363,6 +363,8 @@ class TraceRecorder:
             return [Step("HandleNewView", r, msg=msg, lenient=True)]
         if event == "CommitO":
             return [Step("CommitO", r, {"upto": f["upto"]})]
+        if event == "LearnStop":
+            return [Step("LearnStop", r, {"slot": self._slot(f["slot"])})]
         if event == "HandleOCommit":
             msg = {
                 "type": "OCommit",
