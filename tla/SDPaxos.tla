@@ -63,6 +63,7 @@ CONSTANTS
     Isolated,     \* replicas that receive no message of a view above 0 (a partition; scope)
     Compactors,   \* replicas that may take snapshots (TakeSnapshot; scope)
     Installers,   \* replicas that may install another replica's snapshot (scope)
+    StopLearners, \* replicas that may learn a STOP chosen from acknowledgements (LearnStop; scope)
     \* Deliberate bugs; every cfg but the mutation cfgs sets them all FALSE.
     MutNoAllocGuard,     \* allocate one O-instance per C-accept/C-request received
     MutAcceptOldView,    \* no view fence on C-instance messages (pitfall 5): acceptors
@@ -905,7 +906,7 @@ CommitO(r) == \E k \in 1 .. MaxSlot : CommitOTo(r, k)
 (* are chosen at that ballot, and r commits them, without the sequencer's   *)
 (* O-commit.                                                                *)
 LearnStopAt(r, j) ==
-    /\ Est(r) /\ ~IsSeq(r) /\ r \in Learners
+    /\ Est(r) /\ ~IsSeq(r) /\ r \in Learners /\ r \in StopLearners
     /\ snap[r].slot =< j /\ j < Acc(r)
     /\ oAccV[r][j] = Stop /\ ~oCom[r][j]
     /\ j < IF MutLearnStopMinority THEN SeqAcc(r) ELSE QuorumAcc(r)

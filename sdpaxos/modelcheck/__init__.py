@@ -92,6 +92,7 @@ def config_text(constants: Mapping[str, int], *, epochs: bool = False) -> str:
         "CAcceptors",
         "Compactors",
         "Installers",
+        "StopLearners",
     ):
         lines.append(f"    {scope} = {everyone}")
     lines += [f"    {k} = {v}" for k, v in SCOPE.items()]
