@@ -53,6 +53,7 @@ TRACE_EVENT_NAMES = frozenset(
         "AbandonViewChange",
         "AllocateO",
         "AllocateStop",
+        "LearnStop",
         "StartEpoch",
         "InstallEpoch",
         "AskRange",

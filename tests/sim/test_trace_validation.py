@@ -28,11 +28,20 @@ pytestmark = [
 #: (seed, replicas): fault runs with view changes, hand-overs, crashes (some at
 #: protocol points), restarts and C-recoveries; each takes TLC 10 to 40 s.
 SEEDS = [(100001, 3), (100003, 3), (100006, 3), (100011, 3), (100003, 5), (100004, 5)]
+#: Left out of CI for its time (about a minute of TLC each; ``-m slow`` runs them).
+SLOW_SEEDS = {(100004, 5)}
 COMMANDS = 2
 TIMEOUT_S = 400
 
 
-@pytest.mark.parametrize(("seed", "replicas"), SEEDS, ids=[f"{s}-N{n}" for s, n in SEEDS])
+@pytest.mark.parametrize(
+    ("seed", "replicas"),
+    [
+        pytest.param(s, n, marks=[pytest.mark.slow] if (s, n) in SLOW_SEEDS else [])
+        for s, n in SEEDS
+    ],
+    ids=[f"{s}-N{n}" for s, n in SEEDS],
+)
 def test_the_spec_takes_every_step_of_a_fault_run(seed: int, replicas: int) -> None:
     run, verdict = validate_seed(seed, replicas, commands=COMMANDS, timeout_s=TIMEOUT_S)
     assert run.ok, run.verdict

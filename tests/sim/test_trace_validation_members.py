@@ -3,8 +3,8 @@
 the TLA+ spec by TLC (``sdpaxos.sim.member_trace``, ``sdpaxos.modelcheck``).
 
 The change steps (``AllocateStop``, the sequencer's ``CommitO`` of the STOP,
-the others' ``LearnStop``, ``StartEpoch``, ``InstallEpoch``) are in the traces, with node ids, global slots
-and the run's epochs (``EpochMembers``) mapped to the spec's. The teeth: a
+the others' ``LearnStop``, ``StartEpoch``, ``InstallEpoch``) are in the traces,
+with node ids, global slots and the run's epochs (``EpochMembers``) mapped to the spec's. The teeth: a
 recorded StartEpoch moved by one slot, and a core whose epoch starts one slot
 late, must each be refused at the StartEpoch step.
 """
@@ -60,6 +60,7 @@ def test_the_spec_takes_every_step_of_a_change(name: str) -> None:
     assert verdict.matched == verdict.steps > 100
 
 
+@pytest.mark.slow  # about a minute of TLC; CI validates the replaces (python -m pytest -m slow)
 def test_a_grow_from_3_to_5_members() -> None:
     """The code grows 3 -> 5 one PROMOTE per stop, through a 4-member epoch: the
     spec takes every step where it has even epochs, and refuses the run at its
