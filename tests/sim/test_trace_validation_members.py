@@ -4,9 +4,9 @@ the TLA+ spec by TLC (``sdpaxos.sim.member_trace``, ``sdpaxos.modelcheck``).
 
 The change steps (``AllocateStop``, the sequencer's ``CommitO`` of the STOP,
 the others' ``LearnStop``, ``StartEpoch``, ``InstallEpoch``) are in the traces,
-with node ids, global slots and the run's epochs (``EpochMembers``) mapped to the spec's. The teeth: a
-recorded StartEpoch moved by one slot, and a core whose epoch starts one slot
-late, must each be refused at the StartEpoch step.
+with node ids, global slots and the run's epochs (``EpochMembers``) mapped to
+the spec's. The teeth: a recorded StartEpoch moved by one slot, and a core whose
+epoch starts one slot late, must each be refused at the StartEpoch step.
 """
 
 import shutil
