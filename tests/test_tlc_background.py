@@ -8,6 +8,7 @@ run killed, a run never started, and the workers and environment a run was given
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -172,7 +173,7 @@ def fake_java_tla(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     shutil.copytree(TLA, tla, ignore=shutil.ignore_patterns("states", "*.out", "*.cfg"))
     shutil.copy(TLA / "SIM3.cfg", tla / "SIM3.cfg")
     text = (tla / "SIM3.cfg").read_text()
-    (tla / "SIM3.cfg").write_text(text.replace("simulate=60", "simulate=7"))
+    (tla / "SIM3.cfg").write_text(re.sub(r"simulate=\d+", "simulate=7", text, count=1))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # Records its arguments, one run per line, then exits at once.
