@@ -126,6 +126,7 @@ def test_the_timeline_holds_the_completed_writes_in_ms_and_the_client_regions() 
     assert timeline.rtt_ms == rt.RTT_MS and timeline.election_ms == 510.0
 
 
+@pytest.mark.slow  # ~30 s of node processes; CI keeps the plan and operator tests on fakes
 def test_a_small_run_on_real_processes_makes_the_three_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

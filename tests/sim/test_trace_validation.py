@@ -29,7 +29,7 @@ pytestmark = [
 #: protocol points), restarts and C-recoveries; each takes TLC 10 to 40 s.
 SEEDS = [(100001, 3), (100003, 3), (100006, 3), (100011, 3), (100003, 5), (100004, 5)]
 #: Left out of CI for its time (about a minute of TLC each; ``-m slow`` runs them).
-SLOW_SEEDS = {(100004, 5)}
+SLOW_SEEDS = {(100011, 3), (100004, 5)}
 COMMANDS = 2
 TIMEOUT_S = 400
 
