@@ -486,6 +486,10 @@ class Member:
                 return
             self.replica.step(m.msg, now_ms)
             return
+        if m.epoch == epoch + 1 and self.replica is not None and self.machine.membership.pending:
+            if not self.early.hold(m, now_ms):  # its stop is coming: start it, then take these
+                self.dropped += 1
+            return
         self.dropped += 1
         if m.epoch < epoch and self.has_state:
             last = self.noticed.get(m.src, -float("inf"))
@@ -496,9 +500,6 @@ class Member:
                 packed = pack_value(self.membership.packed())
                 notice = EpochNotice(self.id, epoch, packed)
                 self.out.messages.append((ReplicaId(m.src), cast(Message, notice)))
-        elif m.epoch == epoch + 1 and self.replica and self.machine.membership.pending:
-            if self.early.hold(m, now_ms):  # its stop is coming: start it, then take these
-                self.dropped -= 1
         elif m.epoch > epoch and self.fetch is None:
             self._pull(m.src)
 
