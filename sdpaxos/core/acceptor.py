@@ -13,7 +13,7 @@ from sdpaxos.core.clog import NO_BALLOT, CInstance
 from sdpaxos.core.context import Context
 from sdpaxos.core.errors import PeerMessageError
 from sdpaxos.core.messages import CAccept, CAck, CCommit, CPrepare, CPromise, NewView, OAccept, OAck
-from sdpaxos.core.quorum import leader_and_sequencer_suffice
+from sdpaxos.core.quorum import leader_and_sequencer_suffice, learns_c_on_accept
 from sdpaxos.core.reactions import Reactions
 from sdpaxos.core.storage import CPromised, OAccepted
 from sdpaxos.core.types import (
@@ -37,6 +37,10 @@ class Acceptor:
         #: O-ACKs also go to the owners of the slots an O-accept carries (N = 4,
         #: 6, 7 and up: the leader needs a majority, not just the sequencer).
         self.acks_to_owners = not leader_and_sequencer_suffice(ctx.n)
+        #: N <= 4: our acceptance of a C-accept is the second of a phase-2 quorum
+        #: of two (its proposer accepted first), so the value is chosen as we
+        #: accept it, half a round trip before the proposer's C-commit would say so.
+        self.learns_on_accept = learns_c_on_accept(ctx.n)
 
     # ------------------------------------------------------------ C-instances
 
@@ -55,9 +59,15 @@ class Acceptor:
         if inst.ballot != m.ballot or inst.commands != m.commands:
             inst.acks = None  # someone else proposes here now
             s.out.persist(s.clog.accept(owner, index, inst, m.ballot, m.commands))
+        # The proposer (owner or recoverer) accepted (m.ballot, m.commands) before
+        # sending; with ours that is a phase-2 quorum when it is two. (A value
+        # committed here already is the one every higher ballot proposes.)
+        learned = self.learns_on_accept and m.src != s.me and not inst.committed
         if s.out.tracer is not None:
-            s.out.trace("HandleCAccept", owner=owner, index=index, ballot=m.ballot)
+            s.out.trace("HandleCAccept", owner=owner, index=index, ballot=m.ballot, learned=learned)
         s.out.send(m.src, CAck(s.me, s.views.view, owner, index, m.ballot))
+        if learned:
+            self.chosen_here(owner, index, inst)
         if s.views.is_sequencer and m.src == owner:
             self.r.order_c_instance(owner, index, m.commands)
 
@@ -77,12 +87,16 @@ class Acceptor:
             return
         # A value accepted at a ballot >= the committed one is the chosen value
         # (Paxos: every higher ballot proposes the chosen value).
-        inst.committed = True
-        inst.acks = None
         if s.out.tracer is not None:
             s.out.trace("HandleCCommit", owner=owner, index=index)
-        s.progress.dirty = True
-        if owner == s.me:
+        self.chosen_here(owner, index, inst)
+
+    def chosen_here(self, owner: ReplicaId, index: CIndex, inst: CInstance) -> None:
+        """``owner.index`` is chosen with the value we hold: execution may use it."""
+        inst.committed = True
+        inst.acks = None
+        self.s.progress.dirty = True
+        if owner == self.s.me:
             self.r.own_c_chosen(index, inst)
 
     def promise_c(self, owner: ReplicaId, start: CIndex, end: CIndex, ballot: Ballot) -> CPromise:

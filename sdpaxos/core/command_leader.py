@@ -101,7 +101,7 @@ class CommandLeader:
                 self.r.order_c_instance(me, index, commands)
             elif views.sequencer not in s.prox.c_quorum:
                 self.send_c_request(index)
-            if len(inst.acks) >= s.majority:
+            if len(inst.acks) >= s.accept_quorum:
                 self.commit(index, inst)
 
     def send_c_request(self, index: CIndex) -> None:
@@ -140,6 +140,17 @@ class CommandLeader:
             else:
                 self.send_c_request(need_order)
 
+    def share_with_every_member(self) -> None:
+        """Send our uncommitted C-instances to every peer that has not accepted
+        them. The sequencer does this when it allocates a stop: its own C-accepts
+        went to its thrifty quorum only, and a member that lacks one of the values
+        the stop orders could start the next epoch only after the C-commit (half a
+        round trip after the sequencer learned it); with the value it learns it
+        chosen as it accepts it (N <= 4) or from the C-commit at the latest."""
+        log = self.s.clog.logs[self.s.me]
+        for index in self.inflight:
+            self.resend_c_accept(index, log[index], self.s.prox.near)
+
     def resend_c_accept(self, index: CIndex, inst: CInstance, targets: Iterable[ReplicaId]) -> bool:
         """Send our uncommitted C-instance ``index`` again, in the current view, to
         those of ``targets`` that have not acknowledged it. False if nothing to send."""
@@ -161,7 +172,7 @@ class CommandLeader:
         inst.acks.add(m.src)
         if s.out.tracer is not None:
             s.out.trace("HandleCAck", owner=m.owner, index=m.index, src=m.src)
-        if len(inst.acks) >= s.majority:
+        if len(inst.acks) >= s.accept_quorum:
             if m.owner == s.me:
                 self.commit(m.index, inst)
             else:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from sdpaxos.core.errors import ConfigError
-from sdpaxos.core.quorum import majority
+from sdpaxos.core.quorum import accept_quorum, majority
 from sdpaxos.core.sessions import SESSIONS_MAX_DEFAULT
 from sdpaxos.core.types import REPLICA_0, REPLICAS_MAX, ReplicaId
 
@@ -211,6 +211,7 @@ class ClusterConfig:
     sessions_max: int = SESSIONS_MAX_DEFAULT
     lease_hold_ms: float = field(init=False, repr=False, compare=False)
     _majority: int = field(init=False, repr=False, compare=False)
+    _accept_quorum: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = self.replicas
@@ -309,8 +310,14 @@ class ClusterConfig:
             if any(v < 0 for row in self.rtt_ms for v in row):
                 raise ConfigError("rtt_ms entries must be >= 0")
         object.__setattr__(self, "_majority", majority(n))
+        object.__setattr__(self, "_accept_quorum", accept_quorum(n))
 
     @property
     def majority(self) -> int:
-        """Size of a majority quorum, F+1."""
+        """Size of a majority quorum, F+1: a phase-1 quorum (votes, promises, leases)."""
         return self._majority
+
+    @property
+    def accept_quorum(self) -> int:
+        """Size of a phase-2 quorum (acceptances that choose): ``quorum.accept_quorum``."""
+        return self._accept_quorum

@@ -92,6 +92,7 @@ class Context:
     """The shared pieces, built once per replica."""
 
     __slots__ = (
+        "accept_quorum",
         "clock_origin_ms",
         "clog",
         "config",
@@ -117,6 +118,7 @@ class Context:
         self.me = me
         self.n = config.replicas
         self.majority = config.majority
+        self.accept_quorum = config.accept_quorum
         self.rng = rng
         self.out = out
         self.stats = Stats()
@@ -128,7 +130,7 @@ class Context:
         self.clog = CLog(self.n)
         self.olog = OLog(self.n)
         self.views = ViewState(me, config.sequencer)
-        self.prox = Proximity(me, self.n, self.majority, config.thrifty, config.rtt_ms)
+        self.prox = Proximity(me, self.n, self.accept_quorum, config.thrifty, config.rtt_ms)
         self.progress = Progress(self.n)
         #: How many of our own C-instances the safe prefix orders (the learner
         #: writes it; the command leader, elections and straggler detection read it).

@@ -87,10 +87,10 @@ class Learner:
                 return
             safe = two_acceptor_prefix(acked, me, seq)
         else:
-            quorum = majority_prefix(acked, s.majority)
-            self.r.majority_accepted(quorum)
+            quorum = majority_prefix(acked, s.accept_quorum)
+            self.r.quorum_accepted(quorum)
             # Peers may have accepted slots we have not received yet: we can only
-            # commit what we know. Slots known committed are majority-accepted.
+            # commit what we know. Slots known committed are quorum-accepted.
             safe = max(min(quorum, acked[me]), olog.committed_prefix(s.progress.slot))
         safe = min(safe, olog.advance_known(s.progress.slot, views.view))
         if self.stop_cap is not None:
@@ -150,7 +150,7 @@ class Learner:
         self.r.own_ordered(before, own)
 
     def learn_stop_from_acks(self) -> None:
-        """A member that is not the sequencer: once a majority (itself among
+        """A member that is not the sequencer: once a phase-2 quorum (itself among
         them) acknowledged every O-instance up to and including the stop in this
         view, all of them are chosen at this view's ballot, and it commits them
         itself (it holds their values: it accepted them) instead of waiting half
@@ -164,7 +164,7 @@ class Learner:
         if cap <= b or olog.committed[cap - 1 - b]:
             return
         acked = olog.acked
-        if min(majority_prefix(acked, s.majority), acked[s.me]) < cap:
+        if min(majority_prefix(acked, s.accept_quorum), acked[s.me]) < cap:
             return
         committed, cballot, ballots = olog.committed, olog.cballot, olog.ballot
         for i in range(max(s.progress.slot, b) - b, cap - b):

@@ -1,6 +1,6 @@
 """Who is near: peers ordered by round trip, and the thrifty quorum (paper section 4).
 
-Thrifty accepts go to the nearest majority; a replica believed down is left out
+Thrifty accepts go to the nearest phase-2 quorum (a majority; two at N = 4); a replica believed down is left out
 of it until it is heard from again, so that one crash does not stall every
 command for a retransmission period.
 """
@@ -13,19 +13,19 @@ _INF = float("inf")
 class Proximity:
     """Round trips per peer, the peers nearest first, the thrifty quorum, suspects."""
 
-    __slots__ = ("c_quorum", "majority", "me", "n", "near", "rtt_ms", "suspected", "thrifty")
+    __slots__ = ("accept_quorum", "c_quorum", "me", "n", "near", "rtt_ms", "suspected", "thrifty")
 
     def __init__(
         self,
         me: ReplicaId,
         replicas: int,
-        majority: int,
+        accept_quorum: int,
         thrifty: bool,
         rtt_ms: tuple[tuple[float, ...], ...] | None,
     ) -> None:
         self.me = me
         self.n = replicas
-        self.majority = majority
+        self.accept_quorum = accept_quorum
         self.thrifty = thrifty
         self.rtt_ms: list[float | None] = [None] * replicas
         if rtt_ms is not None:
@@ -61,10 +61,10 @@ class Proximity:
 
         self.near = sorted((ReplicaId(p) for p in range(n) if p != me), key=key)
         if self.thrifty:
-            # Nearest majority, leaving out replicas believed down while enough remain.
+            # Nearest phase-2 quorum, leaving out replicas believed down while enough remain.
             live = [p for p in self.near if p not in self.suspected]
-            if len(live) < self.majority - 1:
+            if len(live) < self.accept_quorum - 1:
                 live = self.near
-            self.c_quorum = tuple(live[: self.majority - 1])
+            self.c_quorum = tuple(live[: self.accept_quorum - 1])
         else:
             self.c_quorum = tuple(self.near)

@@ -28,6 +28,10 @@ class Reactions(Protocol):
     def resync_later(self) -> None:
         """Election: a view was entered; resend our C-instances at the next ready()."""
 
+    def share_own_before_stop(self) -> None:
+        """Sequencer: it allocated a stop; every member needs the values of the
+        sequencer's own C-instances the stop's epoch orders, to execute up to it."""
+
     def resync_toward(self, candidate: ReplicaId) -> None:
         """Election: we voted for ``candidate``; resend what it must order."""
 
@@ -62,8 +66,8 @@ class Reactions(Protocol):
     def resend_own_o_accepts(self) -> None:
         """Command leader (sequencer's own): its O-instances lack a quorum."""
 
-    def majority_accepted(self, upto: Slot) -> None:
-        """Learner: a majority accepted every slot below ``upto`` (the range may be chosen)."""
+    def quorum_accepted(self, upto: Slot) -> None:
+        """Learner: a phase-2 quorum accepted every slot below ``upto`` (the range may be chosen)."""
 
     def won(self, start: Slot, end: Slot) -> None:
         """Election: we sequence the view whose range is ``[start, end)``."""

@@ -83,6 +83,9 @@ class Router:
     def resync_later(self) -> None:
         self.command_leader.resync_later()
 
+    def share_own_before_stop(self) -> None:
+        self.command_leader.share_with_every_member()
+
     def resync_toward(self, candidate: ReplicaId) -> None:
         self.command_leader.resync_toward(candidate)
 
@@ -113,8 +116,8 @@ class Router:
     def resend_own_o_accepts(self) -> None:
         self.sequencer.resend_own_o_accepts()
 
-    def majority_accepted(self, upto: Slot) -> None:
-        self.sequencer.majority_accepted(upto)
+    def quorum_accepted(self, upto: Slot) -> None:
+        self.sequencer.quorum_accepted(upto)
 
     def won(self, start: Slot, end: Slot) -> None:
         self.sequencer.start_view(start, end)

@@ -160,6 +160,7 @@ class Sequencer:
             allocated.append(STOP_VALUE)
             end += 1
             new_owners.add(STOP)
+            self.r.share_own_before_stop()
         if allocated:
             olog.grow(end)
             owners, counts, ballots, committed = (
@@ -225,7 +226,7 @@ class Sequencer:
             return (owner,)  # "only sent to the command leader"
         prox = s.prox
         live = [p for p in prox.near if p != owner and p not in prox.suspected]
-        extra = (live or [p for p in prox.near if p != owner])[: s.majority - 2]
+        extra = (live or [p for p in prox.near if p != owner])[: s.accept_quorum - 2]
         return (owner, *extra)
 
     def rewind_sent(self, peer: ReplicaId, acked: Slot) -> None:
@@ -363,16 +364,16 @@ class Sequencer:
         self.rebuild = None
 
     def rebuilding(self) -> bool:
-        """Is our rebuilt range still unchosen (a majority has not accepted it)?"""
+        """Is our rebuilt range still unchosen (a phase-2 quorum has not accepted it)?"""
         return self.rebuild is not None
 
     def resend_to_all(self) -> None:
         """A new range: every peer must accept it, so every peer is sent what it lacks."""
         self.resend.update(self.s.prox.near)
 
-    def majority_accepted(self, upto: Slot) -> None:
-        """A majority accepted every slot below ``upto``: our rebuilt range, if it
-        ends there or before, is chosen."""
+    def quorum_accepted(self, upto: Slot) -> None:
+        """A phase-2 quorum accepted every slot below ``upto``: our rebuilt range,
+        if it ends there or before, is chosen."""
         if self.rebuild is not None and upto >= self.rebuild[1]:
             self.commit_rebuilt_range()
 
@@ -382,7 +383,7 @@ class Sequencer:
         self.acked_before = list(self.s.olog.acked)
 
     def commit_rebuilt_range(self) -> None:
-        """A majority accepted the rebuilt range: it is chosen; notify everyone."""
+        """A phase-2 quorum accepted the rebuilt range: it is chosen; notify everyone."""
         assert self.rebuild is not None
         s = self.s
         olog = s.olog

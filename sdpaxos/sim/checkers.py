@@ -8,9 +8,9 @@ is raised at the first event that produced it, with the history that proves it.
 Checked properties:
 
 1. **One value per instance.** A value is *chosen* for a C-instance
-   ``(owner, index)`` when a majority of replicas have persisted ``CAccepted``
-   of the same commands at the same ballot; for an O-instance ``slot`` when a
-   majority persisted ``OAccepted`` covering it with the same value in the same
+   ``(owner, index)`` when a phase-2 quorum of replicas (a majority; two at
+   N = 4) have persisted ``CAccepted`` of the same commands at the same
+   ballot; for an O-instance ``slot`` when a phase-2 quorum persisted ``OAccepted`` covering it with the same value in the same
    view (an O-instance's ballot is its view). Two different chosen values for
    one instance, at any ballots, is a violation; for O-instances only when
    N != 5, since with N = 5 an O-instance is decided by two acceptors and may be
@@ -63,6 +63,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from sdpaxos.core.quorum import accept_quorum
 from sdpaxos.core.ready import Executed, ReadResult, Reply
 from sdpaxos.core.sessions import REGISTRATION_SEQ
 from sdpaxos.core.storage import CAccepted, OAccepted, Record
@@ -137,7 +138,8 @@ class Checker:
         #: keyed proposal how many of its key's and of the unkeyed were READY then.
         self._key_readies: dict[bytes | None, list[CommandKey]] = {}
         self._key_needs: dict[CommandKey, tuple[int, int]] = {}
-        self.majority = replicas // 2 + 1
+        #: Acceptances that choose a value: a majority, two at N = 4 (a phase-2 quorum).
+        self.quorum = accept_quorum(replicas)
         self._c_votes: dict[tuple[int, int], _Votes] = {}
         self._o_votes: dict[int, _Votes] = {}
         self._order: list[ExecKey] = []
@@ -380,7 +382,7 @@ class Checker:
 
         The incremental checks already raise at the event that breaks a property;
         this recomputes "chosen" from scratch (every ballot and value with a
-        majority of acceptors), so it also catches a bug in the incremental
+        phase-2 quorum of acceptors), so it also catches a bug in the incremental
         bookkeeping. Cheap enough to run after every step of a small test.
         """
         instances: list[tuple[str, _Votes]] = [
@@ -393,7 +395,7 @@ class Checker:
                 (ballot, value)
                 for ballot, by_value in sorted(votes.by_ballot.items())
                 for value, voters in by_value.items()
-                if len(voters) >= self.majority
+                if len(voters) >= self.quorum
             ]
             if any(value != chosen[0][1] for _, value in chosen):
                 raise SafetyViolation(f"{what}: two values chosen: {_short(chosen, 300)}")
@@ -415,12 +417,12 @@ class Checker:
     # -- internals ------------------------------------------------------------
 
     def _vote(self, votes: _Votes, replica: int, ballot: int, value: object) -> bool:
-        """Record an acceptance; True when it completes a majority for ``value``."""
+        """Record an acceptance; True when it completes a phase-2 quorum for ``value``."""
         voters = votes.by_ballot.setdefault(ballot, {}).setdefault(value, set())
         if replica in voters:
             return False
         voters.add(replica)
-        return len(voters) == self.majority
+        return len(voters) == self.quorum
 
     def _check_agree(self, what: str, votes: _Votes, ballot: int, value: object) -> None:
         voters = tuple(sorted(votes.by_ballot[ballot][value]))

@@ -249,18 +249,36 @@ def test_a_false_suspicion_does_not_depose_a_live_sequencer() -> None:
 
 def test_a_crashed_leaders_committed_o_instance_gets_its_c_instance_recovered() -> None:
     """Section 3.3: "another can recover all of its committed C-instances simply by
-    executing the Prepare phase"; execution does not block on a dead leader."""
-    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    executing the Prepare phase"; execution does not block on a dead leader. N = 5:
+    an acceptance is not a phase-2 quorum with the proposer's, so nobody learns the
+    C-instance chosen but from its leader's C-commit, which never leaves."""
+    net = Net.build(5, sequencer=0, rtt_ms=PAPER5_RTT_MS)
     net.propose(2, 20, 1, b"oh")
-    # OH's C-accept reaches CA; the C-commits never leave OH before it dies.
+    # OH's C-accepts reach its quorum; the C-commits never leave OH before it dies.
     net.deliver_all(keep=lambda s, d, m: not (s == 2 and type(m).__name__ == "CCommit"))
     net.crash(2)
     net.propose(1, 10, 1, b"or")
     net.run(300)
     executed = assert_agree(net)
     assert (20, 1) in executed and (10, 1) in executed
-    recovered = sum(net.replicas[r].stats.c_instances_recovered for r in (0, 1))
+    recovered = sum(net.replicas[r].stats.c_instances_recovered for r in (0, 1, 3, 4))
     assert recovered >= 1
+
+
+def test_at_three_an_acceptor_learns_a_c_instance_chosen_as_it_accepts_it() -> None:
+    """N = 3: the proposer accepted its value before sending, so the acceptor's
+    acceptance completes a phase-2 quorum of two: the value is chosen then, and a
+    crashed leader's C-instance executes with no recovery and no C-commit."""
+    net = Net.build(3, sequencer=0, rtt_ms=PAPER3_RTT_MS)
+    net.propose(2, 20, 1, b"oh")
+    net.deliver_all(keep=lambda s, d, m: not (s == 2 and type(m).__name__ == "CCommit"))
+    assert net.replicas[0].ctx.clog.is_committed(2, 0)
+    net.crash(2)
+    net.propose(1, 10, 1, b"or")
+    net.run(300)
+    executed = assert_agree(net)
+    assert (20, 1) in executed and (10, 1) in executed
+    assert sum(net.replicas[r].stats.c_instances_recovered for r in (0, 1)) == 0
 
 
 def test_an_untraceable_c_instance_is_recovered_as_a_no_op() -> None:

@@ -175,7 +175,7 @@ def test_learner_commits_own_o_instances_in_the_majority_prefix(rec: Recorder) -
     learner.advance_safe_prefix()
     assert learner.safe_upto == 2 and ctx.own_ordered == 1
     assert [tuple(e) for e in learner.commit_out] == [(0, 0, 1, 1)]
-    assert rec.calls == [("majority_accepted", (2,)), ("own_ordered", (0, 1))]
+    assert rec.calls == [("quorum_accepted", (2,)), ("own_ordered", (0, 1))]
 
 
 def test_executor_runs_slots_in_order_once_per_session(rec: Recorder) -> None:
