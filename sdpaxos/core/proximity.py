@@ -1,8 +1,8 @@
 """Who is near: peers ordered by round trip, and the thrifty quorum (paper section 4).
 
-Thrifty accepts go to the nearest phase-2 quorum (a majority; two at N = 4); a replica believed down is left out
-of it until it is heard from again, so that one crash does not stall every
-command for a retransmission period.
+Thrifty accepts go to the nearest phase-2 quorum (a majority; two at N = 4); a
+replica believed down is left out of it until it is heard from again, so that
+one crash does not stall every command for a retransmission period.
 """
 
 from sdpaxos.core.types import ReplicaId

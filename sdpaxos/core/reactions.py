@@ -67,7 +67,8 @@ class Reactions(Protocol):
         """Command leader (sequencer's own): its O-instances lack a quorum."""
 
     def quorum_accepted(self, upto: Slot) -> None:
-        """Learner: a phase-2 quorum accepted every slot below ``upto`` (the range may be chosen)."""
+        """Learner: a phase-2 quorum accepted every slot below ``upto`` (a range
+        may be chosen)."""
 
     def won(self, start: Slot, end: Slot) -> None:
         """Election: we sequence the view whose range is ``[start, end)``."""

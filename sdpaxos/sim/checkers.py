@@ -10,10 +10,11 @@ Checked properties:
 1. **One value per instance.** A value is *chosen* for a C-instance
    ``(owner, index)`` when a phase-2 quorum of replicas (a majority; two at
    N = 4) have persisted ``CAccepted`` of the same commands at the same
-   ballot; for an O-instance ``slot`` when a phase-2 quorum persisted ``OAccepted`` covering it with the same value in the same
-   view (an O-instance's ballot is its view). Two different chosen values for
-   one instance, at any ballots, is a violation; for O-instances only when
-   N != 5, since with N = 5 an O-instance is decided by two acceptors and may be
+   ballot; for an O-instance ``slot`` when a phase-2 quorum persisted
+   ``OAccepted`` covering it with the same value in the same view (an
+   O-instance's ballot is its view). Two different chosen values for one
+   instance, at any ballots, is a violation; for O-instances only when N != 5,
+   since with N = 5 an O-instance is decided by two acceptors and may be
    overwritten by a later view while nobody has executed it (paper section 3.3).
    Other records (promises) do not choose values and are ignored.
 2. **Prefix agreement.** The executed sequences ``(slot, owner, c_index,
