@@ -11,7 +11,14 @@ from sdpaxos.core.errors import InvariantViolation, PeerMessageError
 from sdpaxos.core.messages import CAck
 from sdpaxos.core.olog import OLog
 from sdpaxos.core.outbox import Outbox
-from sdpaxos.core.quorum import majority, majority_prefix, two_acceptor_prefix
+from sdpaxos.core.quorum import (
+    accept_quorum,
+    leader_and_sequencer_suffice,
+    learns_c_on_accept,
+    majority,
+    majority_prefix,
+    two_acceptor_prefix,
+)
 from sdpaxos.core.storage import CAccepted
 from sdpaxos.core.types import Command
 from sdpaxos.core.views import TRANSITIONS, ViewEvent, ViewPhase, ViewState
@@ -41,6 +48,28 @@ def test_two_acceptor_prefix_matches_the_oracle(acked: list[int], me: int, seq: 
 
 def test_majority_sizes() -> None:
     assert [majority(n) for n in (1, 3, 5, 7)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_every_phase_1_quorum_meets_every_phase_2_quorum(n: int) -> None:
+    """Flexible Paxos: a view change's votes (a majority) must include one
+    acceptor of whatever a phase-2 quorum chose. Checked on every pair of sets."""
+    members = range(n)
+    for q1 in combinations(members, majority(n)):
+        for q2 in combinations(members, accept_quorum(n)):
+            assert set(q1) & set(q2), (n, q1, q2)
+
+
+def test_phase_2_quorums_are_smaller_only_at_four() -> None:
+    """N = 4 chooses with its leader and the sequencer (one round trip, like
+    N = 3); everywhere else a phase-2 quorum is a majority."""
+    assert [accept_quorum(n) for n in range(1, 8)] == [1, 2, 2, 2, 3, 4, 4]
+    assert [leader_and_sequencer_suffice(n) for n in range(1, 8)] == [
+        True, True, True, True, True, False, False
+    ]  # fmt: skip
+    assert [learns_c_on_accept(n) for n in range(1, 8)] == [
+        False, True, True, True, False, False, False
+    ]  # fmt: skip
 
 
 def test_olog_grows_its_columns_together_and_refuses_beyond_the_window() -> None:
