@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sdpaxos.core.quorum import accept_quorum
+
 Matrix = tuple[tuple[float, ...], ...]
 
 #: Most regions a profile may have (the core allows up to 256 replicas).
@@ -253,10 +255,12 @@ def sdpaxos_commit_ms(profile: DelayProfile, sequencer: int) -> dict[str, float]
     --profile`` prints it beside what each region measured.
 
     * The C-instance: the round trip to the farthest replica of the leader's
-      thrifty quorum (its ``N // 2`` nearest peers).
+      thrifty quorum (its nearest peers that make a phase-2 quorum with it:
+      ``N // 2`` of them, one at N = 4).
     * The sequencer's own command: that alone (its O-accept travels with it).
     * Another's: the longer of that and the round trip to the sequencer (the
-      two-acceptor rule for N = 5, ordinary Paxos for N = 3).
+      two-acceptor rule for N = 5, ordinary Paxos for N = 3, and a phase-2
+      quorum of two for N = 4).
 
     Up to five replicas only, where one round trip is the claim and the rule is
     exact (``tests/sim/test_latency.py`` checks it on random matrices). With
@@ -282,10 +286,10 @@ def sdpaxos_commit_ms(profile: DelayProfile, sequencer: int) -> dict[str, float]
     def near(me: int) -> list[int]:
         return sorted((p for p in range(n) if p != me), key=lambda p: (rtt[me][p], (p - me) % n))
 
-    majority = n // 2 + 1
+    quorum_size = accept_quorum(n)
     out: dict[str, float] = {}
     for leader in range(n):
-        quorum = near(leader)[: majority - 1]
+        quorum = near(leader)[: quorum_size - 1]
         latency = max((one_way(leader, p) + one_way(p, leader) for p in quorum), default=0.0)
         if leader != sequencer:
             to_sequencer = one_way(leader, sequencer)

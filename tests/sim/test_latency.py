@@ -103,7 +103,15 @@ def _random_profile(n: int, seed: int, asymmetric: bool = False) -> DelayProfile
 
 @pytest.mark.parametrize(
     ("n", "seed", "asymmetric"),
-    [(3, 1, False), (3, 2, True), (5, 3, False), (5, 4, True), (5, 5, False)],
+    [
+        (3, 1, False),
+        (3, 2, True),
+        (4, 6, False),  # N = 4: phase-2 quorums of two, one round trip like N = 3
+        (4, 7, True),
+        (5, 3, False),
+        (5, 4, True),
+        (5, 5, False),
+    ],
 )
 def test_the_simulator_matches_the_formula_on_random_matrices(
     n: int, seed: int, asymmetric: bool
