@@ -82,7 +82,7 @@ def test_a_crash_between_a_changes_execution_and_its_stop() -> None:
 
 
 def test_the_sequencer_partitioned_right_after_it_allocated_the_stop() -> None:
-    run, cluster, injector = aimed(2, 3, tuple(Shape), (Hit.PARTITION,), changes=2)
+    run, cluster, injector = aimed(1, 3, tuple(Shape), (Hit.PARTITION,), changes=2)
     assert run.counts.get("hit-partition", 0) == 2
     assert all(change.made and change.interrupted for change in injector.changes)
     assert cluster.stops_allocated  # the trigger: a sequencer's durable stop
