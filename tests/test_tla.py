@@ -183,7 +183,7 @@ def test_every_mutation_is_generated_caught_and_documented() -> None:
     turned on by a scenario, and has a row in the README's mutation table."""
     text = (TLA / "SDPaxos.tla").read_text()
     block = text[text.index("CONSTANTS") : text.index("R      ==")]
-    declared = re.findall(r"^\s+(Mut[A-Za-z]+),?", block, re.MULTILINE)
+    declared = re.findall(r"^\s+(Mut[A-Za-z0-9]+),?", block, re.MULTILINE)
     gen = _gen_configs()
     assert declared == list(gen.MUTATIONS), "SDPaxos.tla's Mut* constants vs gen_configs.MUTATIONS"
     caught = {sc.mutation for sc in gen.SCENARIOS.values()}

@@ -93,8 +93,14 @@ CONSTANTS
                                \* rule (quorum.uses_two_acceptor_rule as `replicas >= 5`)
     MutEvenMajorityHalf,       \* even N: every quorum is F + 1 = (N - 1) div 2 + 1, half the
                                \* members (quorum.majority as `(replicas - 1) // 2 + 1`)
-    MutLearnStopMinority       \* membership: a member learns the STOP chosen once it and the
+    MutLearnStopMinority,      \* membership: a member learns the STOP chosen once it and the
                                \* sequencer accepted it (LearnStop without a majority's acks)
+    MutPhase1Two,              \* N = 4: the phase-1 quorums (votes, C-promises, lease grants, the
+                               \* majority-executed point) are 2 too, like the phase-2 quorum (a
+                               \* careless "flexible quorum": 2 + 2 is not above 4)
+    MutLearnCOnAcceptAnyN      \* an acceptor learns a C-instance chosen when it accepts it (its
+                               \* proposer's acceptance and its own) whatever the phase-2 quorum
+                               \* (N = 5, 6, 7 too, where it is above 2)
 
 R      == 0 .. (N - 1)             \* every replica id of the whole run
 
@@ -122,14 +128,23 @@ NEp    == Len(EpochMembers)        \* epochs 0 .. NEp-1
 Epochs == 0 .. (NEp - 1)
 Mem(e) == EpochMembers[e + 1]      \* the members of epoch e
 Size(e) == Cardinality(Mem(e))
+\* Two kinds of quorum (tla/README.md, "Phase-1 and phase-2 quorums").  Phase 1
+\* (view-change votes, C-recovery promises, lease grants, the majority-executed
+\* point): a majority, MajE.  Phase 2 (the acceptances that choose a value: C-ACKs,
+\* O-ACKs, the rebuilt range's acceptances, a STOP's acknowledgements): AccQE, a
+\* majority too except at 4 members, where it is 2 (core: quorum.accept_quorum).
+\* 3 + 2 > 4: every phase-1 quorum meets every phase-2 quorum (Flexible Paxos, Howard
+\* et al. 2016), which is all Paxos needs; two phase-2 quorums need not meet.
 MajE(e) == Size(e) \div 2 + 1
+AccQE(e) == IF Size(e) = 4 THEN 2 ELSE MajE(e)
 Seq0   == 0                        \* the configured sequencer of view 0 of epoch 0
 \* The sequencer of view 0 of epoch e: the old one if it stays, else the lowest member
 \* (docs/membership.md 3.1 step 1; the model fixes it per epoch).
 Seq0Of(e) == IF Seq0 \in Mem(e) THEN Seq0 ELSE CHOOSE x \in Mem(e) : \A y \in Mem(e) : x =< y
 
-\* Epochs of 3 to 7 members: the majority rule at 3, 4, 6 and 7, the two-acceptor
-\* rule at 5 (docs/membership.md 5; N = 1 is not modelled).
+\* Epochs of 3 to 7 members: the majority rule at 3, 4, 6 and 7 (with phase-2 quorums
+\* of 2 at 4), the two-acceptor rule at 5 (docs/membership.md 5; N = 1 and 2 are not
+\* modelled).
 ASSUME /\ NEp >= 1 /\ \A e \in Epochs : Mem(e) \subseteq R /\ Size(e) \in 3 .. 7
        /\ Seq0 \in Mem(0) /\ LeaseHold =< Lease
 
@@ -160,7 +175,7 @@ BalRound(b)  == IF b < 0 THEN 0 ELSE b \div N
 MaxB         == CBal(MaxCRound, N - 1)
 
 Max(S) == CHOOSE x \in S : \A y \in S : x >= y
-\* The sets of k messages of X from k distinct senders (k is a majority less one:
+\* The sets of k messages of X from k distinct senders (k is a phase-1 quorum less one:
 \* 1 for N = 3, 2 for N = 4 and 5, 3 for N = 6 and 7), each set once, its senders
 \* in increasing order.  Enumerating them, rather than SUBSET X, keeps TLC's work
 \* per state polynomial.
@@ -257,10 +272,17 @@ Live(r)     == up[r] /\ (Member(r) \/ Outsiders)
 Counted(m)  == IF "src" \in DOMAIN m THEN m.src \in Voting(m.ep) ELSE TRUE
 \* r handles only counted messages of its own epoch.
 Rcv(r, m)   == m.ep = ep[r] /\ Counted(m)
-\* The quorum r's protocol steps count (core: quorum.majority, N // 2 + 1 at every N;
-\* the invariants count MajE, the true majority, whatever the mutation).
-Maj(r)      == IF MutEvenMajorityHalf /\ Size(ep[r]) % 2 = 0 THEN (Size(ep[r]) - 1) \div 2 + 1
+\* The quorums r's protocol steps count (the invariants count MajE and AccQE, the
+\* true ones, whatever the mutation).  Maj(r): phase 1 (core: quorum.majority,
+\* N // 2 + 1 at every N).  AccQ(r): phase 2 (core: quorum.accept_quorum, 2 at
+\* N = 4, else the majority).  HalfE(e): what MutEvenMajorityHalf counts instead at
+\* an even size, for both kinds.
+HalfE(e)    == (Size(e) - 1) \div 2 + 1
+Maj(r)      == IF MutEvenMajorityHalf /\ Size(ep[r]) % 2 = 0 THEN HalfE(ep[r])
+               ELSE IF MutPhase1Two /\ Size(ep[r]) = 4 THEN 2
                ELSE MajE(ep[r])
+AccQ(r)     == IF MutEvenMajorityHalf /\ Size(ep[r]) % 2 = 0 THEN HalfE(ep[r])
+               ELSE AccQE(ep[r])
 Est(r)      == Live(r) /\ joined[r]
 SeqOf(r)    == IF joined[r] THEN est[r].s ELSE -1
 IsSeq(s)    == Est(s) /\ est[s].s = s
@@ -293,9 +315,9 @@ AckOf(r, q) ==
     ELSE Max({-1} \cup {a.upto : a \in {x \in msgs : x.type = "OAck" /\ x.ep = ep[r] /\ x.src = q
                                                    /\ x.view = pView[r]}}
                   \cup (IF q = SeqOf(r) THEN {SeqAcc(r)} ELSE {}))
-\* The longest prefix a majority (r's view of it) accepted.
+\* The longest prefix a phase-2 quorum (r's view of it) accepted: chosen.
 QuorumAcc(r) ==
-    Max({k \in -1 .. MaxSlot : Cardinality({q \in Voting(ep[r]) : AckOf(r, q) >= k}) >= Maj(r)})
+    Max({k \in -1 .. MaxSlot : Cardinality({q \in Voting(ep[r]) : AckOf(r, q) >= k}) >= AccQ(r)})
 
 \* Which rule decides r's safe prefix (core: quorum.uses_two_acceptor_rule): the
 \* two-acceptor rule at a non-sequencer of a 5-member epoch; the majority rule
@@ -508,14 +530,15 @@ OwnChosen(r, i, val) ==
        /\ lost' = [lost EXCEPT ![r] = @ \cup gone]
 
 (* HandleCAck(r, m): the proposer of ballot m.b (the owner, or a           *)
-(* recoverer) commits C_n^i once a majority accepted its ballot, and       *)
-(* broadcasts the C-commit.  Classic Paxos phase 2.                        *)
+(* recoverer) commits C_n^i once a phase-2 quorum (AccQ: a majority, 2 at  *)
+(* N = 4) accepted its ballot, and broadcasts the C-commit.  Classic Paxos *)
+(* phase 2.                                                                *)
 HandleCAck(r, m) ==
     /\ m.type = "CAck" /\ Rcv(r, m) /\ Live(r) /\ BalOwner(m.b) = r /\ (m.view = pView[r] \/ MutAcceptOldView)
     /\ \E p \in prop[r] :
          /\ p.n = m.n /\ p.i = m.i /\ p.b = m.b
          /\ Cardinality({q \in Voting(ep[r]) : \E a \in msgs : a.type = "CAck" /\ a.ep = ep[r]
-                                     /\ a.src = q /\ a.n = p.n /\ a.i = p.i /\ a.b = p.b}) >= Maj(r)
+                                     /\ a.src = q /\ a.n = p.n /\ a.i = p.i /\ a.b = p.b}) >= AccQ(r)
          /\ cCom' = [cCom EXCEPT ![r][p.n][p.i] = p.v]
          /\ prop' = [prop EXCEPT ![r] = @ \ {p}]
          /\ msgs' = msgs \cup {[type |-> "CCommit", ep |-> ep[r], view |-> pView[r], n |-> p.n, i |-> p.i,
@@ -529,13 +552,30 @@ HandleCAck(r, m) ==
 (* Acceptor of C-instances.                                                *)
 (***************************************************************************)
 
-\* Would accepting ballot b for C_n^i at a break r's promise?
-(* HandleCAccept(r, m): Paxos phase 2b for C_n^i in r's view (messages of  *)
-(* other views are dropped: after voting, an old-view C-accept is refused, *)
-(* so the C[m] the vote reported stays an upper bound, pitfall 5), plus    *)
-(* the sequencer's trigger: want[n] := max(want[n], i+1), so a duplicated  *)
-(* or retransmitted C-accept never allocates twice.                        *)
-HandleCAccept(r, m) ==
+(* HandleCAccept(r, m, learn): Paxos phase 2b for C_n^i in r's view      *)
+(* (messages of other views are dropped: after voting, an old-view         *)
+(* C-accept is refused, so the C[m] the vote reported stays an upper       *)
+(* bound, pitfall 5), plus the sequencer's trigger: want[n] :=             *)
+(* max(want[n], i+1), so a duplicated or retransmitted C-accept never      *)
+(* allocates twice.                                                        *)
+(*                                                                         *)
+(* Learning on accept (core: Acceptor.handle_c_accept, traced              *)
+(* HandleCAccept learned=True).  A proposer (the owner, or a recoverer)    *)
+(* accepts its own value at its ballot before it sends the C-accept        *)
+(* (ProposeCmd, CPromiseQuorum; only a ballot's owner sends its            *)
+(* C-accepts), so once r accepts it from m.src # r, {m.src, r} accepted    *)
+(* m.v at m.b: where the phase-2 quorum is 2 (N = 3 and 4 here) it is     *)
+(* chosen, and r marks it committed at once, as HandleCCommit does.        *)
+(* learn = TRUE is that step; learn = FALSE is the step without it: the    *)
+(* model lets the acceptor learn or not (the code before this rule never   *)
+(* learned here; trace validation of either is then a subset), and a      *)
+(* trace pins it when it names `learned`.  Scope: as HandleCCommit, only  *)
+(* a Learner or the instance's owner learns.                               *)
+LearnsOnAccept(r, m) ==
+    /\ m.src # r
+    /\ AccQ(r) = 2 \/ MutLearnCOnAcceptAnyN
+    /\ r \in Learners \/ m.n = r
+HandleCAccept(r, m, learn) ==
     /\ m.type = "CAccept" /\ Rcv(r, m) /\ Live(r)
     /\ IF MutAcceptOldView THEN m.view =< pView[r] ELSE m.view = pView[r]
     /\ LET acc  == (r \in CAcceptors \/ r = BalOwner(m.b)) /\ m.b >= cProm[r][m.n][m.i]
@@ -548,6 +588,7 @@ HandleCAccept(r, m) ==
            ack  == [type |-> "CAck", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> m.n, i |-> m.i, b |-> m.b]
        IN /\ acc \/ seqt
           /\ (acc /\ (cAccB[r][m.n][m.i] # m.b \/ ack \notin msgs)) \/ (seqt /\ w # want[r][m.n])
+          /\ learn => acc /\ LearnsOnAccept(r, m)
           /\ cProm' = IF acc THEN [cProm EXCEPT ![r][m.n][m.i] = m.b] ELSE cProm
           /\ cAccB' = IF acc THEN [cAccB EXCEPT ![r][m.n][m.i] = m.b] ELSE cAccB
           /\ cAccV' = IF acc THEN [cAccV EXCEPT ![r][m.n][m.i] = m.v] ELSE cAccV
@@ -555,8 +596,14 @@ HandleCAccept(r, m) ==
                        ELSE cVotes
           /\ msgs' = IF acc THEN msgs \cup {ack} ELSE msgs
           /\ want' = IF seqt THEN [want EXCEPT ![r][m.n] = w] ELSE want
-    /\ UNCHANGED <<epochVars, ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, cCom, execd,
-                   safeUpto, cand, votedFor, prop, inflight, lost, crec, leaseUntil, handing,
+          \* (learning: the bookkeeping of HandleCCommit)
+          /\ IF learn
+             THEN /\ cCom' = [cCom EXCEPT ![r][m.n][m.i] = m.v]
+                  /\ prop' = [prop EXCEPT ![r] = {p \in @ : ~(p.n = m.n /\ p.i = m.i)}]
+                  /\ IF m.n = r THEN OwnChosen(r, m.i, m.v) ELSE UNCHANGED <<inflight, lost>>
+             ELSE UNCHANGED <<cCom, prop, inflight, lost>>
+    /\ UNCHANGED <<epochVars, ownNext, snap, oAccB, oAccV, pView, est, up, joined, rc, oCom, oComB, execd,
+                   safeUpto, cand, votedFor, crec, leaseUntil, handing,
                    clock, nextCmd, readyAt, readyBefore, oVotes, execHist, execHigh, ranges, rops, crashes,
                    alarm>>
 
@@ -866,9 +913,10 @@ RelayCCommit(r, n, i) ==
 (***************************************************************************)
 
 (* CommitO(r) (core: _advance_safe_prefix): extend r's safe prefix: every  *)
-(* O_k below it accepted by a majority, or, N = 5 and r not the sequencer,  *)
-(* by r and the sequencer once the view's range is chosen (Fig. 5 lines    *)
-(* 21, 26, 30).  r commits its own O-instances there and broadcasts their  *)
+(* O_k below it accepted by a phase-2 quorum (AccQ: a majority, 2 of 4),   *)
+(* or, N = 5 and r not the sequencer, by r and the sequencer once the      *)
+(* view's range is chosen (Fig. 5 lines 21, 26, 30).  r commits its own    *)
+(* O-instances there and broadcasts their                                  *)
 (* O-commits; the sequencer learns every O-instance there.                  *)
 CommitOTo(r, safe) ==
     /\ Est(r)
@@ -901,8 +949,9 @@ CommitO(r) == \E k \in 1 .. MaxSlot : CommitOTo(r, k)
 (* is not the sequencer learns its epoch's STOP, at slot j, chosen from the *)
 (* acknowledgements: the STOP's O-accept goes to every member and every     *)
 (* acceptor acknowledges it to every member (docs/membership.md 3.1; the    *)
-(* model's O-ACKs reach anyone).  Once a majority, r among them, accepted   *)
-(* every O-instance up to and including the STOP in r's view, all of them   *)
+(* model's O-ACKs reach anyone).  Once a phase-2 quorum (AccQ: a majority, *)
+(* 2 of 4), r among them, accepted every O-instance up to and including   *)
+(* the STOP in r's view, all of them                                       *)
 (* are chosen at that ballot, and r commits them, without the sequencer's   *)
 (* O-commit.                                                                *)
 LearnStopAt(r, j) ==
@@ -1021,7 +1070,7 @@ HandleVRequest(r, m) ==
 (* lease grant has expired, r rebuilds the log from its executed prefix on  *)
 (* (BuildLog), accepts the range itself in one durable record, and becomes  *)
 (* the sequencer.  It may allocate at once; nothing beyond the range can be *)
-(* safe before a majority accepted the range.                               *)
+(* safe before a phase-2 quorum accepted the range.                        *)
 BecomeSequencer(r) ==
     /\ Live(r) /\ cand[r] # NoCand
     /\ LET v    == cand[r].v
@@ -1036,6 +1085,7 @@ BecomeSequencer(r) ==
           \* (r may have executed beyond `from` since it started: those slots are
           \* chosen, and the rebuild must give them the same values, else alarm)
           /\ from =< Len(execd[r])
+          \* (phase 1: a majority's votes, Maj, whatever the phase-2 quorum)
           /\ \E Q \in Picks({x \in VS : x.src # r}, Maj(r) - 1) :
                \* A vote reports slots only from its voter's snapshot on (16.3): a
                \* candidate whose o_from is below a snapshot slot of its votes (its own
@@ -1082,7 +1132,8 @@ BecomeSequencer(r) ==
                    leaseUntil, clock, msgs, nextCmd, readyAt, readyBefore, cVotes, execHist, execHigh,
                    rops, crashes>>
 
-(* SendNewView(s) (core: the rebuilt range majority-acknowledged): the      *)
+(* SendNewView(s) (core: the rebuilt range acknowledged by a phase-2        *)
+(* quorum, AccQ: a majority, 2 of 4): the                                  *)
 (* range is chosen; s commits it and notifies everyone.                     *)
 SendNewView(s) ==
     /\ IsSeq(s) /\ ~rc[s]
@@ -1090,7 +1141,7 @@ SendNewView(s) ==
     /\ \/ MutNoReaccept
        \/ Cardinality({s} \cup {q \in Voting(ep[s]) : \E a \in msgs : a.type = "OAck" /\ a.ep = ep[s]
                                     /\ a.src = q /\ a.view = pView[s] /\ a.upto >= est[s].base})
-            >= Maj(s)
+            >= AccQ(s)    \* (phase 2: the range accepted at ballot pView[s] is chosen)
     /\ LET st == est[s].start
            b  == est[s].base
        IN /\ rc' = [rc EXCEPT ![s] = TRUE]
@@ -1153,6 +1204,7 @@ HasLease(s) ==
          /\ Cardinality({s} \cup {q \in Voting(ep[s]) :
                                    [type |-> "LeaseGrant", ep |-> ep[s], src |-> q, view |-> pView[s],
                                     stamp |-> hb.stamp] \in msgs}) >= Maj(s)
+         \* (Maj, the phase-1 quorum: every vote quorum must hold a grantor)
 
 ExecutedCmds(r) == {execd[r][p].cmd : p \in DOMAIN execd[r]}
 
@@ -1290,6 +1342,7 @@ CPromiseQuorum(r, m) ==
            n == m.n
            i == m.i
            b == m.b
+       \* (phase 1: a majority's promises, Maj, whatever the phase-2 quorum)
        IN \E Q0 \in Picks({x \in P : x.src # m.src}, Maj(r) - 1) :
             LET Q == Q0 \cup {m} IN
             /\ m.src \notin {x.src : x \in Q0}
@@ -1387,6 +1440,7 @@ Restart(r) ==
 \* least every snapshot the core can take.
 MajExecuted(r) ==
     Max({k \in 0 .. MaxSlot : Cardinality({q \in Mem(ep[r]) : execHigh[q] >= k}) >= Maj(r)})
+    \* (Maj: a majority executed, so every phase-1 quorum of voters holds one of them)
 
 \* r adopts snapshot [slot S, exec ex, cmax cm] and forgets what lies below it.
 Compact(r, S, ex, cm) ==
@@ -1555,7 +1609,8 @@ Next ==
          \/ \E n \in R, i \in CIdx : RelayCCommit(r, n, i)
          \/ \E t \in R : Handover(r, t)
          \/ \E k \in DOMAIN rops : ServeRead(r, k)
-         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCAccept(r, m)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCAccept(r, m, FALSE)
+         \/ \E m \in msgs : Deliverable(r, m) /\ HandleCAccept(r, m, TRUE)
          \/ \E m \in msgs : Deliverable(r, m) /\ HandleCAck(r, m)
          \/ \E m \in msgs : Deliverable(r, m) /\ HandleCCommit(r, m)
          \/ \E m \in msgs : Deliverable(r, m) /\ HandleCRequest(r, m)
@@ -1589,15 +1644,16 @@ TypeOK ==
                     /\ snap[a].slot =< Len(execd[a])
     /\ clock \in 0 .. MaxTime
 
-\* C-instance (e, n, i) is chosen with value v: a majority of epoch e's members
-\* accepted v at one ballot (C-instances are named by epoch, owner and index).
+\* C-instance (e, n, i) is chosen with value v: a phase-2 quorum of epoch e's members
+\* (AccQE: a majority, 2 of 4) accepted v at one ballot (C-instances are named by
+\* epoch, owner and index).
 ChosenC(e, n, i, v) ==
     \E b \in -1 .. MaxB :
         Cardinality({a \in Mem(e) : [e |-> e, a |-> a, n |-> n, i |-> i, b |-> b, v |-> v] \in cVotes})
-            >= MajE(e)
+            >= AccQE(e)
 ChosenO(e, j, o) ==
     \E b \in Views :
-        Cardinality({a \in Mem(e) : [e |-> e, a |-> a, j |-> j, b |-> b, o |-> o] \in oVotes}) >= MajE(e)
+        Cardinality({a \in Mem(e) : [e |-> e, a |-> a, j |-> j, b |-> b, o |-> o] \in oVotes}) >= AccQE(e)
 
 CChosenUnique ==
     \A e \in Epochs, n \in R, i \in CIdx : \A v1, v2 \in CVals :

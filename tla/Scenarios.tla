@@ -341,12 +341,39 @@ TwoAcceptorsBeyondFive == <<
     EM("HandleCAccept", 5, [src |-> 2]), EM("HandleCAck", 2, [src |-> 5]),
     E("CommitO", 2), E("Execute", 2) >>
 
-(* N = 4, even: a majority is 3.  With MutEvenMajorityHalf every quorum is *)
-(* 2 (F + 1, F = 1): R1's command is chosen with R0's C-ACK, its slot 0    *)
-(* committed with R0's O-accept, READY and executed at R1.  R2 wins view 1 *)
-(* with R3's vote alone, neither holding slot 0, and R2's own command,     *)
-(* chosen and ordered with R3, takes slot 0.                                *)
+(* N = 6, even: a majority is 4.  With MutEvenMajorityHalf every quorum,   *)
+(* phase 1 and phase 2, is 3 (F + 1, F = 2), and 3 + 3 is not above 6: R1's *)
+(* command is chosen with the C-ACKs of R0 and R5, its slot 0 committed     *)
+(* with R0's O-accept and R5's O-ACK, READY and executed at R1.  R2 wins    *)
+(* view 1 with the votes of R3 and R4, none holding slot 0, and R2's own    *)
+(* command, chosen and ordered with R3 and R4, takes slot 0.  (The scenario *)
+(* was at N = 4 until the phase-2 quorum of 4 members became 2: there the   *)
+(* mutation now differs from the rules in phase 1 only, which Phase1Two     *)
+(* shows; at N = 4 this trace would only block later, at the vote.)        *)
 EvenMajorityHalf == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
+    EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAccept", 5, [src |-> 1]),
+    EM("HandleCAck", 1, [src |-> 5]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 1, [src |-> 0]), EM("HandleOAccept", 5, [src |-> 0]),
+    E("CommitO", 1), E("Ready", 1), E("Execute", 1),
+    [a |-> "StartViewChange", r |-> 2, p |-> [v |-> 1]],
+    EM("HandleVRequest", 3, [src |-> 2]), EM("HandleVRequest", 4, [src |-> 2]),
+    E("BecomeSequencer", 2),
+    [a |-> "Propose", r |-> 2, p |-> [c |-> 2]], [a |-> "AllocateO", r |-> 2, p |-> [n |-> 2]],
+    [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
+    EM("HandleOAccept", 3, [src |-> 2]), EM("HandleOAccept", 4, [src |-> 2]),
+    EM("HandleCAccept", 3, [src |-> 2]), EM("HandleCAccept", 4, [src |-> 2]),
+    EM("HandleCAck", 2, [src |-> 4]), E("CommitO", 2), E("Execute", 2) >>
+
+(* N = 4, flexible quorums: the phase-2 quorum is 2, the phase-1 quorum 3  *)
+(* (3 + 2 > 4).  R1's command is chosen with R0's C-ACK, its slot 0        *)
+(* committed with R0's O-accept (both legal now), READY and executed at R1. *)
+(* With MutPhase1Two the votes' quorum is 2 as well: R2 wins view 1 with    *)
+(* R3's vote alone, neither holding slot 0, and R2's own command, chosen    *)
+(* and ordered with R3, takes slot 0.  Without the mutation R2 needs a      *)
+(* second vote: the trace blocks at event 12, BecomeSequencer.             *)
+Phase1Two == <<
     [a |-> "Propose", r |-> 1, p |-> [c |-> 1]],
     EM("HandleCAccept", 0, [src |-> 1]), EM("HandleCAck", 1, [src |-> 0]),
     [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
@@ -357,6 +384,26 @@ EvenMajorityHalf == <<
     [a |-> "SendOAccept", r |-> 2, p |-> [rng |-> TRUE]],
     EM("HandleOAccept", 3, [src |-> 2]), EM("HandleCAccept", 3, [src |-> 2]),
     EM("HandleCAck", 2, [src |-> 3]), E("CommitO", 2), E("Execute", 2) >>
+
+(* N = 5, the phase-2 quorum is 3.  The sequencer R0 accepts R1's          *)
+(* C-accept (R1 and R0: two of five) and, with MutLearnCOnAcceptAnyN,      *)
+(* learns it chosen; it orders it at slot 0, commits the slot with the      *)
+(* O-ACKs of R3 and R4, and executes R1's command there.  R3 learns slot 0  *)
+(* committed (a relayed O-commit) and recovers C_1^0 with the promises of  *)
+(* R2 and R4, which accepted nothing: a no-op is chosen (R3, R2, R4), and R3 *)
+(* executes it at slot 0.  Without the mutation R0 has not learnt the       *)
+(* C-instance: the trace blocks at event 8, R0's Execute.                  *)
+LearnCOnAcceptAnyN == <<
+    [a |-> "Propose", r |-> 1, p |-> [c |-> 1]], EM("HandleCAccept", 0, [src |-> 1]),
+    [a |-> "AllocateO", r |-> 0, p |-> [n |-> 1]], E("SendOAccept", 0),
+    EM("HandleOAccept", 3, [src |-> 0]), EM("HandleOAccept", 4, [src |-> 0]),
+    E("CommitO", 0), E("Execute", 0),
+    [a |-> "RelayOCommit", r |-> 0, p |-> [slot |-> 0]], EM("HandleOCommit", 3, [slot |-> 0]),
+    E("StartCRecovery", 3),
+    EM("HandleCPrepare", 2, [src |-> 3]), EM("HandleCPrepare", 4, [src |-> 3]),
+    EM("HandleCPromise", 3, [src |-> 4]),
+    EM("HandleCAccept", 2, [src |-> 3]), EM("HandleCAccept", 4, [src |-> 3]),
+    EM("HandleCAck", 3, [src |-> 4]), E("Execute", 3) >>
 
 (* Not a bug: a witness of the majority rule at N = 7 (1.5 round trips,    *)
 (* WitnessSevenMajority.cfg).  R1's command is chosen (R0, R1, R5, R6); the *)

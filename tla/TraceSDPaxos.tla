@@ -71,7 +71,8 @@ Act(e) ==
       [] e.a = "RelayCCommit"      -> \E n \in PV(e, "n", R), i \in PV(e, "i", CIdx) : RelayCCommit(r, n, i)
       [] e.a = "Handover"          -> \E t \in PV(e, "t", R) : Handover(r, t)
       [] e.a = "ServeRead"         -> \E k \in PV(e, "k", DOMAIN rops) : ServeRead(r, k)
-      [] e.a = "HandleCAccept"     -> \E m \in msgs : Fits(e, m) /\ HandleCAccept(r, m)
+      [] e.a = "HandleCAccept"     -> \E m \in msgs : Fits(e, m) /\ \E lr \in PV(e, "learned", BOOLEAN) :
+                                        HandleCAccept(r, m, lr)
       [] e.a = "HandleCAck"        -> \E m \in msgs : Fits(e, m) /\ HandleCAck(r, m)
       [] e.a = "HandleCCommit"     -> \E m \in msgs : Fits(e, m) /\ HandleCCommit(r, m)
       [] e.a = "HandleCRequest"    -> \E m \in msgs : Fits(e, m) /\ HandleCRequest(r, m)

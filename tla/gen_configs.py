@@ -45,6 +45,8 @@ MUTATIONS = [
     "MutTwoAcceptorsBeyondFive",
     "MutEvenMajorityHalf",
     "MutLearnStopMinority",
+    "MutPhase1Two",
+    "MutLearnCOnAcceptAnyN",
 ]
 
 #: The smallest scope: every knob off; each config turns on what it needs.
@@ -389,8 +391,25 @@ SCENARIOS: dict[str, Scenario] = {
     "EvenMajorityHalf": Scenario(
         "MutEvenMajorityHalf",
         "ExecPrefixAgreement",
-        3,
-        "N = 4: every quorum is F + 1 = 2 (half the members) instead of a majority of 3.",
+        4,
+        "N = 6: every quorum, phase 1 and phase 2, is F + 1 = 3 (half the members)"
+        " instead of a majority of 4 (at N = 4 the mutation now differs from the rules"
+        " in phase 1 only: MutPhase1Two's scenario).",
+        N=6,
+        MaxCmds=2,
+        MaxView=1,
+        Proposers="{1,2}",
+        Candidates="{2}",
+        Learners="{1,2}",
+        Voters="{3,4}",
+        CAcceptors="{0,3,4,5}",
+    ),
+    "Phase1Two": Scenario(
+        "MutPhase1Two",
+        "ExecPrefixAgreement",
+        12,
+        "N = 4, flexible quorums done carelessly: the phase-1 quorums (votes, C-promises)"
+        " are 2 like the phase-2 quorum, and 2 + 2 is not above 4.",
         N=4,
         MaxCmds=2,
         MaxView=1,
@@ -399,6 +418,20 @@ SCENARIOS: dict[str, Scenario] = {
         Learners="{1,2}",
         Voters="{3}",
         CAcceptors="{0,3}",
+    ),
+    "LearnCOnAcceptAnyN": Scenario(
+        "MutLearnCOnAcceptAnyN",
+        "ExecPrefixAgreement",
+        8,
+        "N = 5: an acceptor learns a C-instance chosen when it accepts it (the proposer's"
+        " acceptance and its own: two of five) although the phase-2 quorum is 3.",
+        N=5,
+        MaxCRound=1,
+        Proposers="{1}",
+        Recoverers="{3}",
+        Learners="{0,3}",
+        CAcceptors="{0,2,4}",
+        Relays="TRUE",
     ),
 }
 
@@ -636,10 +669,11 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
         ),
     ),
     "MC4": (
-        "N = 4, the majority rule of even N (1.5 round trips): one command (R1), chosen"
-        " with two acceptors (R2, R3); R1 commits its slot once a third replica's O-ACK"
-        " joins its own and the sequencer's, and answers READY; a view change (candidate"
-        " R2, voters R1 and R3, both needed: 3 of 4) may follow it; R2 executes. Long run.",
+        "N = 4, phase-2 quorums of 2, phase-1 quorums of 3: one command (R1), accepted"
+        " by R2 and R3 too (chosen once one of them accepts it; either may learn it so);"
+        " R1 commits its slot with its own acceptance and the sequencer's O-accept (or an"
+        " O-ACK), and answers READY; a view change (candidate R2, voters R1 and R3, both"
+        " needed: 3 of 4) may follow it; R2 executes. Long run.",
         " long",
         dict(
             N=4,
