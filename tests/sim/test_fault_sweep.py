@@ -6,12 +6,13 @@ points, hand-overs, churn, any-order delivery, clock drift, retries at another
 replica, a straggler sequencer, tight limits), each checked for safety and read
 freshness after every event and for liveness once every fault has ended.
 
-CI runs :data:`CI_SEEDS` seeds in each of N = 3 and N = 5, one test per seed, so a
-failure names its seed; the message carries the exact replay command. The
-summary test then checks, over those same runs, that every kind of fault was
-really injected (and every protocol point fired). The long sweep (thousands of
-seeds, N = 3, 5 and 7) is marked ``slow``; see ``tests/sim/README.md`` for the
-command.
+CI runs :data:`CI_SEEDS` seeds in each of N = 3 and N = 5, and
+:data:`CI_FOUR_SEEDS` at N = 4 (phase-2 quorums of two, phase-1 quorums of
+three: ``docs/protocol.md`` section 5.7), one test per seed, so a failure names
+its seed; the message carries the exact replay command. The summary test then
+checks, over those same runs, that every kind of fault was really injected (and
+every protocol point fired). The long sweep (thousands of seeds, N = 3, 5 and 7)
+is marked ``slow``; see ``tests/sim/README.md`` for the command.
 
 A failing seed is a finding about the core: it is reported with its replay
 command and, once the core is fixed, pinned in ``test_pinned_seeds`` below.
@@ -25,6 +26,9 @@ from sdpaxos.sim.sweep import FaultRun, SweepReport, run_faulty, sweep
 #: Seeds per replica count in CI (fixed: the same runs every time).
 CI_SEEDS = 120
 CI_SEED_BASE = 100_000
+#: Seeds at N = 4, with and without compaction (the simulator's CLI sweeps odd
+#: counts; these call the sweep directly).
+CI_FOUR_SEEDS = 40
 #: More seeds per replica count in CI with compaction on at a small threshold
 #: (a snapshot every 3 slots), so that snapshots, transfers and installs happen
 #: in most runs, view changes and a down sequencer included.
@@ -86,6 +90,18 @@ def test_sweep_three_replicas(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(CI_SEED_BASE, CI_SEED_BASE + CI_SEEDS))
 def test_sweep_five_replicas(seed: int) -> None:
     check(seed, 5)
+
+
+@pytest.mark.parametrize("seed", range(CI_SEED_BASE, CI_SEED_BASE + CI_FOUR_SEEDS))
+def test_sweep_four_replicas(seed: int) -> None:
+    check(seed, 4)
+
+
+@pytest.mark.parametrize(
+    "seed", range(CI_SNAPSHOT_SEED_BASE, CI_SNAPSHOT_SEED_BASE + CI_FOUR_SEEDS // 2)
+)
+def test_sweep_four_replicas_with_compaction(seed: int) -> None:
+    check(seed, 4, SNAPSHOT_SLOTS)
 
 
 @pytest.mark.parametrize("replicas", [3, 5])
