@@ -141,15 +141,19 @@ def _svg(
     group_w = (w - 2 * pad) / max(1, len(rows))
     bar_w = group_w / (len(series) + 1)
     parts.append(f'<line x1="{pad}" y1="{bottom}" x2="{w - pad}" y2="{bottom}" stroke="black"/>')
-    for frac in (0.25, 0.5, 0.75, 1.0):
-        y = bottom - frac * (bottom - top)
-        parts.append(f'<text x="{pad - 5}" y="{y + 4}" text-anchor="end">{vmax * frac:.0f}</text>')
+    step = _nice_step(vmax)
+    tick = 0.0
+    while tick <= vmax:
+        y = bottom - tick / vmax * (bottom - top)
+        parts.append(f'<text x="{pad - 5}" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>')
         parts.append(
-            f'<line x1="{pad}" y1="{y}" x2="{w - pad}" y2="{y}" stroke="#ddd" stroke-width="0.5"/>'
+            f'<line x1="{pad}" y1="{y:.1f}" x2="{w - pad}" y2="{y:.1f}" stroke="#ddd" '
+            'stroke-width="0.5"/>'
         )
+        tick += step
     parts.append(
         f'<text x="12" y="{(top + bottom) / 2}" transform="rotate(-90 12 '
-        f'{(top + bottom) / 2})" text-anchor="middle">ms</text>'
+        f'{(top + bottom) / 2})" text-anchor="middle">latency (ms)</text>'
     )
     for i, r in enumerate(rows):
         x0 = pad + i * group_w + bar_w / 2
@@ -171,34 +175,77 @@ def _svg(
         parts.append(f'<rect x="{x}" y="{bottom + 25}" width="12" height="12" fill="{colour}"/>')
         parts.append(f'<text x="{x + 16}" y="{bottom + 35}">{label}</text>')
     # throughput over time
-    top2, bottom2 = 330, h - 40
+    top2, bottom2 = 330, h - 60
     if timeline:
-        tmax = max(t for t, _ in timeline) or 1.0
-        rmax = max(v for _, v in timeline) * 1.1 or 1.0
-        pts = " ".join(
-            f"{pad + t / tmax * (w - 2 * pad):.1f},{bottom2 - v / rmax * (bottom2 - top2):.1f}"
-            for t, v in timeline
-        )
-        parts.append(f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="1.5"/>')
-        parts.append(
-            f'<line x1="{pad}" y1="{bottom2}" x2="{w - pad}" y2="{bottom2}" stroke="black"/>'
-        )
-        parts.append(f'<text x="{pad - 5}" y="{top2 + 4}" text-anchor="end">{rmax:.0f}</text>')
-        parts.append(f'<text x="{pad - 5}" y="{bottom2 + 4}" text-anchor="end">0</text>')
-        parts.append(
-            f'<text x="{w / 2}" y="{bottom2 + 30}" text-anchor="middle">seconds '
-            f"(operations per second, all regions)</text>"
-        )
-        for t, label in events:
-            xe = pad + t / tmax * (w - 2 * pad)
-            parts.append(
-                f'<line x1="{xe:.1f}" y1="{top2}" x2="{xe:.1f}" y2="{bottom2}" stroke="red" '
-                'stroke-dasharray="4 3"/>'
-            )
-            parts.append(f'<text x="{xe + 3:.1f}" y="{top2 + 12}" fill="red">{label}</text>')
-        parts.append(f'<text x="{w - pad}" y="{bottom2 + 15}" text-anchor="end">{tmax:.0f}</text>')
+        parts.extend(_throughput_panel(timeline, events, pad, w - pad, top2, bottom2))
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def _nice_step(span: float, ticks: int = 5) -> float:
+    """A round tick step (1, 2 or 5 times a power of ten) giving about ``ticks`` ticks."""
+    raw = max(span, 1e-9) / ticks
+    power: float = 10.0 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1.0, 2.0, 5.0, 10.0) if m * power >= raw)
+
+
+def _throughput_panel(
+    timeline: list[tuple[float, float]],
+    events: list[tuple[float, str]],
+    left: float,
+    right: float,
+    top: float,
+    bottom: float,
+) -> list[str]:
+    """Operations per second over time: ticks on both axes, one caption per
+    axis, and the event labels on rows of their own so that two close events
+    (the kill and the restart) never print on top of each other."""
+    tmax = max(t for t, _ in timeline) or 1.0
+    rmax = max(v for _, v in timeline) * 1.1 or 1.0
+
+    def x(t: float) -> float:
+        return left + t / tmax * (right - left)
+
+    def y(v: float) -> float:
+        return bottom - v / rmax * (bottom - top)
+
+    pts = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in timeline)
+    parts = [
+        f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="1.5"/>',
+        f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="black"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="black"/>',
+    ]
+    step = _nice_step(rmax)
+    v = 0.0
+    while v <= rmax:
+        parts.append(f'<text x="{left - 5}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
+        parts.append(
+            f'<line x1="{left}" y1="{y(v):.1f}" x2="{right}" y2="{y(v):.1f}" '
+            'stroke="#ddd" stroke-width="0.5"/>'
+        )
+        v += step
+    step = _nice_step(tmax, 8)
+    t = 0.0
+    while t <= tmax:
+        parts.append(f'<text x="{x(t):.1f}" y="{bottom + 15}" text-anchor="middle">{t:g}</text>')
+        t += step
+    middle = (top + bottom) / 2
+    parts.append(
+        f'<text x="{(left + right) / 2}" y="{bottom + 32}" text-anchor="middle">'
+        "time since the start (s)</text>"
+    )
+    parts.append(
+        f'<text x="12" y="{middle}" transform="rotate(-90 12 {middle})" '
+        'text-anchor="middle">operations/s, all regions</text>'
+    )
+    for row, (t, label) in enumerate(sorted(events)):
+        xe = x(t)
+        parts.append(
+            f'<line x1="{xe:.1f}" y1="{top}" x2="{xe:.1f}" y2="{bottom}" stroke="red" '
+            'stroke-dasharray="4 3"/>'
+        )
+        parts.append(f'<text x="{xe + 3:.1f}" y="{top + 12 + 14 * row}" fill="red">{label}</text>')
+    return parts
 
 
 def _timeline(samples: dict[str, Sample], seconds: float) -> list[tuple[float, float]]:
