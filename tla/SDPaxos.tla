@@ -569,7 +569,10 @@ HandleCAck(r, m) ==
 (* learn = TRUE is that step; learn = FALSE is the step without it: the    *)
 (* model lets the acceptor learn or not (the code before this rule never   *)
 (* learned here; trace validation of either is then a subset), and a      *)
-(* trace pins it when it names `learned`.  Scope: as HandleCCommit, only  *)
+(* trace pins it when it names `learned`.  A re-delivered C-accept r      *)
+(* accepted already may teach it too, as long as r has not learned it     *)
+(* (the code learns whenever the instance is not committed there: after a *)
+(* restart, a retransmission).  Scope: as HandleCCommit, only              *)
 (* a Learner or the instance's owner learns.                               *)
 LearnsOnAccept(r, m) ==
     /\ m.src # r
@@ -587,7 +590,10 @@ HandleCAccept(r, m, learn) ==
                    ELSE Max({want[r][m.n], m.i + 1})
            ack  == [type |-> "CAck", ep |-> ep[r], src |-> r, view |-> pView[r], n |-> m.n, i |-> m.i, b |-> m.b]
        IN /\ acc \/ seqt
-          /\ (acc /\ (cAccB[r][m.n][m.i] # m.b \/ ack \notin msgs)) \/ (seqt /\ w # want[r][m.n])
+          \* (a C-accept r accepted already still teaches it the value: after a restart,
+          \* which forgets commits, a retransmission does, as in the code)
+          /\ \/ acc /\ (cAccB[r][m.n][m.i] # m.b \/ ack \notin msgs \/ (learn /\ cCom[r][m.n][m.i] = Nil))
+             \/ seqt /\ w # want[r][m.n]
           /\ learn => acc /\ LearnsOnAccept(r, m)
           /\ cProm' = IF acc THEN [cProm EXCEPT ![r][m.n][m.i] = m.b] ELSE cProm
           /\ cAccB' = IF acc THEN [cAccB EXCEPT ![r][m.n][m.i] = m.b] ELSE cAccB

@@ -688,6 +688,24 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
             CAcceptors="{2,3}",
         ),
     ),
+    "MC4rec": (
+        "N = 4, C-instance recovery with phase-2 quorums of 2: R1's command, accepted by"
+        " R0 or R3 (R3 may learn it chosen as it accepts it), ordered through a C-request;"
+        " R2 recovers it with a phase-1 quorum of 3 promises and must find the value."
+        " Long run.",
+        " long",
+        dict(
+            N=4,
+            MaxCmds=1,
+            MaxSlot=1,
+            MaxMsgs=12,
+            Proposers="{1}",
+            Recoverers="{2}",
+            Learners="{1,2,3}",
+            CAcceptors="{0,3}",
+            CRequests="TRUE",
+        ),
+    ),
     "MC3two": (
         "N = 3, normal case: two commands from two leaders; R0 executes. Long run.",
         " long",
