@@ -804,12 +804,12 @@ OVERRIDES = ("EpochMembers", "Outsiders")
 SIMULATIONS: dict[str, tuple[str, int | str, dict[str, object]]] = {
     "SIM3": (
         "N = 3, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
-        30,
+        20,
         _everything(3),
     ),
     "SIM5": (
         "N = 5, everything on: 3 commands, 3 views, 2 crashes, reads, recovery, hand-overs.",
-        30,
+        20,
         _everything(5),
     ),
     "SIM3change": (
