@@ -602,8 +602,11 @@ SEARCHES: dict[str, tuple[str, str, dict[str, object]]] = {
         "N = 4 nodes, a membership change {0,1,2} -> {1,2,3} (R3 replaces the sequencer R0):"
         " R0 allocates the STOP, R1 and R2 execute it (R3, the learner, stays behind), R1"
         " (the new sequencer) may crash and restart in the middle; R1's one command lands"
-        " in either epoch (or is abandoned at the stop and proposed again in epoch 1).",
-        "",
+        " in either epoch (or is abandoned at the stop and proposed again in epoch 1)."
+        " Long run since learning on accept (25,593 states; CI time): in the default"
+        " run a change with crashes is sampled by SIM3change and SIM3to4, replayed by"
+        " WitnessChangeWithCrash and the membership scenarios, and trace-validated.",
+        " long",
         dict(
             N=4,
             EpochMembers="Replace3",
